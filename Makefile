@@ -1,0 +1,41 @@
+# The README's commands. Everything installs itself into .venv on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+
+.PHONY: demo test lint typecheck pytest system-deps soak clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) scripts/check_python.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
+	touch $@
+
+## make demo: enqueue jobs, kill -9 a worker mid-job, watch the jobs come back (SQLite).
+demo: $(BIN)/.installed
+	$(BIN)/python examples/demo.py
+
+## make test: lint, format check, mypy --strict, then the whole test suite.
+test: $(BIN)/.installed system-deps lint typecheck pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check src tests examples
+	$(BIN)/ruff format --check src tests examples
+
+typecheck: $(BIN)/.installed
+	$(BIN)/mypy --strict src
+
+pytest: $(BIN)/.installed
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## Debian packages the backends' tests need (postgresql, redis-server), when missing.
+system-deps:
+	scripts/system-deps.sh
+
+## Long fault soaks, kept out of `make test`.
+soak: $(BIN)/.installed
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

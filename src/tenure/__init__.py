@@ -1,0 +1,40 @@
+"""tenure: a job queue for Python in which a job is never silently lost."""
+
+from tenure.app import App, Queue, Task
+from tenure.config import QueuePolicy, WorkerConfig
+from tenure.context import JobContext, current_job
+from tenure.core.states import DeadReason, Outcome, State
+from tenure.errors import (
+    BackendUnavailable,
+    Fail,
+    InvalidInput,
+    InvalidTransition,
+    JobNotFound,
+    LeaseLost,
+    Retry,
+    TenureError,
+)
+from tenure.job import Attempt, Job
+
+__all__ = [
+    "App",
+    "Attempt",
+    "BackendUnavailable",
+    "DeadReason",
+    "Fail",
+    "InvalidInput",
+    "InvalidTransition",
+    "Job",
+    "JobContext",
+    "JobNotFound",
+    "LeaseLost",
+    "Outcome",
+    "Queue",
+    "QueuePolicy",
+    "Retry",
+    "State",
+    "Task",
+    "TenureError",
+    "WorkerConfig",
+    "current_job",
+]

@@ -1,0 +1,174 @@
+"""The Backend protocol: the seam between tenure and storage.
+
+Verbs are named after state transitions (see ``tenure.core.states``). Every verb
+is atomic. Every write made by a lease holder presents ``(job_id, fence)``; a
+stale fence raises :class:`~tenure.errors.LeaseLost` and changes nothing.
+Policy decisions (retry, backoff, dead-lettering) are made in ``tenure.core``
+and handed to the backend as a :class:`~tenure.core.retry.Decision`.
+
+Times are judged by the storage's own clock, never by a caller's.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from tenure.config import QueuePolicy
+from tenure.core.retry import Decision
+from tenure.core.states import Outcome, State
+from tenure.job import Job, JobSpec
+
+LeaseRef = tuple[str, int]  # (job_id, fence)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A registered worker, as storage knows it."""
+
+    id: str
+    hostname: str
+    pid: int
+    queues: tuple[str, ...]
+    started_at: float = 0.0
+    last_seen: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Rescued:
+    """One attempt the sweeper recovered."""
+
+    job_id: str
+    fence: int
+    outcome: Outcome  # stalled (lease expired) or crashed (its worker is gone)
+    state: State  # where the job went: queued, scheduled or dead
+
+
+@dataclass(frozen=True, slots=True)
+class RescueReport:
+    """What one sweep did. ``swept`` is False when another sweep ran within the interval."""
+
+    swept: bool
+    rescued: tuple[Rescued, ...] = ()
+    promoted: int = 0  # scheduled jobs that became due and were moved to queued
+    dead_workers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a listing; pass ``next_cursor`` back as ``after`` for the next."""
+
+    jobs: list[Job]
+    next_cursor: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Storage for jobs, leases, queues' policies and workers."""
+
+    url: str
+
+    async def open(self) -> None:
+        """Connect and apply pending migrations. Raises BackendUnavailable."""
+
+    async def close(self) -> None:
+        """Release connections and, for a registered worker, its liveness."""
+
+    # -- producers ---------------------------------------------------------
+
+    async def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
+        """Store new jobs, in one transaction, in order.
+
+        A spec whose ``key`` matches an unfinished job of the same queue returns
+        that job instead of a new one (also within one batch).
+        """
+
+    # -- lease holders -----------------------------------------------------
+
+    async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:
+        """Claim up to ``limit`` due jobs from ``queues`` in one transaction.
+
+        Order: due jobs only; higher priority first; then older ``run_at``.
+        Each claimed job becomes ``active`` with ``fence + 1``, ``attempts + 1``,
+        a lease of its queue's ``lease_ttl`` (none for at-most-once queues) and
+        a new attempt in its history.
+        """
+
+    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
+        """Renew every lease ``worker_id`` holds, in one statement; return the
+        leases among ``leases`` that are no longer held (recovered, settled or gone)."""
+
+    async def progress(self, job_id: str, fence: int, data: Any) -> None:
+        """Record a handler's progress report (JSON) for its current attempt."""
+
+    async def complete(self, job_id: str, fence: int, result: Any = None) -> None:
+        """``active -> completed`` with a JSON result."""
+
+    async def fail(
+        self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
+    ) -> None:
+        """Record an unsuccessful attempt and apply ``decision``:
+        ``active -> queued | scheduled | dead``."""
+
+    async def release(self, job_id: str, fence: int) -> None:
+        """Hand the job back (drain): ``active -> queued``, the attempt does not count."""
+
+    # -- the sweeper -------------------------------------------------------
+
+    async def rescue(self, min_interval: float = 0.0) -> RescueReport:
+        """Recover attempts whose lease expired (``stalled``) or whose worker is
+        gone (``crashed``), deciding each job's fate with ``tenure.core.retry``,
+        and promote due scheduled jobs. Skipped (``swept=False``) when any
+        process swept less than ``min_interval`` seconds ago."""
+
+    # -- operators ---------------------------------------------------------
+
+    async def cancel(self, job_id: str) -> Job:
+        """``queued | scheduled -> cancelled``; InvalidTransition otherwise."""
+
+    async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+        """``dead -> queued`` with budgets reset and history kept; all of the
+        queue's dead jobs when ``job_ids`` is None. Returns how many moved."""
+
+    async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+        """Delete dead jobs (all of the queue's when ``job_ids`` is None)."""
+
+    async def get(self, job_id: str) -> Job:
+        """The job with its history. JobNotFound if absent."""
+
+    async def list(
+        self,
+        queue: str | None = None,
+        state: State | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        """Jobs, newest first, filtered by queue and state, paginated by cursor."""
+
+    async def counts(self, queue: str) -> dict[State, int]:
+        """How many jobs of the queue are in each state (every state present)."""
+
+    async def queues(self) -> builtins.list[str]:
+        """Names of queues that have a policy or jobs."""
+
+    async def get_policy(self, queue: str) -> QueuePolicy:
+        """The queue's stored policy, or the defaults."""
+
+    async def set_policy(self, queue: str, policy: QueuePolicy) -> None:
+        """Store the queue's policy; every worker reads it."""
+
+    # -- workers -----------------------------------------------------------
+
+    async def register_worker(self, info: WorkerInfo) -> None:
+        """Record a worker and start proving its liveness for as long as this
+        backend stays open."""
+
+    async def deregister_worker(self, worker_id: str) -> None:
+        """Forget a worker that stops cleanly; its remaining leases become
+        rescuable at once."""
+
+    async def workers(self) -> builtins.list[WorkerInfo]:
+        """Registered workers."""

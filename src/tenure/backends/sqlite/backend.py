@@ -1,0 +1,612 @@
+"""The SQLite backend: the embedded default, no server needed.
+
+One connection per backend object, used from one dedicated thread so that the
+event loop never blocks on the database. Every transition runs in
+``BEGIN IMMEDIATE``: it takes the write lock first, so what it reads stays true
+until it commits. Worker liveness is an exclusive ``flock`` on a file beside the
+database, held for the worker's whole life; the kernel drops it the moment the
+process dies, and any other process's sweeper sees that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import sqlite3
+from collections.abc import Callable, Collection, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import orjson
+
+from tenure.backends.base import LeaseRef, Page, Rescued, RescueReport, WorkerInfo
+from tenure.backends.sqlfile import load_migrations, load_queries
+from tenure.backends.sqlite.liveness import WorkerLocks
+from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
+from tenure.core.clock import SYSTEM_CLOCK, Clock
+from tenure.core.names import check_name
+from tenure.core.payload import decode, encode
+from tenure.core.retry import Decision, decide
+from tenure.core.states import DeadReason, Outcome, State
+from tenure.errors import (
+    BackendUnavailable,
+    InvalidInput,
+    InvalidTransition,
+    JobNotFound,
+    LeaseLost,
+)
+from tenure.job import Attempt, Job, JobSpec
+
+T = TypeVar("T")
+Q = load_queries("tenure.backends.sqlite")
+JOB_COLUMNS = Q["job_columns"]
+Q = {name: sql.replace("{job_columns}", JOB_COLUMNS) for name, sql in Q.items()}
+MIGRATIONS = load_migrations("tenure.backends.sqlite.migrations")
+URL_OPTIONS = {"durable", "busy_timeout", "max_payload"}
+
+
+def _row_to_job(row: Sequence[Any], history: tuple[Attempt, ...] = ()) -> Job:
+    (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
+     max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
+     dead_reason, progress, finished_at) = row  # fmt: skip
+    return Job(
+        id=id_,
+        task=task,
+        queue=queue,
+        args=orjson.loads(args),
+        state=State(state),
+        priority=priority,
+        run_at=run_at,
+        created_at=created_at,
+        attempts=attempts,
+        stalls=stalls,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        fence=fence,
+        key=key,
+        worker=worker,
+        lease_expires_at=lease_expires_at,
+        result=decode(result),
+        error=error,
+        dead_reason=None if dead_reason is None else DeadReason(dead_reason),
+        progress=decode(progress),
+        finished_at=finished_at,
+        history=history,
+    )
+
+
+def _placeholders(n: int) -> str:
+    return ", ".join("?" * n)
+
+
+class SQLiteBackend:
+    """Jobs in one SQLite file (WAL mode). See the module docstring."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        durable: bool = False,
+        busy_timeout: float = 5.0,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.path = path
+        self.url = f"sqlite:///{path}"
+        self.durable = durable
+        self.busy_timeout = busy_timeout
+        self.max_payload = max_payload
+        self.clock = clock
+        self._conn: sqlite3.Connection | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenure-sqlite")
+        memory = path == ":memory:"
+        self._locks = WorkerLocks(None if memory else Path(f"{path}.workers"))
+
+    @classmethod
+    def from_url(cls, url: str) -> SQLiteBackend:
+        parts = urlsplit(url)
+        if parts.netloc not in ("", "localhost"):
+            raise InvalidInput(
+                f"malformed SQLite URL {url!r}: use sqlite:///relative/path.db or "
+                "sqlite:////absolute/path.db"
+            )
+        path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+        if not path:
+            raise InvalidInput(f"SQLite URL {url!r} names no file: use sqlite:///tenure.db")
+        options = dict(parse_qsl(parts.query, keep_blank_values=True))
+        unknown = sorted(set(options) - URL_OPTIONS)
+        if unknown:
+            raise InvalidInput(
+                f"unknown SQLite URL option(s) {', '.join(unknown)}; "
+                f"accepted: {', '.join(sorted(URL_OPTIONS))}"
+            )
+        try:
+            durable = options.get("durable", "0") in ("1", "true", "yes")
+            busy = float(options.get("busy_timeout", "5000")) / 1000.0
+            max_payload = int(options.get("max_payload", str(DEFAULT_MAX_PAYLOAD)))
+        except ValueError as exc:
+            raise InvalidInput(f"bad SQLite URL option in {url!r}: {exc}") from None
+        if busy < 0 or max_payload < 1:
+            raise InvalidInput(f"busy_timeout and max_payload must be positive in {url!r}")
+        return cls(path, durable=durable, busy_timeout=busy, max_payload=max_payload)
+
+    # -- plumbing ----------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, fn, *args)
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise BackendUnavailable(f"the SQLite backend at {self.path} is not open")
+        return self._conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error."""
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise BackendUnavailable(f"SQLite database {self.path} is unavailable: {exc}") from exc
+        try:
+            yield conn
+        except BaseException:
+            conn.rollback()
+            raise
+        try:
+            conn.commit()
+        except sqlite3.OperationalError as exc:
+            conn.rollback()
+            raise BackendUnavailable(f"SQLite commit failed on {self.path}: {exc}") from exc
+
+    async def open(self) -> None:
+        await self._run(self._open)
+
+    def _open(self) -> None:
+        if self._conn is not None:
+            return
+        if self.path != ":memory:":
+            parent = Path(self.path).resolve().parent
+            if not parent.is_dir():
+                raise BackendUnavailable(
+                    f"cannot open SQLite database {self.path}: directory {parent} does not exist"
+                )
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {'FULL' if self.durable else 'NORMAL'}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            self._conn = conn
+            self._migrate()
+        except sqlite3.Error as exc:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            raise BackendUnavailable(f"cannot open SQLite database {self.path}: {exc}") from exc
+
+    def _migrate(self) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations"
+                " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
+            done = {v for (v,) in conn.execute("SELECT version FROM schema_migrations")}
+            newest = max(done, default=0)
+            if newest > len(MIGRATIONS):
+                raise BackendUnavailable(
+                    f"SQLite database {self.path} has schema version {newest}, newer than this "
+                    f"tenure knows ({len(MIGRATIONS)}): upgrade tenure"
+                )
+            for version, name, script in MIGRATIONS:
+                if version in done:
+                    continue
+                for statement in _statements(script):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    (version, name, self.clock.now()),
+                )
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._run(self._close)
+        self._thread.shutdown(wait=True)
+
+    def _close(self) -> None:
+        self._locks.release_all()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- producers ---------------------------------------------------------
+
+    async def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
+        for spec in specs:
+            spec.check(self.max_payload)
+        return await self._run(self._enqueue, specs)
+
+    def _enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
+        now = self.clock.now()
+        jobs: list[Job] = []
+        with self._tx() as conn:
+            for queue in {s.queue for s in specs}:
+                conn.execute(Q["ensure_queue"], (queue,))
+            for spec in specs:
+                if spec.key is not None:
+                    row = conn.execute(
+                        Q["find_unfinished_by_key"], (spec.queue, spec.key)
+                    ).fetchone()
+                    if row is not None:
+                        jobs.append(_row_to_job(row))
+                        continue
+                run_at = spec.run_at if spec.run_at is not None else now + spec.delay
+                state = State.SCHEDULED if run_at > now else State.QUEUED
+                conn.execute(
+                    Q["insert_job"],
+                    (spec.id, spec.queue, spec.task, spec.args, state, spec.priority, run_at, now,
+                     spec.key, spec.max_attempts, spec.timeout),
+                )  # fmt: skip
+                jobs.append(
+                    Job(
+                        id=spec.id,
+                        task=spec.task,
+                        queue=spec.queue,
+                        args=orjson.loads(spec.args),
+                        state=state,
+                        priority=spec.priority,
+                        run_at=run_at,
+                        created_at=now,
+                        max_attempts=spec.max_attempts,
+                        timeout=spec.timeout,
+                        key=spec.key,
+                    )
+                )
+        return jobs
+
+    # -- lease holders -----------------------------------------------------
+
+    async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:
+        for q in queues:
+            check_name("queue", q)
+        if limit < 1 or not queues:
+            return []
+        return await self._run(self._claim, worker_id, list(queues), limit)
+
+    def _claim(self, worker_id: str, queues: list[str], limit: int) -> list[Job]:
+        now = self.clock.now()
+        with self._tx() as conn:
+            conn.execute(Q["promote_due"], (now,))
+            rows = conn.execute(
+                Q["claimable"].replace("{queues}", _placeholders(len(queues))), (*queues, limit)
+            ).fetchall()
+            if not rows:
+                return []
+            policies = self._policies(conn, {q for _, q in rows})
+            claimed = []
+            for seq, queue in rows:
+                policy = policies[queue]
+                ttl = policy.lease_ttl if policy.delivery == "at-least-once" else None
+                expires = None if ttl is None else now + ttl
+                row = conn.execute(Q["take_lease"], (worker_id, ttl, expires, seq)).fetchone()
+                job = _row_to_job(row)
+                conn.execute(Q["insert_attempt"], (job.id, job.fence, job.attempts, worker_id, now))
+                claimed.append(job)
+        return claimed
+
+    def _policies(
+        self, conn: sqlite3.Connection, queues: Collection[str]
+    ) -> dict[str, QueuePolicy]:
+        found = dict(
+            conn.execute(
+                Q["policies"].replace("{queues}", _placeholders(len(queues))), tuple(queues)
+            ).fetchall()
+        )
+        return {q: _policy(found.get(q)) for q in queues}
+
+    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
+        return await self._run(self._heartbeat, worker_id, set(leases))
+
+    def _heartbeat(self, worker_id: str, held: set[LeaseRef]) -> set[LeaseRef]:
+        now = self.clock.now()
+        with self._tx() as conn:
+            renewed = {(i, f) for i, f in conn.execute(Q["renew_leases"], (now, worker_id))}
+            conn.execute(Q["touch_worker"], (now, worker_id))
+        return held - renewed
+
+    async def progress(self, job_id: str, fence: int, data: Any) -> None:
+        payload = encode(data, what="progress", limit=self.max_payload)
+        params = (payload, job_id, fence)
+        await self._run(self._settle, Q["set_progress"], params, job_id, fence, None)
+
+    async def complete(self, job_id: str, fence: int, result: Any = None) -> None:
+        payload = encode(result, what="job result", limit=self.max_payload)
+        await self._run(self._complete, job_id, fence, payload)
+
+    def _complete(self, job_id: str, fence: int, payload: bytes) -> None:
+        now = self.clock.now()
+        ending = (Outcome.COMPLETED, None, now)
+        self._settle(Q["complete"], (payload, now, job_id, fence), job_id, fence, ending)
+
+    async def fail(
+        self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
+    ) -> None:
+        await self._run(self._fail, job_id, fence, outcome, error, decision)
+
+    def _fail(
+        self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
+    ) -> None:
+        now = self.clock.now()
+        sql, params = _failure(job_id, fence, error, decision, now)
+        self._settle(sql, params, job_id, fence, (outcome, error, now))
+
+    async def release(self, job_id: str, fence: int) -> None:
+        now = self.clock.now()
+        ending = (Outcome.RELEASED, None, now)
+        await self._run(self._settle, Q["release"], (job_id, fence), job_id, fence, ending)
+
+    def _settle(
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        job_id: str,
+        fence: int,
+        ending: tuple[Outcome, str | None, float] | None,
+    ) -> None:
+        """Run one fence-checked write; end the attempt in history when ``ending`` is given."""
+        with self._tx() as conn:
+            if conn.execute(sql, params).rowcount == 0:
+                if conn.execute(Q["job_exists"], (job_id,)).fetchone() is None:
+                    raise JobNotFound(f"no job with id {job_id!r}")
+                raise LeaseLost(
+                    f"job {job_id} is no longer held with fence {fence}: "
+                    "it was recovered or settled by someone else"
+                )
+            if ending is not None:
+                outcome, error, now = ending
+                conn.execute(Q["end_attempt"], (now, outcome, error, job_id, fence))
+
+    # -- the sweeper -------------------------------------------------------
+
+    async def rescue(self, min_interval: float = 0.0) -> RescueReport:
+        return await self._run(self._rescue, min_interval)
+
+    def _rescue(self, min_interval: float) -> RescueReport:
+        now = self.clock.now()
+        with self._tx() as conn:
+            (last,) = conn.execute(Q["sweep_guard"]).fetchone()
+            if 0 <= now - last < min_interval:  # a clock that went back does not stop sweeps
+                return RescueReport(swept=False)
+            conn.execute(Q["sweep_mark"], (now,))
+            dead_workers = self._bury_dead_workers(conn)
+            rescued = []
+            for outcome, query in ((Outcome.CRASHED, "orphaned_leases"),
+                                   (Outcome.STALLED, "expired_leases")):  # fmt: skip
+                params = () if outcome is Outcome.CRASHED else (now,)
+                rows = conn.execute(Q[query], params).fetchall()
+                jobs = [_row_to_job(r) for r in rows]
+                policies = self._policies(conn, {j.queue for j in jobs}) if jobs else {}
+                for job in jobs:
+                    rescued.append(self._recover(conn, job, outcome, policies[job.queue], now))
+            promoted = conn.execute(Q["promote_due"], (now,)).rowcount
+        return RescueReport(
+            swept=True, rescued=tuple(rescued), promoted=promoted, dead_workers=dead_workers
+        )
+
+    def _bury_dead_workers(self, conn: sqlite3.Connection) -> tuple[str, ...]:
+        """Forget registered workers whose liveness lock is free: they are gone."""
+        dead = []
+        for worker_id, *_ in conn.execute(Q["list_workers"]).fetchall():
+            if not self._locks.alive(worker_id):
+                conn.execute(Q["deregister_worker"], (worker_id,))
+                self._locks.forget(worker_id)
+                dead.append(worker_id)
+        return tuple(dead)
+
+    def _recover(
+        self, conn: sqlite3.Connection, job: Job, outcome: Outcome, policy: QueuePolicy, now: float
+    ) -> Rescued:
+        decision = decide(
+            outcome,
+            attempts=job.attempts,
+            stalls=job.stalls,
+            max_attempts=job.max_attempts or policy.max_attempts,
+            max_stalls=policy.max_stalls,
+            policy=policy,
+        )
+        error = f"attempt {job.attempts} {outcome}: " + (
+            f"its worker {job.worker} is gone" if outcome is Outcome.CRASHED
+            else f"the lease of worker {job.worker} expired"
+        )  # fmt: skip
+        sql, params = _failure(job.id, job.fence, error, decision, now)
+        conn.execute(sql, params)
+        conn.execute(Q["end_attempt"], (now, outcome, error, job.id, job.fence))
+        return Rescued(job.id, job.fence, outcome, decision.state)
+
+    # -- operators ---------------------------------------------------------
+
+    async def cancel(self, job_id: str) -> Job:
+        return await self._run(self._cancel, job_id)
+
+    def _cancel(self, job_id: str) -> Job:
+        with self._tx() as conn:
+            if conn.execute(Q["cancel"], (self.clock.now(), job_id)).rowcount == 0:
+                job = self._get(conn, job_id)
+                raise InvalidTransition(
+                    f"job {job_id} is {job.state}: only scheduled or queued jobs can be cancelled"
+                )
+            return self._get(conn, job_id)
+
+    async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+        check_name("queue", queue)
+        return await self._run(self._bulk, "retry_dead", queue, job_ids, (self.clock.now(),))
+
+    async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+        check_name("queue", queue)
+        return await self._run(self._bulk, "purge_dead", queue, job_ids, ())
+
+    def _bulk(
+        self, verb: str, queue: str, job_ids: Sequence[str] | None, head: tuple[Any, ...]
+    ) -> int:
+        with self._tx() as conn:
+            if job_ids is None:
+                return conn.execute(Q[f"{verb}_all"], (*head, queue)).rowcount
+            one = Q[f"{verb}_one"]
+            return sum(conn.execute(one, (*head, queue, i)).rowcount for i in job_ids)
+
+    async def get(self, job_id: str) -> Job:
+        return await self._run(lambda: self._get(self.conn, job_id))
+
+    def _get(self, conn: sqlite3.Connection, job_id: str) -> Job:
+        row = conn.execute(Q["get_job"], (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(f"no job with id {job_id!r}")
+        history = tuple(
+            Attempt(a, f, w, s, e, None if o is None else Outcome(o), err)
+            for a, f, w, s, e, o, err in conn.execute(Q["get_history"], (job_id,))
+        )
+        return _row_to_job(row, history)
+
+    async def list(
+        self,
+        queue: str | None = None,
+        state: State | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        if queue is not None:
+            check_name("queue", queue)
+        if state is not None:
+            state = _state(state)
+        if not 1 <= limit <= 10_000:
+            raise InvalidInput(f"limit must be within [1, 10000], got {limit!r}")
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        for clause, value in (("queue = ?", queue), ("state = ?", state)):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        if after is not None:
+            if not after.isdigit():
+                raise InvalidInput(f"bad cursor {after!r}: pass back a page's next_cursor")
+            where.append("seq < ?")
+            params.append(int(after))
+        sql = Q["list_jobs"].replace("{where}", f"WHERE {' AND '.join(where)}" if where else "")
+
+        def run() -> Page:
+            rows = self.conn.execute(sql, (*params, limit + 1)).fetchall()
+            jobs = [_row_to_job(r[1:]) for r in rows[:limit]]
+            cursor = str(rows[limit - 1][0]) if len(rows) > limit else None
+            return Page(jobs, cursor)
+
+        return await self._run(run)
+
+    async def counts(self, queue: str) -> dict[State, int]:
+        check_name("queue", queue)
+
+        def run() -> dict[State, int]:
+            found = dict(self.conn.execute(Q["counts"], (queue,)).fetchall())
+            return {s: found.get(s.value, 0) for s in State}
+
+        return await self._run(run)
+
+    async def queues(self) -> builtins.list[str]:
+        return await self._run(lambda: [n for (n,) in self.conn.execute(Q["queue_names"])])
+
+    async def get_policy(self, queue: str) -> QueuePolicy:
+        check_name("queue", queue)
+
+        def run() -> QueuePolicy:
+            row = self.conn.execute(Q["get_policy"], (queue,)).fetchone()
+            return _policy(None if row is None else row[0])
+
+        return await self._run(run)
+
+    async def set_policy(self, queue: str, policy: QueuePolicy) -> None:
+        check_name("queue", queue)
+        policy.validate()
+        data = orjson.dumps(policy.to_dict()).decode()
+
+        def run() -> None:
+            with self._tx() as conn:
+                conn.execute(Q["set_policy"], (queue, data))
+
+        await self._run(run)
+
+    # -- workers -----------------------------------------------------------
+
+    async def register_worker(self, info: WorkerInfo) -> None:
+        await self._run(self._register_worker, info)
+
+    def _register_worker(self, info: WorkerInfo) -> None:
+        self._locks.hold(info.id)  # before the row exists, so a row always has its lock
+        now = self.clock.now()
+        with self._tx() as conn:
+            conn.execute(
+                Q["register_worker"],
+                (info.id, info.hostname, info.pid, orjson.dumps(list(info.queues)).decode(),
+                 now, now),
+            )  # fmt: skip
+
+    async def deregister_worker(self, worker_id: str) -> None:
+        def run() -> None:
+            with self._tx() as conn:
+                conn.execute(Q["deregister_worker"], (worker_id,))
+            self._locks.release(worker_id)
+
+        await self._run(run)
+
+    async def workers(self) -> builtins.list[WorkerInfo]:
+        def run() -> builtins.list[WorkerInfo]:
+            return [
+                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen)
+                for i, h, p, q, s, seen in self.conn.execute(Q["list_workers"])
+            ]
+
+        return await self._run(run)
+
+
+def _failure(
+    job_id: str, fence: int, error: str | None, decision: Decision, now: float
+) -> tuple[str, tuple[Any, ...]]:
+    """The fence-checked write that applies a retry decision."""
+    stall = int(decision.stall)
+    if decision.state is State.DEAD:
+        return Q["bury"], (decision.dead_reason, error, stall, now, job_id, fence)
+    run_at = now + decision.delay if decision.state is State.SCHEDULED else None
+    return Q["requeue"], (decision.state, run_at, error, stall, job_id, fence)
+
+
+def _policy(data: str | None) -> QueuePolicy:
+    return QueuePolicy() if data is None else QueuePolicy.from_dict(orjson.loads(data))
+
+
+def _state(value: object) -> State:
+    try:
+        return State(str(value))
+    except ValueError:
+        raise InvalidInput(
+            f"unknown state {value!r}; states: {', '.join(s.value for s in State)}"
+        ) from None
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split a migration script into complete statements."""
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                yield buffer
+            buffer = ""
+    if buffer.strip() and not all(
+        ln.strip().startswith("--") or not ln.strip() for ln in buffer.splitlines()
+    ):
+        raise ValueError(f"incomplete statement at the end of a migration: {buffer!r}")

@@ -1,0 +1,162 @@
+-- Named queries of the SQLite backend. Every transition runs inside
+-- BEGIN IMMEDIATE, so a query sees and writes under the database's write lock.
+
+-- name: job_columns
+id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
+max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
+dead_reason, progress, finished_at
+
+-- name: ensure_queue
+INSERT OR IGNORE INTO queues (name, policy) VALUES (?, NULL)
+
+-- name: find_unfinished_by_key
+SELECT {job_columns} FROM jobs
+WHERE queue = ? AND key = ? AND state IN ('scheduled', 'queued', 'active')
+
+-- name: insert_job
+INSERT INTO jobs (id, queue, task, args, state, priority, run_at, created_at, key,
+                  max_attempts, timeout)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: promote_due
+-- scheduled -> queued for jobs whose run_at has passed (cost: the jobs promoted).
+UPDATE jobs SET state = 'queued' WHERE state = 'scheduled' AND run_at <= ?
+
+-- name: claimable
+-- Due jobs of the given queues ({queues} is a list of placeholders), best first.
+SELECT seq, queue FROM jobs
+WHERE state = 'queued' AND queue IN ({queues})
+ORDER BY priority DESC, run_at, seq
+LIMIT ?
+
+-- name: take_lease
+-- queued -> active: a new fence, a new attempt and a lease (none when lease_ttl is NULL).
+UPDATE jobs
+SET state = 'active', fence = fence + 1, attempts = attempts + 1, worker = ?,
+    lease_ttl = ?, lease_expires_at = ?, progress = NULL
+WHERE seq = ? AND state = 'queued'
+RETURNING {job_columns}
+
+-- name: insert_attempt
+INSERT INTO attempts (job_id, fence, attempt, worker, started_at) VALUES (?, ?, ?, ?, ?)
+
+-- name: renew_leases
+-- Every lease of one worker in one statement; returns what it still holds.
+UPDATE jobs
+SET lease_expires_at = CASE WHEN lease_ttl IS NULL THEN NULL ELSE ? + lease_ttl END
+WHERE worker = ? AND state = 'active'
+RETURNING id, fence
+
+-- name: touch_worker
+UPDATE workers SET last_seen = ? WHERE id = ?
+
+-- name: set_progress
+UPDATE jobs SET progress = ? WHERE id = ? AND fence = ? AND state = 'active'
+
+-- name: complete
+UPDATE jobs
+SET state = 'completed', result = ?, finished_at = ?, worker = NULL, lease_ttl = NULL,
+    lease_expires_at = NULL
+WHERE id = ? AND fence = ? AND state = 'active'
+
+-- name: requeue
+-- active -> queued | scheduled after a failed attempt, as decided by tenure.core.
+-- A job queued again at once keeps its run_at, hence its place in line.
+UPDATE jobs
+SET state = ?, run_at = coalesce(?, run_at), error = ?, stalls = stalls + ?, worker = NULL, lease_ttl = NULL,
+    lease_expires_at = NULL
+WHERE id = ? AND fence = ? AND state = 'active'
+
+-- name: bury
+-- active -> dead, as decided by tenure.core.
+UPDATE jobs
+SET state = 'dead', dead_reason = ?, error = ?, stalls = stalls + ?, finished_at = ?,
+    worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
+WHERE id = ? AND fence = ? AND state = 'active'
+
+-- name: release
+-- active -> queued without penalty: the attempt is given back.
+UPDATE jobs
+SET state = 'queued', attempts = attempts - 1, worker = NULL, lease_ttl = NULL,
+    lease_expires_at = NULL
+WHERE id = ? AND fence = ? AND state = 'active'
+
+-- name: end_attempt
+UPDATE attempts SET ended_at = ?, outcome = ?, error = ? WHERE job_id = ? AND fence = ?
+
+-- name: job_exists
+SELECT 1 FROM jobs WHERE id = ?
+
+-- name: sweep_guard
+SELECT last_at FROM sweeps WHERE id = 1
+
+-- name: sweep_mark
+UPDATE sweeps SET last_at = ? WHERE id = 1
+
+-- name: expired_leases
+SELECT {job_columns} FROM jobs
+WHERE state = 'active' AND lease_expires_at <= ?
+ORDER BY lease_expires_at
+
+-- name: orphaned_leases
+-- Active jobs whose lease holder is not a registered (live) worker.
+SELECT {job_columns} FROM jobs
+WHERE state = 'active' AND (worker IS NULL OR worker NOT IN (SELECT id FROM workers))
+
+-- name: cancel
+UPDATE jobs SET state = 'cancelled', finished_at = ?
+WHERE id = ? AND state IN ('scheduled', 'queued')
+
+-- name: retry_dead_all
+-- OR IGNORE: a dead job whose key= now belongs to an unfinished job stays dead.
+UPDATE OR IGNORE jobs
+SET state = 'queued', attempts = 0, stalls = 0, dead_reason = NULL, finished_at = NULL, run_at = ?
+WHERE queue = ? AND state = 'dead'
+
+-- name: retry_dead_one
+UPDATE OR IGNORE jobs
+SET state = 'queued', attempts = 0, stalls = 0, dead_reason = NULL, finished_at = NULL, run_at = ?
+WHERE queue = ? AND state = 'dead' AND id = ?
+
+-- name: purge_dead_all
+DELETE FROM jobs WHERE queue = ? AND state = 'dead'
+
+-- name: purge_dead_one
+DELETE FROM jobs WHERE queue = ? AND state = 'dead' AND id = ?
+
+-- name: get_job
+SELECT {job_columns} FROM jobs WHERE id = ?
+
+-- name: get_history
+SELECT attempt, fence, worker, started_at, ended_at, outcome, error
+FROM attempts WHERE job_id = ? ORDER BY fence
+
+-- name: list_jobs
+-- {where} is built from fixed fragments; values stay parameters.
+SELECT seq, {job_columns} FROM jobs {where} ORDER BY seq DESC LIMIT ?
+
+-- name: counts
+SELECT state, count(*) FROM jobs WHERE queue = ? GROUP BY state
+
+-- name: queue_names
+SELECT name FROM queues ORDER BY name
+
+-- name: get_policy
+SELECT policy FROM queues WHERE name = ?
+
+-- name: policies
+SELECT name, policy FROM queues WHERE name IN ({queues})
+
+-- name: set_policy
+INSERT INTO queues (name, policy) VALUES (?, ?)
+ON CONFLICT (name) DO UPDATE SET policy = excluded.policy
+
+-- name: register_worker
+INSERT OR REPLACE INTO workers (id, hostname, pid, queues, started_at, last_seen)
+VALUES (?, ?, ?, ?, ?, ?)
+
+-- name: deregister_worker
+DELETE FROM workers WHERE id = ?
+
+-- name: list_workers
+SELECT id, hostname, pid, queues, started_at, last_seen FROM workers ORDER BY started_at

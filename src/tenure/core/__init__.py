@@ -1,0 +1,1 @@
+"""Pure logic, no I/O: states, transitions, leases, fences, retry decisions, clocks."""

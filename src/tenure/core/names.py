@@ -1,0 +1,32 @@
+"""Validation of queue names, task names and idempotency keys."""
+
+from __future__ import annotations
+
+import re
+
+from tenure.errors import InvalidInput
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+KEY_MAX_LENGTH = 200
+
+
+def check_name(kind: str, value: object) -> str:
+    """Return ``value`` if it is a valid queue or task name, else raise InvalidInput."""
+    if not isinstance(value, str) or NAME_PATTERN.fullmatch(value) is None:
+        raise InvalidInput(
+            f"invalid {kind} name {value!r}: use 1 to 100 characters from "
+            "letters, digits, '_', '.', ':' and '-'"
+        )
+    return value
+
+
+def check_key(value: object) -> str | None:
+    """Return a valid idempotency key (or None)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > KEY_MAX_LENGTH:
+        raise InvalidInput(
+            f"invalid key {value!r}: a key is a non-empty string of at most "
+            f"{KEY_MAX_LENGTH} characters"
+        )
+    return value

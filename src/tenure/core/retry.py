@@ -1,0 +1,77 @@
+"""What happens to a job after an attempt that did not complete.
+
+Decided here, once, and handed to the backend as a fact (a :class:`Decision`);
+backends never re-derive it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from tenure.config import QueuePolicy
+from tenure.core.states import STALL_OUTCOMES, DeadReason, Outcome, State
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The fate of a job after an unsuccessful attempt.
+
+    ``state`` is ``queued`` (run again at once), ``scheduled`` (after ``delay``
+    seconds) or ``dead`` (with ``dead_reason``). ``stall`` says whether the
+    attempt consumes one of the job's ``max_stalls`` budget.
+    """
+
+    state: State
+    delay: float = 0.0
+    dead_reason: DeadReason | None = None
+    stall: bool = False
+
+
+def backoff(attempt: int, policy: QueuePolicy, rng: random.Random | None = None) -> float:
+    """Exponential backoff with jitter, capped: the wait before attempt ``attempt + 1``.
+
+    ``base * 2**(attempt-1)``, capped at ``backoff_max``, then reduced by up to
+    ``backoff_jitter`` of itself at random so that a crowd of failures spreads out.
+    """
+    exponent = min(max(attempt - 1, 0), 64)
+    delay = min(policy.backoff_max, policy.backoff_base * (2.0**exponent))
+    if policy.backoff_jitter:
+        delay *= 1.0 - policy.backoff_jitter * (rng or random).random()
+    return delay
+
+
+def decide(
+    outcome: Outcome,
+    *,
+    attempts: int,
+    stalls: int,
+    max_attempts: int,
+    max_stalls: int,
+    policy: QueuePolicy,
+    retry_in: float | None = None,
+    fatal: bool = False,
+    rng: random.Random | None = None,
+) -> Decision:
+    """Decide the fate of a job whose attempt number ``attempts`` ended with ``outcome``.
+
+    ``attempts`` and ``stalls`` are the job's counters before this decision
+    (``attempts`` already counts the attempt that just ended). ``fatal`` means
+    the handler raised ``Fail`` or the task is unknown: no retry can help.
+    ``retry_in`` is an explicit wait asked for by ``Retry(in_=...)``. An
+    at-most-once queue never delivers a job twice: every failure is final.
+    """
+    if outcome in (Outcome.COMPLETED, Outcome.RELEASED):
+        raise ValueError(f"{outcome} is not a failure")
+    stall = outcome in STALL_OUTCOMES
+    if fatal:
+        return Decision(State.DEAD, dead_reason=DeadReason.ERROR, stall=stall)
+    exhausted = (stall and stalls + 1 >= max_stalls) or attempts >= max_attempts
+    if exhausted or policy.delivery == "at-most-once":
+        reason = DeadReason.MAX_ATTEMPTS if outcome is Outcome.ERROR else DeadReason(outcome.value)
+        return Decision(State.DEAD, dead_reason=reason, stall=stall)
+    if stall:
+        # The handler did nothing wrong that we know of: give the job back at once.
+        return Decision(State.QUEUED, stall=True)
+    delay = backoff(attempts, policy, rng) if retry_in is None else retry_in
+    return Decision(State.SCHEDULED if delay > 0 else State.QUEUED, delay=delay)

@@ -1,0 +1,77 @@
+"""Job states and the transition table: the one source of truth.
+
+Which component moves a job in and out of each state:
+
+``scheduled``  enqueue with a delay, or a retry with backoff puts it here; the
+               claim takes it once ``run_at`` has passed (the sweeper also
+               promotes due jobs to ``queued`` so that counts stay truthful).
+``queued``     enqueue, a promotion, a rescue without backoff, a drain hand-back
+               or a retry from the DLQ put it here; only a claim takes it out.
+``active``     a claim put it here, with a lease and a new fence; the lease
+               holder settles it (complete, fail, release) or the sweeper
+               rescues it when the lease expires or its worker dies.
+``completed``  terminal; the lease holder completed it with a current fence.
+``dead``       terminal until retried from the DLQ; a budget ran out, the handler
+               raised ``Fail``, or the task is unknown. ``dead_reason`` says which.
+``cancelled``  terminal; a user cancelled it before it was claimed.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class State(StrEnum):
+    SCHEDULED = "scheduled"
+    QUEUED = "queued"
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+class Outcome(StrEnum):
+    """How one attempt ended, as recorded in the job's history."""
+
+    COMPLETED = "completed"
+    ERROR = "error"
+    CRASHED = "crashed"
+    STALLED = "stalled"
+    TIMEOUT = "timeout"
+    RELEASED = "released"
+
+
+class DeadReason(StrEnum):
+    """Why a job is in the dead-letter queue."""
+
+    ERROR = "error"  # Fail raised, or the task is unknown: retrying cannot help
+    CRASHED = "crashed"  # the handler's process died and max_stalls ran out
+    STALLED = "stalled"  # the lease holder stopped proving it was alive, max_stalls ran out
+    TIMEOUT = "timeout"  # the last attempt hit its deadline and max_attempts ran out
+    MAX_ATTEMPTS = "max_attempts"  # the last attempt raised and max_attempts ran out
+
+
+# Outcomes that consume a stall as well as an attempt: the worker, not the
+# handler's code, is what failed (or might have).
+STALL_OUTCOMES = frozenset({Outcome.CRASHED, Outcome.STALLED})
+
+UNFINISHED = frozenset({State.SCHEDULED, State.QUEUED, State.ACTIVE})
+TERMINAL = frozenset({State.COMPLETED, State.DEAD, State.CANCELLED})
+
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.SCHEDULED: frozenset({State.QUEUED, State.ACTIVE, State.CANCELLED}),
+    State.QUEUED: frozenset({State.ACTIVE, State.CANCELLED}),
+    State.ACTIVE: frozenset({State.COMPLETED, State.SCHEDULED, State.QUEUED, State.DEAD}),
+    State.COMPLETED: frozenset(),
+    State.DEAD: frozenset({State.QUEUED}),
+    State.CANCELLED: frozenset(),
+}
+
+
+def can_transition(src: State, dst: State) -> bool:
+    """Whether the state machine allows ``src -> dst``."""
+    return dst in TRANSITIONS[src]
+
+
+CANCELLABLE = frozenset(s for s in State if can_transition(s, State.CANCELLED))
+CLAIMABLE = frozenset({State.SCHEDULED, State.QUEUED})

@@ -1,0 +1,50 @@
+"""One exception tree for everything tenure raises on purpose.
+
+Every error a user can act on is a :class:`TenureError`; its message says what
+was wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class TenureError(Exception):
+    """Base of every error tenure raises on purpose."""
+
+
+class InvalidInput(TenureError, ValueError):
+    """Bad input: a malformed name, URL, payload or argument. Nothing was stored."""
+
+
+class InvalidTransition(InvalidInput):
+    """The job is not in a state that allows this operation (e.g. cancelling an active job)."""
+
+
+class JobNotFound(TenureError, LookupError):
+    """No job with this id exists in storage."""
+
+
+class LeaseLost(TenureError):
+    """A write about an attempt presented a stale fence: the job was recovered
+    and another attempt (or nobody) now owns it. Nothing was changed."""
+
+
+class BackendUnavailable(TenureError):
+    """Storage cannot be reached, opened or written."""
+
+
+class Retry(Exception):
+    """Raised by a handler to retry its job explicitly, optionally after ``in_`` seconds.
+
+    The attempt counts against ``max_attempts``.
+    """
+
+    def __init__(self, in_: float | None = None, reason: str = "") -> None:
+        if in_ is not None and in_ < 0:
+            raise InvalidInput(f"Retry(in_=...) must be >= 0 seconds, got {in_!r}")
+        self.in_ = in_
+        self.reason = reason
+        super().__init__(reason or f"retry requested (in {in_} s)")
+
+
+class Fail(Exception):
+    """Raised by a handler to send its job straight to the dead-letter queue."""

@@ -1,0 +1,156 @@
+"""Executors run handlers; the supervisor decides what their results mean.
+
+An executor turns one attempt into an :class:`AttemptResult`. This module has
+the thread executor: sync handlers on a thread pool, async handlers on an event
+loop of their own (never the supervisor's, so a handler cannot delay a
+heartbeat through the loop). Its trade-off: a thread cannot be killed, so an
+attempt past its deadline, or whose lease was lost, is abandoned, and whatever
+it returns later is thrown away; it keeps its thread until it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import queue
+import threading
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tenure.context import JobContext, running
+from tenure.portal import Portal
+
+TRACEBACK_LIMIT = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Raised:
+    exc: BaseException
+    traceback: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimedOut:
+    after: float
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The supervisor stopped the attempt (lease lost, or drain budget spent)."""
+
+
+AttemptResult = Returned | Raised | TimedOut | Stopped
+
+
+def describe(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    return text if len(text) <= TRACEBACK_LIMIT else text[:TRACEBACK_LIMIT] + "\n[truncated]"
+
+
+class Executor(Protocol):
+    slots: int
+
+    async def run(
+        self, fn: Callable[..., Any], ctx: JobContext, timeout: float | None
+    ) -> AttemptResult: ...
+
+    def stop(self, job_id: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class ThreadExecutor:
+    """Sync handlers on threads, async handlers on one executor event loop."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._threads = DaemonThreads(slots)
+        self._aio: Portal | None = None
+        self._stops: dict[str, asyncio.Event] = {}
+
+    async def run(
+        self, fn: Callable[..., Any], ctx: JobContext, timeout: float | None
+    ) -> AttemptResult:
+        stopped = self._stops[ctx.id] = asyncio.Event()
+        try:
+            future = self._submit(fn, ctx)
+            stop_wait = asyncio.ensure_future(stopped.wait())
+            done, _ = await asyncio.wait({future, stop_wait}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            stop_wait.cancel()
+            if future in done:
+                exc = future.exception()
+                return Returned(future.result()) if exc is None else Raised(exc, describe(exc))
+            future.cancel()  # an async handler is cancelled; a thread is abandoned
+            return Stopped() if stopped.is_set() else TimedOut(timeout or 0.0)
+        finally:
+            self._stops.pop(ctx.id, None)
+
+    def _submit(self, fn: Callable[..., Any], ctx: JobContext) -> asyncio.Future[Any]:
+        if asyncio.iscoroutinefunction(fn):
+            if self._aio is None:
+                self._aio = Portal("tenure-async-handlers")
+            coro = _run_async(fn, ctx)
+            return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._aio.loop))
+        call = functools.partial(contextvars.copy_context().run, _run_sync, fn, ctx)
+        return asyncio.wrap_future(self._threads.submit(call))
+
+    def stop(self, job_id: str) -> None:
+        event = self._stops.get(job_id)
+        if event is not None:
+            event.set()
+
+    async def close(self) -> None:
+        self._threads.shutdown()
+        if self._aio is not None:
+            self._aio.close()
+
+
+class DaemonThreads:
+    """A fixed pool of daemon threads. Unlike ThreadPoolExecutor's, they are not
+    joined at exit, so an abandoned handler cannot hold up the worker's exit."""
+
+    def __init__(self, size: int) -> None:
+        self._work: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None]
+        self._work = queue.SimpleQueue()
+        self._size = size
+        for i in range(size):
+            threading.Thread(target=self._serve, name=f"tenure-handler-{i}", daemon=True).start()
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._work.put((future, fn))
+        return future
+
+    def _serve(self) -> None:
+        while (item := self._work.get()) is not None:
+            future, fn = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    def shutdown(self) -> None:
+        for _ in range(self._size):
+            self._work.put(None)
+
+
+def _run_sync(fn: Callable[..., Any], ctx: JobContext) -> Any:
+    with running(ctx):
+        return fn(**ctx.args)
+
+
+async def _run_async(fn: Callable[..., Any], ctx: JobContext) -> Any:
+    with running(ctx):
+        return await fn(**ctx.args)

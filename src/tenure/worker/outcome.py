@@ -1,0 +1,80 @@
+"""What an attempt's result means for its job: the supervisor's settle step.
+
+The retry decision comes from ``tenure.core.retry``; the backend only applies it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tenure.backends.base import Backend
+from tenure.config import QueuePolicy
+from tenure.core.retry import decide
+from tenure.core.states import Outcome
+from tenure.errors import Fail, InvalidInput, Retry
+from tenure.job import Job
+from tenure.worker.executor import AttemptResult, Raised, Returned, Stopped, TimedOut
+
+log = logging.getLogger("tenure.worker")
+
+
+async def settle(backend: Backend, job: Job, policy: QueuePolicy, result: AttemptResult) -> None:
+    """Complete the job, or record the failure and apply the retry decision."""
+    match result:
+        case Returned(value):
+            try:
+                await backend.complete(job.id, job.fence, value)
+                return
+            except InvalidInput as exc:  # the result is not JSON, or too large
+                await _fail(backend, job, policy, Outcome.ERROR, f"bad result: {exc}")
+        case Raised(Retry() as exc):
+            reason = f"Retry requested: {exc.reason}" if exc.reason else "Retry requested"
+            await _fail(backend, job, policy, Outcome.ERROR, reason, retry_in=exc.in_)
+        case Raised(Fail(), tb):
+            await _fail(backend, job, policy, Outcome.ERROR, tb, fatal=True)
+        case Raised(_, tb):
+            await _fail(backend, job, policy, Outcome.ERROR, tb)
+        case TimedOut(after):
+            text = f"attempt {job.attempts} exceeded its deadline of {after} s"
+            await _fail(backend, job, policy, Outcome.TIMEOUT, text)
+        case Stopped():
+            await hand_back(backend, job, policy)
+
+
+async def settle_unknown_task(backend: Backend, job: Job, policy: QueuePolicy) -> None:
+    """A job for a task this worker does not know is dead-lettered at once."""
+    text = f"unknown task {job.task!r}: no handler of that name is registered in this worker"
+    log.error("job %s: %s", job.id, text)
+    await _fail(backend, job, policy, Outcome.ERROR, text, fatal=True)
+
+
+async def hand_back(backend: Backend, job: Job, policy: QueuePolicy) -> None:
+    """Give a stopped attempt back without penalty; at-most-once jobs are never run twice."""
+    if policy.delivery == "at-most-once":
+        text = "stopped by a drain; an at-most-once job is never delivered twice"
+        await _fail(backend, job, policy, Outcome.CRASHED, text)
+    else:
+        await backend.release(job.id, job.fence)
+
+
+async def _fail(
+    backend: Backend,
+    job: Job,
+    policy: QueuePolicy,
+    outcome: Outcome,
+    error: str,
+    *,
+    retry_in: float | None = None,
+    fatal: bool = False,
+) -> None:
+    decision = decide(
+        outcome,
+        attempts=job.attempts,
+        stalls=job.stalls,
+        max_attempts=job.max_attempts or policy.max_attempts,
+        max_stalls=policy.max_stalls,
+        policy=policy,
+        retry_in=retry_in,
+        fatal=fatal,
+    )
+    await backend.fail(job.id, job.fence, outcome, error, decision)

@@ -1,0 +1,270 @@
+"""The supervisor: the worker's main process.
+
+It owns every storage conversation that keeps leases alive: it claims (never
+more than its free slots), heartbeats all its leases in one round trip per
+interval, settles results and sweeps. Handlers run in an executor and only
+report back; whatever they do, they cannot delay a heartbeat.
+
+Drain (SIGTERM or SIGINT): claim nothing new; running attempts get
+``drain_timeout`` seconds to finish; the rest are stopped and handed back at
+once, one copy each; then the worker exits. A second signal skips the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import uuid
+from typing import Any
+
+from tenure.app import App
+from tenure.backends.base import Backend, LeaseRef, WorkerInfo
+from tenure.backends.factory import from_url
+from tenure.config import QueuePolicy, WorkerConfig
+from tenure.context import JobContext
+from tenure.errors import LeaseLost, TenureError
+from tenure.job import Job
+from tenure.worker.executor import Executor, ThreadExecutor
+from tenure.worker.leases import LeaseKeeper
+from tenure.worker.outcome import hand_back, settle, settle_unknown_task
+from tenure.worker.periodic import every
+from tenure.worker.sweeper import Sweeper
+
+log = logging.getLogger("tenure.worker")
+
+POLICY_REFRESH = 5.0
+
+
+def new_worker_id() -> str:
+    host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())[:40]
+    return f"{host or 'host'}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+
+
+class Supervisor:
+    def __init__(
+        self,
+        app: App,
+        config: WorkerConfig,
+        *,
+        executor: Executor | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.app = app
+        self.config = config
+        self.worker_id = worker_id or new_worker_id()
+        self.executor = executor or ThreadExecutor(config.concurrency)
+        self.backend: Backend = from_url(app.url)
+        self.policies: dict[str, QueuePolicy] = {}
+        self.running: dict[LeaseRef, asyncio.Task[None]] = {}
+        self.processed = 0
+        self._draining = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._lost: set[LeaseRef] = set()
+        self._jobs: dict[LeaseRef, Job] = {}
+
+    # -- life cycle --------------------------------------------------------
+
+    async def run(self) -> None:
+        await self.backend.open()
+        try:
+            await self._run()
+        finally:
+            await self.executor.close()
+            await self.backend.close()
+
+    async def _run(self) -> None:
+        info = WorkerInfo(self.worker_id, socket.gethostname(), os.getpid(), self.config.queues)
+        await self.backend.register_worker(info)
+        await self.refresh_policies()
+        self.keeper = LeaseKeeper(self.backend, self.worker_id, self._heartbeat_interval())
+        self.sweeper = Sweeper(self.backend, self._sweep_interval())
+        await self.sweeper.run_once(force=True)  # recovery never waits for a sweep interval
+        stop_keeping, stop_sweeping = asyncio.Event(), asyncio.Event()
+        background = [
+            asyncio.create_task(every(self.keeper, stop_keeping, log)),
+            asyncio.create_task(every(self.sweeper, stop_sweeping, log)),
+            asyncio.create_task(self._refresh_policies_forever(stop_sweeping)),
+        ]
+        self._install_signals()
+        log.info("worker %s started on %s, queues %s", self.worker_id, self.app.url,
+                 ", ".join(self.config.queues))  # fmt: skip
+        try:
+            await self._claim_loop()
+            await self._drain()
+        finally:
+            stop_sweeping.set()
+            stop_keeping.set()
+            await asyncio.gather(*background, return_exceptions=True)
+            await self.backend.deregister_worker(self.worker_id)
+            log.info("worker %s stopped after %d jobs", self.worker_id, self.processed)
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.request_stop)
+            except (ValueError, RuntimeError):  # not the main thread: the caller stops us
+                return
+
+    def request_stop(self) -> None:
+        """Begin a drain; a second request skips the wait for running attempts."""
+        if self._draining.is_set():
+            log.warning("second stop request: handing back running jobs now")
+            self._hurry.set()
+        else:
+            log.info("draining: no new claims; %d attempts running", len(self.running))
+            self._draining.set()
+        self._slot_freed.set()
+
+    # -- policies ----------------------------------------------------------
+
+    async def refresh_policies(self) -> None:
+        for q in self.config.queues:
+            self.policies[q] = await self.backend.get_policy(q)
+
+    async def _refresh_policies_forever(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), POLICY_REFRESH)
+            except TimeoutError:
+                try:
+                    await self.refresh_policies()
+                    self.keeper.interval = self._heartbeat_interval()
+                    self.sweeper.interval = self._sweep_interval()
+                except TenureError:
+                    log.exception("could not refresh queue policies")
+
+    def _heartbeat_interval(self) -> float:
+        return min(p.heartbeat_interval for p in self.policies.values())
+
+    def _sweep_interval(self) -> float:
+        return min(p.sweep_interval for p in self.policies.values())
+
+    async def _policy(self, queue: str) -> QueuePolicy:
+        if queue not in self.policies:
+            self.policies[queue] = await self.backend.get_policy(queue)
+        return self.policies[queue]
+
+    # -- claiming ----------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        idle = self.config.idle_poll_min
+        while not self._draining.is_set():
+            free = self.executor.slots - len(self.running)
+            if free <= 0:
+                await self._wait(self._slot_freed, None)
+                continue
+            try:
+                jobs = await self.backend.claim(self.worker_id, self.config.queues, free)
+            except TenureError:
+                log.exception("claim failed; retrying in %.2f s", idle)
+                jobs = []
+            for job in jobs:
+                self._start(job)
+            if jobs:
+                idle = self.config.idle_poll_min
+                continue
+            if self.config.burst and not self.running:
+                return
+            await self._wait(self._slot_freed, idle)
+            idle = min(idle * 2, self.config.idle_poll_max)
+
+    async def _wait(self, event: asyncio.Event, timeout: float | None) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+        event.clear()
+
+    def _start(self, job: Job) -> None:
+        lease = (job.id, job.fence)
+        self._jobs[lease] = job
+        self.running[lease] = asyncio.create_task(self._attempt(job), name=f"attempt-{job.id}")
+        self.keeper.hold(lease, lambda: self._on_lease_lost(lease))
+
+    def _on_lease_lost(self, lease: LeaseRef) -> None:
+        self._lost.add(lease)
+        self.executor.stop(lease[0])
+
+    # -- one attempt -------------------------------------------------------
+
+    async def _attempt(self, job: Job) -> None:
+        lease = (job.id, job.fence)
+        try:
+            policy = await self._policy(job.queue)
+            task = self.app.tasks.get(job.task)
+            if task is None:
+                await settle_unknown_task(self.backend, job, policy)
+                return
+            ctx = self._context(job)
+            timeout = job.timeout or policy.timeout
+            result = await self.executor.run(task.fn, ctx, timeout)
+            if lease in self._lost:
+                return  # recovered by the sweeper: this attempt must never settle
+            await settle(self.backend, job, policy, result)
+        except LeaseLost as exc:
+            log.warning("job %s: %s", job.id, exc)
+        except Exception:
+            log.exception("job %s: could not settle attempt %d", job.id, job.attempts)
+        finally:
+            self.keeper.drop(lease)
+            self._lost.discard(lease)
+            self.running.pop(lease, None)
+            self._jobs.pop(lease, None)
+            self.processed += 1
+            self._slot_freed.set()
+
+    def _context(self, job: Job) -> JobContext:
+        loop = asyncio.get_running_loop()
+
+        def call(coro: Any) -> None:
+            asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+        return JobContext(
+            id=job.id,
+            task=job.task,
+            queue=job.queue,
+            attempt=job.attempts,
+            fence=job.fence,
+            args=job.args,
+            _progress=lambda data: call(self.backend.progress(job.id, job.fence, data)),
+            _heartbeat=lambda: call(self._heartbeat_one(job.id, job.fence)),
+        )
+
+    async def _heartbeat_one(self, job_id: str, fence: int) -> None:
+        if await self.backend.heartbeat(self.worker_id, {(job_id, fence)}):
+            raise LeaseLost(f"job {job_id} is no longer held with fence {fence}")
+
+    # -- drain -------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        if not self.running:
+            return
+        log.info("drain: waiting up to %.1f s for %d attempts", self.config.drain_timeout,
+                 len(self.running))  # fmt: skip
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.drain_timeout
+        hurry = asyncio.ensure_future(self._hurry.wait())
+        while self.running and not hurry.done() and (left := deadline - loop.time()) > 0:
+            await asyncio.wait({*self.running.values(), hurry}, timeout=left,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        hurry.cancel()
+        leftover = dict(self.running)
+        for lease in leftover:
+            self._lost.add(lease)  # stopped attempts must not settle: they are handed back
+            self.executor.stop(lease[0])
+        for job in (self._jobs[lease] for lease in leftover):
+            try:
+                await hand_back(self.backend, job, await self._policy(job.queue))
+                log.info("drain: handed back job %s", job.id)
+            except LeaseLost:
+                pass
+        await asyncio.gather(*leftover.values(), return_exceptions=True)
+
+
+def run_worker(app: App, config: WorkerConfig) -> None:
+    """Run a worker in this process until it is drained."""
+    asyncio.run(Supervisor(app, config).run())

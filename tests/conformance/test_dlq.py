@@ -1,0 +1,172 @@
+"""The dead-letter queue: dead jobs, retried with budgets reset, or purged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tenure.core.states import DeadReason, Outcome, State
+from tenure.errors import JobNotFound
+from tenure.job import Job
+from tests.conformance.helpers import (
+    all_jobs,
+    claim_one,
+    decision_for,
+    enqueue_one,
+    register,
+)
+
+
+def bury(backend: Any, worker: str, queue: str = "default") -> Job:
+    """Enqueue a job; its first attempt crashes (an attempt and a stall spent), its
+    second fails fatally: it is dead with reason error, attempts 2 and stalls 1."""
+    job = enqueue_one(backend, queue=queue)
+    first = claim_one(backend, worker, (queue,))
+    assert first.id == job.id
+    crashed = decision_for(backend, first, Outcome.CRASHED)
+    assert crashed.state == State.QUEUED
+    backend.fail(first.id, first.fence, Outcome.CRASHED, "executor died", crashed)
+    second = claim_one(backend, worker, (queue,))
+    assert second.id == job.id
+    fatal = decision_for(backend, second, Outcome.ERROR, fatal=True)
+    backend.fail(second.id, second.fence, Outcome.ERROR, "Fail: bad input", fatal)
+    dead: Job = backend.get(job.id)
+    assert (dead.attempts, dead.stalls) == (2, 1)
+    return dead
+
+
+@pytest.fixture
+def dlq_worker(backend: Any) -> str:
+    return register(backend, "worker-1", ("default", "other"))
+
+
+def test_fail_with_fatal_decision__sends_the_job_dead_with_reason_error(
+    backend: Any, dlq_worker: str
+) -> None:
+    dead = bury(backend, dlq_worker)
+    assert dead.state == State.DEAD
+    assert dead.dead_reason == DeadReason.ERROR
+    assert dead.error is not None and "bad input" in dead.error
+    assert dead.worker is None
+    assert dead.lease_expires_at is None
+    assert [a.outcome for a in dead.history] == [Outcome.CRASHED, Outcome.ERROR]
+    assert backend.counts("default")[State.DEAD] == 1
+
+
+def test_dead_job__is_not_claimable(backend: Any, dlq_worker: str) -> None:
+    bury(backend, dlq_worker)
+    assert backend.claim(dlq_worker, ["default"], 10) == []
+
+
+def test_list_dead__shows_the_dead_jobs_only(backend: Any, dlq_worker: str) -> None:
+    a = bury(backend, dlq_worker)
+    b = bury(backend, dlq_worker)
+    enqueue_one(backend)
+    page = backend.list(state=State.DEAD)
+    assert {j.id for j in page.jobs} == {a.id, b.id}
+    assert all(j.state == State.DEAD for j in page.jobs)
+
+
+def test_retry_dead_of_a_queue__queues_all_with_budgets_reset_and_history_kept(
+    backend: Any, dlq_worker: str
+) -> None:
+    a = bury(backend, dlq_worker)
+    b = bury(backend, dlq_worker)
+    elsewhere = bury(backend, dlq_worker, "other")
+    assert backend.retry_dead("default") == 2
+    for job in (a, b):
+        stored = backend.get(job.id)
+        assert stored.state == State.QUEUED
+        assert stored.attempts == 0
+        assert stored.stalls == 0
+        assert stored.dead_reason is None
+        assert stored.history == job.history
+    assert backend.get(elsewhere.id).state == State.DEAD
+
+
+def test_retry_dead_of_one_id__queues_only_that_job(backend: Any, dlq_worker: str) -> None:
+    a = bury(backend, dlq_worker)
+    b = bury(backend, dlq_worker)
+    assert backend.retry_dead("default", [a.id]) == 1
+    assert backend.get(a.id).state == State.QUEUED
+    assert backend.get(b.id).state == State.DEAD
+
+
+def test_retry_dead_of_a_job_that_is_not_dead__moves_nothing(backend: Any, dlq_worker: str) -> None:
+    queued = enqueue_one(backend)
+    before = backend.get(queued.id)
+    assert backend.retry_dead("default", [queued.id]) == 0
+    assert backend.get(queued.id) == before
+
+
+def test_retried_dead_job__runs_again_with_a_fresh_budget(backend: Any, dlq_worker: str) -> None:
+    dead = bury(backend, dlq_worker)
+    backend.retry_dead("default", [dead.id])
+    again = claim_one(backend, dlq_worker)
+    assert again.id == dead.id
+    assert again.attempts == 1
+    assert again.stalls == 0
+    assert again.fence == dead.fence + 1
+    backend.complete(again.id, again.fence, "third time lucky")
+    stored = backend.get(dead.id)
+    assert stored.state == State.COMPLETED
+    assert [a.outcome for a in stored.history] == [
+        Outcome.CRASHED,
+        Outcome.ERROR,
+        Outcome.COMPLETED,
+    ]
+    assert [a.fence for a in stored.history] == [1, 2, 3]
+
+
+def test_purge_dead_of_a_queue__deletes_its_dead_jobs(backend: Any, dlq_worker: str) -> None:
+    a = bury(backend, dlq_worker)
+    b = bury(backend, dlq_worker)
+    elsewhere = bury(backend, dlq_worker, "other")
+    alive = enqueue_one(backend)
+    assert backend.purge_dead("default") == 2
+    for job in (a, b):
+        with pytest.raises(JobNotFound):
+            backend.get(job.id)
+    assert backend.get(elsewhere.id).state == State.DEAD
+    assert backend.get(alive.id).state == State.QUEUED
+    assert backend.counts("default")[State.DEAD] == 0
+    assert {j.id for j in all_jobs(backend, queue="default")} == {alive.id}
+
+
+def test_purge_dead_of_one_id__deletes_only_that_job(backend: Any, dlq_worker: str) -> None:
+    a = bury(backend, dlq_worker)
+    b = bury(backend, dlq_worker)
+    assert backend.purge_dead("default", [a.id]) == 1
+    with pytest.raises(JobNotFound):
+        backend.get(a.id)
+    assert backend.get(b.id).state == State.DEAD
+
+
+def test_purge_dead__never_deletes_a_job_that_is_not_dead(backend: Any, dlq_worker: str) -> None:
+    queued = enqueue_one(backend)
+    assert backend.purge_dead("default", [queued.id]) == 0
+    assert backend.get(queued.id).state == State.QUEUED
+
+
+@pytest.mark.parametrize("by_id", [False, True], ids=["all", "by_id"])
+def test_retry_dead_whose_key_is_taken_by_an_unfinished_job__leaves_it_dead(
+    backend: Any, dlq_worker: str, by_id: bool
+) -> None:
+    """key= allows one unfinished job per queue and key: retrying a dead job
+    whose key a newer unfinished job holds would make two, so that dead job
+    stays dead (the others are retried) and no storage error leaks out."""
+    first = enqueue_one(backend, key="k")
+    claimed = claim_one(backend, dlq_worker)
+    fatal = decision_for(backend, claimed, fatal=True)
+    backend.fail(claimed.id, claimed.fence, Outcome.ERROR, "x", fatal)
+    unrelated = bury(backend, dlq_worker)
+    newer = enqueue_one(backend, key="k")
+    assert newer.id != first.id
+    ids = [first.id, unrelated.id] if by_id else None
+    assert backend.retry_dead("default", ids) == 1
+    assert backend.get(first.id).state == State.DEAD
+    assert backend.get(unrelated.id).state == State.QUEUED
+    assert backend.get(newer.id).state == State.QUEUED
+    again = enqueue_one(backend, key="k")
+    assert again.id == newer.id

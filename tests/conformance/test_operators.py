@@ -1,0 +1,271 @@
+"""What operators do and see: cancel, get, list, counts, policies, queues, workers."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from tenure.backends.base import WorkerInfo
+from tenure.config import QueuePolicy
+from tenure.core.retry import Decision
+from tenure.core.states import DeadReason, Outcome, State
+from tenure.errors import InvalidInput, InvalidTransition, JobNotFound
+from tests.conformance.helpers import all_jobs, claim_one, enqueue_one, register, spec
+
+# -- cancel ----------------------------------------------------------------------
+
+
+def test_cancel_queued_job__cancels_it(backend: Any) -> None:
+    job = enqueue_one(backend)
+    cancelled = backend.cancel(job.id)
+    assert cancelled.id == job.id
+    assert cancelled.state == State.CANCELLED
+    assert backend.get(job.id).state == State.CANCELLED
+    assert backend.counts("default")[State.CANCELLED] == 1
+
+
+def test_cancel_scheduled_job__cancels_it(backend: Any) -> None:
+    job = enqueue_one(backend, delay=60)
+    assert backend.cancel(job.id).state == State.CANCELLED
+    assert backend.get(job.id).state == State.CANCELLED
+
+
+def test_cancel_active_job__raises_invalid_transition(backend: Any, worker: str) -> None:
+    enqueue_one(backend)
+    job = claim_one(backend, worker)
+    before = backend.get(job.id)
+    with pytest.raises(InvalidTransition):
+        backend.cancel(job.id)
+    assert backend.get(job.id) == before
+
+
+def test_cancel_completed_job__raises_invalid_transition(backend: Any, worker: str) -> None:
+    enqueue_one(backend)
+    job = claim_one(backend, worker)
+    backend.complete(job.id, job.fence, None)
+    with pytest.raises(InvalidTransition):
+        backend.cancel(job.id)
+    assert backend.get(job.id).state == State.COMPLETED
+
+
+def test_cancel_dead_job__raises_invalid_transition(backend: Any, worker: str) -> None:
+    enqueue_one(backend)
+    job = claim_one(backend, worker)
+    dead = Decision(State.DEAD, dead_reason=DeadReason.ERROR)
+    backend.fail(job.id, job.fence, Outcome.ERROR, "x", dead)
+    with pytest.raises(InvalidTransition):
+        backend.cancel(job.id)
+
+
+def test_cancel_twice__raises_invalid_transition(backend: Any) -> None:
+    job = enqueue_one(backend)
+    backend.cancel(job.id)
+    with pytest.raises(InvalidTransition):
+        backend.cancel(job.id)
+
+
+def test_invalid_transition__is_a_kind_of_invalid_input() -> None:
+    assert issubclass(InvalidTransition, InvalidInput)
+
+
+def test_cancel_unknown_job__raises_job_not_found(backend: Any) -> None:
+    with pytest.raises(JobNotFound):
+        backend.cancel(str(uuid.uuid4()))
+
+
+# -- get -------------------------------------------------------------------------
+
+
+def test_get_unknown_job__raises_job_not_found(backend: Any) -> None:
+    with pytest.raises(JobNotFound):
+        backend.get(str(uuid.uuid4()))
+
+
+def test_get__returns_history_ordered_by_fence(backend: Any, worker: str) -> None:
+    job = enqueue_one(backend)
+    for _ in range(2):
+        j = claim_one(backend, worker)
+        backend.fail(j.id, j.fence, Outcome.ERROR, f"boom {j.fence}", Decision(State.QUEUED))
+    last = claim_one(backend, worker)
+    backend.complete(last.id, last.fence, {"ok": True})
+    history = backend.get(job.id).history
+    assert [a.fence for a in history] == [1, 2, 3]
+    assert [a.attempt for a in history] == [1, 2, 3]
+    assert [a.outcome for a in history] == [Outcome.ERROR, Outcome.ERROR, Outcome.COMPLETED]
+    assert [a.worker for a in history] == [worker] * 3
+    assert history[0].error is not None and "boom 1" in history[0].error
+    assert all(a.ended_at is not None and a.ended_at >= a.started_at for a in history)
+    starts = [a.started_at for a in history]
+    assert starts == sorted(starts)
+
+
+# -- list ------------------------------------------------------------------------
+
+
+def test_list__is_newest_first(backend: Any) -> None:
+    jobs = [enqueue_one(backend, args={"i": i}) for i in range(5)]
+    assert [j.id for j in backend.list().jobs] == [j.id for j in reversed(jobs)]
+
+
+def test_list__filters_by_queue_and_state(backend: Any) -> None:
+    wid = register(backend, "w", ("a", "b"))
+    a1 = enqueue_one(backend, queue="a")
+    a2 = enqueue_one(backend, queue="a")
+    b1 = enqueue_one(backend, queue="b")
+    b2 = enqueue_one(backend, queue="b", delay=60)
+    claimed = claim_one(backend, wid, ("a",))
+    assert claimed.id == a1.id
+    assert {j.id for j in all_jobs(backend, queue="a")} == {a1.id, a2.id}
+    assert {j.id for j in all_jobs(backend, state=State.QUEUED)} == {a2.id, b1.id}
+    assert {j.id for j in all_jobs(backend, queue="b", state=State.SCHEDULED)} == {b2.id}
+    assert {j.id for j in all_jobs(backend, queue="a", state=State.ACTIVE)} == {a1.id}
+    assert all_jobs(backend, queue="b", state=State.ACTIVE) == []
+    assert all_jobs(backend, queue="nowhere") == []
+
+
+@pytest.mark.parametrize("limit", [1, 5, 7, 23, 50])
+def test_list_pages__cover_every_job_exactly_once(backend: Any, limit: int) -> None:
+    ids = {j.id for j in backend.enqueue([spec(args={"i": i}) for i in range(23)])}
+    enqueue_one(backend, queue="other")
+    seen: list[str] = []
+    after = None
+    for _ in range(100):
+        page = backend.list(queue="default", limit=limit, after=after)
+        assert len(page.jobs) <= limit
+        seen.extend(j.id for j in page.jobs)
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    else:
+        pytest.fail("pagination did not end")
+    assert len(seen) == len(set(seen)) == 23
+    assert set(seen) == ids
+
+
+def test_list_pages__are_stable_while_jobs_are_added(backend: Any) -> None:
+    first = {j.id for j in backend.enqueue([spec(args={"i": i}) for i in range(10)])}
+    page = backend.list(limit=4)
+    seen = [j.id for j in page.jobs]
+    backend.enqueue([spec(args={"new": i}) for i in range(3)])
+    after = page.next_cursor
+    while after is not None:
+        page = backend.list(limit=4, after=after)
+        seen.extend(j.id for j in page.jobs)
+        after = page.next_cursor
+    assert len(seen) == len(set(seen))
+    assert set(seen) == first
+
+
+# -- counts ----------------------------------------------------------------------
+
+
+def test_counts__has_every_state_as_a_key(backend: Any) -> None:
+    counts = backend.counts("never-used")
+    assert set(counts) == set(State)
+    assert all(n == 0 for n in counts.values())
+
+
+def test_counts__counts_each_state(backend: Any, worker: str) -> None:
+    backend.enqueue([spec() for _ in range(3)])
+    enqueue_one(backend, delay=60)
+    cancelled = enqueue_one(backend)
+    backend.cancel(cancelled.id)
+    done = claim_one(backend, worker)
+    backend.complete(done.id, done.fence, None)
+    claim_one(backend, worker)
+    enqueue_one(backend, queue="other")
+    counts = backend.counts("default")
+    assert set(counts) == set(State)
+    assert counts == {
+        State.SCHEDULED: 1,
+        State.QUEUED: 1,
+        State.ACTIVE: 1,
+        State.COMPLETED: 1,
+        State.DEAD: 0,
+        State.CANCELLED: 1,
+    }
+
+
+# -- policies and queues ---------------------------------------------------------
+
+
+def test_get_policy_of_unknown_queue__returns_the_defaults(backend: Any) -> None:
+    assert backend.get_policy("never-seen") == QueuePolicy()
+
+
+def test_set_policy__round_trips(backend: Any) -> None:
+    policy = QueuePolicy(
+        lease_ttl=30.0,
+        heartbeat_interval=5.0,
+        sweep_interval=0.5,
+        max_attempts=7,
+        max_stalls=2,
+        delivery="at-most-once",
+        timeout=12.5,
+        backoff_base=0.5,
+        backoff_max=60.0,
+        backoff_jitter=0.0,
+    )
+    backend.set_policy("tuned", policy)
+    assert backend.get_policy("tuned") == policy
+    assert backend.get_policy("default") == QueuePolicy()
+
+
+def test_set_policy__is_seen_by_another_backend(
+    backend: Any, backend_url: str, open_backend: Any
+) -> None:
+    backend.set_policy("q", QueuePolicy(max_attempts=9))
+    assert open_backend(backend_url).get_policy("q").max_attempts == 9
+
+
+def test_set_policy_again__replaces_it(backend: Any) -> None:
+    backend.set_policy("q", QueuePolicy(max_attempts=9))
+    backend.set_policy("q", QueuePolicy(max_attempts=2))
+    assert backend.get_policy("q") == QueuePolicy(max_attempts=2)
+
+
+def test_queues__lists_queues_with_jobs_or_a_policy(backend: Any) -> None:
+    assert backend.queues() == []
+    enqueue_one(backend, queue="with-jobs")
+    backend.set_policy("with-policy", QueuePolicy())
+    backend.get_policy("only-read")
+    backend.counts("only-counted")
+    assert sorted(backend.queues()) == ["with-jobs", "with-policy"]
+
+
+# -- workers ---------------------------------------------------------------------
+
+
+def test_workers__lists_registered_workers(backend: Any) -> None:
+    backend.register_worker(WorkerInfo(id="w1", hostname="h1", pid=101, queues=("a",)))
+    backend.register_worker(WorkerInfo(id="w2", hostname="h2", pid=102, queues=("a", "b")))
+    by_id = {w.id: w for w in backend.workers()}
+    assert set(by_id) == {"w1", "w2"}
+    assert (by_id["w1"].hostname, by_id["w1"].pid, tuple(by_id["w1"].queues)) == ("h1", 101, ("a",))
+    assert tuple(by_id["w2"].queues) == ("a", "b")
+    assert by_id["w1"].started_at > 0
+
+
+def test_workers__are_seen_by_another_backend(
+    backend: Any, backend_url: str, open_backend: Any
+) -> None:
+    register(backend, "w1")
+    assert [w.id for w in open_backend(backend_url).workers()] == ["w1"]
+
+
+def test_deregister_worker__removes_it(backend: Any) -> None:
+    register(backend, "w1")
+    register(backend, "w2")
+    backend.deregister_worker("w1")
+    assert [w.id for w in backend.workers()] == ["w2"]
+
+
+def test_registered_worker__is_not_rescued_while_its_backend_is_open(
+    backend: Any, backend_url: str, open_backend: Any
+) -> None:
+    other = open_backend(backend_url)
+    register(other, "w-other")
+    assert backend.rescue().dead_workers == ()
+    assert [w.id for w in backend.workers()] == ["w-other"]

@@ -1,0 +1,136 @@
+"""SQLite specifics: URLs, pragmas, migrations, liveness locks."""
+
+import multiprocessing
+import sqlite3
+
+import pytest
+
+from tenure.backends import from_url
+from tenure.backends.sqlite import SQLiteBackend
+from tenure.backends.sqlite.backend import MIGRATIONS
+from tenure.errors import BackendUnavailable, InvalidInput
+
+EXPECTED_TABLES = {
+    "queues": ["name", "policy"],
+    "jobs": [
+        "seq", "id", "queue", "task", "args", "state", "priority", "run_at", "created_at",
+        "key", "attempts", "stalls", "max_attempts", "timeout", "fence", "worker", "lease_ttl",
+        "lease_expires_at", "result", "error", "dead_reason", "progress", "finished_at",
+    ],
+    "attempts": [
+        "job_id", "fence", "attempt", "worker", "started_at", "ended_at", "outcome", "error",
+    ],
+    "workers": ["id", "hostname", "pid", "queues", "started_at", "last_seen"],
+    "sweeps": ["id", "last_at"],
+    "schema_migrations": ["version", "name", "applied_at"],
+}  # fmt: skip
+EXPECTED_INDEXES = {
+    "jobs_key", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_worker", "jobs_queue_state",
+}  # fmt: skip
+
+
+def test_migrations_produce_the_expected_schema(backend, tmp_path):
+    db = sqlite3.connect(tmp_path / "tenure.db")
+    tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert tables == set(EXPECTED_TABLES)
+    for table, columns in EXPECTED_TABLES.items():
+        assert [r[1] for r in db.execute(f"PRAGMA table_info({table})")] == columns
+    indexes = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert indexes >= EXPECTED_INDEXES
+    versions = [v for (v,) in db.execute("SELECT version FROM schema_migrations ORDER BY 1")]
+    assert versions == [v for v, _, _ in MIGRATIONS]
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_reopening__applies_nothing_twice(backend_url, open_backend, tmp_path):
+    open_backend(backend_url)
+    open_backend(backend_url)
+    db = sqlite3.connect(tmp_path / "tenure.db")
+    assert db.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
+
+
+def _open_and_close(url):
+    import asyncio
+
+    async def go():
+        b = from_url(url)
+        await b.open()
+        await b.close()
+
+    asyncio.run(go())
+
+
+def test_workers_starting_at_once__migrate_once(tmp_path):
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_open_and_close, args=(url,)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    db = sqlite3.connect(tmp_path / "race.db")
+    assert db.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_a_schema_newer_than_this_tenure__is_refused(tmp_path, portal):
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    b = from_url(url)
+    portal.run(b.open())
+    portal.run(b.close())
+    db = sqlite3.connect(tmp_path / "new.db")
+    db.execute("INSERT INTO schema_migrations VALUES (999, 'future', 0)")
+    db.commit()
+    with pytest.raises(BackendUnavailable, match="upgrade tenure"):
+        portal.run(from_url(url).open())
+
+
+@pytest.mark.parametrize(
+    ("url", "path", "durable"),
+    [
+        ("sqlite:///tenure.db", "tenure.db", False),
+        ("sqlite:////tmp/x/t.db", "/tmp/x/t.db", False),
+        ("sqlite:///t.db?durable=1", "t.db", True),
+        ("sqlite:///:memory:", ":memory:", False),
+    ],
+)
+def test_sqlite_urls(url, path, durable):
+    b = SQLiteBackend.from_url(url)
+    assert (b.path, b.durable) == (path, durable)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("sqlite://", "names no file"),
+        ("sqlite://host/x.db", "malformed SQLite URL"),
+        ("sqlite:///x.db?fast=1", "unknown SQLite URL option"),
+        ("sqlite:///x.db?busy_timeout=abc", "bad SQLite URL option"),
+        ("mysql://x", "accepted schemes: sqlite"),
+        ("tenure.db", "malformed backend URL"),
+    ],
+)
+def test_bad_urls__are_refused_with_what_is_accepted(url, message):
+    with pytest.raises(InvalidInput, match=message):
+        from_url(url)
+
+
+def test_durable_mode__syncs_fully(tmp_path, portal):
+    b = from_url(f"sqlite:///{tmp_path / 'd.db'}?durable=1")
+    portal.run(b.open())
+    try:
+        assert b.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        portal.run(b.close())
+
+
+def test_a_missing_directory__is_backend_unavailable(portal):
+    with pytest.raises(BackendUnavailable, match="does not exist"):
+        portal.run(from_url("sqlite:////nonexistent/dir/x.db").open())
+
+
+def test_an_unwritable_database__is_backend_unavailable(tmp_path, portal):
+    path = tmp_path / "ro.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(BackendUnavailable):
+        portal.run(from_url(f"sqlite:///{path}").open())

@@ -1,0 +1,36 @@
+from tenure.core.states import (
+    CANCELLABLE,
+    CLAIMABLE,
+    TERMINAL,
+    TRANSITIONS,
+    State,
+    can_transition,
+)
+
+
+def test_every_state_has_a_row_in_the_transition_table():
+    assert set(TRANSITIONS) == set(State)
+
+
+def test_terminal_states_have_no_way_out_except_dead_which_can_be_retried():
+    assert TRANSITIONS[State.COMPLETED] == frozenset()
+    assert TRANSITIONS[State.CANCELLED] == frozenset()
+    assert TRANSITIONS[State.DEAD] == {State.QUEUED}
+    assert {State.COMPLETED, State.DEAD, State.CANCELLED} == TERMINAL
+
+
+def test_only_claimable_states_lead_to_active():
+    assert {s for s in State if can_transition(s, State.ACTIVE)} == CLAIMABLE
+
+
+def test_only_unclaimed_jobs_can_be_cancelled():
+    assert {State.SCHEDULED, State.QUEUED} == CANCELLABLE
+
+
+def test_active_leads_to_every_settlement():
+    assert TRANSITIONS[State.ACTIVE] == {
+        State.COMPLETED,
+        State.SCHEDULED,
+        State.QUEUED,
+        State.DEAD,
+    }
