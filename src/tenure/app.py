@@ -17,7 +17,7 @@ from tenure.backends.base import Backend, Page
 from tenure.backends.factory import from_url, resolve_url
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.names import check_name
-from tenure.core.states import State
+from tenure.core.states import State, parse_state
 from tenure.errors import InvalidInput
 from tenure.job import Job, JobSpec
 from tenure.portal import Portal
@@ -88,9 +88,7 @@ class Queue:
     def jobs(
         self, state: State | str | None = None, limit: int = 50, after: str | None = None
     ) -> Page:
-        return self.app.call(
-            self.app.backend.list(self.name, None if state is None else State(state), limit, after)
-        )
+        return self.app.jobs(self.name, state, limit, after)
 
     def dead(self, limit: int = 50, after: str | None = None) -> Page:
         """A page of the dead-letter queue, newest first."""
@@ -207,6 +205,17 @@ class App:
     def cancel(self, job_id: str) -> Job:
         return self.call(self.backend.cancel(job_id))
 
+    def jobs(
+        self,
+        queue: str | None = None,
+        state: State | str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        """A page of jobs of every queue (or one), newest first."""
+        st = None if state is None else parse_state(state)
+        return self.call(self.backend.list(queue, st, limit, after))
+
     def queue(self, name: str = "default") -> Queue:
         return Queue(self, name)
 
@@ -222,10 +231,16 @@ class App:
             with self._lock:
                 if self._backend is None or self._pid != os.getpid():
                     self._pid = os.getpid()
-                    self._portal = Portal()
+                    self._backend = None
+                    portal = Portal()
                     backend = from_url(self.url)
-                    self._portal.run(backend.open())
-                    self._backend = backend
+                    try:
+                        portal.run(backend.open())
+                    except BaseException:
+                        portal.run(backend.close())
+                        portal.close()
+                        raise
+                    self._portal, self._backend = portal, backend
         return self._backend
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:

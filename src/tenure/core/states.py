@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from tenure.errors import InvalidInput
+
 
 class State(StrEnum):
     SCHEDULED = "scheduled"
@@ -75,3 +77,12 @@ def can_transition(src: State, dst: State) -> bool:
 
 CANCELLABLE = frozenset(s for s in State if can_transition(s, State.CANCELLED))
 CLAIMABLE = frozenset({State.SCHEDULED, State.QUEUED})
+
+
+def parse_state(value: object) -> State:
+    """The State named by ``value``, or InvalidInput naming the states."""
+    try:
+        return State(str(value))
+    except ValueError:
+        names = ", ".join(s.value for s in State)
+        raise InvalidInput(f"unknown state {value!r}; states: {names}") from None

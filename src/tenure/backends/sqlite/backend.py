@@ -30,7 +30,7 @@ from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.names import check_name
 from tenure.core.payload import decode, encode
 from tenure.core.retry import Decision, decide
-from tenure.core.states import DeadReason, Outcome, State
+from tenure.core.states import DeadReason, Outcome, State, parse_state
 from tenure.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -137,7 +137,10 @@ class SQLiteBackend:
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, fn, *args)
+        try:
+            return await loop.run_in_executor(self._thread, fn, *args)
+        except (sqlite3.Error, OSError) as exc:
+            raise BackendUnavailable(f"SQLite database {self.path}: {exc}") from exc
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -484,7 +487,7 @@ class SQLiteBackend:
         if queue is not None:
             check_name("queue", queue)
         if state is not None:
-            state = _state(state)
+            state = parse_state(state)
         if not 1 <= limit <= 10_000:
             raise InvalidInput(f"limit must be within [1, 10000], got {limit!r}")
         where: builtins.list[str] = []
@@ -586,15 +589,6 @@ def _failure(
 
 def _policy(data: str | None) -> QueuePolicy:
     return QueuePolicy() if data is None else QueuePolicy.from_dict(orjson.loads(data))
-
-
-def _state(value: object) -> State:
-    try:
-        return State(str(value))
-    except ValueError:
-        raise InvalidInput(
-            f"unknown state {value!r}; states: {', '.join(s.value for s in State)}"
-        ) from None
 
 
 def _statements(script: str) -> Iterator[str]:

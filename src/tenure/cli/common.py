@@ -1,0 +1,62 @@
+"""What the commands share: the App of one invocation, errors and argument types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import click
+import orjson
+
+from tenure.app import App
+
+
+class CliError(click.ClickException):
+    """An error the user can act on: one line on stderr, exit code 1."""
+
+    exit_code = 1
+
+
+@dataclass
+class CliState:
+    """The root context's object: the backend URL, and the App once opened."""
+
+    url: str
+    app: App | None = None
+
+
+def open_app() -> App:
+    """The App of this invocation, opened on first use and closed when the command ends."""
+    root = click.get_current_context().find_root()
+    state = root.find_object(CliState)
+    assert state is not None, "the tenure group sets its CliState"
+    if state.app is None:
+        state.app = root.with_resource(App(state.url))
+    return state.app
+
+
+def json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, Any]:
+    """Option callback: a JSON object given on the command line, e.g. ``'{"to": "a@x"}'``."""
+    try:
+        data = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", ctx, param) from None
+    if not isinstance(data, dict):
+        raise click.BadParameter(
+            f'must be a JSON object such as \'{{"to": "a@example.com"}}\', '
+            f"got a JSON {type(data).__name__}",
+            ctx,
+            param,
+        )
+    return data
+
+
+def parse_value(raw: str) -> Any:
+    """A value from the command line: JSON when it parses as JSON, else the string itself."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")

@@ -1,0 +1,108 @@
+"""The dead-letter queue: list, show, retry and purge dead jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import click
+
+from tenure.app import App
+from tenure.cli.common import CliError, json_option, open_app
+from tenure.cli.output import job_dict, print_job, print_jobs, print_json
+from tenure.core.states import State
+
+QUEUE_HELP = "Only this queue (default: every queue)."
+
+
+@click.group()
+def dlq() -> None:
+    """Inspect, retry and purge dead jobs."""
+
+
+@dlq.command("list")
+@click.option("--queue", "-q", help=QUEUE_HELP)
+@click.option(
+    "--limit",
+    "-n",
+    type=click.IntRange(1, 10_000),
+    default=50,
+    show_default=True,
+    help="Page size.",
+)
+@click.option("--after", metavar="CURSOR", help="The next cursor a previous page printed.")
+@json_option
+def list_(queue: str | None, limit: int, after: str | None, as_json: bool) -> None:
+    """List dead jobs, newest first."""
+    app = open_app()
+    if queue is not None:
+        app.queue(queue)  # validates the name
+    page = app.jobs(queue, State.DEAD, limit, after)
+    if as_json:
+        print_json({"jobs": [job_dict(j) for j in page.jobs], "next_cursor": page.next_cursor})
+        return
+    print_jobs(page, empty="no dead jobs")
+
+
+@dlq.command()
+@click.argument("job_id", metavar="ID")
+@json_option
+def show(job_id: str, as_json: bool) -> None:
+    """Show a dead job: its fields, history and full last error."""
+    job = open_app().get_job(job_id)
+    if job.state != State.DEAD:
+        raise CliError(f"job {job_id} is {job.state}, not dead (see 'tenure job {job_id}')")
+    if as_json:
+        print_json(job_dict(job))
+    else:
+        print_job(job, open_app().queue(job.queue).policy())
+
+
+@dlq.command()
+@click.option("--queue", "-q", help=QUEUE_HELP)
+@click.argument("job_ids", metavar="[ID]...", nargs=-1)
+def retry(queue: str | None, job_ids: tuple[str, ...]) -> None:
+    """Requeue dead jobs with their budgets reset (all of them when no ID is given)."""
+    moved = _apply(open_app(), "retry", queue, job_ids)
+    click.echo(f"retried {moved} dead job(s)")
+
+
+@dlq.command()
+@click.option("--queue", "-q", help=QUEUE_HELP)
+@click.option("--yes", is_flag=True, help="Confirm purging every dead job (needed without IDs).")
+@click.argument("job_ids", metavar="[ID]...", nargs=-1)
+def purge(queue: str | None, yes: bool, job_ids: tuple[str, ...]) -> None:
+    """Delete dead jobs for good (all of them when no ID is given, with --yes)."""
+    if not job_ids and not yes:
+        where = f"of queue {queue!r}" if queue else "of every queue"
+        raise click.UsageError(f"purging every dead job {where} needs --yes")
+    purged = _apply(open_app(), "purge", queue, job_ids)
+    click.echo(f"purged {purged} dead job(s)")
+
+
+def _apply(app: App, verb: str, queue: str | None, job_ids: Sequence[str]) -> int:
+    """Retry or purge: the given jobs (each checked to be dead first), else whole queues."""
+    groups: Mapping[str, list[str] | None]
+    if job_ids:
+        groups = _dead_by_queue(app, queue, job_ids)
+    else:  # None: every dead job of the queue
+        groups = dict.fromkeys([queue] if queue is not None else app.queues())
+    total = 0
+    for name, ids in groups.items():
+        q = app.queue(name)
+        total += q.retry_dead(ids) if verb == "retry" else q.purge_dead(ids)
+    return total
+
+
+def _dead_by_queue(app: App, queue: str | None, job_ids: Sequence[str]) -> dict[str, list[str]]:
+    """The ids by queue, once each; CliError (nothing changed) if one is not dead."""
+    groups: dict[str, list[str]] = {}
+    for job_id in dict.fromkeys(job_ids):
+        job = app.get_job(job_id)
+        if job.state != State.DEAD:
+            raise CliError(f"job {job_id} is {job.state}, not dead; nothing was changed")
+        if queue is not None and job.queue != queue:
+            raise CliError(
+                f"job {job_id} is in queue {job.queue!r}, not {queue!r}; nothing was changed"
+            )
+        groups.setdefault(job.queue, []).append(job_id)
+    return groups

@@ -1,0 +1,94 @@
+"""Producers' and operators' commands on jobs: enqueue, status, jobs, job, cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from tenure.cli.common import json_object, json_option, open_app
+from tenure.cli.output import counts_table, job_dict, print_job, print_jobs, print_json, show
+from tenure.core.states import State
+
+STATES = click.Choice([s.value for s in State])
+LIMIT = click.IntRange(1, 10_000)
+
+
+@click.command()
+@click.argument("task")
+@click.option(
+    "--args",
+    "args",
+    metavar="JSON",
+    callback=json_object,
+    default="{}",
+    show_default=True,
+    help="The job's arguments, a JSON object.",
+)
+@click.option("--queue", "-q", help="Queue to put it on  [default: default]")
+@click.option("--delay", type=float, help="Seconds to wait before it may run.")
+@click.option(
+    "--key",
+    help="Idempotency key: while a job with this key is unfinished, enqueueing again returns it.",
+)
+@click.option("--priority", type=int, help="Higher runs first.")
+@click.option("--max-attempts", type=int, help="Attempt budget (default: the queue policy's).")
+@click.option("--timeout", type=float, help="Deadline of one attempt, in seconds.")
+def enqueue(task: str, args: dict[str, Any], **options: Any) -> None:
+    """Enqueue a job of TASK by name; print its id and state."""
+    job = open_app().enqueue(task, args, **options)
+    click.echo(f"{job.id} {job.state}")
+
+
+@click.command()
+@json_option
+def status(as_json: bool) -> None:
+    """Show how many jobs each queue holds, by state."""
+    app = open_app()
+    counts = {q: app.queue(q).counts() for q in app.queues()}
+    if as_json:
+        print_json(counts)
+    elif not counts:
+        click.echo("no queues yet")
+    else:
+        show(counts_table(counts))
+
+
+@click.command()
+@click.option("--queue", "-q", help="Only this queue (default: every queue).")
+@click.option("--state", "-s", type=STATES, help="Only jobs in this state.")
+@click.option("--limit", "-n", type=LIMIT, default=50, show_default=True, help="Page size.")
+@click.option("--after", metavar="CURSOR", help="The next cursor a previous page printed.")
+@json_option
+def jobs(
+    queue: str | None, state: str | None, limit: int, after: str | None, as_json: bool
+) -> None:
+    """List jobs, newest first."""
+    app = open_app()
+    if queue is not None:
+        app.queue(queue)  # validates the name
+    page = app.jobs(queue, state, limit, after)
+    if as_json:
+        print_json({"jobs": [job_dict(j) for j in page.jobs], "next_cursor": page.next_cursor})
+        return
+    print_jobs(page, empty="no jobs")
+
+
+@click.command()
+@click.argument("job_id", metavar="ID")
+@json_option
+def job(job_id: str, as_json: bool) -> None:
+    """Show a job with its history of attempts."""
+    found = open_app().get_job(job_id)
+    if as_json:
+        print_json(job_dict(found))
+    else:
+        print_job(found, open_app().queue(found.queue).policy())
+
+
+@click.command()
+@click.argument("job_id", metavar="ID")
+def cancel(job_id: str) -> None:
+    """Cancel a job that is scheduled or queued."""
+    cancelled = open_app().cancel(job_id)
+    click.echo(f"{cancelled.id} {cancelled.state}")

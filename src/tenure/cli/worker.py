@@ -1,0 +1,133 @@
+"""``tenure worker MODULE:APP``: run a worker for the App a module defines."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from tenure.app import App
+from tenure.cli.common import CliError, CliState
+from tenure.config import WorkerConfig
+
+DEFAULTS = WorkerConfig()
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
+
+
+@click.command()
+@click.argument("app_path", metavar="MODULE:APP")
+@click.option(
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    help="A queue to serve; repeat for more (default: its tasks' queues).",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    type=int,
+    default=DEFAULTS.concurrency,
+    show_default=True,
+    help="How many attempts run at once.",
+)
+@click.option(
+    "--drain-timeout",
+    type=float,
+    default=DEFAULTS.drain_timeout,
+    show_default=True,
+    help="Seconds running attempts get to finish on SIGTERM.",
+)
+@click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
+@click.option("--log-level", type=LOG_LEVELS, default="info", show_default=True)
+@click.pass_context
+def worker(
+    ctx: click.Context,
+    *,
+    app_path: str,
+    queues: tuple[str, ...],
+    concurrency: int,
+    drain_timeout: float,
+    burst: bool,
+    log_level: str,
+) -> None:
+    """Run a worker for the App at MODULE:APP (e.g. myapp.tasks:app)."""
+    from tenure.worker import run_worker  # producers' commands need not load the worker
+
+    app = load_app(app_path)
+    _check_url(ctx, app)
+    config = WorkerConfig(
+        queues=queues or _task_queues(app),
+        concurrency=concurrency,
+        drain_timeout=drain_timeout,
+        burst=burst,
+    )
+    with app, _logging(log_level.upper()):
+        run_worker(app, config)
+
+
+def load_app(path: str) -> App:
+    """Import ``module:attr`` (attr may be dotted), with the current directory importable."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter(
+            f"expected MODULE:APP such as myapp.tasks:app, got {path!r}", param_hint="MODULE:APP"
+        )
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name + ".").startswith(exc.name + "."):
+            raise CliError(f"cannot import {module_name!r}: no module named {exc.name!r}") from None
+        raise CliError(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:
+        raise CliError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise CliError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not isinstance(obj, App):
+        raise CliError(f"{path} is a {type(obj).__name__}, not a tenure App")
+    return obj
+
+
+def _check_url(ctx: click.Context, app: App) -> None:
+    """An explicit --url must agree with the App's: a worker serves the storage of its App."""
+    root = ctx.find_root()
+    state = root.find_object(CliState)
+    explicit = root.get_parameter_source("url") == ParameterSource.COMMANDLINE
+    if state is not None and explicit and state.url != app.url:
+        raise CliError(
+            f"--url {state.url} differs from the url of the App ({app.url}); "
+            "a worker uses its App's url"
+        )
+
+
+def _task_queues(app: App) -> tuple[str, ...]:
+    return tuple(sorted({t.queue for t in app.tasks.values()})) or DEFAULTS.queues
+
+
+@contextmanager
+def _logging(level: str) -> Iterator[None]:
+    """INFO (or ``level``) to stderr, concise, for as long as the worker runs."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S"))
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)

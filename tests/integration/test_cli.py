@@ -1,0 +1,356 @@
+"""The ``tenure`` command line, on a temporary SQLite database.
+
+Most tests drive the click group in-process (CliRunner); the worker and the
+console script itself run as real subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from tenure.cli import cli
+
+TENURE = Path(sys.executable).with_name("tenure")
+
+APP_MODULE = """
+    import tenure
+
+    try:
+        from tenure import App
+    except ImportError:  # older tenure/__init__ without App
+        from tenure.app import App
+
+    app = App({url!r})
+
+
+    @app.task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+
+    @app.task
+    def boom() -> None:
+        raise tenure.Fail("no [red]way[/red]")
+"""
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 't.db'}"
+
+
+@pytest.fixture
+def tenure(url: str) -> Any:
+    """Run ``tenure --url <tmp db> ARGS...`` in-process; stdout and stderr kept apart."""
+
+    def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
+        return CliRunner().invoke(cli, ["--url", url, *args], env=env)
+
+    return invoke
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    return result
+
+
+def as_json(result: Result) -> Any:
+    return json.loads(ok(result).stdout)
+
+
+def enqueue(tenure: Any, task: str, *args: str) -> str:
+    job_id, state = ok(tenure("enqueue", task, *args)).stdout.split()
+    assert state in ("queued", "scheduled")
+    return str(job_id)
+
+
+def assert_one_line_error(result: Result, *fragments: str, code: int = 1) -> None:
+    assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def run_worker(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "tasks_mod.py").write_text(textwrap.dedent(APP_MODULE.format(url=url)))
+    env = {k: v for k, v in os.environ.items() if k != "TENURE_URL"}
+    return subprocess.run(
+        [str(TENURE), "worker", "tasks_mod:app", "--burst", *args],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+# -- producers -------------------------------------------------------------
+
+
+def test_enqueue_then_status__counts_jobs_per_queue_and_state(tenure: Any) -> None:
+    enqueue(tenure, "send_email", "--args", '{"to": "a@example.com"}')
+    enqueue(tenure, "send_email", "--args", '{"to": "b@example.com"}', "--priority", "5")
+    enqueue(tenure, "report", "--queue", "emails", "--delay", "60")
+
+    counts = as_json(tenure("status", "--json"))
+    assert counts["default"]["queued"] == 2
+    assert counts["emails"] == {
+        "scheduled": 1, "queued": 0, "active": 0, "completed": 0, "dead": 0, "cancelled": 0,
+    }  # fmt: skip
+    table = ok(tenure("status")).stdout
+    assert "default" in table
+    assert "emails" in table
+    assert "scheduled" in table
+
+
+def test_status_on_empty_storage__says_there_are_no_queues(tenure: Any) -> None:
+    assert ok(tenure("status")).stdout.strip() == "no queues yet"
+
+
+def test_enqueue_with_a_key_twice__returns_the_first_job(tenure: Any) -> None:
+    first = enqueue(tenure, "charge", "--key", "order-1")
+    assert enqueue(tenure, "charge", "--key", "order-1") == first
+
+
+def test_enqueue_options__are_stored_on_the_job(tenure: Any) -> None:
+    job_id = enqueue(tenure, "t", "--args", '{"n": 1}', "--priority", "7", "--max-attempts",
+                     "9", "--timeout", "2.5", "--queue", "q1")  # fmt: skip
+    job = as_json(tenure("job", job_id, "--json"))
+    assert (job["queue"], job["args"], job["priority"]) == ("q1", {"n": 1}, 7)
+    assert (job["max_attempts"], job["timeout"]) == (9, 2.5)
+
+
+def test_url__is_read_from_tenure_url_when_not_given(tmp_path: Path) -> None:
+    env = {"TENURE_URL": f"sqlite:///{tmp_path / 'env.db'}"}
+    ok(CliRunner().invoke(cli, ["enqueue", "x"], env=env))
+    assert (tmp_path / "env.db").exists()
+
+
+def test_jobs__lists_jobs_newest_first_and_pages_with_a_cursor(tenure: Any) -> None:
+    ids = [enqueue(tenure, "t", "--args", json.dumps({"i": i})) for i in range(3)]
+
+    table = ok(tenure("jobs")).stdout
+    assert all(i in table for i in ids)
+    first = as_json(tenure("jobs", "--limit", "2", "--json"))
+    assert [j["id"] for j in first["jobs"]] == ids[:0:-1]
+    assert first["next_cursor"] is not None
+    rest = as_json(tenure("jobs", "--limit", "2", "--after", first["next_cursor"], "--json"))
+    assert [j["id"] for j in rest["jobs"]] == ids[:1]
+    assert rest["next_cursor"] is None
+    assert "next cursor:" in ok(tenure("jobs", "--limit", "2")).stdout
+
+
+def test_jobs__filters_by_queue_and_state(tenure: Any) -> None:
+    a = enqueue(tenure, "t")
+    b = enqueue(tenure, "t", "--queue", "other", "--delay", "30")
+    assert [j["id"] for j in as_json(tenure("jobs", "-q", "other", "--json"))["jobs"]] == [b]
+    assert [j["id"] for j in as_json(tenure("jobs", "-s", "queued", "--json"))["jobs"]] == [a]
+    assert ok(tenure("jobs", "-s", "dead")).stdout.strip() == "no jobs"
+
+
+def test_cancel__cancels_a_queued_job_and_refuses_twice(tenure: Any) -> None:
+    job_id = enqueue(tenure, "t")
+    assert ok(tenure("cancel", job_id)).stdout.split() == [job_id, "cancelled"]
+    assert_one_line_error(tenure("cancel", job_id), "cancelled")
+
+
+# -- the worker and the DLQ --------------------------------------------------
+
+
+def test_worker_in_burst_mode__completes_the_jobs_and_exits(
+    tenure: Any, tmp_path: Path, url: str
+) -> None:
+    ids = [enqueue(tenure, "add", "--args", json.dumps({"a": i, "b": 1})) for i in range(3)]
+
+    done = run_worker(tmp_path, url, "--concurrency", "2")
+
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "started" in done.stderr  # INFO logging to stderr
+    jobs = [as_json(tenure("job", i, "--json")) for i in ids]
+    assert [(j["state"], j["result"]) for j in jobs] == [("completed", i + 1) for i in range(3)]
+    shown = ok(tenure("job", ids[0])).stdout
+    assert "completed" in shown
+    assert "history" in shown
+
+
+def test_dlq__list_show_retry_and_purge(tenure: Any, tmp_path: Path, url: str) -> None:
+    done_id = enqueue(tenure, "add", "--args", '{"a": 1, "b": 2}')
+    failed = enqueue(tenure, "boom")
+    unknown = enqueue(tenure, "not_a_task")
+    assert run_worker(tmp_path, url).returncode == 0
+
+    listed = as_json(tenure("dlq", "list", "--json"))["jobs"]
+    assert {j["id"] for j in listed} == {failed, unknown}
+    assert {j["dead_reason"] for j in listed} == {"error"}
+    table = ok(tenure("dlq", "list", "--queue", "default")).stdout
+    assert failed in table
+    assert "unknown task 'not_a_task'" in table
+
+    shown = ok(tenure("dlq", "show", failed)).stdout
+    assert "Traceback (most recent call last)" in shown  # the full last error
+    assert "Fail: no [red]way[/red]" in shown  # printed as text, never as markup
+    assert "history" in shown
+    assert_one_line_error(tenure("dlq", "show", done_id), "not dead")
+
+    assert ok(tenure("dlq", "retry", failed)).stdout.strip() == "retried 1 dead job(s)"
+    assert as_json(tenure("job", failed, "--json"))["state"] == "queued"
+    assert_one_line_error(tenure("dlq", "retry", failed), "not dead")
+    assert_one_line_error(tenure("dlq", "retry", "--queue", "other", unknown), "not 'other'")
+
+    assert_one_line_error(tenure("dlq", "purge"), "--yes", code=2)
+    assert ok(tenure("dlq", "purge", unknown)).stdout.strip() == "purged 1 dead job(s)"
+    assert_one_line_error(tenure("job", unknown), "no job with id")
+
+    assert run_worker(tmp_path, url).returncode == 0  # boom dies again
+    assert ok(tenure("dlq", "retry", "-q", "default")).stdout.strip() == "retried 1 dead job(s)"
+    assert run_worker(tmp_path, url).returncode == 0
+    assert ok(tenure("dlq", "purge", "--yes")).stdout.strip() == "purged 1 dead job(s)"
+    assert ok(tenure("dlq", "list")).stdout.strip() == "no dead jobs"
+
+
+# -- policy ------------------------------------------------------------------
+
+
+def test_policy_set_then_get__round_trips(tenure: Any) -> None:
+    defaults = as_json(tenure("policy", "get", "--json"))
+    assert defaults["delivery"] == "at-least-once"
+
+    ok(tenure("policy", "set", "-q", "emails", "lease_ttl=5", "delivery=at-most-once",
+              "timeout=null", "max_attempts=7"))  # fmt: skip
+
+    got = as_json(tenure("policy", "get", "-q", "emails", "--json"))
+    assert got == {**defaults, "lease_ttl": 5, "delivery": "at-most-once", "max_attempts": 7}
+    assert as_json(tenure("policy", "get", "--json")) == defaults  # other queues untouched
+    table = ok(tenure("policy", "get", "--queue", "emails")).stdout
+    assert "at-most-once" in table
+    assert "lease_ttl" in table
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment", "code"),
+    [
+        (["nope=1"], "unknown policy field(s): nope", 1),
+        (["lease_ttl=abc"], "lease_ttl must be a finite number", 1),
+        (["heartbeat_interval=10"], "at most half of lease_ttl", 1),
+        (["delivery=sometimes"], "delivery must be one of", 1),
+        (["lease_ttl"], "expected FIELD=VALUE", 2),
+        ([], "Missing argument", 2),
+    ],
+)
+def test_policy_set_with_a_bad_field_or_value__is_one_clear_error(
+    tenure: Any, args: list[str], fragment: str, code: int
+) -> None:
+    assert_one_line_error(tenure("policy", "set", *args), fragment, code=code)
+    assert as_json(tenure("policy", "get", "--json"))["lease_ttl"] == 15.0
+
+
+# -- errors ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment", "code"),
+    [
+        (["enqueue", "t", "--args", "{bad"], "not valid JSON", 2),
+        (["enqueue", "t", "--args", "[1, 2]"], "must be a JSON object", 2),
+        (["enqueue", "t", "--queue", "bad queue!"], "invalid queue name", 1),
+        (["enqueue", "bad task!"], "invalid task name", 1),
+        (["enqueue", "t", "--delay", "-1"], "delay must be", 1),
+        (["enqueue"], "Missing argument 'TASK'", 2),
+        (["jobs", "--queue", "no/slash"], "invalid queue name", 1),
+        (["jobs", "--state", "weird"], "'weird' is not one of", 2),
+        (["jobs", "--after", "x"], "bad cursor", 1),
+        (["job", "nope"], "no job with id 'nope'", 1),
+        (["dlq", "show", "nope"], "no job with id 'nope'", 1),
+        (["dlq", "retry", "nope"], "no job with id 'nope'", 1),
+        (["cancel", "nope"], "no job with id 'nope'", 1),
+        (["no-such-command"], "No such command", 2),
+        (["worker", "json"], "expected MODULE:APP", 2),
+        (["worker", "no_such_module_xyz:app"], "no module named 'no_such_module_xyz'", 1),
+        (["worker", "json:nope"], "has no attribute 'nope'", 1),
+        (["worker", "json:dumps"], "not a tenure App", 1),
+    ],
+)
+def test_a_bad_command__exits_non_zero_with_one_line(
+    tenure: Any, args: list[str], fragment: str, code: int
+) -> None:
+    assert_one_line_error(tenure(*args), fragment, code=code)
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("sqlite:////nonexistent/dir/x.db", "does not exist"),
+        ("sqlite:////proc/x.db", "cannot open SQLite database"),
+        ("redis://localhost", "not available"),
+        ("nonsense", "malformed backend URL"),
+    ],
+)
+def test_unusable_storage__exits_non_zero_with_one_line(url: str, fragment: str) -> None:
+    for args in (["status"], ["enqueue", "t"], ["jobs"], ["policy", "get"]):
+        assert_one_line_error(CliRunner().invoke(cli, ["--url", url, *args]), fragment)
+
+
+def test_every_command__has_help_with_a_one_line_description() -> None:
+    def walk(group: click.Group, path: list[str]) -> list[tuple[list[str], click.Command]]:
+        found: list[tuple[list[str], click.Command]] = [(path, group)]
+        for name, command in group.commands.items():
+            if isinstance(command, click.Group):
+                found += walk(command, [*path, name])
+            else:
+                found.append(([*path, name], command))
+        return found
+
+    commands = walk(cli, [])
+    assert len(commands) >= 14
+    for path, command in commands:
+        result = ok(CliRunner().invoke(cli, [*path, "--help"]))
+        assert result.stdout.startswith("Usage: ")
+        assert command.get_short_help_str(), path
+
+
+def test_a_group_without_a_command__prints_its_help_not_an_error() -> None:
+    for args in ([], ["dlq"], ["policy"]):
+        result = CliRunner().invoke(cli, args)
+        assert "Usage: " in result.output
+        assert "error:" not in result.output
+
+
+# -- the console script ------------------------------------------------------
+
+
+def test_console_script__enqueues_reports_and_fails_in_one_line(url: str) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(TENURE), *args], check=False, capture_output=True, text=True, timeout=60
+        )
+
+    enqueued = run("--url", url, "enqueue", "t", "--args", '{"x": 1}')
+    assert enqueued.returncode == 0, enqueued.stderr
+    job_id = enqueued.stdout.split()[0]
+    assert job_id in run("--url", url, "jobs").stdout
+
+    for args in (
+        ["--url", "sqlite:////nonexistent/dir/x.db", "status"],
+        ["--url", url, "job", "nope"],
+        ["--url", url, "enqueue", "t", "--args", "{"],
+    ):
+        failed = run(*args)
+        assert failed.returncode in (1, 2)
+        assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+        assert failed.stderr.startswith("error: ")
+        assert "Traceback" not in failed.stderr
