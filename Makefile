@@ -35,7 +35,7 @@ system-deps:
 
 ## Long fault soaks, kept out of `make test`.
 soak: $(BIN)/.installed
-	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m soak $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from tenure.errors import InvalidInput
 
 Delivery = Literal["at-least-once", "at-most-once"]
+Pool = Literal["process", "thread"]
 DELIVERIES: tuple[Delivery, ...] = ("at-least-once", "at-most-once")
 
 DEFAULT_URL = "sqlite:///tenure.db"
@@ -102,6 +103,9 @@ class WorkerConfig:
     idle_poll_min: float = 0.01
     idle_poll_max: float = 1.0
     burst: bool = False  # exit when the queues are empty (tests, demos, batch jobs)
+    pool: Pool = "process"  # sync handlers in executor processes, or "thread"
+    async_slots: int = 1  # async attempts one executor runs at once
+    max_jobs_per_executor: int | None = None  # recycle an executor after this many
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -118,5 +122,10 @@ class WorkerConfig:
         _positive("drain_timeout", self.drain_timeout, allow_zero=True)
         _positive("idle_poll_min", self.idle_poll_min)
         _positive("idle_poll_max", self.idle_poll_max)
+        if self.pool not in ("process", "thread"):
+            raise InvalidInput(f"pool must be 'process' or 'thread', got {self.pool!r}")
+        _count("async_slots", self.async_slots)
+        if self.max_jobs_per_executor is not None:
+            _count("max_jobs_per_executor", self.max_jobs_per_executor)
         if self.idle_poll_min > self.idle_poll_max:
             raise InvalidInput("idle_poll_min must not exceed idle_poll_max")

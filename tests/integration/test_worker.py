@@ -14,7 +14,9 @@ import tenure
 from tenure import App, DeadReason, Outcome, State, WorkerConfig
 from tenure.worker import Supervisor
 
-FAST = WorkerConfig(burst=True, idle_poll_min=0.005, idle_poll_max=0.05, concurrency=4)
+FAST = WorkerConfig(
+    burst=True, idle_poll_min=0.005, idle_poll_max=0.05, concurrency=4, pool="thread"
+)
 
 
 @pytest.fixture
@@ -147,7 +149,7 @@ def test_only_the_listed_queues_are_worked(app):
 
     noop.enqueue()
     other = app.enqueue("noop", {}, queue="b")
-    work(app, WorkerConfig(queues=("a",), burst=True, idle_poll_max=0.05))
+    work(app, WorkerConfig(queues=("a",), burst=True, idle_poll_max=0.05, pool="thread"))
     assert app.queue("a").counts()[State.COMPLETED] == 1
     assert app.get_job(other.id).state is State.QUEUED
 

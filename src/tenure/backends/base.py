@@ -86,6 +86,11 @@ class Backend(Protocol):
         that job instead of a new one (also within one batch).
         """
 
+    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+        """Return when a job may have become claimable in ``queues``, or after
+        ``timeout`` seconds. Backends that can wake idle workers (LISTEN/NOTIFY,
+        a blocking pop) return early; the others just wait."""
+
     # -- lease holders -----------------------------------------------------
 
     async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:

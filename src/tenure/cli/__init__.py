@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from tenure.cli import dlq, jobs, policy, worker
+from tenure.cli import chaos, dlq, jobs, policy, worker
 from tenure.cli.common import CliState
 from tenure.cli.output import report
 from tenure.config import DEFAULT_URL
@@ -69,6 +69,7 @@ for command in (
     dlq.dlq,
     policy.policy,
     worker.worker,
+    chaos.chaos,
 ):
     cli.add_command(command)
 

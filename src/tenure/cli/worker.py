@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import click
 from click.core import ParameterSource
 
+from tenure import loader
 from tenure.app import App
 from tenure.cli.common import CliError, CliState
 from tenure.config import WorkerConfig
+from tenure.errors import InvalidInput
 
 DEFAULTS = WorkerConfig()
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -46,6 +45,27 @@ LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=
     show_default=True,
     help="Seconds running attempts get to finish on SIGTERM.",
 )
+@click.option(
+    "--pool",
+    type=click.Choice(["process", "thread"]),
+    default=DEFAULTS.pool,
+    show_default=True,
+    help="Run sync handlers in executor processes (killable at a deadline) or in threads "
+    "(lighter, for I/O-bound code; a thread cannot be killed, only abandoned).",
+)
+@click.option(
+    "--async-slots",
+    type=int,
+    default=DEFAULTS.async_slots,
+    show_default=True,
+    help="Async attempts one executor runs at once on its event loop.",
+)
+@click.option(
+    "--max-jobs-per-executor",
+    type=int,
+    default=None,
+    help="Replace an executor process after it ran this many jobs (leaky handlers).",
+)
 @click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
 @click.option("--log-level", type=LOG_LEVELS, default="info", show_default=True)
 @click.pass_context
@@ -56,6 +76,9 @@ def worker(
     queues: tuple[str, ...],
     concurrency: int,
     drain_timeout: float,
+    pool: str,
+    async_slots: int,
+    max_jobs_per_executor: int | None,
     burst: bool,
     log_level: str,
 ) -> None:
@@ -69,36 +92,25 @@ def worker(
         concurrency=concurrency,
         drain_timeout=drain_timeout,
         burst=burst,
+        pool=pool,  # type: ignore[arg-type]  # click.Choice checked it
+        async_slots=async_slots,
+        max_jobs_per_executor=max_jobs_per_executor,
     )
     with app, _logging(log_level.upper()):
-        run_worker(app, config)
+        run_worker(app, config, app_path)
 
 
 def load_app(path: str) -> App:
-    """Import ``module:attr`` (attr may be dotted), with the current directory importable."""
+    """Import the App at ``module:attr``; a malformed path is a usage error."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise click.BadParameter(
             f"expected MODULE:APP such as myapp.tasks:app, got {path!r}", param_hint="MODULE:APP"
         )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module_name + ".").startswith(exc.name + "."):
-            raise CliError(f"cannot import {module_name!r}: no module named {exc.name!r}") from None
-        raise CliError(f"cannot import {module_name!r}: {exc}") from None
-    except Exception as exc:
-        raise CliError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise CliError(f"module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    if not isinstance(obj, App):
-        raise CliError(f"{path} is a {type(obj).__name__}, not a tenure App")
-    return obj
+        return loader.load_app(path)
+    except InvalidInput as exc:
+        raise CliError(str(exc)) from None
 
 
 def _check_url(ctx: click.Context, app: App) -> None:

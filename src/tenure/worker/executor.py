@@ -16,13 +16,18 @@ import functools
 import queue
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tenure.context import JobContext, running
+from tenure.errors import Fail, Retry
+from tenure.job import Job
 from tenure.portal import Portal
+
+if TYPE_CHECKING:
+    from tenure.app import Task
 
 TRACEBACK_LIMIT = 64 * 1024
 
@@ -34,8 +39,13 @@ class Returned:
 
 @dataclass(frozen=True, slots=True)
 class Raised:
-    exc: BaseException
+    """The handler raised. ``kind``: ``error``, ``retry`` (tenure.Retry), ``fail``
+    (tenure.Fail) or ``cancelled``."""
+
+    kind: str
     traceback: str
+    retry_in: float | None = None
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +54,23 @@ class TimedOut:
 
 
 @dataclass(frozen=True, slots=True)
+class Crashed:
+    """The process running the handler died under it."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Stopped:
-    """The supervisor stopped the attempt (lease lost, or drain budget spent)."""
+    """The supervisor stopped the attempt (lease lost, drain budget spent, or
+    collateral of stopping another attempt in the same process)."""
 
 
-AttemptResult = Returned | Raised | TimedOut | Stopped
+AttemptResult = Returned | Raised | TimedOut | Crashed | Stopped
+
+# How an executor asks the supervisor to act for a running handler:
+# ``await link("progress", job, data)`` or ``await link("heartbeat", job, None)``.
+Link = Callable[[str, Job, Any], Coroutine[Any, Any, None]]
 
 
 def describe(exc: BaseException) -> str:
@@ -56,12 +78,26 @@ def describe(exc: BaseException) -> str:
     return text if len(text) <= TRACEBACK_LIMIT else text[:TRACEBACK_LIMIT] + "\n[truncated]"
 
 
-class Executor(Protocol):
-    slots: int
+def raised(exc: BaseException) -> Raised:
+    """Classify what a handler raised."""
+    text = describe(exc)
+    if isinstance(exc, Retry):
+        return Raised("retry", text, exc.in_, exc.reason)
+    if isinstance(exc, Fail):
+        return Raised("fail", text)
+    if isinstance(exc, asyncio.CancelledError):
+        return Raised("cancelled", text)
+    return Raised("error", text)
 
-    async def run(
-        self, fn: Callable[..., Any], ctx: JobContext, timeout: float | None
-    ) -> AttemptResult: ...
+
+class Executor(Protocol):
+    """Runs attempts; the supervisor asks it how many more it can take."""
+
+    def capacity(self) -> int: ...
+
+    async def start(self) -> None: ...
+
+    async def run(self, job: Job, timeout: float | None) -> AttemptResult: ...
 
     def stop(self, job_id: str) -> None: ...
 
@@ -71,29 +107,52 @@ class Executor(Protocol):
 class ThreadExecutor:
     """Sync handlers on threads, async handlers on one executor event loop."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, tasks: Mapping[str, Task[Any, Any]], link: Link, slots: int) -> None:
+        self.tasks = tasks
+        self.link = link
         self.slots = slots
         self._threads = DaemonThreads(slots)
         self._aio: Portal | None = None
         self._stops: dict[str, asyncio.Event] = {}
 
-    async def run(
-        self, fn: Callable[..., Any], ctx: JobContext, timeout: float | None
-    ) -> AttemptResult:
-        stopped = self._stops[ctx.id] = asyncio.Event()
+    def capacity(self) -> int:
+        return self.slots - len(self._stops)
+
+    async def start(self) -> None:
+        pass
+
+    async def run(self, job: Job, timeout: float | None) -> AttemptResult:
+        stopped = self._stops[job.id] = asyncio.Event()
         try:
-            future = self._submit(fn, ctx)
+            future = self._submit(self.tasks[job.task].fn, self._context(job))
             stop_wait = asyncio.ensure_future(stopped.wait())
             done, _ = await asyncio.wait({future, stop_wait}, timeout=timeout,
                                          return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
             stop_wait.cancel()
             if future in done:
                 exc = future.exception()
-                return Returned(future.result()) if exc is None else Raised(exc, describe(exc))
+                return Returned(future.result()) if exc is None else raised(exc)
             future.cancel()  # an async handler is cancelled; a thread is abandoned
             return Stopped() if stopped.is_set() else TimedOut(timeout or 0.0)
         finally:
-            self._stops.pop(ctx.id, None)
+            self._stops.pop(job.id, None)
+
+    def _context(self, job: Job) -> JobContext:
+        loop = asyncio.get_running_loop()
+
+        def call(op: str, data: Any) -> None:
+            asyncio.run_coroutine_threadsafe(self.link(op, job, data), loop).result()
+
+        return JobContext(
+            id=job.id,
+            task=job.task,
+            queue=job.queue,
+            attempt=job.attempts,
+            fence=job.fence,
+            args=job.args,
+            _progress=lambda data: call("progress", data),
+            _heartbeat=lambda: call("heartbeat", None),
+        )
 
     def _submit(self, fn: Callable[..., Any], ctx: JobContext) -> asyncio.Future[Any]:
         if asyncio.iscoroutinefunction(fn):

@@ -11,9 +11,9 @@ from tenure.backends.base import Backend
 from tenure.config import QueuePolicy
 from tenure.core.retry import decide
 from tenure.core.states import Outcome
-from tenure.errors import Fail, InvalidInput, Retry
+from tenure.errors import InvalidInput
 from tenure.job import Job
-from tenure.worker.executor import AttemptResult, Raised, Returned, Stopped, TimedOut
+from tenure.worker.executor import AttemptResult, Crashed, Raised, Returned, Stopped, TimedOut
 
 log = logging.getLogger("tenure.worker")
 
@@ -27,16 +27,18 @@ async def settle(backend: Backend, job: Job, policy: QueuePolicy, result: Attemp
                 return
             except InvalidInput as exc:  # the result is not JSON, or too large
                 await _fail(backend, job, policy, Outcome.ERROR, f"bad result: {exc}")
-        case Raised(Retry() as exc):
-            reason = f"Retry requested: {exc.reason}" if exc.reason else "Retry requested"
-            await _fail(backend, job, policy, Outcome.ERROR, reason, retry_in=exc.in_)
-        case Raised(Fail(), tb):
+        case Raised("retry", tb, retry_in, reason):
+            text = f"Retry requested: {reason}" if reason else "Retry requested"
+            await _fail(backend, job, policy, Outcome.ERROR, text, retry_in=retry_in)
+        case Raised("fail", tb):
             await _fail(backend, job, policy, Outcome.ERROR, tb, fatal=True)
         case Raised(_, tb):
             await _fail(backend, job, policy, Outcome.ERROR, tb)
         case TimedOut(after):
             text = f"attempt {job.attempts} exceeded its deadline of {after} s"
             await _fail(backend, job, policy, Outcome.TIMEOUT, text)
+        case Crashed(reason):
+            await _fail(backend, job, policy, Outcome.CRASHED, f"attempt {job.attempts}: {reason}")
         case Stopped():
             await hand_back(backend, job, policy)
 

@@ -25,13 +25,14 @@ from tenure.app import App
 from tenure.backends.base import Backend, LeaseRef, WorkerInfo
 from tenure.backends.factory import from_url
 from tenure.config import QueuePolicy, WorkerConfig
-from tenure.context import JobContext
-from tenure.errors import LeaseLost, TenureError
+from tenure.errors import InvalidInput, LeaseLost, TenureError
 from tenure.job import Job
+from tenure.loader import path_of
 from tenure.worker.executor import Executor, ThreadExecutor
 from tenure.worker.leases import LeaseKeeper
 from tenure.worker.outcome import hand_back, settle, settle_unknown_task
 from tenure.worker.periodic import every
+from tenure.worker.process import ProcessPool
 from tenure.worker.sweeper import Sweeper
 
 log = logging.getLogger("tenure.worker")
@@ -50,13 +51,14 @@ class Supervisor:
         app: App,
         config: WorkerConfig,
         *,
-        executor: Executor | None = None,
+        app_path: str | None = None,
         worker_id: str | None = None,
     ) -> None:
         self.app = app
         self.config = config
+        self.app_path = app_path
         self.worker_id = worker_id or new_worker_id()
-        self.executor = executor or ThreadExecutor(config.concurrency)
+        self.executor = self._executor()
         self.backend: Backend = from_url(app.url)
         self.policies: dict[str, QueuePolicy] = {}
         self.running: dict[LeaseRef, asyncio.Task[None]] = {}
@@ -66,12 +68,39 @@ class Supervisor:
         self._slot_freed = asyncio.Event()
         self._lost: set[LeaseRef] = set()
         self._jobs: dict[LeaseRef, Job] = {}
+        self._starting = 0  # attempts started but not yet handed to the executor
+
+    def _executor(self) -> Executor:
+        c = self.config
+        if c.pool == "thread":
+            return ThreadExecutor(self.app.tasks, self._link, c.concurrency)
+        app_path = self.app_path or path_of(self.app)
+        if app_path is None:
+            raise InvalidInput(
+                "executor processes import the App by its path: pass app_path='module:attr' "
+                "(the CLI does), define the App in an importable module, or use pool='thread'"
+            )
+        tasks = self.app.tasks
+        return ProcessPool(app_path, lambda name: tasks[name].is_async, self._link,
+                           concurrency=c.concurrency, async_slots=c.async_slots,
+                           max_jobs_per_executor=c.max_jobs_per_executor)  # fmt: skip
+
+    async def _link(self, op: str, job: Job, data: Any) -> None:
+        """What a running handler asks of the supervisor: progress, or a heartbeat now."""
+        if op == "progress":
+            await self.backend.progress(job.id, job.fence, data)
+        elif op == "heartbeat":
+            if await self.backend.heartbeat(self.worker_id, {(job.id, job.fence)}):
+                raise LeaseLost(f"job {job.id} is no longer held with fence {job.fence}")
+        else:
+            raise InvalidInput(f"unknown request {op!r} from an executor")
 
     # -- life cycle --------------------------------------------------------
 
     async def run(self) -> None:
         await self.backend.open()
         try:
+            await self.executor.start()
             await self._run()
         finally:
             await self.executor.close()
@@ -155,9 +184,9 @@ class Supervisor:
     async def _claim_loop(self) -> None:
         idle = self.config.idle_poll_min
         while not self._draining.is_set():
-            free = self.executor.slots - len(self.running)
+            free = self.executor.capacity() - self._starting
             if free <= 0:
-                await self._wait(self._slot_freed, None)
+                await self._wait(self._slot_freed, self.config.idle_poll_max)
                 continue
             try:
                 jobs = await self.backend.claim(self.worker_id, self.config.queues, free)
@@ -171,8 +200,19 @@ class Supervisor:
                 continue
             if self.config.burst and not self.running:
                 return
-            await self._wait(self._slot_freed, idle)
+            await self._idle(idle)
             idle = min(idle * 2, self.config.idle_poll_max)
+
+    async def _idle(self, timeout: float) -> None:
+        """Nothing to claim: wait for storage to signal jobs, a free slot or a stop."""
+        waits = {
+            asyncio.ensure_future(self._slot_freed.wait()),
+            asyncio.ensure_future(self.backend.wait_for_jobs(self.config.queues, timeout)),
+        }
+        _, pending = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in pending:
+            waiting.cancel()
+        self._slot_freed.clear()
 
     async def _wait(self, event: asyncio.Event, timeout: float | None) -> None:
         with contextlib.suppress(TimeoutError):
@@ -182,6 +222,7 @@ class Supervisor:
     def _start(self, job: Job) -> None:
         lease = (job.id, job.fence)
         self._jobs[lease] = job
+        self._starting += 1
         self.running[lease] = asyncio.create_task(self._attempt(job), name=f"attempt-{job.id}")
         self.keeper.hold(lease, lambda: self._on_lease_lost(lease))
 
@@ -193,15 +234,15 @@ class Supervisor:
 
     async def _attempt(self, job: Job) -> None:
         lease = (job.id, job.fence)
+        handed = False
         try:
             policy = await self._policy(job.queue)
-            task = self.app.tasks.get(job.task)
-            if task is None:
+            if job.task not in self.app.tasks:
                 await settle_unknown_task(self.backend, job, policy)
                 return
-            ctx = self._context(job)
-            timeout = job.timeout or policy.timeout
-            result = await self.executor.run(task.fn, ctx, timeout)
+            self._starting -= 1
+            handed = True
+            result = await self.executor.run(job, job.timeout or policy.timeout)
             if lease in self._lost:
                 return  # recovered by the sweeper: this attempt must never settle
             await settle(self.backend, job, policy, result)
@@ -210,33 +251,14 @@ class Supervisor:
         except Exception:
             log.exception("job %s: could not settle attempt %d", job.id, job.attempts)
         finally:
+            if not handed:
+                self._starting -= 1
             self.keeper.drop(lease)
             self._lost.discard(lease)
             self.running.pop(lease, None)
             self._jobs.pop(lease, None)
             self.processed += 1
             self._slot_freed.set()
-
-    def _context(self, job: Job) -> JobContext:
-        loop = asyncio.get_running_loop()
-
-        def call(coro: Any) -> None:
-            asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-        return JobContext(
-            id=job.id,
-            task=job.task,
-            queue=job.queue,
-            attempt=job.attempts,
-            fence=job.fence,
-            args=job.args,
-            _progress=lambda data: call(self.backend.progress(job.id, job.fence, data)),
-            _heartbeat=lambda: call(self._heartbeat_one(job.id, job.fence)),
-        )
-
-    async def _heartbeat_one(self, job_id: str, fence: int) -> None:
-        if await self.backend.heartbeat(self.worker_id, {(job_id, fence)}):
-            raise LeaseLost(f"job {job_id} is no longer held with fence {fence}")
 
     # -- drain -------------------------------------------------------------
 
@@ -265,6 +287,6 @@ class Supervisor:
         await asyncio.gather(*leftover.values(), return_exceptions=True)
 
 
-def run_worker(app: App, config: WorkerConfig) -> None:
+def run_worker(app: App, config: WorkerConfig, app_path: str | None = None) -> None:
     """Run a worker in this process until it is drained."""
-    asyncio.run(Supervisor(app, config).run())
+    asyncio.run(Supervisor(app, config, app_path=app_path).run())

@@ -274,6 +274,10 @@ class SQLiteBackend:
                 )
         return jobs
 
+    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+        # SQLite cannot wake another process: the worker polls, backing off.
+        await asyncio.sleep(timeout)
+
     # -- lease holders -----------------------------------------------------
 
     async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:

@@ -1,0 +1,326 @@
+"""The process pool: executor processes, watched by the supervisor.
+
+Each executor runs one sync handler at a time, or up to ``async_slots`` async
+handlers on its event loop. The supervisor learns of an executor's death at
+once, from end of file on its pipe, records its attempts ``crashed`` and starts
+a replacement. At a deadline, or when a lease is lost, or when a drain's budget
+is spent, it kills the executor (SIGKILL: a handler holding the GIL cannot
+refuse) and replaces it; attempts killed alongside the one that had to stop are
+handed back without penalty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tenure.errors import LeaseLost, TenureError
+from tenure.job import Job
+from tenure.worker.executor import (
+    AttemptResult,
+    Crashed,
+    Link,
+    Raised,
+    Returned,
+    Stopped,
+    TimedOut,
+)
+from tenure.worker.wire import Message, WireError, frame, parse, size_of
+
+log = logging.getLogger("tenure.executor")
+
+ASYNC_CANCEL_GRACE = 1.0
+START_TIMEOUT = 60.0
+
+
+@dataclass
+class Running:
+    job: Job
+    is_async: bool
+    result: asyncio.Future[AttemptResult]
+    timeout: float | None
+    timer: asyncio.TimerHandle | None = None
+    stop_reason: str | None = None  # why the supervisor stopped it: timeout, stopped
+
+
+@dataclass
+class Child:
+    """One executor process and what it runs."""
+
+    proc: subprocess.Popen[bytes]
+    transport: asyncio.WriteTransport
+    ready: asyncio.Future[None]
+    jobs: dict[str, Running] = field(default_factory=dict)
+    done: int = 0
+    retiring: bool = False
+    killed: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send(self, message: Message) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(frame(message))
+
+    def kill(self) -> None:
+        if not self.killed:
+            self.killed = True
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGKILL)
+
+
+class ProcessPool:
+    """``concurrency`` executor processes for the App at ``app_path``."""
+
+    def __init__(
+        self,
+        app_path: str,
+        is_async: Callable[[str], bool],
+        link: Link,
+        *,
+        concurrency: int,
+        async_slots: int = 1,
+        max_jobs_per_executor: int | None = None,
+    ) -> None:
+        self.app_path = app_path
+        self.is_async = is_async
+        self.link = link
+        self.concurrency = concurrency
+        self.async_slots = async_slots
+        self.max_jobs = max_jobs_per_executor
+        self.children: list[Child] = []
+        self.started = 0
+        self._changed = asyncio.Event()
+        self._closing = False
+        self._waiting = 0
+        self._tasks: set[asyncio.Task[None]] = set()  # watchers and answers, kept referenced
+
+    # -- capacity and placement ----------------------------------------------
+
+    def capacity(self) -> int:
+        """How many more jobs can start now, whatever their kind."""
+        free = 0
+        for c in self._usable():
+            if not c.jobs:
+                free += 1
+            elif all(r.is_async for r in c.jobs.values()):
+                free += self.async_slots - len(c.jobs)
+        return max(free - self._waiting, 0)
+
+    def _usable(self) -> list[Child]:
+        return [c for c in self.children if c.ready.done() and not c.retiring and not c.killed]
+
+    def _place(self, is_async: bool) -> Child | None:
+        usable = self._usable()
+        if is_async:
+            shared = [c for c in usable if c.jobs and len(c.jobs) < self.async_slots
+                      and all(r.is_async for r in c.jobs.values())]  # fmt: skip
+            if shared:
+                return max(shared, key=lambda c: len(c.jobs))
+        return next((c for c in usable if not c.jobs), None)
+
+    # -- life cycle ----------------------------------------------------------
+
+    async def start(self) -> None:
+        for _ in range(self.concurrency):
+            self.children.append(await self._spawn())
+        await asyncio.gather(*(c.ready for c in self.children))
+
+    async def _spawn(self) -> Child:
+        loop = asyncio.get_running_loop()
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or "." for p in sys.path)}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tenure.worker.child", self.app_path,
+             str(to_child_r), str(from_child_w), str(os.getpid())],
+            pass_fds=(to_child_r, from_child_w), env=env, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.started += 1
+        transport, _ = await loop.connect_write_pipe(
+            asyncio.Protocol, os.fdopen(to_child_w, "wb", buffering=0)
+        )
+        reader = asyncio.StreamReader(limit=2**31)
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(from_child_r, "rb", buffering=0)
+        )
+        child = Child(proc, transport, loop.create_future())
+        self._tasks.add(
+            asyncio.create_task(self._watch(child, reader), name=f"executor-{proc.pid}")
+        )
+        return child
+
+    async def _watch(self, child: Child, reader: asyncio.StreamReader) -> None:
+        """Read the child's messages until its pipe closes: then it is dead."""
+        try:
+            while True:
+                header = await reader.readexactly(4)
+                message = parse(await reader.readexactly(size_of(header)))
+                await self._on_message(child, message)
+        except (asyncio.IncompleteReadError, ConnectionError, WireError):
+            pass
+        except asyncio.CancelledError:
+            child.kill()
+            raise
+        finally:
+            child.transport.close()
+        await self._on_death(child)
+
+    async def _on_message(self, child: Child, message: Message) -> None:
+        op = message.get("op")
+        if op == "ready":
+            if not child.ready.done():
+                child.ready.set_result(None)
+            self._changed.set()
+        elif op == "fatal":
+            if not child.ready.done():
+                child.ready.set_exception(TenureError(message.get("error", "executor failed")))
+        elif op == "started":
+            running = child.jobs.get(message["id"])
+            if running is not None and running.timeout is not None:
+                running.timer = asyncio.get_running_loop().call_later(
+                    running.timeout, self._deadline, child, running
+                )
+        elif op == "done":
+            self._finish(child, message)
+        elif op in ("progress", "heartbeat"):
+            self._tasks.add(asyncio.create_task(self._answer(child, message)))
+
+    async def _answer(self, child: Child, message: Message) -> None:
+        running = child.jobs.get(message["id"])
+        reply: Message = {"op": "reply", "req": message["req"]}
+        try:
+            if running is None or running.stop_reason is not None:
+                raise LeaseLost(f"job {message['id']} is no longer run by this executor")
+            await self.link(message["op"], running.job, message.get("data"))
+        except LeaseLost as exc:
+            reply.update(error="lease_lost", message=str(exc))
+        except Exception as exc:
+            reply.update(error="failed", message=str(exc))
+        child.send(reply)
+
+    def _finish(self, child: Child, message: Message) -> None:
+        running = child.jobs.pop(message["id"], None)
+        if running is None:
+            return
+        child.done += 1
+        if running.timer is not None:
+            running.timer.cancel()
+        if running.stop_reason == "timeout":
+            result: AttemptResult = TimedOut(running.timeout or 0.0)
+        elif running.stop_reason is not None:
+            result = Stopped()
+        elif message["kind"] == "returned":
+            result = Returned(message.get("value"))
+        else:
+            result = Raised(message["kind"], message["error"], message.get("retry_in"),
+                            message.get("reason", ""))  # fmt: skip
+        if not running.result.done():
+            running.result.set_result(result)
+        self._maybe_retire(child)
+        self._changed.set()
+
+    async def _on_death(self, child: Child) -> None:
+        code = await asyncio.get_running_loop().run_in_executor(None, child.proc.wait)
+        how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        if not child.ready.done():
+            child.ready.set_exception(TenureError(f"executor {child.pid} {how} while starting"))
+        for running in child.jobs.values():
+            if running.timer is not None:
+                running.timer.cancel()
+            if running.result.done():
+                continue
+            if running.stop_reason == "timeout":
+                running.result.set_result(TimedOut(running.timeout or 0.0))
+            elif running.stop_reason is not None or child.retiring:
+                running.result.set_result(Stopped())
+            else:
+                running.result.set_result(Crashed(f"executor process {child.pid} {how}"))
+        if child.jobs and not child.killed:
+            log.error("executor %d %s, running %d job(s)", child.pid, how, len(child.jobs))
+        child.jobs.clear()
+        if child in self.children:
+            self.children.remove(child)
+            if not self._closing:
+                await self._replace()
+        self._changed.set()
+
+    async def _replace(self) -> None:
+        try:
+            child = await self._spawn()
+            self.children.append(child)
+            await child.ready
+        except TenureError:
+            if not self._closing:
+                log.exception("could not start a replacement executor")
+
+    def _maybe_retire(self, child: Child) -> None:
+        if self.max_jobs is not None and child.done >= self.max_jobs and not child.jobs:
+            child.retiring = True
+            child.send({"op": "exit"})
+
+    async def close(self) -> None:
+        self._closing = True
+        for child in self.children:
+            child.kill()
+        for child in list(self.children):
+            with contextlib.suppress(Exception):
+                await asyncio.get_running_loop().run_in_executor(None, child.proc.wait)
+
+    # -- attempts ------------------------------------------------------------
+
+    async def run(self, job: Job, timeout: float | None) -> AttemptResult:
+        is_async = self.is_async(job.task)
+        self._waiting += 1
+        try:
+            while (child := self._place(is_async)) is None:
+                self._changed.clear()
+                await self._changed.wait()
+        finally:
+            self._waiting -= 1
+        running = Running(job, is_async, asyncio.get_running_loop().create_future(), timeout)
+        child.jobs[job.id] = running
+        child.send({"op": "run", "async": is_async, "id": job.id, "task": job.task,
+                    "queue": job.queue, "attempt": job.attempts, "fence": job.fence,
+                    "args": job.args})  # fmt: skip
+        return await running.result
+
+    def stop(self, job_id: str) -> None:
+        for child in self.children:
+            running = child.jobs.get(job_id)
+            if running is not None:
+                running.stop_reason = running.stop_reason or "stopped"
+                self._interrupt(child, running)
+
+    def _deadline(self, child: Child, running: Running) -> None:
+        running.stop_reason = "timeout"
+        log.warning("job %s passed its deadline of %s s", running.job.id, running.timeout)
+        self._interrupt(child, running)
+
+    def _interrupt(self, child: Child, running: Running) -> None:
+        """Stop one attempt: cancel an async one (kill if it will not yield); kill a sync one."""
+        if running.is_async and len(child.jobs) > 1:
+            child.send({"op": "cancel", "id": running.job.id})
+            asyncio.get_running_loop().call_later(ASYNC_CANCEL_GRACE, self._kill_if_running,
+                                                  child, running)  # fmt: skip
+            return
+        self._kill(child)
+
+    def _kill(self, child: Child) -> None:
+        for other in child.jobs.values():  # collateral: handed back, no penalty
+            other.stop_reason = other.stop_reason or "stopped"
+        child.kill()
+
+    def _kill_if_running(self, child: Child, running: Running) -> None:
+        if child.jobs.get(running.job.id) is running:
+            self._kill(child)

@@ -1,0 +1,94 @@
+"""The detectors as components: one run_once() each, driven by an injected clock."""
+
+import asyncio
+import os
+
+import pytest
+
+from tenure.backends.base import WorkerInfo
+from tenure.backends.sqlite import SQLiteBackend
+from tenure.core.clock import FakeClock
+from tenure.core.states import Outcome, State
+from tenure.job import JobSpec
+from tenure.worker.leases import LeaseKeeper
+from tenure.worker.sweeper import Sweeper
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def make_backend(tmp_path, clock):
+    opened = []
+
+    async def make():
+        b = SQLiteBackend(str(tmp_path / "d.db"), clock=clock)
+        await b.open()
+        opened.append(b)
+        return b
+
+    yield make
+    for b in opened:
+        asyncio.run(b.close())
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def claimed(backend, worker="w1"):
+    await backend.register_worker(WorkerInfo(worker, "host", os.getpid(), ("default",)))
+    await backend.enqueue([JobSpec.create("t", {})])
+    [job] = await backend.claim(worker, ["default"], 1)
+    return job
+
+
+def test_the_sweeper_recovers_an_expired_lease_without_anyone_sleeping(make_backend, clock):
+    async def scenario():
+        backend = await make_backend()
+        job = await claimed(backend)
+        sweeper = Sweeper(backend, interval=1.0)
+        assert (await sweeper.run_once()).rescued == ()
+        clock.advance(15.0)  # the default lease runs out, judged by storage's clock
+        report = await sweeper.run_once()
+        assert [(r.job_id, r.outcome) for r in report.rescued] == [(job.id, Outcome.STALLED)]
+        return await backend.get(job.id)
+
+    got = run(scenario())
+    assert got.state is State.QUEUED and got.stalls == 1
+
+
+def test_one_sweep_per_interval_across_sweepers(make_backend, clock):
+    async def scenario():
+        a, b = await make_backend(), await make_backend()
+        first, second = Sweeper(a, interval=1.0), Sweeper(b, interval=1.0)
+        swept = [(await first.run_once()).swept, (await second.run_once()).swept]
+        clock.advance(1.0)
+        swept.append((await second.run_once()).swept)
+        return swept
+
+    assert run(scenario()) == [True, False, True]
+
+
+def test_the_lease_keeper_renews_and_reports_a_lost_lease_to_its_attempt(make_backend, clock):
+    async def scenario():
+        backend = await make_backend()
+        job = await claimed(backend)
+        lost = []
+        keeper = LeaseKeeper(backend, "w1", interval=2.0)
+        keeper.hold((job.id, job.fence), lambda: lost.append(job.id))
+        clock.advance(10.0)
+        assert await keeper.run_once() == set()  # renewed: expires 15 s from now
+        renewed = (await backend.get(job.id)).lease_expires_at
+        clock.advance(14.0)
+        assert (await backend.rescue()).rescued == ()  # still held
+        clock.advance(2.0)  # frozen past expiry: the sweeper recovers it
+        assert (await backend.rescue()).rescued
+        assert await keeper.run_once() == {(job.id, job.fence)}
+        return renewed, lost, keeper.held
+
+    renewed, lost, held = run(scenario())
+    assert renewed == FakeClock().now() + 10.0 + 15.0
+    assert lost and held == set()

@@ -1,0 +1,125 @@
+"""Executor processes: reuse, recycling, async slots, deadlines, crashes."""
+
+import asyncio
+import sys
+import textwrap
+
+import pytest
+
+from tenure import App, DeadReason, InvalidInput, Outcome, State, WorkerConfig
+from tenure.worker import Supervisor
+
+MODULE = """
+import asyncio, os, time, tenure
+
+app = tenure.App({url!r})
+
+@app.task
+def pid() -> int:
+    return os.getpid()
+
+@app.task
+async def apid(seconds: float) -> int:
+    await asyncio.sleep(seconds)
+    return os.getpid()
+
+@app.task(timeout=0.3, max_attempts=1)
+def wedged() -> None:
+    while True:
+        pass
+
+@app.task(max_attempts=3)
+def dies() -> None:
+    os._exit(7)
+
+@app.task
+def reports() -> str:
+    job = tenure.current_job()
+    job.progress({{"attempt": job.attempt, "fence": job.fence}})
+    job.heartbeat()
+    return "ok"
+"""
+
+
+@pytest.fixture
+def pool_app(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'pool.db'}"
+    name = f"pool_app_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(MODULE.format(url=url)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = __import__(name)
+    yield module.app
+    module.app.close()
+    sys.modules.pop(name, None)
+
+
+def work(app: App, **config):
+    options = {"burst": True, "idle_poll_max": 0.05, "concurrency": 1, **config}
+    asyncio.run(Supervisor(app, WorkerConfig(**options)).run())
+
+
+def results(app, jobs):
+    return [app.get_job(j.id).result for j in jobs]
+
+
+def test_an_executor_process_is_reused_between_jobs(pool_app):
+    jobs = pool_app.enqueue_many("pid", [{}] * 4)
+    work(pool_app)
+    pids = results(pool_app, jobs)
+    assert len(set(pids)) == 1 and pids[0] != __import__("os").getpid()
+
+
+def test_an_executor_is_recycled_after_max_jobs(pool_app):
+    jobs = pool_app.enqueue_many("pid", [{}] * 6)
+    work(pool_app, max_jobs_per_executor=2)
+    pids = results(pool_app, jobs)
+    assert len(set(pids)) == 3
+    assert all(pool_app.get_job(j.id).attempts == 1 for j in jobs)
+
+
+def test_async_handlers_share_an_executor_up_to_its_slots(pool_app):
+    jobs = pool_app.enqueue_many("apid", [{"seconds": 0.5}] * 4)
+    work(pool_app, async_slots=4)
+    done = [pool_app.get_job(j.id) for j in jobs]
+    assert len({j.result for j in done}) == 1
+    first_end = min(j.history[0].ended_at for j in done)
+    assert all(j.history[0].started_at < first_end for j in done), "they did not overlap"
+
+
+def test_a_handler_holding_the_gil_is_killed_at_its_deadline(pool_app):
+    wedged = pool_app.enqueue("wedged", {})
+    after = pool_app.enqueue("pid", {})
+    work(pool_app)
+    dead = pool_app.get_job(wedged.id)
+    assert dead.dead_reason is DeadReason.TIMEOUT
+    attempt = dead.history[0]
+    assert attempt.outcome is Outcome.TIMEOUT
+    assert 0.3 <= attempt.ended_at - attempt.started_at < 5
+    assert pool_app.get_job(after.id).state is State.COMPLETED  # a new executor took over
+
+
+def test_an_executor_that_dies__crashes_the_attempt_and_is_replaced(pool_app):
+    pool_app.queue().set_policy(max_stalls=2)
+    job = pool_app.enqueue("dies", {})
+    after = pool_app.enqueue("pid", {})
+    work(pool_app)
+    dead = pool_app.get_job(job.id)
+    assert dead.dead_reason is DeadReason.CRASHED and dead.stalls == 2
+    assert [a.outcome for a in dead.history] == [Outcome.CRASHED, Outcome.CRASHED]
+    assert "exited with status 7" in dead.error
+    assert pool_app.get_job(after.id).state is State.COMPLETED
+
+
+def test_progress_and_heartbeat_reach_storage_from_an_executor(pool_app):
+    job = pool_app.enqueue("reports", {})
+    work(pool_app)
+    got = pool_app.get_job(job.id)
+    assert got.result == "ok" and got.progress == {"attempt": 1, "fence": 1}
+
+
+def test_an_app_that_is_not_importable__is_refused_with_a_way_out(tmp_path):
+    with (
+        App(f"sqlite:///{tmp_path / 'x.db'}") as app,
+        pytest.raises(InvalidInput, match="pool='thread'"),
+    ):
+        Supervisor(app, WorkerConfig())
