@@ -8,7 +8,8 @@ import click
 
 from tenure.app import App
 from tenure.cli.common import CliError, json_option, open_app
-from tenure.cli.output import job_dict, print_job, print_jobs, print_json
+from tenure.cli.jobs import list_jobs
+from tenure.cli.output import job_dict, print_job, print_json
 from tenure.core.states import State
 
 QUEUE_HELP = "Only this queue (default: every queue)."
@@ -33,14 +34,7 @@ def dlq() -> None:
 @json_option
 def list_(queue: str | None, limit: int, after: str | None, as_json: bool) -> None:
     """List dead jobs, newest first."""
-    app = open_app()
-    if queue is not None:
-        app.queue(queue)  # validates the name
-    page = app.jobs(queue, State.DEAD, limit, after)
-    if as_json:
-        print_json({"jobs": [job_dict(j) for j in page.jobs], "next_cursor": page.next_cursor})
-        return
-    print_jobs(page, empty="no dead jobs")
+    list_jobs(queue, State.DEAD, limit, after, as_json=as_json, empty="no dead jobs")
 
 
 @dlq.command()

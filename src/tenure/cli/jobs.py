@@ -64,14 +64,24 @@ def jobs(
     queue: str | None, state: str | None, limit: int, after: str | None, as_json: bool
 ) -> None:
     """List jobs, newest first."""
-    app = open_app()
-    if queue is not None:
-        app.queue(queue)  # validates the name
-    page = app.jobs(queue, state, limit, after)
+    list_jobs(queue, state, limit, after, as_json=as_json, empty="no jobs")
+
+
+def list_jobs(
+    queue: str | None,
+    state: str | None,
+    limit: int,
+    after: str | None,
+    *,
+    as_json: bool,
+    empty: str,
+) -> None:
+    """One page of jobs, as a table or as JSON."""
+    page = open_app().jobs(queue, state, limit, after)
     if as_json:
         print_json({"jobs": [job_dict(j) for j in page.jobs], "next_cursor": page.next_cursor})
-        return
-    print_jobs(page, empty="no jobs")
+    else:
+        print_jobs(page, empty=empty)
 
 
 @click.command()

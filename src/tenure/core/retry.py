@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from tenure.config import QueuePolicy
 from tenure.core.states import STALL_OUTCOMES, DeadReason, Outcome, State
+from tenure.job import Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +76,25 @@ def decide(
         return Decision(State.QUEUED, stall=True)
     delay = backoff(attempts, policy, rng) if retry_in is None else retry_in
     return Decision(State.SCHEDULED if delay > 0 else State.QUEUED, delay=delay)
+
+
+def decide_for(
+    job: Job,
+    outcome: Outcome,
+    policy: QueuePolicy,
+    *,
+    retry_in: float | None = None,
+    fatal: bool = False,
+) -> Decision:
+    """:func:`decide` for a job as claimed: its counters, and its own ``max_attempts``
+    when it has one."""
+    return decide(
+        outcome,
+        attempts=job.attempts,
+        stalls=job.stalls,
+        max_attempts=job.max_attempts or policy.max_attempts,
+        max_stalls=policy.max_stalls,
+        policy=policy,
+        retry_in=retry_in,
+        fatal=fatal,
+    )

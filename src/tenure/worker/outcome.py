@@ -9,7 +9,7 @@ import logging
 
 from tenure.backends.base import Backend
 from tenure.config import QueuePolicy
-from tenure.core.retry import decide
+from tenure.core.retry import decide_for
 from tenure.core.states import Outcome
 from tenure.errors import InvalidInput
 from tenure.job import Job
@@ -69,14 +69,5 @@ async def _fail(
     retry_in: float | None = None,
     fatal: bool = False,
 ) -> None:
-    decision = decide(
-        outcome,
-        attempts=job.attempts,
-        stalls=job.stalls,
-        max_attempts=job.max_attempts or policy.max_attempts,
-        max_stalls=policy.max_stalls,
-        policy=policy,
-        retry_in=retry_in,
-        fatal=fatal,
-    )
+    decision = decide_for(job, outcome, policy, retry_in=retry_in, fatal=fatal)
     await backend.fail(job.id, job.fence, outcome, error, decision)

@@ -100,7 +100,8 @@ class ProcessPool:
         self.started = 0
         self._changed = asyncio.Event()
         self._closing = False
-        self._waiting = 0
+        self._waiting: set[str] = set()  # jobs waiting for an executor
+        self._stopped_waiting: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()  # watchers and answers, kept referenced
 
     # -- capacity and placement ----------------------------------------------
@@ -113,7 +114,7 @@ class ProcessPool:
                 free += 1
             elif all(r.is_async for r in c.jobs.values()):
                 free += self.async_slots - len(c.jobs)
-        return max(free - self._waiting, 0)
+        return max(free - len(self._waiting), 0)
 
     def _usable(self) -> list[Child]:
         return [c for c in self.children if c.ready.done() and not c.retiring and not c.killed]
@@ -281,13 +282,16 @@ class ProcessPool:
 
     async def run(self, job: Job, timeout: float | None) -> AttemptResult:
         is_async = self.is_async(job.task)
-        self._waiting += 1
+        self._waiting.add(job.id)
         try:
             while (child := self._place(is_async)) is None:
+                if job.id in self._stopped_waiting:
+                    return Stopped()
                 self._changed.clear()
                 await self._changed.wait()
         finally:
-            self._waiting -= 1
+            self._waiting.discard(job.id)
+            self._stopped_waiting.discard(job.id)
         running = Running(job, is_async, asyncio.get_running_loop().create_future(), timeout)
         child.jobs[job.id] = running
         child.send({"op": "run", "async": is_async, "id": job.id, "task": job.task,
@@ -301,6 +305,10 @@ class ProcessPool:
             if running is not None:
                 running.stop_reason = running.stop_reason or "stopped"
                 self._interrupt(child, running)
+                return
+        if job_id in self._waiting:  # not placed yet: it never will be
+            self._stopped_waiting.add(job_id)
+            self._changed.set()
 
     def _deadline(self, child: Child, running: Running) -> None:
         running.stop_reason = "timeout"

@@ -25,10 +25,10 @@ from tenure.app import App
 from tenure.backends.base import Backend, LeaseRef, WorkerInfo
 from tenure.backends.factory import from_url
 from tenure.config import QueuePolicy, WorkerConfig
-from tenure.errors import InvalidInput, LeaseLost, TenureError
+from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost, TenureError
 from tenure.job import Job
 from tenure.loader import path_of
-from tenure.worker.executor import Executor, ThreadExecutor
+from tenure.worker.executor import AttemptResult, Executor, ThreadExecutor
 from tenure.worker.leases import LeaseKeeper
 from tenure.worker.outcome import hand_back, settle, settle_unknown_task
 from tenure.worker.periodic import every
@@ -38,6 +38,7 @@ from tenure.worker.sweeper import Sweeper
 log = logging.getLogger("tenure.worker")
 
 POLICY_REFRESH = 5.0
+SETTLE_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 5.0, 5.0)
 
 
 def new_worker_id() -> str:
@@ -243,9 +244,7 @@ class Supervisor:
             self._starting -= 1
             handed = True
             result = await self.executor.run(job, job.timeout or policy.timeout)
-            if lease in self._lost:
-                return  # recovered by the sweeper: this attempt must never settle
-            await settle(self.backend, job, policy, result)
+            await self._settle(job, policy, result)
         except LeaseLost as exc:
             log.warning("job %s: %s", job.id, exc)
         except Exception:
@@ -259,6 +258,20 @@ class Supervisor:
             self._jobs.pop(lease, None)
             self.processed += 1
             self._slot_freed.set()
+
+    async def _settle(self, job: Job, policy: QueuePolicy, result: AttemptResult) -> None:
+        """Settle, riding out a storage hiccup while the lease is still heartbeated."""
+        lease = (job.id, job.fence)
+        for delay in SETTLE_RETRIES:
+            if lease in self._lost:
+                return  # recovered by the sweeper, or handed back: never settle
+            try:
+                await settle(self.backend, job, policy, result)
+                return
+            except BackendUnavailable as exc:
+                log.warning("job %s: could not settle (%s); retrying in %.1f s", job.id, exc, delay)
+                await asyncio.sleep(delay)
+        log.error("job %s: gave up settling; its lease will expire and it will run again", job.id)
 
     # -- drain -------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.names import check_name
 from tenure.core.payload import decode, encode
-from tenure.core.retry import Decision, decide
+from tenure.core.retry import Decision, decide_for
 from tenure.core.states import DeadReason, Outcome, State, parse_state
 from tenure.errors import (
     BackendUnavailable,
@@ -420,14 +420,7 @@ class SQLiteBackend:
     def _recover(
         self, conn: sqlite3.Connection, job: Job, outcome: Outcome, policy: QueuePolicy, now: float
     ) -> Rescued:
-        decision = decide(
-            outcome,
-            attempts=job.attempts,
-            stalls=job.stalls,
-            max_attempts=job.max_attempts or policy.max_attempts,
-            max_stalls=policy.max_stalls,
-            policy=policy,
-        )
+        decision = decide_for(job, outcome, policy)
         error = f"attempt {job.attempts} {outcome}: " + (
             f"its worker {job.worker} is gone" if outcome is Outcome.CRASHED
             else f"the lease of worker {job.worker} expired"
