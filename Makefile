@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test lint typecheck pytest system-deps soak clean
+.PHONY: install demo test lint typecheck pytest system-deps soak clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) scripts/check_python.py
@@ -11,6 +11,8 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
 	touch $@
+
+install: $(BIN)/.installed
 
 ## make demo: enqueue jobs, kill -9 a worker mid-job, watch the jobs come back (SQLite).
 demo: $(BIN)/.installed

@@ -1,9 +1,14 @@
 """Fixtures shared by every test: real backends, each test on clean storage.
 
 ``backend_url`` names fresh, empty storage for one test, for every backend
-that exists (only SQLite so far). ``backend`` is an opened backend on it,
-driven synchronously through a portal; ``open_backend(url)`` opens more
-(each one is what a separate worker process would hold).
+this tenure has: a new SQLite file, a new PostgreSQL database, a flushed Redis.
+The servers are real, started once per session on random ports
+(``tests/servers.py``). ``backend`` is an opened backend on that storage,
+driven synchronously through a portal; ``open_backend(url)`` opens more (each
+one is what a separate worker process would hold).
+
+A backend named in ``$TENURE_REQUIRE_BACKENDS`` whose server cannot start fails
+its tests instead of skipping them.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ from typing import Any
 
 import pytest
 
-from tenure.backends import Backend, from_url
+from tenure.backends import Backend
+from tenure.backends.factory import available_kinds
 from tenure.portal import Portal
+from tests.servers import PostgresServer, RedisServer, ServerUnavailable
 
-BACKENDS = ["sqlite"]
+BACKENDS = available_kinds()
 
 
 def required_backends() -> set[str]:
@@ -50,29 +57,39 @@ def portal() -> Iterator[Portal]:
     p.close()
 
 
+def _server_or_skip(kind: str, start: Callable[[], Any]) -> Any:
+    try:
+        return start()
+    except ServerUnavailable as exc:
+        if kind in required_backends():
+            pytest.fail(f"{kind} is required (TENURE_REQUIRE_BACKENDS) but: {exc}")
+        pytest.skip(f"no {kind} server: {exc}")
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = _server_or_skip("postgres", PostgresServer)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = _server_or_skip("redis", RedisServer)
+    yield server
+    server.close()
+
+
 @pytest.fixture(params=BACKENDS)
 def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     kind = request.param
     if kind == "sqlite":
         return f"sqlite:///{tmp_path / 'tenure.db'}"
+    if kind == "postgres":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        return server.new_database()
+    if kind == "redis":
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        redis.flush()
+        return redis.url
     raise AssertionError(kind)
-
-
-@pytest.fixture
-def open_backend(portal: Portal) -> Iterator[Callable[[str], SyncBackend]]:
-    opened: list[SyncBackend] = []
-
-    def open_(url: str) -> SyncBackend:
-        b = SyncBackend(from_url(url), portal)
-        b.open()
-        opened.append(b)
-        return b
-
-    yield open_
-    for b in reversed(opened):
-        b.close()
-
-
-@pytest.fixture
-def backend(backend_url: str, open_backend: Callable[[str], SyncBackend]) -> SyncBackend:
-    return open_backend(backend_url)

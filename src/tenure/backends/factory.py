@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 from urllib.parse import urlsplit
 
@@ -9,10 +11,21 @@ from tenure.backends.base import Backend
 from tenure.config import DEFAULT_URL
 from tenure.errors import InvalidInput
 
-SCHEMES = {
-    "sqlite": "tenure.backends.sqlite",
+# backend kind -> (URL schemes, module, class)
+KINDS = {
+    "sqlite": (("sqlite",), "tenure.backends.sqlite", "SQLiteBackend"),
+    "postgres": (("postgresql", "postgres"), "tenure.backends.postgres", "PostgresBackend"),
+    "redis": (("redis", "rediss", "unix"), "tenure.backends.redis", "RedisBackend"),
 }
-PLANNED = ("postgresql", "postgres", "redis", "rediss", "unix")
+
+
+def available_kinds() -> list[str]:
+    """The backend kinds this installation of tenure has."""
+    return [kind for kind, (_, module, _) in KINDS.items() if importlib.util.find_spec(module)]
+
+
+def _schemes() -> dict[str, str]:
+    return {scheme: kind for kind in available_kinds() for scheme in KINDS[kind][0]}
 
 
 def resolve_url(url: str | None) -> str:
@@ -26,22 +39,30 @@ def from_url(url: str | None = None) -> Backend:
     if not isinstance(url, str) or "://" not in url:
         raise InvalidInput(
             f"malformed backend URL {url!r}: expected scheme://…, "
-            f"with scheme one of {', '.join(sorted(SCHEMES))}"
+            f"with scheme one of {', '.join(_schemes())}"
         )
     try:
         scheme = urlsplit(url).scheme.lower()
     except ValueError as exc:
         raise InvalidInput(f"malformed backend URL {url!r}: {exc}") from None
-    if scheme == "sqlite":
-        from tenure.backends.sqlite import SQLiteBackend
-
-        return SQLiteBackend.from_url(url)
-    accepted = ", ".join(sorted(SCHEMES))
-    if scheme in PLANNED:
+    schemes = _schemes()
+    accepted = ", ".join(schemes)
+    if scheme not in schemes and any(scheme in k[0] for k in KINDS.values()):
         raise InvalidInput(
             f"the {scheme}:// backend is not available in this version of tenure; "
             f"accepted schemes: {accepted}"
         )
-    raise InvalidInput(
-        f"unknown backend scheme {scheme!r} in {url!r}; accepted schemes: {accepted}"
-    )
+    if scheme not in schemes:
+        raise InvalidInput(
+            f"unknown backend scheme {scheme!r} in {url!r}; accepted schemes: {accepted}"
+        )
+    _, module, name = KINDS[schemes[scheme]]
+    try:
+        backend_class = getattr(importlib.import_module(module), name)
+    except ImportError as exc:  # the backend's driver is an extra
+        extra = schemes[scheme]
+        raise InvalidInput(
+            f"the {scheme}:// backend needs its driver: pip install 'tenure[{extra}]' ({exc})"
+        ) from None
+    backend: Backend = backend_class.from_url(url)
+    return backend

@@ -1,0 +1,173 @@
+"""Real PostgreSQL and Redis servers for the tests: started from the binaries on
+the machine, on random ports, in temporary directories, so that fault tests can
+stop, restart and freeze them.
+
+PostgreSQL refuses to run as root: as root, the data and socket directories
+belong to the ``postgres`` user and the server runs as that user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+
+class ServerUnavailable(Exception):
+    """The binaries are missing or the server would not start."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.02)
+    raise ServerUnavailable(f"nothing listens on port {port} after {timeout} s")
+
+
+def postgres_bin(name: str) -> str | None:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)
+    return found[0] if found else shutil.which(name)
+
+
+class PostgresServer:
+    """One PostgreSQL cluster; ``new_database()`` gives each test a clean database."""
+
+    def __init__(self) -> None:
+        initdb, self.pg_ctl = postgres_bin("initdb"), postgres_bin("pg_ctl")
+        if not initdb or not self.pg_ctl:
+            raise ServerUnavailable("PostgreSQL binaries (initdb, pg_ctl) not found")
+        self.as_root = os.geteuid() == 0
+        self.root = Path(tempfile.mkdtemp(prefix="tenure-pg-"))
+        self.data = self.root / "data"
+        self.port = free_port()
+        self.log = self.root / "server.log"
+        if self.as_root:
+            user = pwd.getpwnam("postgres")
+            os.chown(self.root, user.pw_uid, user.pw_gid)
+        self._run([initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust",
+                   "--no-sync", "-E", "UTF8"])  # fmt: skip
+        self.start()
+        self._count = 0
+
+    def _run(self, command: list[str]) -> None:
+        if self.as_root:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+        if done.returncode != 0:
+            raise ServerUnavailable(f"{' '.join(command)} failed: {done.stderr or done.stdout}")
+
+    def start(self) -> None:
+        options = " ".join([
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1",
+            "-c fsync=off -c full_page_writes=off -c max_connections=300",
+        ])  # fmt: skip
+        self._run([self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-o", options,
+                   "-w", "-t", "60", "start"])  # fmt: skip
+        wait_port(self.port)
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run([self.pg_ctl, "-D", str(self.data), "-m", mode, "-w", "stop"])
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    @property
+    def pid(self) -> int:
+        return int((self.data / "postmaster.pid").read_text().split()[0])
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def psql(self, sql: str, database: str = "postgres") -> str:
+        psql = postgres_bin("psql")
+        assert psql
+        done = subprocess.run([psql, "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                               "-d", database, "-At", "-c", sql],
+                              capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+        return done.stdout.strip()
+
+    def new_database(self) -> str:
+        self._count += 1
+        name = f"t{self._count}_{uuid.uuid4().hex[:6]}"
+        self.psql(f"CREATE DATABASE {name}")
+        return self.url(name)
+
+    def close(self) -> None:
+        with contextlib.suppress(ServerUnavailable):
+            self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class RedisServer:
+    """One redis-server; tests flush it before use."""
+
+    def __init__(self, *, appendonly: bool = False) -> None:
+        binary = shutil.which("redis-server")
+        if not binary:
+            raise ServerUnavailable("redis-server not found")
+        self.binary = binary
+        self.root = Path(tempfile.mkdtemp(prefix="tenure-redis-"))
+        self.port = free_port()
+        self.appendonly = appendonly
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                   "--dir", str(self.root), "--save", "",
+                   "--appendonly", "yes" if self.appendonly else "no",
+                   "--appendfsync", "everysec", "--daemonize", "no",
+                   "--logfile", str(self.root / "server.log")]  # fmt: skip
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_port(self.port)
+        except ServerUnavailable:
+            self.proc.kill()
+            raise
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            self.proc.wait(30)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def flush(self) -> None:
+        with socket.create_connection(("127.0.0.1", self.port), 5) as s:
+            s.sendall(b"*1\r\n$8\r\nFLUSHALL\r\n")
+            if not s.recv(64).startswith(b"+OK"):
+                raise ServerUnavailable("FLUSHALL failed")
+
+    def close(self) -> None:
+        self.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
