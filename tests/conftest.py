@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tenure.backends import Backend
+from tenure.backends import Backend, from_url
 from tenure.backends.factory import available_kinds
 from tenure.portal import Portal
 from tests.servers import PostgresServer, RedisServer, ServerUnavailable
@@ -93,3 +93,23 @@ def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         redis.flush()
         return redis.url
     raise AssertionError(kind)
+
+
+@pytest.fixture
+def open_backend(portal: Portal) -> Iterator[Callable[[str], SyncBackend]]:
+    opened: list[SyncBackend] = []
+
+    def open_(url: str) -> SyncBackend:
+        b = SyncBackend(from_url(url), portal)
+        b.open()
+        opened.append(b)
+        return b
+
+    yield open_
+    for b in reversed(opened):
+        b.close()
+
+
+@pytest.fixture
+def backend(backend_url: str, open_backend: Callable[[str], SyncBackend]) -> SyncBackend:
+    return open_backend(backend_url)
