@@ -32,6 +32,12 @@ class BackendUnavailable(TenureError):
     """Storage cannot be reached, opened or written."""
 
 
+class LivenessLost(BackendUnavailable):
+    """The storage no longer sees this worker as alive (its liveness connection or
+    lock is gone): to the fleet it died, and its leases may be recovered at any
+    moment. The worker stops those attempts and registers again under a new id."""
+
+
 class Retry(Exception):
     """Raised by a handler to retry its job explicitly, optionally after ``in_`` seconds.
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,15 +67,23 @@ SLOT = st.integers(0, SLOTS - 1)
 def fresh_storage(url: str) -> tuple[str, Callable[[], None]]:
     """Empty storage of the same backend as ``url`` for one example, and its disposal.
 
-    SQLite gets a new database file in a new directory beside the fixture's.
-    PostgreSQL and Redis cannot be created per example: they will keep the
-    fixture's URL and be flushed here instead (drop the tenure schema, FLUSHDB).
+    SQLite gets a new database file in a new directory beside the fixture's;
+    PostgreSQL a new schema in the fixture's database; Redis is flushed.
     """
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
         parent = Path(url.removeprefix("sqlite:///")).parent
         directory = tempfile.mkdtemp(prefix="model-", dir=parent)
         return f"sqlite:///{directory}/tenure.db", lambda: shutil.rmtree(directory)
+    if parts.scheme in ("postgresql", "postgres"):
+        separator = "&" if parts.query else "?"
+        return f"{url}{separator}schema=model_{uuid.uuid4().hex[:12]}", lambda: None
+    if parts.scheme in ("redis", "rediss", "unix"):
+        import redis
+
+        with redis.Redis.from_url(url) as client:
+            client.flushdb()
+        return url, lambda: None
     raise NotImplementedError(f"no per-example storage for {parts.scheme!r} backends")
 
 

@@ -29,7 +29,13 @@ EXPECTED_INDEXES = {
 }  # fmt: skip
 
 
-def test_migrations_produce_the_expected_schema(backend, tmp_path):
+@pytest.fixture
+def sqlite_url(tmp_path):
+    return f"sqlite:///{tmp_path / 'tenure.db'}"
+
+
+def test_migrations_produce_the_expected_schema(sqlite_url, open_backend, tmp_path):
+    open_backend(sqlite_url)
     db = sqlite3.connect(tmp_path / "tenure.db")
     tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert tables == set(EXPECTED_TABLES)
@@ -42,9 +48,9 @@ def test_migrations_produce_the_expected_schema(backend, tmp_path):
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-def test_reopening__applies_nothing_twice(backend_url, open_backend, tmp_path):
-    open_backend(backend_url)
-    open_backend(backend_url)
+def test_reopening__applies_nothing_twice(sqlite_url, open_backend, tmp_path):
+    open_backend(sqlite_url)
+    open_backend(sqlite_url)
     db = sqlite3.connect(tmp_path / "tenure.db")
     assert db.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
 

@@ -9,19 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from tenure.backends.base import Backend, LeaseRef
+from tenure.errors import LivenessLost
 from tenure.worker.periodic import every
 
 log = logging.getLogger("tenure.leases")
 
 
 class LeaseKeeper:
-    def __init__(self, backend: Backend, worker_id: str, interval: float) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        worker_id: str,
+        interval: float,
+        on_liveness_lost: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.backend = backend
         self.worker_id = worker_id
         self.interval = interval
+        self.on_liveness_lost = on_liveness_lost or _nothing
+        self._lost_liveness = False
         self._held: dict[LeaseRef, Callable[[], None]] = {}
 
     @property
@@ -35,16 +44,37 @@ class LeaseKeeper:
         self._held.pop(lease, None)
 
     async def run_once(self) -> set[LeaseRef]:
-        """Renew every held lease; stop the attempts whose lease is lost."""
-        if not self._held:
-            return set()
-        lost = await self.backend.heartbeat(self.worker_id, self.held)
+        """Renew every held lease; stop the attempts whose lease is lost.
+
+        It runs even with no lease held: it is also how the worker learns that
+        storage no longer sees it alive, before it claims under a dead identity.
+        """
+        if self._lost_liveness:  # registering again failed last time: try again first
+            await self.on_liveness_lost()
+            self._lost_liveness = False
+        try:
+            lost = await self.backend.heartbeat(self.worker_id, self.held)
+        except LivenessLost as exc:
+            log.error("%s: stopping every attempt and registering again", exc)
+            lost = self.held
+            self._stop(lost)
+            self._lost_liveness = True
+            await self.on_liveness_lost()
+            self._lost_liveness = False
+            return lost
+        self._stop(lost)
+        return lost
+
+    def _stop(self, lost: set[LeaseRef]) -> None:
         for lease in lost:
             on_lost = self._held.pop(lease, None)
             if on_lost is not None:
                 log.warning("lease lost on job %s (fence %d): stopping its attempt", *lease)
                 on_lost()
-        return lost
 
     async def run(self, stop: asyncio.Event) -> None:
         await every(self, stop, log)
+
+
+async def _nothing() -> None:
+    pass

@@ -70,6 +70,7 @@ class Supervisor:
         self._lost: set[LeaseRef] = set()
         self._jobs: dict[LeaseRef, Job] = {}
         self._starting = 0  # attempts started but not yet handed to the executor
+        self._registered = asyncio.Event()
 
     def _executor(self) -> Executor:
         c = self.config
@@ -108,10 +109,11 @@ class Supervisor:
             await self.backend.close()
 
     async def _run(self) -> None:
-        info = WorkerInfo(self.worker_id, socket.gethostname(), os.getpid(), self.config.queues)
-        await self.backend.register_worker(info)
+        await self._register()
         await self.refresh_policies()
-        self.keeper = LeaseKeeper(self.backend, self.worker_id, self._heartbeat_interval())
+        self.keeper = LeaseKeeper(
+            self.backend, self.worker_id, self._heartbeat_interval(), self._register_again
+        )
         self.sweeper = Sweeper(self.backend, self._sweep_interval())
         await self.sweeper.run_once(force=True)  # recovery never waits for a sweep interval
         stop_keeping, stop_sweeping = asyncio.Event(), asyncio.Event()
@@ -132,6 +134,21 @@ class Supervisor:
             await asyncio.gather(*background, return_exceptions=True)
             await self.backend.deregister_worker(self.worker_id)
             log.info("worker %s stopped after %d jobs", self.worker_id, self.processed)
+
+    async def _register(self) -> None:
+        info = WorkerInfo(self.worker_id, socket.gethostname(), os.getpid(), self.config.queues)
+        await self.backend.register_worker(info)
+        self._registered.set()
+
+    async def _register_again(self) -> None:
+        """Storage lost sight of us: come back as a new worker (the old one is dead).
+        Nothing is claimed until then: a claim under a dead identity would be
+        recovered from under us as a crash."""
+        self._registered.clear()
+        self.worker_id = new_worker_id()
+        self.keeper.worker_id = self.worker_id
+        await self._register()
+        log.warning("registered again as worker %s", self.worker_id)
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -185,6 +202,9 @@ class Supervisor:
     async def _claim_loop(self) -> None:
         idle = self.config.idle_poll_min
         while not self._draining.is_set():
+            if not self._registered.is_set():
+                await self._wait(self._slot_freed, self.config.idle_poll_max)
+                continue
             free = self.executor.capacity() - self._starting
             if free <= 0:
                 await self._wait(self._slot_freed, self.config.idle_poll_max)

@@ -23,14 +23,15 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import orjson
 
 from tenure.backends.base import LeaseRef, Page, Rescued, RescueReport, WorkerInfo
+from tenure.backends.rows import attempt_from_row, job_from_row
 from tenure.backends.sqlfile import load_migrations, load_queries
 from tenure.backends.sqlite.liveness import WorkerLocks
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.names import check_name
-from tenure.core.payload import decode, encode
+from tenure.core.payload import encode
 from tenure.core.retry import Decision, decide_for
-from tenure.core.states import DeadReason, Outcome, State, parse_state
+from tenure.core.states import Outcome, State, parse_state
 from tenure.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -38,7 +39,7 @@ from tenure.errors import (
     JobNotFound,
     LeaseLost,
 )
-from tenure.job import Attempt, Job, JobSpec
+from tenure.job import Job, JobSpec
 
 T = TypeVar("T")
 Q = load_queries("tenure.backends.sqlite")
@@ -46,36 +47,6 @@ JOB_COLUMNS = Q["job_columns"]
 Q = {name: sql.replace("{job_columns}", JOB_COLUMNS) for name, sql in Q.items()}
 MIGRATIONS = load_migrations("tenure.backends.sqlite.migrations")
 URL_OPTIONS = {"durable", "busy_timeout", "max_payload"}
-
-
-def _row_to_job(row: Sequence[Any], history: tuple[Attempt, ...] = ()) -> Job:
-    (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
-     max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-     dead_reason, progress, finished_at) = row  # fmt: skip
-    return Job(
-        id=id_,
-        task=task,
-        queue=queue,
-        args=orjson.loads(args),
-        state=State(state),
-        priority=priority,
-        run_at=run_at,
-        created_at=created_at,
-        attempts=attempts,
-        stalls=stalls,
-        max_attempts=max_attempts,
-        timeout=timeout,
-        fence=fence,
-        key=key,
-        worker=worker,
-        lease_expires_at=lease_expires_at,
-        result=decode(result),
-        error=error,
-        dead_reason=None if dead_reason is None else DeadReason(dead_reason),
-        progress=decode(progress),
-        finished_at=finished_at,
-        history=history,
-    )
 
 
 def _placeholders(n: int) -> str:
@@ -248,7 +219,7 @@ class SQLiteBackend:
                         Q["find_unfinished_by_key"], (spec.queue, spec.key)
                     ).fetchone()
                     if row is not None:
-                        jobs.append(_row_to_job(row))
+                        jobs.append(job_from_row(row))
                         continue
                 run_at = spec.run_at if spec.run_at is not None else now + spec.delay
                 state = State.SCHEDULED if run_at > now else State.QUEUED
@@ -303,7 +274,7 @@ class SQLiteBackend:
                 ttl = policy.lease_ttl if policy.delivery == "at-least-once" else None
                 expires = None if ttl is None else now + ttl
                 row = conn.execute(Q["take_lease"], (worker_id, ttl, expires, seq)).fetchone()
-                job = _row_to_job(row)
+                job = job_from_row(row)
                 conn.execute(Q["insert_attempt"], (job.id, job.fence, job.attempts, worker_id, now))
                 claimed.append(job)
         return claimed
@@ -398,7 +369,7 @@ class SQLiteBackend:
                                    (Outcome.STALLED, "expired_leases")):  # fmt: skip
                 params = () if outcome is Outcome.CRASHED else (now,)
                 rows = conn.execute(Q[query], params).fetchall()
-                jobs = [_row_to_job(r) for r in rows]
+                jobs = [job_from_row(r) for r in rows]
                 policies = self._policies(conn, {j.queue for j in jobs}) if jobs else {}
                 for job in jobs:
                     rescued.append(self._recover(conn, job, outcome, policies[job.queue], now))
@@ -468,11 +439,8 @@ class SQLiteBackend:
         row = conn.execute(Q["get_job"], (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(f"no job with id {job_id!r}")
-        history = tuple(
-            Attempt(a, f, w, s, e, None if o is None else Outcome(o), err)
-            for a, f, w, s, e, o, err in conn.execute(Q["get_history"], (job_id,))
-        )
-        return _row_to_job(row, history)
+        history = tuple(attempt_from_row(r) for r in conn.execute(Q["get_history"], (job_id,)))
+        return job_from_row(row, history)
 
     async def list(
         self,
@@ -502,7 +470,7 @@ class SQLiteBackend:
 
         def run() -> Page:
             rows = self.conn.execute(sql, (*params, limit + 1)).fetchall()
-            jobs = [_row_to_job(r[1:]) for r in rows[:limit]]
+            jobs = [job_from_row(r[1:]) for r in rows[:limit]]
             cursor = str(rows[limit - 1][0]) if len(rows) > limit else None
             return Page(jobs, cursor)
 

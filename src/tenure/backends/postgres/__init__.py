@@ -1,0 +1,5 @@
+"""The PostgreSQL backend: many worker hosts, one durable store."""
+
+from tenure.backends.postgres.backend import PostgresBackend
+
+__all__ = ["PostgresBackend"]

@@ -1,0 +1,449 @@
+"""The PostgreSQL backend: the fleet's backend.
+
+A connection pool (psycopg 3) serves the verbs; each verb is one transaction,
+most of them one statement. Claims take rows with ``FOR UPDATE SKIP LOCKED``;
+every settle is fence-checked in SQL; rescue is guarded fleet-wide by
+``pg_try_advisory_xact_lock``. Liveness is a session advisory lock per worker
+(see ``liveness.py``); idle workers are woken by LISTEN/NOTIFY.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import zlib
+from collections.abc import AsyncIterator, Collection, Sequence
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import orjson
+import psycopg
+import psycopg_pool
+from psycopg import sql
+
+from tenure.backends.base import LeaseRef, Page, Rescued, RescueReport, WorkerInfo
+from tenure.backends.postgres.liveness import Liveness, Wakeups
+from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
+from tenure.backends.sqlfile import load_migrations, load_queries
+from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
+from tenure.core.names import check_name
+from tenure.core.payload import encode
+from tenure.core.retry import Decision, decide_for
+from tenure.core.states import Outcome, State, parse_state
+from tenure.errors import (
+    BackendUnavailable,
+    InvalidInput,
+    InvalidTransition,
+    JobNotFound,
+    LeaseLost,
+)
+from tenure.job import Job, JobSpec
+
+TEXT_JSON = {"args", "result", "progress"}
+SELECT_COLUMNS = ", ".join(f"{c}::text" if c in TEXT_JSON else c for c in JOB_COLUMNS)
+RAW_QUERIES = {
+    name: text.replace("{job_columns}", SELECT_COLUMNS)
+    for name, text in load_queries("tenure.backends.postgres").items()
+}
+MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
+URL_OPTIONS = {"schema", "max_payload", "pool_size"}
+DEFAULTS = QueuePolicy()
+
+__all__ = ["PostgresBackend"]
+
+
+class PostgresBackend:
+    """Jobs in PostgreSQL, under their own schema (default ``tenure``)."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str = "tenure",
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        pool_size: int = 8,
+    ) -> None:
+        check_name("schema", schema)
+        self.url = conninfo
+        self.conninfo = conninfo
+        self.schema = schema
+        self.max_payload = max_payload
+        self.pool_size = pool_size
+        self.namespace = zlib.crc32(f"tenure:{schema}".encode()) & 0x7FFFFFFF
+        self.channel = f"tenure.{schema}"
+        self.q = {
+            n: sql.SQL(t).format(schema=sql.Identifier(schema)) for n, t in RAW_QUERIES.items()
+        }
+        self._pool: psycopg_pool.AsyncConnectionPool[Any] | None = None
+        self.liveness = Liveness(conninfo, self.namespace)
+        self.wakeups = Wakeups(conninfo, self.channel)
+
+    @classmethod
+    def from_url(cls, url: str) -> PostgresBackend:
+        parts = urlsplit(url)
+        if not parts.hostname and "host=" not in parts.query:
+            raise InvalidInput(f"PostgreSQL URL {url!r} names no host: postgresql://user@host/db")
+        params = parse_qsl(parts.query, keep_blank_values=True)
+        ours = {k: v for k, v in params if k in URL_OPTIONS}
+        libpq = [(k, v) for k, v in params if k not in URL_OPTIONS]  # sslmode & co. pass through
+        conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(libpq), ""))
+        try:
+            max_payload = int(ours.get("max_payload", DEFAULT_MAX_PAYLOAD))
+            pool_size = int(ours.get("pool_size", 8))
+        except ValueError as exc:
+            raise InvalidInput(f"bad option in PostgreSQL URL {url!r}: {exc}") from None
+        if max_payload < 1 or pool_size < 1:
+            raise InvalidInput(f"max_payload and pool_size must be >= 1 in {url!r}")
+        return cls(conninfo, schema=ours.get("schema", "tenure"), max_payload=max_payload,
+                   pool_size=pool_size)  # fmt: skip
+
+    # -- plumbing ----------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _tx(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """One transaction on a pooled connection; storage errors become BackendUnavailable."""
+        if self._pool is None:
+            raise BackendUnavailable("the PostgreSQL backend is not open")
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            raise BackendUnavailable(f"PostgreSQL is unavailable: {exc}") from exc
+
+    async def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+        async with self._tx() as conn:
+            cur = await conn.execute(self.q[name], params)
+            return await cur.fetchall()
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
+            self.conninfo,
+            min_size=1,
+            max_size=self.pool_size,
+            open=False,
+            check=psycopg_pool.AsyncConnectionPool.check_connection,
+            kwargs={"application_name": "tenure"},
+            name=f"tenure-{self.schema}",
+        )
+        try:
+            await pool.open(wait=True, timeout=10.0)
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            await pool.close()
+            raise BackendUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+        self._pool = pool
+        try:
+            await self._migrate()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _migrate(self) -> None:
+        """Apply pending migrations, once across the fleet (an advisory lock)."""
+        schema = sql.Identifier(self.schema)
+        async with self._tx() as conn:
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", ((self.namespace << 32) | 2,))
+            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+            await conn.execute(sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {}.schema_migrations (version integer PRIMARY KEY,"
+                " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            ).format(schema))  # fmt: skip
+            cur = await conn.execute(
+                sql.SQL("SELECT version FROM {}.schema_migrations").format(schema)
+            )
+            done = {v for (v,) in await cur.fetchall()}
+            if max(done, default=0) > len(MIGRATIONS):
+                raise BackendUnavailable(
+                    f"schema {self.schema} has version {max(done)}, newer than this tenure "
+                    f"knows ({len(MIGRATIONS)}): upgrade tenure"
+                )
+            for version, name, script in MIGRATIONS:
+                if version not in done:
+                    await conn.execute(sql.SQL(script).format(schema=schema))
+                    await conn.execute(
+                        sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)")
+                        .format(schema), (version, name),
+                    )  # fmt: skip
+
+    async def close(self) -> None:
+        await self.wakeups.close()
+        await self.liveness.close()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def _notify(self, conn: psycopg.AsyncConnection[Any], queues: Collection[str]) -> None:
+        """Wake idle workers of these queues when the transaction commits."""
+        if queues:
+            await conn.execute(self.q["notify"], {"channel": self.channel, "queues": list(queues)})
+
+    # -- producers ---------------------------------------------------------
+
+    async def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
+        for spec in specs:
+            spec.check(self.max_payload)
+        if not specs:
+            return []
+        columns: dict[str, list[Any]] = {
+            "ids": [s.id for s in specs], "queues": [s.queue for s in specs],
+            "tasks": [s.task for s in specs], "args": [s.args.decode() for s in specs],
+            "priorities": [s.priority for s in specs], "delays": [float(s.delay) for s in specs],
+            "run_ats": [s.run_at for s in specs], "keys": [s.key for s in specs],
+            "max_attempts": [s.max_attempts for s in specs], "timeouts": [s.timeout for s in specs],
+        }  # fmt: skip
+        async with self._tx() as conn:
+            await conn.execute(self.q["ensure_queues"], {"queues": columns["queues"]})
+            cur = await conn.execute(self.q["insert_jobs"], columns)
+            inserted = {row[0]: row[1:] for row in await cur.fetchall()}
+            kept = await self._unfinished_by_key(conn, [s for s in specs if s.id not in inserted])
+            woken = {s.queue for s in specs if s.id in inserted and inserted[s.id][0] == "queued"}
+            await self._notify(conn, woken)
+        return [
+            _new_job(s, inserted[s.id]) if s.id in inserted else kept[(s.queue, s.key or "")]
+            for s in specs
+        ]
+
+    async def _unfinished_by_key(
+        self, conn: psycopg.AsyncConnection[Any], specs: builtins.list[JobSpec]
+    ) -> dict[tuple[str, str], Job]:
+        """The unfinished jobs that hold the keys of specs that inserted nothing."""
+        if not specs:
+            return {}
+        params = {"queues": [s.queue for s in specs], "keys": [s.key for s in specs]}
+        cur = await conn.execute(self.q["find_unfinished_by_keys"], params)
+        return {(j.queue, j.key or ""): j for j in map(job_from_row, await cur.fetchall())}
+
+    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+        await self.wakeups.wait(queues, timeout)
+
+    # -- lease holders -----------------------------------------------------
+
+    async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:
+        for q in queues:
+            check_name("queue", q)
+        if limit < 1 or not queues:
+            return []
+        params = {"queues": list(queues), "limit": limit, "worker": worker_id,
+                  "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl}  # fmt: skip
+        return [job_from_row(r) for r in await self._rows("claim", params)]
+
+    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
+        await self.liveness.check(worker_id)
+        rows = await self._rows("heartbeat", {"worker": worker_id})
+        return set(leases) - {(i, f) for i, f in rows}
+
+    async def progress(self, job_id: str, fence: int, data: Any) -> None:
+        payload = encode(data, what="progress", limit=self.max_payload).decode()
+        await self._settle("progress", {"id": job_id, "fence": fence, "data": payload})
+
+    async def complete(self, job_id: str, fence: int, result: Any = None) -> None:
+        payload = encode(result, what="job result", limit=self.max_payload).decode()
+        await self._settle("complete", {"id": job_id, "fence": fence, "result": payload})
+
+    async def fail(
+        self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
+    ) -> None:
+        name, params = _failure(job_id, fence, outcome, error, decision)
+        await self._settle(name, params)
+
+    async def release(self, job_id: str, fence: int) -> None:
+        await self._settle("release", {"id": job_id, "fence": fence})
+
+    async def _settle(self, name: str, params: dict[str, Any]) -> None:
+        """One fence-checked write; LeaseLost (or JobNotFound) when it touched nothing.
+        A job queued again wakes the idle workers of its queue."""
+        async with self._tx() as conn:
+            cur = await conn.execute(self.q[name], params)
+            row = await cur.fetchone()
+            if row is None:
+                cur = await conn.execute(self.q["job_exists"], params)
+                if await cur.fetchone() is None:
+                    raise JobNotFound(f"no job with id {params['id']!r}")
+                raise LeaseLost(
+                    f"job {params['id']} is no longer held with fence {params['fence']}: "
+                    "it was recovered or settled by someone else"
+                )
+            if name == "release" or params.get("state") == State.QUEUED:
+                await self._notify(conn, [row[0]])
+
+    # -- the sweeper -------------------------------------------------------
+
+    async def rescue(self, min_interval: float = 0.0) -> RescueReport:
+        lock = (self.namespace << 32) | 1
+        async with self._tx() as conn:
+            cur = await conn.execute(
+                self.q["sweep_guard"], {"lock": lock, "interval": min_interval}
+            )
+            if await cur.fetchone() is None:
+                return RescueReport(swept=False)
+            cur = await conn.execute(self.q["dead_workers"], {"namespace": self.namespace})
+            dead_workers = tuple(w for (w,) in await cur.fetchall())
+            rescued: list[Rescued] = []
+            for outcome, query in ((Outcome.CRASHED, "orphaned_leases"),
+                                   (Outcome.STALLED, "expired_leases")):  # fmt: skip
+                cur = await conn.execute(self.q[query])
+                jobs = [job_from_row(r) for r in await cur.fetchall()]
+                policies = await self._policies(conn, {j.queue for j in jobs})
+                for job in jobs:
+                    rescued.append(await self._recover(conn, job, outcome, policies[job.queue]))
+            cur = await conn.execute(self.q["promote_due"])
+            promoted = [q for (q,) in await cur.fetchall()]
+            await self._notify(conn, {*promoted, *(self._queue_of(r, jobs) for r in rescued)})
+        return RescueReport(True, tuple(rescued), len(promoted), dead_workers)
+
+    @staticmethod
+    def _queue_of(rescued: Rescued, jobs: list[Job]) -> str:
+        return next((j.queue for j in jobs if j.id == rescued.job_id), "")
+
+    async def _recover(
+        self, conn: psycopg.AsyncConnection[Any], job: Job, outcome: Outcome, policy: QueuePolicy
+    ) -> Rescued:
+        decision = decide_for(job, outcome, policy)
+        error = f"attempt {job.attempts} {outcome}: " + (
+            f"its worker {job.worker} is gone" if outcome is Outcome.CRASHED
+            else f"the lease of worker {job.worker} expired"
+        )  # fmt: skip
+        name, params = _failure(job.id, job.fence, outcome, error, decision)
+        await conn.execute(self.q[name], params)
+        return Rescued(job.id, job.fence, outcome, decision.state)
+
+    async def _policies(
+        self, conn: psycopg.AsyncConnection[Any], queues: Collection[str]
+    ) -> dict[str, QueuePolicy]:
+        if not queues:
+            return {}
+        cur = await conn.execute(
+            sql.SQL("SELECT name, policy::text FROM {}.queues WHERE name = ANY(%s)").format(
+                sql.Identifier(self.schema)), (list(queues),))  # fmt: skip
+        found = dict(await cur.fetchall())
+        return {q: _policy(found.get(q)) for q in queues}
+
+    # -- operators ---------------------------------------------------------
+
+    async def cancel(self, job_id: str) -> Job:
+        async with self._tx() as conn:
+            cur = await conn.execute(self.q["cancel"], {"id": job_id})
+            cancelled = await cur.fetchone() is not None
+        job = await self.get(job_id)
+        if not cancelled:
+            raise InvalidTransition(
+                f"job {job_id} is {job.state}: only scheduled or queued jobs can be cancelled"
+            )
+        return job
+
+    async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+        check_name("queue", queue)
+        ids = None if job_ids is None else list(job_ids)
+        async with self._tx() as conn:
+            cur = await conn.execute(self.q["retry_dead"], {"queue": queue, "ids": ids})
+            rows = await cur.fetchall()
+            await self._notify(conn, [queue] if rows else [])
+        return len(rows)
+
+    async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+        check_name("queue", queue)
+        ids = None if job_ids is None else list(job_ids)
+        async with self._tx() as conn:
+            cur = await conn.execute(self.q["purge_dead"], {"queue": queue, "ids": ids})
+            return cur.rowcount
+
+    async def get(self, job_id: str) -> Job:
+        async with self._tx() as conn:
+            cur = await conn.execute(self.q["get_job"], {"id": job_id})
+            row = await cur.fetchone()
+            if row is None:
+                raise JobNotFound(f"no job with id {job_id!r}")
+            cur = await conn.execute(self.q["get_history"], {"id": job_id})
+            history = tuple(attempt_from_row(r) for r in await cur.fetchall())
+        return job_from_row(row, history)
+
+    async def list(
+        self,
+        queue: str | None = None,
+        state: State | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        if queue is not None:
+            check_name("queue", queue)
+        if state is not None:
+            state = parse_state(state)
+        if not 1 <= limit <= 10_000:
+            raise InvalidInput(f"limit must be within [1, 10000], got {limit!r}")
+        if after is not None and not after.isdigit():
+            raise InvalidInput(f"bad cursor {after!r}: pass back a page's next_cursor")
+        params = {"queue": queue, "state": None if state is None else state.value,
+                  "after": None if after is None else int(after), "limit": limit + 1}  # fmt: skip
+        rows = await self._rows("list_jobs", params)
+        jobs = [job_from_row(r[1:]) for r in rows[:limit]]
+        return Page(jobs, str(rows[limit - 1][0]) if len(rows) > limit else None)
+
+    async def counts(self, queue: str) -> dict[State, int]:
+        check_name("queue", queue)
+        found = dict(await self._rows("counts", {"queue": queue}))
+        return {s: found.get(s.value, 0) for s in State}
+
+    async def queues(self) -> builtins.list[str]:
+        return [n for (n,) in await self._rows("queue_names")]
+
+    async def get_policy(self, queue: str) -> QueuePolicy:
+        check_name("queue", queue)
+        rows = await self._rows("get_policy", {"queue": queue})
+        return _policy(rows[0][0] if rows else None)
+
+    async def set_policy(self, queue: str, policy: QueuePolicy) -> None:
+        check_name("queue", queue)
+        policy.validate()
+        data = orjson.dumps(policy.to_dict()).decode()
+        async with self._tx() as conn:
+            await conn.execute(self.q["set_policy"], {"queue": queue, "policy": data})
+
+    # -- workers -----------------------------------------------------------
+
+    async def register_worker(self, info: WorkerInfo) -> None:
+        check_name("worker", info.id)
+        [(lock_no,)] = await self._rows("next_lock_no")
+        try:  # the lock before the row: a registered worker always has its lock
+            await self.liveness.hold(info.id, lock_no)
+        except psycopg.OperationalError as exc:
+            raise BackendUnavailable(f"cannot open the liveness connection: {exc}") from exc
+        async with self._tx() as conn:
+            await conn.execute(self.q["register_worker"], {
+                "id": info.id, "lock_no": lock_no, "hostname": info.hostname, "pid": info.pid,
+                "queues": orjson.dumps(list(info.queues)).decode()})  # fmt: skip
+
+    async def deregister_worker(self, worker_id: str) -> None:
+        async with self._tx() as conn:
+            await conn.execute(self.q["deregister_worker"], {"id": worker_id})
+        await self.liveness.release(worker_id)
+
+    async def workers(self) -> builtins.list[WorkerInfo]:
+        return [
+            WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen)
+            for i, h, p, q, s, seen in await self._rows("list_workers")
+        ]
+
+
+def _failure(
+    job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
+) -> tuple[str, dict[str, Any]]:
+    """The fence-checked write that applies a retry decision."""
+    params = {"id": job_id, "fence": fence, "outcome": outcome.value, "error": error,
+              "stall": int(decision.stall)}  # fmt: skip
+    if decision.state is State.DEAD:
+        return "bury", {**params, "dead_reason": decision.dead_reason}
+    return "requeue", {**params, "state": decision.state.value, "delay": decision.delay}
+
+
+def _policy(data: str | None) -> QueuePolicy:
+    return DEFAULTS if data is None else QueuePolicy.from_dict(orjson.loads(data))
+
+
+def _new_job(spec: JobSpec, stored: tuple[Any, ...]) -> Job:
+    state, run_at, created_at = stored
+    return Job(
+        id=spec.id, task=spec.task, queue=spec.queue, args=orjson.loads(spec.args),
+        state=State(state), priority=spec.priority, run_at=run_at, created_at=created_at,
+        max_attempts=spec.max_attempts, timeout=spec.timeout, key=spec.key,
+    )  # fmt: skip

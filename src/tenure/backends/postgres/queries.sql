@@ -1,0 +1,293 @@
+-- Named queries of the PostgreSQL backend. {schema} is the configured schema,
+-- quoted; parameters are %(name)s; "now" is always the server's clock.
+
+-- name: job_columns
+id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
+max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
+dead_reason, progress, finished_at
+
+-- name: ensure_queues
+INSERT INTO {schema}.queues (name) SELECT DISTINCT unnest(%(queues)s::text[])
+ON CONFLICT (name) DO NOTHING
+
+-- name: insert_jobs
+-- Many jobs in one statement; a key= already held by an unfinished job of the
+-- queue (or by an earlier row of the same batch) inserts nothing.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+input AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(queues)s::text[], %(tasks)s::text[],
+                         %(args)s::text[], %(priorities)s::int[], %(delays)s::float8[],
+                         %(run_ats)s::float8[], %(keys)s::text[], %(max_attempts)s::int[],
+                         %(timeouts)s::float8[])
+        WITH ORDINALITY AS t(id, queue, task, args, priority, delay, run_at, key,
+                             max_attempts, timeout, ord)
+)
+INSERT INTO {schema}.jobs AS j (id, queue, task, args, state, priority, run_at, created_at,
+                                key, max_attempts, timeout)
+SELECT id, queue, task, args::jsonb,
+       CASE WHEN coalesce(run_at, now + delay) > now THEN 'scheduled' ELSE 'queued' END,
+       priority, coalesce(run_at, now + delay), now, key, max_attempts, timeout
+FROM input, clock
+ORDER BY ord
+ON CONFLICT (queue, key) WHERE key IS NOT NULL AND state IN ('scheduled', 'queued', 'active')
+DO NOTHING
+RETURNING id, state, run_at, created_at
+
+-- name: find_unfinished_by_keys
+SELECT {job_columns} FROM {schema}.jobs
+WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
+  AND state IN ('scheduled', 'queued', 'active')
+
+-- name: notify
+SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[])) AS d(q)
+
+-- name: claim
+-- Up to %(limit)s due jobs of the given queues, best first, in one statement:
+-- queued jobs and scheduled jobs that became due, each queue read through its
+-- own index (cost O(log n) per queue), rows locked with SKIP LOCKED so that
+-- concurrent claimers never wait for each other nor take the same job.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+candidates AS (
+    SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
+        WHERE state = 'queued' AND queue = q.name
+        ORDER BY priority DESC, run_at, seq
+        LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+    ) AS c
+    UNION ALL
+    SELECT d.* FROM unnest(%(queues)s::text[]) AS q(name), clock
+    CROSS JOIN LATERAL (
+        SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
+        WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now
+        ORDER BY run_at
+        LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+    ) AS d
+),
+picked AS (
+    SELECT c.id, CASE WHEN coalesce(p.policy->>'delivery', %(delivery)s) = 'at-most-once'
+                      THEN NULL
+                      ELSE coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END AS ttl
+    FROM candidates c LEFT JOIN {schema}.queues p ON p.name = c.queue
+    ORDER BY c.priority DESC, c.run_at, c.seq
+    LIMIT %(limit)s
+),
+claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET state = 'active', fence = j.fence + 1, attempts = j.attempts + 1,
+        worker = %(worker)s, lease_ttl = picked.ttl,
+        lease_expires_at = clock.now + picked.ttl, progress = NULL
+    FROM picked, clock
+    WHERE j.id = picked.id
+    RETURNING j.*
+),
+history AS (
+    INSERT INTO {schema}.attempts (job_id, fence, attempt, worker, started_at)
+    SELECT id, fence, attempts, worker, clock.now FROM claimed, clock
+)
+SELECT {job_columns} FROM claimed ORDER BY priority DESC, run_at, seq
+
+-- name: heartbeat
+-- Every lease of one worker in one statement; returns what it still holds.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+renewed AS (
+    UPDATE {schema}.jobs SET lease_expires_at = clock.now + lease_ttl
+    FROM clock
+    WHERE worker = %(worker)s AND state = 'active'
+    RETURNING id, fence
+),
+seen AS (
+    UPDATE {schema}.workers SET last_seen = clock.now FROM clock WHERE id = %(worker)s
+)
+SELECT id, fence FROM renewed
+
+-- name: progress
+UPDATE {schema}.jobs SET progress = %(data)s::jsonb
+WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
+RETURNING queue
+
+-- name: complete
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+done AS (
+    UPDATE {schema}.jobs
+    SET state = 'completed', result = %(result)s::jsonb, finished_at = clock.now, worker = NULL,
+        lease_ttl = NULL, lease_expires_at = NULL
+    FROM clock
+    WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
+    RETURNING id, queue
+),
+ended AS (
+    UPDATE {schema}.attempts SET ended_at = clock.now, outcome = 'completed'
+    FROM clock, done
+    WHERE job_id = done.id AND fence = %(fence)s
+)
+SELECT queue FROM done
+
+-- name: requeue
+-- active -> queued | scheduled after a failed attempt, as decided by tenure.core;
+-- a job queued again at once keeps its run_at, hence its place in line.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+done AS (
+    UPDATE {schema}.jobs
+    SET state = %(state)s::text,
+        run_at = CASE WHEN %(state)s::text = 'scheduled' THEN clock.now + %(delay)s::float8
+                      ELSE run_at END,
+        error = %(error)s, stalls = stalls + %(stall)s, worker = NULL, lease_ttl = NULL,
+        lease_expires_at = NULL
+    FROM clock
+    WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
+    RETURNING id, queue
+),
+ended AS (
+    UPDATE {schema}.attempts SET ended_at = clock.now, outcome = %(outcome)s, error = %(error)s
+    FROM clock, done
+    WHERE job_id = done.id AND fence = %(fence)s
+)
+SELECT queue FROM done
+
+-- name: bury
+-- active -> dead, as decided by tenure.core.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+done AS (
+    UPDATE {schema}.jobs
+    SET state = 'dead', dead_reason = %(dead_reason)s, error = %(error)s,
+        stalls = stalls + %(stall)s, finished_at = clock.now, worker = NULL, lease_ttl = NULL,
+        lease_expires_at = NULL
+    FROM clock
+    WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
+    RETURNING id, queue
+),
+ended AS (
+    UPDATE {schema}.attempts SET ended_at = clock.now, outcome = %(outcome)s, error = %(error)s
+    FROM clock, done
+    WHERE job_id = done.id AND fence = %(fence)s
+)
+SELECT queue FROM done
+
+-- name: release
+-- active -> queued without penalty: the attempt is given back.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+done AS (
+    UPDATE {schema}.jobs
+    SET state = 'queued', attempts = attempts - 1, worker = NULL, lease_ttl = NULL,
+        lease_expires_at = NULL
+    WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
+    RETURNING id, queue
+),
+ended AS (
+    UPDATE {schema}.attempts SET ended_at = clock.now, outcome = 'released'
+    FROM clock, done
+    WHERE job_id = done.id AND fence = %(fence)s
+)
+SELECT queue FROM done
+
+-- name: job_exists
+SELECT 1 FROM {schema}.jobs WHERE id = %(id)s
+
+-- name: sweep_guard
+-- One sweep per interval across the fleet: the transaction-scoped lock keeps
+-- two sweeps apart; the row says when the last one ran.
+UPDATE {schema}.sweeps SET last_at = extract(epoch FROM now())::float8
+WHERE id = 1 AND pg_try_advisory_xact_lock(%(lock)s)
+  AND NOT (extract(epoch FROM now())::float8 - last_at BETWEEN 0 AND %(interval)s)
+RETURNING last_at
+
+-- name: dead_workers
+-- Registered workers whose liveness lock nobody holds: their process, or its
+-- connection, is gone.
+DELETE FROM {schema}.workers w
+WHERE NOT EXISTS (
+    SELECT 1 FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = %(namespace)s::bigint::oid AND l.objid = w.lock_no::bigint::oid
+      AND l.objsubid = 2
+)
+RETURNING id
+
+-- name: orphaned_leases
+-- Active jobs whose lease holder is not a registered (live) worker.
+SELECT {job_columns} FROM {schema}.jobs j
+WHERE state = 'active'
+  AND NOT EXISTS (SELECT 1 FROM {schema}.workers w WHERE w.id = j.worker)
+FOR UPDATE SKIP LOCKED
+
+-- name: expired_leases
+SELECT {job_columns} FROM {schema}.jobs
+WHERE state = 'active' AND lease_expires_at <= extract(epoch FROM now())::float8
+FOR UPDATE SKIP LOCKED
+
+-- name: promote_due
+UPDATE {schema}.jobs SET state = 'queued'
+WHERE id IN (SELECT id FROM {schema}.jobs
+             WHERE state = 'scheduled' AND run_at <= extract(epoch FROM now())::float8
+             FOR UPDATE SKIP LOCKED)
+RETURNING queue
+
+-- name: cancel
+UPDATE {schema}.jobs SET state = 'cancelled', finished_at = extract(epoch FROM now())::float8
+WHERE id = %(id)s AND state IN ('scheduled', 'queued')
+RETURNING id
+
+-- name: retry_dead
+-- dead -> queued with budgets reset; a dead job whose key= now belongs to an
+-- unfinished job stays dead.
+UPDATE {schema}.jobs AS j
+SET state = 'queued', attempts = 0, stalls = 0, dead_reason = NULL, finished_at = NULL,
+    run_at = extract(epoch FROM now())::float8
+WHERE j.queue = %(queue)s AND j.state = 'dead'
+  AND (%(ids)s::text[] IS NULL OR j.id = ANY(%(ids)s::text[]))
+  AND (j.key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM {schema}.jobs u
+      WHERE u.queue = j.queue AND u.key = j.key
+        AND u.state IN ('scheduled', 'queued', 'active')))
+RETURNING j.id, j.key
+
+-- name: purge_dead
+DELETE FROM {schema}.jobs
+WHERE queue = %(queue)s AND state = 'dead'
+  AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
+
+-- name: get_job
+SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s
+
+-- name: get_history
+SELECT attempt, fence, worker, started_at, ended_at, outcome, error
+FROM {schema}.attempts WHERE job_id = %(id)s ORDER BY fence
+
+-- name: list_jobs
+SELECT seq, {job_columns} FROM {schema}.jobs
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(after)s::bigint IS NULL OR seq < %(after)s)
+ORDER BY seq DESC
+LIMIT %(limit)s
+
+-- name: counts
+SELECT state, count(*) FROM {schema}.jobs WHERE queue = %(queue)s GROUP BY state
+
+-- name: queue_names
+SELECT name FROM {schema}.queues ORDER BY name
+
+-- name: get_policy
+SELECT policy::text FROM {schema}.queues WHERE name = %(queue)s
+
+-- name: set_policy
+INSERT INTO {schema}.queues (name, policy) VALUES (%(queue)s, %(policy)s::jsonb)
+ON CONFLICT (name) DO UPDATE SET policy = excluded.policy
+
+-- name: next_lock_no
+SELECT nextval('{schema}.worker_locks')::integer
+
+-- name: register_worker
+INSERT INTO {schema}.workers (id, lock_no, hostname, pid, queues, started_at, last_seen)
+VALUES (%(id)s, %(lock_no)s, %(hostname)s, %(pid)s, %(queues)s::jsonb,
+        extract(epoch FROM now())::float8, extract(epoch FROM now())::float8)
+ON CONFLICT (id) DO UPDATE SET lock_no = excluded.lock_no, last_seen = excluded.last_seen
+
+-- name: deregister_worker
+DELETE FROM {schema}.workers WHERE id = %(id)s
+
+-- name: list_workers
+SELECT id, hostname, pid, queues::text, started_at, last_seen FROM {schema}.workers
+ORDER BY started_at

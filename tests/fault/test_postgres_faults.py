@@ -1,0 +1,98 @@
+"""PostgreSQL faults: a restarted server, terminated connections, a crowd of workers.
+
+Real `tenure worker` processes (spawned by the chaos lab) on a real server
+that the test restarts or whose backends it terminates.
+"""
+
+import time
+
+import pytest
+
+from tenure import Outcome, State
+from tenure.chaos.lab import Lab
+
+
+@pytest.fixture
+def pg_url(postgres_server):
+    return postgres_server.new_database()
+
+
+def registered(lab: Lab, n: int) -> bool:
+    return len(lab.app.call(lab.app.backend.workers())) >= n
+
+
+def test_an_idle_worker_is_woken_by_notify_not_by_polling(pg_url):
+    with Lab(pg_url, "wake") as lab:
+        lab.worker("--concurrency", "1")
+        lab.wait("the worker to register", lambda: registered(lab, 1))
+        time.sleep(1.5)  # let its idle poll back off to its bound (1 s)
+        latencies = []
+        for _ in range(5):
+            job = lab.enqueue("chaos.sleep", seconds=0)
+            first = lab.wait("the pickup", lambda j=job: lab.attempt(j.id, 1, ended=True))
+            latencies.append(first.started_at - job.created_at)
+            time.sleep(0.3)
+        print("wake-up latencies", latencies)
+        assert sorted(latencies)[2] < 0.1, latencies  # the median; polling would take ~0.5 s
+
+
+def test_a_terminated_liveness_connection__the_worker_comes_back_as_a_new_one(
+    pg_url, postgres_server
+):
+    with Lab(pg_url, "terminate") as lab:
+        lab.worker("--concurrency", "1")
+        job = lab.enqueue("chaos.sleep", seconds=3)
+        lab.wait("the handler to start", lambda: lab.running_on(job.id))
+        db = pg_url.rsplit("/", 1)[1]
+        killed = postgres_server.psql(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'tenure-liveness') t", db)  # fmt: skip
+        assert killed == "1"
+        done = lab.wait("completion", lambda: _finished(lab, job.id), timeout=30)
+        assert done.state is State.COMPLETED
+        history = done.history
+        assert [a.outcome for a in history] == [Outcome.CRASHED, Outcome.COMPLETED]
+        assert history[0].worker != history[1].worker  # the same process, a new identity
+        assert lab.workers[0].poll() is None
+
+
+def test_a_restarted_server__loses_nothing_and_recovers_in_flight_attempts_once(
+    pg_url, postgres_server
+):
+    with Lab(pg_url, "restart") as lab:
+        lab.worker("--concurrency", "2")
+        lab.worker("--concurrency", "2")
+        jobs = lab.app.enqueue_many("chaos.sleep", [{"seconds": 0.2}] * 40, queue=lab.queue)
+        lab.wait("some progress", lambda: lab.app.queue(lab.queue).counts()[State.COMPLETED] > 4)
+        postgres_server.restart()
+        lab.wait(
+            "every job to finish",
+            lambda: lab.app.queue(lab.queue).counts()[State.COMPLETED] == len(jobs),
+            timeout=90,
+        )
+        for job in jobs:
+            outcomes = [a.outcome for a in lab.job(job.id).history]
+            assert outcomes[-1] is Outcome.COMPLETED
+            assert outcomes.count(Outcome.COMPLETED) == 1
+            assert len(outcomes) <= 2, outcomes  # at most the one interrupted attempt
+        assert all(w.poll() is None for w in lab.workers)
+
+
+def test_sixteen_workers_never_hold_the_same_attempt(pg_url):
+    with Lab(pg_url, "crowd") as lab:
+        for _ in range(16):
+            lab.worker("--pool", "thread", "--concurrency", "2")
+        jobs = lab.app.enqueue_many("chaos.sleep", [{"seconds": 0}] * 600, queue=lab.queue)
+        lab.wait(
+            "every job to finish",
+            lambda: lab.app.queue(lab.queue).counts()[State.COMPLETED] == len(jobs),
+            timeout=120,
+        )
+        claims = [(a.attempt, a.fence, a.worker) for j in jobs for a in lab.job(j.id).history]
+        assert len(claims) == len(jobs)  # one attempt per job: nobody took a job twice
+        assert len({w for _, _, w in claims}) > 1, "no contention happened"
+
+
+def _finished(lab, job_id):
+    job = lab.job(job_id)
+    return job if job.state in (State.COMPLETED, State.DEAD) else None

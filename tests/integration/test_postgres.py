@@ -1,0 +1,101 @@
+"""PostgreSQL specifics: URLs, schemas, migrations, bulk enqueue, wake-ups."""
+
+import multiprocessing
+import time
+
+import pytest
+
+from tenure import App, State
+from tenure.backends import from_url
+from tenure.backends.postgres import PostgresBackend
+from tenure.backends.postgres.backend import MIGRATIONS
+from tenure.errors import InvalidInput
+from tenure.job import JobSpec
+
+
+@pytest.fixture
+def pg_url(postgres_server):
+    return postgres_server.new_database()
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+def test_both_schemes_are_accepted_and_libpq_options_pass_through(scheme):
+    b = from_url(f"{scheme}://u:p@db.example:5433/app?sslmode=require&schema=jobs&pool_size=3")
+    assert isinstance(b, PostgresBackend)
+    assert b.schema == "jobs" and b.pool_size == 3
+    assert b.conninfo == "postgresql://u:p@db.example:5433/app?sslmode=require"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgresql:///nohost", "names no host"),
+        ("postgresql://h/db?pool_size=x", "bad option"),
+        ("postgresql://h/db?schema=bad name", "invalid schema"),
+    ],
+)
+def test_bad_postgres_urls__are_refused(url, message):
+    with pytest.raises(InvalidInput, match=message):
+        from_url(url)
+
+
+def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_server):
+    open_backend(pg_url)
+    db = pg_url.rsplit("/", 1)[1]
+    tables = postgres_server.psql(
+        "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM information_schema.tables"
+        " WHERE table_schema = 'tenure'", db)  # fmt: skip
+    assert tables.split(",") == [
+        "attempts", "jobs", "queues", "schema_migrations", "sweeps", "workers",
+    ]  # fmt: skip
+    query = "SELECT string_agg(indexname, ',') FROM pg_indexes WHERE schemaname = 'tenure'"
+    indexes = postgres_server.psql(query, db)
+    assert {"jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_worker", "jobs_key"} <= set(
+        indexes.split(",")
+    )
+    versions = postgres_server.psql("SELECT count(*) FROM tenure.schema_migrations", db)
+    assert int(versions) == len(MIGRATIONS)
+
+
+def _open_and_close(url):
+    import asyncio
+
+    async def go():
+        b = from_url(url)
+        await b.open()
+        await b.close()
+
+    asyncio.run(go())
+
+
+def test_ten_workers_starting_at_once__migrate_once(pg_url, postgres_server):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_open_and_close, args=(pg_url,)) for _ in range(10)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    db = pg_url.rsplit("/", 1)[1]
+    assert int(postgres_server.psql("SELECT count(*) FROM tenure.schema_migrations", db)) == len(
+        MIGRATIONS
+    )
+
+
+def test_two_schemas_in_one_database_are_two_tenures(pg_url):
+    with App(pg_url) as a, App(pg_url + "?schema=other") as b:
+        a.enqueue("t", {})
+        assert b.queue().counts()[State.QUEUED] == 0
+        assert a.queue().counts()[State.QUEUED] == 1
+
+
+def test_bulk_enqueue_of_10000__honours_keys_in_one_call(pg_url, open_backend):
+    backend = open_backend(pg_url)
+    specs = [JobSpec.create("t", {"i": i}, key=f"k{i % 5000}") for i in range(10_000)]
+    started = time.perf_counter()
+    jobs = backend.enqueue(specs)
+    elapsed = time.perf_counter() - started
+    assert len(jobs) == 10_000 and len({j.id for j in jobs}) == 5000
+    assert jobs[0].id == jobs[5000].id  # the second spec with a key got the first job
+    assert backend.counts("default")[State.QUEUED] == 5000
+    assert elapsed < 30  # a hang guard; the rate is measured in benchmarks/
