@@ -10,8 +10,12 @@ from typing import Any
 
 from tenure.errors import TenureError
 
+# How a backend opens the handler's own transaction that also completes the job:
+# ``(job_id, fence, result) -> context manager yielding a DB connection``.
+Transaction = Callable[[str, int, Any], AbstractContextManager[Any]]
 
-@dataclass(frozen=True)
+
+@dataclass
 class JobContext:
     """The running attempt of a job, as its handler sees it.
 
@@ -27,6 +31,8 @@ class JobContext:
     args: dict[str, Any]
     _progress: Callable[[Any], None] = field(repr=False)
     _heartbeat: Callable[[], None] = field(repr=False)
+    _transaction: Transaction | None = field(default=None, repr=False)
+    settled: bool = False  # the handler completed its job in its own transaction
 
     def progress(self, data: Any) -> None:
         """Record a JSON progress report, fenced (raises LeaseLost if the job was recovered)."""
@@ -36,18 +42,24 @@ class JobContext:
         """Prove this attempt is alive now (the worker also does it on its own)."""
         self._heartbeat()
 
-    def transaction(self) -> AbstractContextManager[Any]:
-        """Settle the job inside the handler's own database transaction.
+    @contextmanager
+    def transaction(self, result: Any = None) -> Iterator[Any]:
+        """A connection to the job's own database, in a transaction that also
+        completes the job with ``result``, fence-checked: the handler's writes
+        and the completion commit together, or not at all.
 
-        Not available yet on this backend; see the PostgreSQL issue.
+        If this attempt was recovered meanwhile (a stale fence), everything
+        rolls back and LeaseLost is raised: the effect is never applied twice.
+        PostgreSQL yields a psycopg connection, SQLite a sqlite3 connection
+        (keep it short: SQLite has one writer at a time). Not on Redis.
         """
-        return _unsupported()
-
-
-@contextmanager
-def _unsupported() -> Iterator[Any]:
-    raise TenureError("job.transaction() is not available on this backend yet")
-    yield  # pragma: no cover
+        if self._transaction is None:
+            raise TenureError("job.transaction() needs a SQL backend (PostgreSQL or SQLite)")
+        if self.settled:
+            raise TenureError(f"job {self.id} was already completed by an earlier transaction()")
+        with self._transaction(self.id, self.fence, result) as conn:
+            yield conn
+        self.settled = True
 
 
 _current: ContextVar[JobContext | None] = ContextVar("tenure_current_job", default=None)

@@ -28,9 +28,9 @@ from typing import Any
 
 import orjson
 
-from tenure.context import JobContext, running
+from tenure.context import JobContext, Transaction, running
 from tenure.errors import LeaseLost, TenureError
-from tenure.worker.executor import raised
+from tenure.worker.executor import Raised, Settled, outcome_of
 from tenure.worker.wire import Message, frame, read_frame, write_all
 
 PR_SET_PDEATHSIG = 1
@@ -56,6 +56,7 @@ class Executor:
         self._aio_loop: asyncio.AbstractEventLoop | None = None
         self._aio_tasks: dict[str, asyncio.Task[Any]] = {}
         self.tasks: dict[str, Any] = {}
+        self.transaction: Transaction | None = None
 
     def send(self, message: Message) -> None:
         data = frame(message)
@@ -92,6 +93,7 @@ class Executor:
             args=job["args"],
             _progress=lambda data: self._ask({"op": "progress", **ids, "data": data}),
             _heartbeat=lambda: self._ask({"op": "heartbeat", **ids}),
+            _transaction=self.transaction,
         )
 
     # -- the reader thread ---------------------------------------------------
@@ -126,9 +128,9 @@ class Executor:
             try:
                 with running(ctx):
                     value = self.tasks[job["task"]].fn(**job["args"])
-                self.send(_done(job, value))
+                self.send(_done(job, ctx, value, None))
             except BaseException as exc:
-                self.send(_raised(job, exc))
+                self.send(_done(job, ctx, None, exc))
 
     def _start_async(self, job: Message) -> None:
         if self._aio_loop is None:
@@ -143,9 +145,9 @@ class Executor:
         try:
             with running(ctx):
                 value = await self.tasks[job["task"]].fn(**job["args"])
-            self.send(_done(job, value))
+            self.send(_done(job, ctx, value, None))
         except BaseException as exc:
-            self.send(_raised(job, exc))
+            self.send(_done(job, ctx, None, exc))
         finally:
             self._aio_tasks.pop(job["id"], None)
 
@@ -155,19 +157,21 @@ class Executor:
             self._aio_loop.call_soon_threadsafe(task.cancel)
 
 
-def _done(job: Message, value: Any) -> Message:
+def _done(job: Message, ctx: JobContext, value: Any, exc: BaseException | None) -> Message:
+    message: Message = {"op": "done", "id": job["id"]}
+    match outcome_of(ctx, value, exc):
+        case Settled(error):
+            return {**message, "kind": "settled", "error": error}
+        case Raised(kind, tb, retry_in, reason):
+            return {**message, "kind": kind, "error": tb, "retry_in": retry_in, "reason": reason}
+        case _:
+            pass
     try:
         orjson.dumps(value)
-    except TypeError as exc:
-        error = f"bad result: the handler returned something that is not JSON: {exc}"
-        return {"op": "done", "id": job["id"], "kind": "error", "error": error}
-    return {"op": "done", "id": job["id"], "kind": "returned", "value": value}
-
-
-def _raised(job: Message, exc: BaseException) -> Message:
-    r = raised(exc)
-    return {"op": "done", "id": job["id"], "kind": r.kind, "error": r.traceback,
-            "retry_in": r.retry_in, "reason": r.reason}  # fmt: skip
+    except TypeError as error:
+        text = f"bad result: the handler returned something that is not JSON: {error}"
+        return {**message, "kind": "error", "error": text}
+    return {**message, "kind": "returned", "value": value}
 
 
 def main(argv: list[str]) -> None:
@@ -179,9 +183,12 @@ def main(argv: list[str]) -> None:
         os.set_inheritable(fd, False)  # a handler's own children must not hold our pipes
     executor = Executor(fd_in, fd_out)
     try:
+        from tenure.backends.factory import from_url
         from tenure.loader import load_app
 
-        executor.tasks = load_app(app_path).tasks
+        app = load_app(app_path)
+        executor.tasks = app.tasks
+        executor.transaction = getattr(from_url(app.url), "transaction", None)
     except BaseException as exc:
         executor.send({"op": "fatal", "error": f"executor cannot load {app_path}: {exc}"})
         os._exit(1)

@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tenure.context import JobContext, running
+from tenure.context import JobContext, Transaction, running
 from tenure.errors import Fail, Retry
 from tenure.job import Job
 from tenure.portal import Portal
@@ -61,12 +61,20 @@ class Crashed:
 
 
 @dataclass(frozen=True, slots=True)
+class Settled:
+    """The handler completed its job itself, in its own transaction
+    (``job.transaction()``); ``error`` is what it raised afterwards, if anything."""
+
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Stopped:
     """The supervisor stopped the attempt (lease lost, drain budget spent, or
     collateral of stopping another attempt in the same process)."""
 
 
-AttemptResult = Returned | Raised | TimedOut | Crashed | Stopped
+AttemptResult = Returned | Raised | TimedOut | Crashed | Settled | Stopped
 
 # How an executor asks the supervisor to act for a running handler:
 # ``await link("progress", job, data)`` or ``await link("heartbeat", job, None)``.
@@ -90,6 +98,13 @@ def raised(exc: BaseException) -> Raised:
     return Raised("error", text)
 
 
+def outcome_of(ctx: JobContext, value: Any, exc: BaseException | None) -> AttemptResult:
+    """What a handler's end means: settled by itself, returned, or raised."""
+    if ctx.settled:
+        return Settled(None if exc is None else describe(exc))
+    return Returned(value) if exc is None else raised(exc)
+
+
 class Executor(Protocol):
     """Runs attempts; the supervisor asks it how many more it can take."""
 
@@ -107,9 +122,16 @@ class Executor(Protocol):
 class ThreadExecutor:
     """Sync handlers on threads, async handlers on one executor event loop."""
 
-    def __init__(self, tasks: Mapping[str, Task[Any, Any]], link: Link, slots: int) -> None:
+    def __init__(
+        self,
+        tasks: Mapping[str, Task[Any, Any]],
+        link: Link,
+        slots: int,
+        transaction: Transaction | None = None,
+    ) -> None:
         self.tasks = tasks
         self.link = link
+        self.transaction = transaction
         self.slots = slots
         self._threads = DaemonThreads(slots)
         self._aio: Portal | None = None
@@ -124,14 +146,15 @@ class ThreadExecutor:
     async def run(self, job: Job, timeout: float | None) -> AttemptResult:
         stopped = self._stops[job.id] = asyncio.Event()
         try:
-            future = self._submit(self.tasks[job.task].fn, self._context(job))
+            ctx = self._context(job)
+            future = self._submit(self.tasks[job.task].fn, ctx)
             stop_wait = asyncio.ensure_future(stopped.wait())
             done, _ = await asyncio.wait({future, stop_wait}, timeout=timeout,
                                          return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
             stop_wait.cancel()
             if future in done:
                 exc = future.exception()
-                return Returned(future.result()) if exc is None else raised(exc)
+                return outcome_of(ctx, future.result() if exc is None else None, exc)
             future.cancel()  # an async handler is cancelled; a thread is abandoned
             return Stopped() if stopped.is_set() else TimedOut(timeout or 0.0)
         finally:
@@ -152,6 +175,7 @@ class ThreadExecutor:
             args=job.args,
             _progress=lambda data: call("progress", data),
             _heartbeat=lambda: call("heartbeat", None),
+            _transaction=self.transaction,
         )
 
     def _submit(self, fn: Callable[..., Any], ctx: JobContext) -> asyncio.Future[Any]:

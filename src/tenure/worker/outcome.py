@@ -13,7 +13,15 @@ from tenure.core.retry import decide_for
 from tenure.core.states import Outcome
 from tenure.errors import InvalidInput
 from tenure.job import Job
-from tenure.worker.executor import AttemptResult, Crashed, Raised, Returned, Stopped, TimedOut
+from tenure.worker.executor import (
+    AttemptResult,
+    Crashed,
+    Raised,
+    Returned,
+    Settled,
+    Stopped,
+    TimedOut,
+)
 
 log = logging.getLogger("tenure.worker")
 
@@ -37,6 +45,9 @@ async def settle(backend: Backend, job: Job, policy: QueuePolicy, result: Attemp
         case TimedOut(after):
             text = f"attempt {job.attempts} exceeded its deadline of {after} s"
             await _fail(backend, job, policy, Outcome.TIMEOUT, text)
+        case Settled(error):
+            if error is not None:
+                log.warning("job %s completed in its transaction, then raised: %s", job.id, error)
         case Crashed(reason):
             await _fail(backend, job, policy, Outcome.CRASHED, f"attempt {job.attempts}: {reason}")
         case Stopped():

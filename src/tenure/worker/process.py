@@ -29,6 +29,7 @@ from tenure.worker.executor import (
     Link,
     Raised,
     Returned,
+    Settled,
     Stopped,
     TimedOut,
 )
@@ -223,6 +224,8 @@ class ProcessPool:
             result = Stopped()
         elif message["kind"] == "returned":
             result = Returned(message.get("value"))
+        elif message["kind"] == "settled":
+            result = Settled(message.get("error"))
         else:
             result = Raised(message["kind"], message["error"], message.get("retry_in"),
                             message.get("reason", ""))  # fmt: skip

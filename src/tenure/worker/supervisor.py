@@ -75,7 +75,8 @@ class Supervisor:
     def _executor(self) -> Executor:
         c = self.config
         if c.pool == "thread":
-            return ThreadExecutor(self.app.tasks, self._link, c.concurrency)
+            effects = getattr(from_url(self.app.url), "transaction", None)
+            return ThreadExecutor(self.app.tasks, self._link, c.concurrency, effects)
         app_path = self.app_path or path_of(self.app)
         if app_path is None:
             raise InvalidInput(

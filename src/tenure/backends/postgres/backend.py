@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import zlib
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -75,6 +75,7 @@ class PostgresBackend:
             n: sql.SQL(t).format(schema=sql.Identifier(schema)) for n, t in RAW_QUERIES.items()
         }
         self._pool: psycopg_pool.AsyncConnectionPool[Any] | None = None
+        self._effects: psycopg.Connection[Any] | None = None  # handlers' own transactions
         self.liveness = Liveness(conninfo, self.namespace)
         self.wakeups = Wakeups(conninfo, self.channel)
 
@@ -167,6 +168,9 @@ class PostgresBackend:
                     )  # fmt: skip
 
     async def close(self) -> None:
+        if self._effects is not None:
+            self._effects.close()
+            self._effects = None
         await self.wakeups.close()
         await self.liveness.close()
         if self._pool is not None:
@@ -266,6 +270,29 @@ class PostgresBackend:
                 )
             if name == "release" or params.get("state") == State.QUEUED:
                 await self._notify(conn, [row[0]])
+
+    @contextlib.contextmanager
+    def transaction(
+        self, job_id: str, fence: int, result: Any = None
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """The handler's own transaction on this database, completing the job at
+        commit, fence-checked (see ``JobContext.transaction``). Synchronous: it
+        runs in the handler's thread, on a connection of its own, kept for reuse."""
+        payload = encode(result, what="job result", limit=self.max_payload).decode()
+        try:
+            if self._effects is None or self._effects.closed:
+                self._effects = psycopg.connect(self.conninfo, application_name="tenure-effects")
+            conn = self._effects
+            with conn.transaction():
+                yield conn
+                params = {"id": job_id, "fence": fence, "result": payload}
+                if conn.execute(self.q["complete"], params).fetchone() is None:
+                    raise LeaseLost(
+                        f"job {job_id} is no longer held with fence {fence}: rolled back"
+                    )
+        except psycopg.OperationalError as exc:
+            self._effects = None
+            raise BackendUnavailable(f"PostgreSQL is unavailable: {exc}") from exc
 
     # -- the sweeper -------------------------------------------------------
 

@@ -72,6 +72,8 @@ class SQLiteBackend:
         self.max_payload = max_payload
         self.clock = clock
         self._conn: sqlite3.Connection | None = None
+        self._effects: sqlite3.Connection | None = None  # handlers' own transactions
+        self._closed = False
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenure-sqlite")
         memory = path == ":memory:"
         self._locks = WorkerLocks(None if memory else Path(f"{path}.workers"))
@@ -190,12 +192,17 @@ class SQLiteBackend:
                 )
 
     async def close(self) -> None:
-        if self._conn is not None:
-            await self._run(self._close)
+        if self._closed:
+            return
+        self._closed = True
+        await self._run(self._close)
         self._thread.shutdown(wait=True)
 
     def _close(self) -> None:
         self._locks.release_all()
+        if self._effects is not None:
+            self._effects.close()
+            self._effects = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -350,6 +357,32 @@ class SQLiteBackend:
             if ending is not None:
                 outcome, error, now = ending
                 conn.execute(Q["end_attempt"], (now, outcome, error, job_id, fence))
+
+    @contextmanager
+    def transaction(
+        self, job_id: str, fence: int, result: Any = None
+    ) -> Iterator[sqlite3.Connection]:
+        """The handler's own transaction on this database, completing the job at
+        commit, fence-checked (see ``JobContext.transaction``). Synchronous: it
+        runs in the handler's thread, on a connection of its own."""
+        payload = encode(result, what="job result", limit=self.max_payload)
+        if self._effects is None:
+            self._effects = sqlite3.connect(
+                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            self._effects.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        conn = self._effects
+        conn.execute("BEGIN")
+        try:
+            yield conn
+            now = self.clock.now()
+            if conn.execute(Q["complete"], (payload, now, job_id, fence)).rowcount == 0:
+                raise LeaseLost(f"job {job_id} is no longer held with fence {fence}")
+            conn.execute(Q["end_attempt"], (now, Outcome.COMPLETED, None, job_id, fence))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     # -- the sweeper -------------------------------------------------------
 

@@ -1,0 +1,91 @@
+"""Claim and rescue cost on PostgreSQL at 10,000 and at 1,000,000 queued jobs.
+
+    python benchmarks/postgres_scale.py [--url postgresql://…]
+
+Without --url it starts a throwaway server from the binaries on the machine.
+Prints the median latency of claim (a batch of 10, then completed) and of a
+sweep, at both sizes, and their ratio (the target is within 2x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tenure.backends.base import WorkerInfo
+from tenure.backends.postgres import PostgresBackend
+
+FILL = """
+INSERT INTO tenure.jobs (id, queue, task, args, state, priority, run_at, created_at)
+SELECT md5(random()::text || g), 'scale', 't', '{}', 'queued', (g %% 3),
+       extract(epoch FROM now()) - 1000 + g * 0.001, extract(epoch FROM now())
+FROM generate_series(1, %s) AS g
+"""
+
+
+async def measure(backend: PostgresBackend, rounds: int) -> tuple[float, float]:
+    claims, sweeps = [], []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        jobs = await backend.claim("bench", ["scale"], 10)
+        claims.append(time.perf_counter() - started)
+        for job in jobs:
+            await backend.complete(job.id, job.fence)
+        started = time.perf_counter()
+        await backend.rescue()
+        sweeps.append(time.perf_counter() - started)
+    return statistics.median(claims), statistics.median(sweeps)
+
+
+async def run(url: str, sizes: list[int], rounds: int) -> None:
+    backend = PostgresBackend.from_url(url)
+    await backend.open()
+    await backend.register_worker(WorkerInfo("bench", "host", 0, ("scale",)))
+    results = {}
+    have = 0
+    try:
+        for size in sizes:
+            async with backend._tx() as conn:
+                await conn.execute(FILL, (size - have,))
+            have = size
+            async with backend._tx() as conn:
+                await conn.execute("ANALYZE tenure.jobs")
+            await measure(backend, 20)  # warm up: plans prepared, caches hot
+            results[size] = await measure(backend, rounds)
+            claim, sweep = results[size]
+            print(f"{size:>9,} queued: claim(10) p50 {claim * 1000:.2f} ms, "
+                  f"sweep p50 {sweep * 1000:.2f} ms")  # fmt: skip
+    finally:
+        await backend.close()
+    small, large = results[sizes[0]], results[sizes[-1]]
+    print(f"ratio {sizes[-1]:,} / {sizes[0]:,}: claim {large[0] / small[0]:.2f}x, "
+          f"sweep {large[1] / small[1]:.2f}x (target: within 2x)")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url")
+    parser.add_argument("--sizes", default="10000,1000000")
+    parser.add_argument("--rounds", type=int, default=200)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.url:
+        asyncio.run(run(args.url, sizes, args.rounds))
+        return
+    from tests.servers import PostgresServer
+
+    server = PostgresServer()
+    try:
+        asyncio.run(run(server.new_database(), sizes, args.rounds))
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    main()
