@@ -70,6 +70,7 @@ class Backend(Protocol):
     """Storage for jobs, leases, queues' policies and workers."""
 
     url: str
+    max_payload: int  # the largest JSON arguments, result or progress, in bytes
 
     async def open(self) -> None:
         """Connect and apply pending migrations. Raises BackendUnavailable."""
@@ -111,6 +112,11 @@ class Backend(Protocol):
 
     async def complete(self, job_id: str, fence: int, result: Any = None) -> None:
         """``active -> completed`` with a JSON result."""
+
+    async def complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
+        """Complete many jobs at once: ``(job_id, fence, result as JSON bytes)``
+        each, in one transaction; return the leases that were no longer held
+        (those changed nothing). The worker batches its completions through it."""
 
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision

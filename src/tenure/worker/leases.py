@@ -40,6 +40,12 @@ class LeaseKeeper:
     def hold(self, lease: LeaseRef, on_lost: Callable[[], None]) -> None:
         self._held[lease] = on_lost
 
+    def settling(self, lease: LeaseRef) -> None:
+        """The attempt is over and being settled: keep renewing its lease, but a
+        heartbeat that finds it gone (settled a moment ago) has nothing to stop."""
+        if lease in self._held:
+            self._held[lease] = _quiet
+
     def drop(self, lease: LeaseRef) -> None:
         self._held.pop(lease, None)
 
@@ -68,7 +74,7 @@ class LeaseKeeper:
     def _stop(self, lost: set[LeaseRef]) -> None:
         for lease in lost:
             on_lost = self._held.pop(lease, None)
-            if on_lost is not None:
+            if on_lost is not None and on_lost is not _quiet:
                 log.warning("lease lost on job %s (fence %d): stopping its attempt", *lease)
                 on_lost()
 
@@ -77,4 +83,8 @@ class LeaseKeeper:
 
 
 async def _nothing() -> None:
+    pass
+
+
+def _quiet() -> None:
     pass

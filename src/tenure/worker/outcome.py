@@ -13,6 +13,7 @@ from tenure.core.retry import decide_for
 from tenure.core.states import Outcome
 from tenure.errors import InvalidInput
 from tenure.job import Job
+from tenure.worker.completer import Completer
 from tenure.worker.executor import (
     AttemptResult,
     Crashed,
@@ -26,12 +27,22 @@ from tenure.worker.executor import (
 log = logging.getLogger("tenure.worker")
 
 
-async def settle(backend: Backend, job: Job, policy: QueuePolicy, result: AttemptResult) -> None:
-    """Complete the job, or record the failure and apply the retry decision."""
+async def settle(
+    backend: Backend,
+    job: Job,
+    policy: QueuePolicy,
+    result: AttemptResult,
+    completer: Completer | None = None,
+) -> None:
+    """Complete the job (through the batching ``completer`` when given), or
+    record the failure and apply the retry decision."""
     match result:
         case Returned(value):
             try:
-                await backend.complete(job.id, job.fence, value)
+                if completer is None:
+                    await backend.complete(job.id, job.fence, value)
+                else:
+                    await completer.complete(job.id, job.fence, value)
                 return
             except InvalidInput as exc:  # the result is not JSON, or too large
                 await _fail(backend, job, policy, Outcome.ERROR, f"bad result: {exc}")

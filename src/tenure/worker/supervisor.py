@@ -28,6 +28,7 @@ from tenure.config import QueuePolicy, WorkerConfig
 from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost, TenureError
 from tenure.job import Job
 from tenure.loader import path_of
+from tenure.worker.completer import Completer
 from tenure.worker.executor import AttemptResult, Executor, ThreadExecutor
 from tenure.worker.leases import LeaseKeeper
 from tenure.worker.outcome import hand_back, settle, settle_unknown_task
@@ -61,6 +62,7 @@ class Supervisor:
         self.worker_id = worker_id or new_worker_id()
         self.executor = self._executor()
         self.backend: Backend = from_url(app.url)
+        self.completer = Completer(self.backend)
         self.policies: dict[str, QueuePolicy] = {}
         self.running: dict[LeaseRef, asyncio.Task[None]] = {}
         self.processed = 0
@@ -265,6 +267,7 @@ class Supervisor:
             self._starting -= 1
             handed = True
             result = await self.executor.run(job, job.timeout or policy.timeout)
+            self.keeper.settling(lease)
             await self._settle(job, policy, result)
         except LeaseLost as exc:
             log.warning("job %s: %s", job.id, exc)
@@ -287,7 +290,7 @@ class Supervisor:
             if lease in self._lost:
                 return  # recovered by the sweeper, or handed back: never settle
             try:
-                await settle(self.backend, job, policy, result)
+                await settle(self.backend, job, policy, result, self.completer)
                 return
             except BackendUnavailable as exc:
                 log.warning("job %s: could not settle (%s); retrying in %.1f s", job.id, exc, delay)

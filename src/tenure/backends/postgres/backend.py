@@ -245,6 +245,14 @@ class PostgresBackend:
         payload = encode(result, what="job result", limit=self.max_payload).decode()
         await self._settle("complete", {"id": job_id, "fence": fence, "result": payload})
 
+    async def complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
+        if not items:
+            return set()
+        params = {"ids": [i for i, _, _ in items], "fences": [f for _, f, _ in items],
+                  "results": [r.decode() for _, _, r in items]}  # fmt: skip
+        done = {(i, f) for i, f in await self._rows("complete_many", params)}
+        return {(i, f) for i, f, _ in items} - done
+
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
     ) -> None:

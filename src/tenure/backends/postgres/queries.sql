@@ -123,6 +123,28 @@ ended AS (
 )
 SELECT queue FROM done
 
+-- name: complete_many
+-- Many completions in one statement; returns the leases that were still held.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+input AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(fences)s::bigint[], %(results)s::text[])
+        AS t(id, fence, result)
+),
+done AS (
+    UPDATE {schema}.jobs AS j
+    SET state = 'completed', result = input.result::jsonb, finished_at = clock.now,
+        worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
+    FROM input, clock
+    WHERE j.id = input.id AND j.fence = input.fence AND j.state = 'active'
+    RETURNING j.id, j.fence
+),
+ended AS (
+    UPDATE {schema}.attempts AS a SET ended_at = clock.now, outcome = 'completed'
+    FROM done, clock
+    WHERE a.job_id = done.id AND a.fence = done.fence
+)
+SELECT id, fence FROM done
+
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core;
 -- a job queued again at once keeps its run_at, hence its place in line.

@@ -320,6 +320,20 @@ class SQLiteBackend:
         ending = (Outcome.COMPLETED, None, now)
         self._settle(Q["complete"], (payload, now, job_id, fence), job_id, fence, ending)
 
+    async def complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
+        return await self._run(self._complete_many, items) if items else set()
+
+    def _complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
+        now = self.clock.now()
+        lost = set()
+        with self._tx() as conn:
+            for job_id, fence, payload in items:
+                if conn.execute(Q["complete"], (payload, now, job_id, fence)).rowcount == 0:
+                    lost.add((job_id, fence))
+                else:
+                    conn.execute(Q["end_attempt"], (now, Outcome.COMPLETED, None, job_id, fence))
+        return lost
+
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
     ) -> None:
