@@ -13,7 +13,8 @@ is read back and compared with the model, field by field.
 Deterministic by construction: leases are the default 15 s and scheduled jobs
 are an hour away, so while an example runs (well under a second) no lease
 expires and no job becomes due; the only recoveries are those of killed
-workers, which the model predicts.
+workers, which the model predicts. The one wait is for a storage server to
+notice a killed worker's closed connection: the kill sweeps until it has.
 """
 
 from __future__ import annotations
@@ -586,3 +587,23 @@ def test_storage_matches_the_model_after_every_step(
     # fixtures): each example builds its own machine on its own fresh storage, so
     # the function-scoped fixtures (a URL, an opener) are safely shared.
     run_state_machine_as_test(lambda: QueueMachine(backend_url, open_killable), settings=SETTINGS)
+
+
+@pytest.mark.parametrize("picks", [None, [0, 1]], ids=["all", "by-id"])
+def test_retry_of_two_dead_jobs_with_one_key__sends_one_back(
+    backend_url: str, open_killable: Callable[[str], SyncBackend], picks: list[int] | None
+) -> None:
+    """A failure the machine found, shrunk and replayed by hand: two dead jobs
+    share a key that no unfinished job holds, and the DLQ retries both."""
+    machine = QueueMachine(backend_url, open_killable)
+    keyed = {"queue": "default", "key": "k1", "priority": 0, "delay": 0.0, "max_attempts": None}
+    try:
+        for _ in range(2):
+            machine.enqueue([keyed])
+            machine.claim(slot=0, queues=("default",), limit=1)
+            machine.fail(p=0, outcome=Outcome.ERROR, fatal=True, retry_in=None)
+        machine.storage_matches_the_model()
+        machine.retry_dead(queue="default", picks=picks)
+        machine.storage_matches_the_model()
+    finally:
+        machine.teardown()

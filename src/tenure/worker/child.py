@@ -123,7 +123,8 @@ class Executor:
 
     def run_sync_forever(self) -> None:
         while (job := self._sync_jobs.get()) is not None:
-            self.send({"op": "started", "id": job["id"]})
+            if job.get("timed"):  # the deadline counts from here: tell the supervisor
+                self.send({"op": "started", "id": job["id"]})
             ctx = self.context(job)
             try:
                 with running(ctx):
@@ -140,7 +141,8 @@ class Executor:
 
     async def _run_async(self, job: Message) -> None:
         self._aio_tasks[job["id"]] = asyncio.current_task()  # type: ignore[assignment]
-        self.send({"op": "started", "id": job["id"]})
+        if job.get("timed"):
+            self.send({"op": "started", "id": job["id"]})
         ctx = self.context(job)
         try:
             with running(ctx):

@@ -299,7 +299,7 @@ class ProcessPool:
         child.jobs[job.id] = running
         child.send({"op": "run", "async": is_async, "id": job.id, "task": job.task,
                     "queue": job.queue, "attempt": job.attempts, "fence": job.fence,
-                    "args": job.args})  # fmt: skip
+                    "args": job.args, "timed": timeout is not None})  # fmt: skip
         return await running.result
 
     def stop(self, job_id: str) -> None:

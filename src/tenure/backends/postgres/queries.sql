@@ -252,18 +252,30 @@ WHERE id = %(id)s AND state IN ('scheduled', 'queued')
 RETURNING id
 
 -- name: retry_dead
--- dead -> queued with budgets reset; a dead job whose key= now belongs to an
--- unfinished job stays dead.
+-- dead -> queued with budgets reset. A dead job whose key= now belongs to an
+-- unfinished job stays dead; of dead jobs sharing a key, the oldest goes back.
+WITH candidates AS (
+    SELECT j.id, j.key, j.seq FROM {schema}.jobs AS j
+    WHERE j.queue = %(queue)s AND j.state = 'dead'
+      AND (%(ids)s::text[] IS NULL OR j.id = ANY(%(ids)s::text[]))
+      AND (j.key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM {schema}.jobs u
+          WHERE u.queue = j.queue AND u.key = j.key
+            AND u.state IN ('scheduled', 'queued', 'active')))
+    FOR UPDATE
+),
+chosen AS (
+    SELECT id FROM candidates WHERE key IS NULL
+    UNION ALL
+    SELECT * FROM (SELECT DISTINCT ON (key) id FROM candidates
+                   WHERE key IS NOT NULL ORDER BY key, seq) AS oldest
+)
 UPDATE {schema}.jobs AS j
 SET state = 'queued', attempts = 0, stalls = 0, dead_reason = NULL, finished_at = NULL,
     run_at = extract(epoch FROM now())::float8
-WHERE j.queue = %(queue)s AND j.state = 'dead'
-  AND (%(ids)s::text[] IS NULL OR j.id = ANY(%(ids)s::text[]))
-  AND (j.key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM {schema}.jobs u
-      WHERE u.queue = j.queue AND u.key = j.key
-        AND u.state IN ('scheduled', 'queued', 'active')))
-RETURNING j.id, j.key
+FROM chosen
+WHERE j.id = chosen.id
+RETURNING j.id
 
 -- name: purge_dead
 DELETE FROM {schema}.jobs
