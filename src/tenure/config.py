@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 from tenure.errors import InvalidInput
 
 Delivery = Literal["at-least-once", "at-most-once"]
@@ -88,6 +90,11 @@ class QueuePolicy:
                 f"unknown policy field(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
         return cls(**data)
+
+    @classmethod
+    def from_json(cls, data: str | bytes | None) -> QueuePolicy:
+        """The policy stored as JSON, or the defaults when nothing is stored."""
+        return cls() if data is None else cls.from_dict(orjson.loads(data))
 
     def replace(self, **changes: Any) -> QueuePolicy:
         return QueuePolicy.from_dict({**self.to_dict(), **changes})

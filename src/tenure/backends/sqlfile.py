@@ -7,6 +7,8 @@ next such line (comments included) is the query.
 from __future__ import annotations
 
 import re
+import sqlite3
+from collections.abc import Iterator
 from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
@@ -35,3 +37,18 @@ def load_migrations(package: str) -> list[tuple[int, str, str]]:
     if versions != list(range(1, len(found) + 1)):
         raise ValueError(f"migrations of {package} are not numbered 1..n: {versions}")
     return found
+
+
+def split_statements(script: str) -> Iterator[str]:
+    """Split a script into complete statements."""
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                yield buffer
+            buffer = ""
+    if buffer.strip() and not all(
+        ln.strip().startswith("--") or not ln.strip() for ln in buffer.splitlines()
+    ):
+        raise ValueError(f"incomplete statement at the end of a migration: {buffer!r}")

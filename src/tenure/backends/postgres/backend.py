@@ -352,7 +352,7 @@ class PostgresBackend:
             sql.SQL("SELECT name, policy::text FROM {}.queues WHERE name = ANY(%s)").format(
                 sql.Identifier(self.schema)), (list(queues),))  # fmt: skip
         found = dict(await cur.fetchall())
-        return {q: _policy(found.get(q)) for q in queues}
+        return {q: QueuePolicy.from_json(found.get(q)) for q in queues}
 
     # -- operators ---------------------------------------------------------
 
@@ -425,7 +425,7 @@ class PostgresBackend:
     async def get_policy(self, queue: str) -> QueuePolicy:
         check_name("queue", queue)
         rows = await self._rows("get_policy", {"queue": queue})
-        return _policy(rows[0][0] if rows else None)
+        return QueuePolicy.from_json(rows[0][0] if rows else None)
 
     async def set_policy(self, queue: str, policy: QueuePolicy) -> None:
         check_name("queue", queue)
@@ -469,10 +469,6 @@ def _failure(
     if decision.state is State.DEAD:
         return "bury", {**params, "dead_reason": decision.dead_reason}
     return "requeue", {**params, "state": decision.state.value, "delay": decision.delay}
-
-
-def _policy(data: str | None) -> QueuePolicy:
-    return DEFAULTS if data is None else QueuePolicy.from_dict(orjson.loads(data))
 
 
 def _new_job(spec: JobSpec, stored: tuple[Any, ...]) -> Job:

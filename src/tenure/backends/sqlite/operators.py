@@ -1,0 +1,178 @@
+"""The SQLite backend's operator verbs: reading, cancelling, the DLQ, policies
+and workers. A mixin of :class:`~tenure.backends.sqlite.SQLiteBackend`."""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+
+from tenure.backends.base import Page, WorkerInfo
+from tenure.backends.rows import attempt_from_row, job_from_row
+from tenure.backends.sqlite.liveness import WorkerLocks
+from tenure.backends.sqlite.queries import Q
+from tenure.config import QueuePolicy
+from tenure.core.clock import Clock
+from tenure.core.names import check_name
+from tenure.core.states import State, parse_state
+from tenure.errors import InvalidInput, InvalidTransition, JobNotFound
+from tenure.job import Job
+
+T = TypeVar("T")
+
+
+class Operators:
+    clock: Clock
+    _locks: WorkerLocks
+
+    if TYPE_CHECKING:
+
+        async def _run(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+        @property
+        def conn(self) -> sqlite3.Connection: ...
+
+        def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
+
+    # -- operators ---------------------------------------------------------
+
+    async def cancel(self, job_id: str) -> Job:
+        return await self._run(self._cancel, job_id)
+
+    def _cancel(self, job_id: str) -> Job:
+        with self._tx() as conn:
+            if conn.execute(Q["cancel"], (self.clock.now(), job_id)).rowcount == 0:
+                job = self._get(conn, job_id)
+                raise InvalidTransition(
+                    f"job {job_id} is {job.state}: only scheduled or queued jobs can be cancelled"
+                )
+            return self._get(conn, job_id)
+
+    async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+        check_name("queue", queue)
+        return await self._run(self._bulk, "retry_dead", queue, job_ids, (self.clock.now(),))
+
+    async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+        check_name("queue", queue)
+        return await self._run(self._bulk, "purge_dead", queue, job_ids, ())
+
+    def _bulk(
+        self, verb: str, queue: str, job_ids: Sequence[str] | None, head: tuple[Any, ...]
+    ) -> int:
+        with self._tx() as conn:
+            if job_ids is None:
+                return conn.execute(Q[f"{verb}_all"], (*head, queue)).rowcount
+            one = Q[f"{verb}_one"]
+            return sum(conn.execute(one, (*head, queue, i)).rowcount for i in job_ids)
+
+    async def get(self, job_id: str) -> Job:
+        return await self._run(lambda: self._get(self.conn, job_id))
+
+    def _get(self, conn: sqlite3.Connection, job_id: str) -> Job:
+        row = conn.execute(Q["get_job"], (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(f"no job with id {job_id!r}")
+        history = tuple(attempt_from_row(r) for r in conn.execute(Q["get_history"], (job_id,)))
+        return job_from_row(row, history)
+
+    async def list(
+        self,
+        queue: str | None = None,
+        state: State | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        if queue is not None:
+            check_name("queue", queue)
+        if state is not None:
+            state = parse_state(state)
+        if not 1 <= limit <= 10_000:
+            raise InvalidInput(f"limit must be within [1, 10000], got {limit!r}")
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        for clause, value in (("queue = ?", queue), ("state = ?", state)):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        if after is not None:
+            if not after.isdigit():
+                raise InvalidInput(f"bad cursor {after!r}: pass back a page's next_cursor")
+            where.append("seq < ?")
+            params.append(int(after))
+        sql = Q["list_jobs"].replace("{where}", f"WHERE {' AND '.join(where)}" if where else "")
+
+        def run() -> Page:
+            rows = self.conn.execute(sql, (*params, limit + 1)).fetchall()
+            jobs = [job_from_row(r[1:]) for r in rows[:limit]]
+            cursor = str(rows[limit - 1][0]) if len(rows) > limit else None
+            return Page(jobs, cursor)
+
+        return await self._run(run)
+
+    async def counts(self, queue: str) -> dict[State, int]:
+        check_name("queue", queue)
+
+        def run() -> dict[State, int]:
+            found = dict(self.conn.execute(Q["counts"], (queue,)).fetchall())
+            return {s: found.get(s.value, 0) for s in State}
+
+        return await self._run(run)
+
+    async def queues(self) -> builtins.list[str]:
+        return await self._run(lambda: [n for (n,) in self.conn.execute(Q["queue_names"])])
+
+    async def get_policy(self, queue: str) -> QueuePolicy:
+        check_name("queue", queue)
+
+        def run() -> QueuePolicy:
+            row = self.conn.execute(Q["get_policy"], (queue,)).fetchone()
+            return QueuePolicy.from_json(None if row is None else row[0])
+
+        return await self._run(run)
+
+    async def set_policy(self, queue: str, policy: QueuePolicy) -> None:
+        check_name("queue", queue)
+        policy.validate()
+        data = orjson.dumps(policy.to_dict()).decode()
+
+        def run() -> None:
+            with self._tx() as conn:
+                conn.execute(Q["set_policy"], (queue, data))
+
+        await self._run(run)
+
+    # -- workers -----------------------------------------------------------
+
+    async def register_worker(self, info: WorkerInfo) -> None:
+        await self._run(self._register_worker, info)
+
+    def _register_worker(self, info: WorkerInfo) -> None:
+        self._locks.hold(info.id)  # before the row exists, so a row always has its lock
+        now = self.clock.now()
+        with self._tx() as conn:
+            conn.execute(
+                Q["register_worker"],
+                (info.id, info.hostname, info.pid, orjson.dumps(list(info.queues)).decode(),
+                 now, now),
+            )  # fmt: skip
+
+    async def deregister_worker(self, worker_id: str) -> None:
+        def run() -> None:
+            with self._tx() as conn:
+                conn.execute(Q["deregister_worker"], (worker_id,))
+            self._locks.release(worker_id)
+
+        await self._run(run)
+
+    async def workers(self) -> builtins.list[WorkerInfo]:
+        def run() -> builtins.list[WorkerInfo]:
+            return [
+                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen)
+                for i, h, p, q, s, seen in self.conn.execute(Q["list_workers"])
+            ]
+
+        return await self._run(run)
