@@ -39,6 +39,7 @@ from tenure.worker.sweeper import Sweeper
 log = logging.getLogger("tenure.worker")
 
 POLICY_REFRESH = 5.0
+MAX_CLAIMS_IN_FLIGHT = 3
 SETTLE_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 5.0, 5.0)
 
 
@@ -72,6 +73,8 @@ class Supervisor:
         self._lost: set[LeaseRef] = set()
         self._jobs: dict[LeaseRef, Job] = {}
         self._starting = 0  # attempts started but not yet handed to the executor
+        self._claiming = 0  # slots reserved by claims in flight
+        self._dry = False  # the last claim found fewer jobs than it asked for
         self._registered = asyncio.Event()
 
     def _executor(self) -> Executor:
@@ -203,29 +206,50 @@ class Supervisor:
     # -- claiming ----------------------------------------------------------
 
     async def _claim_loop(self) -> None:
+        """Claim whenever slots are free. Up to MAX_CLAIMS_IN_FLIGHT claims run at
+        once, so that a slow round trip does not cap the rate at one claim per
+        round trip; each claim takes only slots that are free and not already
+        being claimed for."""
+        claims: set[asyncio.Task[None]] = set()
         idle = self.config.idle_poll_min
         while not self._draining.is_set():
             if not self._registered.is_set():
                 await self._wait(self._slot_freed, self.config.idle_poll_max)
                 continue
-            free = self.executor.capacity() - self._starting
-            if free <= 0:
+            free = self.executor.capacity() - self._starting - self._claiming
+            if free <= 0 or len(claims) >= MAX_CLAIMS_IN_FLIGHT:
                 await self._wait(self._slot_freed, self.config.idle_poll_max)
                 continue
-            try:
-                jobs = await self.backend.claim(self.worker_id, self.config.queues, free)
-            except TenureError:
-                log.exception("claim failed; retrying in %.2f s", idle)
-                jobs = []
-            for job in jobs:
-                self._start(job)
-            if jobs:
+            if self._dry:  # the last claim came back short: the queues are empty
+                if self.config.burst and not self.running and not claims:
+                    return
+                if not claims:
+                    await self._idle(idle)
+                    idle = min(idle * 2, self.config.idle_poll_max)
+                else:
+                    await self._wait(self._slot_freed, self.config.idle_poll_max)
+                    continue
+                self._dry = False
+            else:
                 idle = self.config.idle_poll_min
-                continue
-            if self.config.burst and not self.running:
-                return
-            await self._idle(idle)
-            idle = min(idle * 2, self.config.idle_poll_max)
+            self._claiming += free
+            claim = asyncio.create_task(self._claim(free))
+            claims.add(claim)
+            claim.add_done_callback(claims.discard)
+        await asyncio.gather(*claims, return_exceptions=True)  # their jobs drain with the rest
+
+    async def _claim(self, slots: int) -> None:
+        try:
+            jobs = await self.backend.claim(self.worker_id, self.config.queues, slots)
+        except TenureError:
+            log.exception("claim failed")
+            jobs = []
+        finally:
+            self._claiming -= slots
+        for job in jobs:
+            self._start(job)
+        self._dry = len(jobs) < slots
+        self._slot_freed.set()
 
     async def _idle(self, timeout: float) -> None:
         """Nothing to claim: wait for storage to signal jobs, a free slot or a stop."""

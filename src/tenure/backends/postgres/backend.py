@@ -101,8 +101,9 @@ class PostgresBackend:
     # -- plumbing ----------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def _tx(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """One transaction on a pooled connection; storage errors become BackendUnavailable."""
+    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection in autocommit mode: each statement is its own
+        transaction, one round trip. Storage errors become BackendUnavailable."""
         if self._pool is None:
             raise BackendUnavailable("the PostgreSQL backend is not open")
         try:
@@ -111,8 +112,15 @@ class PostgresBackend:
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
             raise BackendUnavailable(f"PostgreSQL is unavailable: {exc}") from exc
 
+    @contextlib.asynccontextmanager
+    async def _tx(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection inside one transaction, for verbs of several statements."""
+        async with self._conn() as conn, conn.transaction():
+            yield conn
+
     async def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
-        async with self._tx() as conn:
+        """The rows of one statement (one round trip, atomic on its own)."""
+        async with self._conn() as conn:
             cur = await conn.execute(self.q[name], params)
             return await cur.fetchall()
 
@@ -124,8 +132,10 @@ class PostgresBackend:
             min_size=1,
             max_size=self.pool_size,
             open=False,
+            kwargs={"application_name": "tenure", "autocommit": True},
+            # A connection is checked when taken from the pool (one short round
+            # trip), so that a restarted server costs nobody an error.
             check=psycopg_pool.AsyncConnectionPool.check_connection,
-            kwargs={"application_name": "tenure"},
             name=f"tenure-{self.schema}",
         )
         try:
@@ -189,20 +199,18 @@ class PostgresBackend:
             spec.check(self.max_payload)
         if not specs:
             return []
-        columns: dict[str, list[Any]] = {
+        columns: dict[str, Any] = {
             "ids": [s.id for s in specs], "queues": [s.queue for s in specs],
             "tasks": [s.task for s in specs], "args": [s.args.decode() for s in specs],
             "priorities": [s.priority for s in specs], "delays": [float(s.delay) for s in specs],
             "run_ats": [s.run_at for s in specs], "keys": [s.key for s in specs],
             "max_attempts": [s.max_attempts for s in specs], "timeouts": [s.timeout for s in specs],
         }  # fmt: skip
-        async with self._tx() as conn:
-            await conn.execute(self.q["ensure_queues"], {"queues": columns["queues"]})
+        columns["channel"] = self.channel
+        async with self._conn() as conn:
             cur = await conn.execute(self.q["insert_jobs"], columns)
-            inserted = {row[0]: row[1:] for row in await cur.fetchall()}
+            inserted = {row[0]: row[1:4] for row in await cur.fetchall()}
             kept = await self._unfinished_by_key(conn, [s for s in specs if s.id not in inserted])
-            woken = {s.queue for s in specs if s.id in inserted and inserted[s.id][0] == "queued"}
-            await self._notify(conn, woken)
         return [
             _new_job(s, inserted[s.id]) if s.id in inserted else kept[(s.queue, s.key or "")]
             for s in specs
@@ -265,7 +273,7 @@ class PostgresBackend:
     async def _settle(self, name: str, params: dict[str, Any]) -> None:
         """One fence-checked write; LeaseLost (or JobNotFound) when it touched nothing.
         A job queued again wakes the idle workers of its queue."""
-        async with self._tx() as conn:
+        async with self._conn() as conn:
             cur = await conn.execute(self.q[name], params)
             row = await cur.fetchone()
             if row is None:

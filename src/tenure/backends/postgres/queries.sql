@@ -6,13 +6,11 @@ id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
 max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
 dead_reason, progress, finished_at
 
--- name: ensure_queues
-INSERT INTO {schema}.queues (name) SELECT DISTINCT unnest(%(queues)s::text[])
-ON CONFLICT (name) DO NOTHING
-
 -- name: insert_jobs
--- Many jobs in one statement; a key= already held by an unfinished job of the
--- queue (or by an earlier row of the same batch) inserts nothing.
+-- Many jobs in one statement: their queues are recorded, and idle workers of
+-- queues that got a runnable job are notified at commit. A key= already held
+-- by an unfinished job of the queue (or by an earlier row of the same batch)
+-- inserts nothing.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 input AS (
     SELECT * FROM unnest(%(ids)s::text[], %(queues)s::text[], %(tasks)s::text[],
@@ -21,17 +19,28 @@ input AS (
                          %(timeouts)s::float8[])
         WITH ORDINALITY AS t(id, queue, task, args, priority, delay, run_at, key,
                              max_attempts, timeout, ord)
+),
+ensured AS (
+    INSERT INTO {schema}.queues (name) SELECT DISTINCT queue FROM input
+    ON CONFLICT (name) DO NOTHING
+),
+inserted AS (
+    INSERT INTO {schema}.jobs AS j (id, queue, task, args, state, priority, run_at,
+                                    created_at, key, max_attempts, timeout)
+    SELECT id, queue, task, args::jsonb,
+           CASE WHEN coalesce(run_at, now + delay) > now THEN 'scheduled' ELSE 'queued' END,
+           priority, coalesce(run_at, now + delay), now, key, max_attempts, timeout
+    FROM input, clock
+    ORDER BY ord
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL AND state IN ('scheduled', 'queued', 'active')
+    DO NOTHING
+    RETURNING id, queue, state, run_at, created_at
+),
+woken AS (
+    SELECT pg_notify(%(channel)s, q)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'queued') AS d(q)
 )
-INSERT INTO {schema}.jobs AS j (id, queue, task, args, state, priority, run_at, created_at,
-                                key, max_attempts, timeout)
-SELECT id, queue, task, args::jsonb,
-       CASE WHEN coalesce(run_at, now + delay) > now THEN 'scheduled' ELSE 'queued' END,
-       priority, coalesce(run_at, now + delay), now, key, max_attempts, timeout
-FROM input, clock
-ORDER BY ord
-ON CONFLICT (queue, key) WHERE key IS NOT NULL AND state IN ('scheduled', 'queued', 'active')
-DO NOTHING
-RETURNING id, state, run_at, created_at
+SELECT id, state, run_at, created_at, (SELECT count(*) FROM woken) FROM inserted
 
 -- name: find_unfinished_by_keys
 SELECT {job_columns} FROM {schema}.jobs
