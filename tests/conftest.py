@@ -80,9 +80,8 @@ def redis_server() -> Iterator[RedisServer]:
     server.close()
 
 
-@pytest.fixture(params=BACKENDS)
-def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    kind = request.param
+def fresh_storage_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of fresh, empty storage of backend ``kind`` for one test."""
     if kind == "sqlite":
         return f"sqlite:///{tmp_path / 'tenure.db'}"
     if kind == "postgres":
@@ -93,6 +92,11 @@ def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         redis.flush()
         return redis.url
     raise AssertionError(kind)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return fresh_storage_url(request.param, request, tmp_path)
 
 
 @pytest.fixture

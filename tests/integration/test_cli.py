@@ -296,7 +296,7 @@ def test_a_bad_command__exits_non_zero_with_one_line(
     [
         ("sqlite:////nonexistent/dir/x.db", "does not exist"),
         ("sqlite:////proc/x.db", "cannot open SQLite database"),
-        ("redis://localhost", "not available"),
+        ("redis://127.0.0.1:1/0", "Redis at"),
         ("nonsense", "malformed backend URL"),
     ],
 )

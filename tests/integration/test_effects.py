@@ -14,13 +14,20 @@ from tenure.context import JobContext, running
 from tenure.core.states import Outcome
 from tenure.job import JobSpec
 from tenure.worker import Supervisor
+from tests.conftest import BACKENDS, fresh_storage_url
+
+SQL_BACKENDS = [kind for kind in BACKENDS if kind in ("sqlite", "postgres")]
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+def sql_url(request, tmp_path):
+    """Storage of a SQL backend: job.transaction() is theirs (Redis has no such thing)."""
+    return fresh_storage_url(request.param, request, tmp_path)
 
 
 @pytest.fixture
-def sql_url(backend_url):
-    if backend_url.startswith(("redis", "rediss", "unix")):
-        pytest.skip("job.transaction() is for SQL backends")
-    return backend_url
+def backend(sql_url, open_backend):
+    return open_backend(sql_url)
 
 
 @pytest.fixture

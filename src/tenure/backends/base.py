@@ -104,8 +104,11 @@ class Backend(Protocol):
         """
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
-        """Renew every lease ``worker_id`` holds, in one statement; return the
-        leases among ``leases`` that are no longer held (recovered, settled or gone)."""
+        """Renew the leases ``worker_id`` presents, in one round trip; return those
+        among them that are no longer held. Only presented leases are renewed: a
+        lease the worker does not know of (a claim whose reply was lost) expires
+        and is recovered. Raises LivenessLost when storage no longer sees the
+        worker alive."""
 
     async def progress(self, job_id: str, fence: int, data: Any) -> None:
         """Record a handler's progress report (JSON) for its current attempt."""

@@ -242,8 +242,10 @@ class PostgresBackend:
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
         await self.liveness.check(worker_id)
-        rows = await self._rows("heartbeat", {"worker": worker_id})
-        return set(leases) - {(i, f) for i, f in rows}
+        held = list(leases)
+        params = {"worker": worker_id, "ids": [i for i, _ in held], "fences": [f for _, f in held]}
+        rows = await self._rows("heartbeat", params)
+        return set(held) - {(i, f) for i, f in rows}
 
     async def progress(self, job_id: str, fence: int, data: Any) -> None:
         payload = encode(data, what="progress", limit=self.max_payload).decode()

@@ -97,12 +97,15 @@ history AS (
 SELECT {job_columns} FROM claimed ORDER BY priority DESC, run_at, seq
 
 -- name: heartbeat
--- Every lease of one worker in one statement; returns what it still holds.
+-- The leases one worker presents, in one statement; returns those it still
+-- holds. A lease the worker does not know of (a claim whose reply it never
+-- got) is not renewed: it expires and is recovered.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 renewed AS (
     UPDATE {schema}.jobs SET lease_expires_at = clock.now + lease_ttl
     FROM clock
     WHERE worker = %(worker)s AND state = 'active'
+      AND (id, fence) IN (SELECT * FROM unnest(%(ids)s::text[], %(fences)s::bigint[]))
     RETURNING id, fence
 ),
 seen AS (

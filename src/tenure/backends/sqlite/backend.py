@@ -299,7 +299,8 @@ class SQLiteBackend(Operators):
     def _heartbeat(self, worker_id: str, held: set[LeaseRef]) -> set[LeaseRef]:
         now = self.clock.now()
         with self._tx() as conn:
-            renewed = {(i, f) for i, f in conn.execute(Q["renew_leases"], (now, worker_id))}
+            presented = orjson.dumps([list(lease) for lease in held])
+            renewed = set(conn.execute(Q["renew_leases"], (now, worker_id, presented)))
             conn.execute(Q["touch_worker"], (now, worker_id))
         return held - renewed
 

@@ -41,10 +41,13 @@ RETURNING {job_columns}
 INSERT INTO attempts (job_id, fence, attempt, worker, started_at) VALUES (?, ?, ?, ?, ?)
 
 -- name: renew_leases
--- Every lease of one worker in one statement; returns what it still holds.
+-- The leases one worker presents (a JSON array of [id, fence]), in one
+-- statement; returns those it still holds. A lease the worker does not know of
+-- (a claim whose reply it never got) is not renewed: it expires and is recovered.
 UPDATE jobs
 SET lease_expires_at = CASE WHEN lease_ttl IS NULL THEN NULL ELSE ? + lease_ttl END
 WHERE worker = ? AND state = 'active'
+  AND (id, fence) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))
 RETURNING id, fence
 
 -- name: touch_worker

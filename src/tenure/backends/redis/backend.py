@@ -1,0 +1,484 @@
+"""The Redis backend: every transition one Lua script, one round trip per verb.
+
+Jobs, queues, leases and workers live in the keys ``keys.py`` lays out; each
+transition runs as one script (``scripts/*.lua``) on the keys of one queue,
+atomically, judged by Redis's own clock (``TIME``). Worker liveness is a named
+connection per registered worker (``liveness.py``); idle workers block on
+per-queue signal lists (``wakeup.py``); the sweep runs in phases so that the
+retry policy stays in ``tenure.core.retry`` (``rescue.py``).
+
+A verb given only a job id finds the job's queue, hence its hash slot, in a
+cache of the ids this backend has seen (those it enqueued, claimed or read), or
+else in the fleet's id index, one extra round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Collection, Sequence
+from typing import Any
+
+import orjson
+from redis.exceptions import RedisError
+
+from tenure.backends.base import LeaseRef, Page, RescueReport, WorkerInfo
+from tenure.backends.redis import codec
+from tenure.backends.redis.liveness import Liveness
+from tenure.backends.redis.rescue import rescue
+from tenure.backends.redis.scripts import INVALID_TRANSITION, OK, Call, Runner, check
+from tenure.backends.redis.topology import Topology
+from tenure.backends.redis.url import Options, parse
+from tenure.backends.redis.wakeup import Wakeups
+from tenure.config import QueuePolicy
+from tenure.core.names import check_name
+from tenure.core.payload import encode
+from tenure.core.retry import Decision
+from tenure.core.states import Outcome, State, parse_state
+from tenure.errors import BackendUnavailable, InvalidInput, InvalidTransition, JobNotFound
+from tenure.job import Job, JobSpec
+
+log = logging.getLogger("tenure.redis")
+
+ENQUEUE_CHUNK = 500  # jobs per enqueue script call: bounds how long one call holds Redis
+PROMOTE_MAX = 1000  # due scheduled jobs one claim promotes per queue
+ID_CACHE = 100_000  # job id -> queue entries this backend remembers
+DEFAULTS = QueuePolicy()
+
+
+class RedisBackend:
+    """Jobs in Redis (keys laid out for Redis Cluster). See the module docstring."""
+
+    def __init__(self, options: Options) -> None:
+        self.url = options.url
+        self.options = options
+        self.keys = options.keys
+        self.max_payload = options.max_payload
+        self._safe_url = options.safe_url
+        self._topology: Topology | None = None
+        self._runner: Runner | None = None
+        self._liveness: Liveness | None = None
+        self._wakeups: dict[tuple[str, ...], Wakeups] = {}
+        self._queue_of_id: OrderedDict[str, str] = OrderedDict()
+        self._warned_durability = False
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisBackend:
+        """A backend (not open yet) for a ``redis://``, ``rediss://`` or ``unix://``
+        URL; see ``url.py`` for the options."""
+        return cls(parse(url))
+
+    # -- plumbing ----------------------------------------------------------
+
+    @property
+    def runner(self) -> Runner:
+        if self._runner is None:
+            raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
+        return self._runner
+
+    async def open(self) -> None:
+        if self._runner is not None:
+            return
+        try:
+            topology = Topology(self.options)
+        except (ValueError, TypeError) as exc:
+            raise InvalidInput(f"bad Redis URL {self._safe_url!r}: {exc}") from None
+        runner = Runner(topology, self._safe_url)
+        try:
+            await topology.open()
+            await runner.load()
+        except (BackendUnavailable, RedisError, OSError) as exc:
+            await topology.close()
+            if isinstance(exc, BackendUnavailable):
+                raise
+            raise BackendUnavailable(f"Redis at {self._safe_url}: {exc}") from exc
+        self._topology, self._runner = topology, runner
+        self._liveness = Liveness(self.keys, runner)
+
+    async def close(self) -> None:
+        if self._liveness is not None:
+            await self._liveness.close()  # no deregistering: to the fleet, a kill -9
+        for wakeups in self._wakeups.values():
+            await wakeups.close()
+        if self._topology is not None:
+            await self._topology.close()
+        self._topology = self._runner = self._liveness = None
+        self._wakeups = {}
+
+    def _remember(self, job_id: str, queue: str) -> None:
+        self._queue_of_id[job_id] = queue
+        self._queue_of_id.move_to_end(job_id)
+        if len(self._queue_of_id) > ID_CACHE:
+            self._queue_of_id.popitem(last=False)
+
+    def _known(self, jobs: Sequence[Job]) -> list[Job]:
+        for job in jobs:
+            self._remember(job.id, job.queue)
+        return list(jobs)
+
+    async def _queues_of(self, job_ids: Collection[str]) -> dict[str, str]:
+        """The queue of each job id that exists (cache, else the fleet's index)."""
+        found = {i: q for i in job_ids if (q := self._queue_of_id.get(i)) is not None}
+        unknown = [i for i in job_ids if i not in found]
+        if unknown:
+            queues = await self.runner.command("HMGET", self.keys.jobs, *unknown, repeatable=True)
+            for job_id, queue in zip(unknown, queues, strict=True):
+                if queue is not None:
+                    found[job_id] = queue.decode()
+                    self._remember(job_id, found[job_id])
+        return found
+
+    async def _queue_of(self, job_id: str) -> str:
+        queue = (await self._queues_of([job_id])).get(job_id)
+        if queue is None:
+            raise JobNotFound(f"no job with id {job_id!r}")
+        return queue
+
+    async def _settle(
+        self, script: str, job_id: str, fence: int, *args: str | bytes, repeatable: bool = False
+    ) -> None:
+        """Run one fence-checked script on a job; LeaseLost or JobNotFound if refused."""
+        queue = await self._queue_of(job_id)
+        keys, argv = [self.keys.queue(queue)], [job_id, fence, *args]
+        code = await self.runner.call(script, keys, argv, repeatable=repeatable)
+        check(code, job_id, fence)
+
+    # -- producers ---------------------------------------------------------
+
+    async def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
+        for spec in specs:
+            spec.check(self.max_payload)
+        if not specs:
+            return []
+        queues = list(dict.fromkeys(s.queue for s in specs))
+        calls = [Call.command("SADD", self.keys.queues, *queues)]
+        for start in range(0, len(specs), ENQUEUE_CHUNK):
+            index = [x for s in specs[start : start + ENQUEUE_CHUNK] for x in (s.id, s.queue)]
+            calls.append(Call.command("HSET", self.keys.jobs, *index))
+        runs = _runs(specs)
+        for queue, run in runs:
+            args = [queue, len(run), *(a for s in run for a in codec.enqueue_args(s))]
+            calls.append(Call.script("enqueue", [self.keys.queue(queue)], args))
+        replies = await self.runner.pipeline(calls, repeatable=True)  # by id: a rerun finds them
+        jobs: list[Job] = []
+        for (_, run), reply in zip(runs, replies[len(calls) - len(runs) :], strict=True):
+            for spec, (kind, *rest) in zip(run, reply, strict=True):
+                jobs.append(codec.new_job(spec, *rest) if kind == b"new" else codec.job(rest[0]))
+        # The index got an entry for every spec; drop those that made no job.
+        unused = [s.id for s, j in zip(specs, jobs, strict=True) if s.id != j.id]
+        if unused:
+            await self.runner.command("HDEL", self.keys.jobs, *unused)
+        return self._known(jobs)
+
+    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+        """Block on the queues' signal lists (BLPOP) until a token or the timeout.
+        On Redis Cluster the lists live on several nodes: one pop per queue, and
+        the first token wins."""
+        if self._topology is None or not queues:
+            return
+        lists = tuple(self.keys.signal(q) for q in dict.fromkeys(queues))
+        groups = [(key,) for key in lists] if self._topology.cluster else [lists]
+        waits = [asyncio.ensure_future(self._waiter(g).wait(g, timeout)) for g in groups]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()  # a pending pop outlives its wait: the next wait picks it up
+
+    def _waiter(self, lists: tuple[str, ...]) -> Wakeups:
+        if lists not in self._wakeups:
+            topology = self._topology
+            assert topology is not None
+            self._wakeups[lists] = Wakeups(lambda: topology.connection(lists[0]))
+        return self._wakeups[lists]
+
+    # -- lease holders -----------------------------------------------------
+
+    async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:
+        for q in queues:
+            check_name("queue", q)
+        if limit < 1 or not queues:
+            return []
+        shares = {q: limit for q in dict.fromkeys(queues)}
+        if len(shares) > 1 and self.runner.topology.cluster:
+            shares = await self._shares(list(shares), limit)
+        calls = []
+        for keys, n in self._claims(shares):
+            args: list[str | int] = [
+                worker_id, n, repr(DEFAULTS.lease_ttl), DEFAULTS.delivery, PROMOTE_MAX
+            ]  # fmt: skip
+            calls.append(Call.script("claim", keys, args))
+        replies = await self.runner.pipeline(calls)
+        return self._known([codec.job(flat) for reply in replies for flat in reply])
+
+    def _claims(self, shares: dict[str, int]) -> list[tuple[list[str], int]]:
+        """One claim over every queue (one script, exact order across queues), or
+        on Cluster one per queue with its share."""
+        if not self.runner.topology.cluster:
+            return [([self.keys.queue(q) for q in shares], max(shares.values()))]
+        return [([self.keys.queue(q)], n) for q, n in shares.items() if n > 0]
+
+    async def _shares(self, queues: builtins.list[str], limit: int) -> dict[str, int]:
+        """How many jobs to claim from each queue so that the batch is the best
+        ``limit`` across them (Cluster: a peek per queue, then a claim per queue;
+        a job another worker takes in between leaves this batch short)."""
+        calls = [Call.script("peek", [self.keys.queue(q)], [limit, PROMOTE_MAX]) for q in queues]
+        candidates = []
+        for queue, reply in zip(queues, await self.runner.pipeline(calls), strict=True):
+            candidates += [(float(reply[i + 1]), reply[i], queue) for i in range(0, len(reply), 2)]
+        shares = dict.fromkeys(queues, 0)
+        for _, _, queue in sorted(candidates)[:limit]:
+            shares[queue] += 1
+        return shares
+
+    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
+        """Renew the presented leases the worker still holds, one script per queue,
+        in one round trip. For a worker registered by this backend it also proves
+        the worker alive: its named connection answers a PING (at the same time)
+        and its registry entry is still there; LivenessLost otherwise."""
+        presented = set(leases)
+        here = self._liveness is not None and worker_id in self._liveness.held
+        if not presented and not here:
+            return set()
+        queue_of = await self._queues_of({job_id for job_id, _ in presented})
+        by_queue: dict[str, list[str | int]] = {}
+        for job_id, fence in presented:
+            if job_id in queue_of:
+                by_queue.setdefault(queue_of[job_id], [worker_id]).extend((job_id, fence))
+        calls = [Call.script("heartbeat", [self.keys.queue(q)], a) for q, a in by_queue.items()]
+        if here:
+            calls.append(Call.script("touch", [self.keys.fleet], [worker_id]))
+        replies = await self._with_liveness(worker_id, self.runner.pipeline(calls))
+        if here and not int(replies.pop()):
+            assert self._liveness is not None
+            await self._liveness.lost(worker_id, "a sweeper found it gone and buried it")
+        held = set()
+        for reply in replies:
+            held |= {(reply[i].decode(), int(reply[i + 1])) for i in range(0, len(reply), 2)}
+        return presented - held
+
+    async def _with_liveness(self, worker_id: str, work: Awaitable[list[Any]]) -> list[Any]:
+        """Await ``work`` and, at the same time, the check of the worker's connection;
+        a lost liveness wins over any other error."""
+        assert self._liveness is not None
+        checked, done = await asyncio.gather(
+            self._liveness.check(worker_id), work, return_exceptions=True
+        )
+        for outcome in (checked, done):
+            if isinstance(outcome, BaseException):
+                raise outcome
+        assert isinstance(done, list)
+        return done
+
+    async def progress(self, job_id: str, fence: int, data: Any) -> None:
+        payload = encode(data, what="progress", limit=self.max_payload)
+        await self._settle("progress", job_id, fence, payload, repeatable=True)
+
+    async def complete(self, job_id: str, fence: int, result: Any = None) -> None:
+        payload = encode(result, what="job result", limit=self.max_payload)
+        queue = await self._queue_of(job_id)
+        [code] = await self.runner.call(
+            "complete", [self.keys.queue(queue)], [job_id, fence, payload]
+        )
+        check(code, job_id, fence)
+
+    async def complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
+        """Complete a batch: one script per queue, all in one round trip; return
+        the leases no longer held (unknown, settled or recovered: unchanged)."""
+        if not items:
+            return set()
+        queue_of = await self._queues_of({job_id for job_id, _, _ in items})
+        lost = {(job_id, fence) for job_id, fence, _ in items if job_id not in queue_of}
+        by_queue: dict[str, list[tuple[str, int, bytes]]] = {}
+        for item in items:
+            if item[0] in queue_of:
+                by_queue.setdefault(queue_of[item[0]], []).append(item)
+        calls = [
+            Call.script("complete", [self.keys.queue(q)], [a for item in batch for a in item])
+            for q, batch in by_queue.items()
+        ]
+        for batch, codes in zip(by_queue.values(), await self.runner.pipeline(calls), strict=True):
+            lost |= {(i, f) for (i, f, _), code in zip(batch, codes, strict=True) if code != OK}
+        return lost
+
+    async def fail(
+        self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
+    ) -> None:
+        reason = decision.dead_reason.value if decision.dead_reason else ""
+        await self._settle(
+            "fail", job_id, fence, Outcome(outcome).value, "" if error is None else "=" + error,
+            decision.state.value, repr(float(decision.delay)), reason,
+            "1" if decision.stall else "0",
+        )  # fmt: skip
+
+    async def release(self, job_id: str, fence: int) -> None:
+        await self._settle("release", job_id, fence)
+
+    # -- the sweeper -------------------------------------------------------
+
+    async def rescue(self, min_interval: float = 0.0) -> RescueReport:
+        if self._liveness is None:
+            raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
+        return await rescue(self.runner, self.keys, self._liveness, min_interval)
+
+    # -- operators ---------------------------------------------------------
+
+    async def cancel(self, job_id: str) -> Job:
+        queue = await self._queue_of(job_id)
+        code, *rest = await self.runner.call("cancel", [self.keys.queue(queue)], [job_id])
+        if code == INVALID_TRANSITION:
+            raise InvalidTransition(
+                f"job {job_id} is {rest[0].decode()}: only scheduled or queued jobs can be "
+                "cancelled"
+            )
+        check(code, job_id)
+        return codec.job(*rest)
+
+    async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+        check_name("queue", queue)
+        if job_ids is not None and not job_ids:
+            return 0
+        ids = [] if job_ids is None else list(job_ids)
+        return int(await self.runner.call("retry_dead", [self.keys.queue(queue)], ids))
+
+    async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+        check_name("queue", queue)
+        if job_ids is not None and not job_ids:
+            return 0
+        ids = [] if job_ids is None else list(job_ids)
+        gone = await self.runner.call("purge_dead", [self.keys.queue(queue)], ids)
+        if gone:
+            await self.runner.command("HDEL", self.keys.jobs, *gone)
+            for job_id in gone:
+                self._queue_of_id.pop(job_id.decode(), None)
+        return len(gone)
+
+    async def get(self, job_id: str) -> Job:
+        queue = await self._queue_of(job_id)
+        keys = [self.keys.queue(queue)]
+        flat, history = await self.runner.call("get", keys, [job_id], repeatable=True)
+        if not flat:
+            raise JobNotFound(f"no job with id {job_id!r}")
+        return codec.job(flat, history)
+
+    async def list(
+        self,
+        queue: str | None = None,
+        state: State | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        if queue is not None:
+            check_name("queue", queue)
+        if state is not None:
+            state = parse_state(state)
+        if not 1 <= limit <= 10_000:
+            raise InvalidInput(f"limit must be within [1, 10000], got {limit!r}")
+        cursor = _cursor(after)
+        queues = [queue] if queue is not None else await self.queues()
+        calls = []
+        for q in queues:
+            # newest first by (seq, queue): below the cursor's seq, or at it in a lower queue
+            bound = "+inf" if cursor is None else f"({cursor[0]}"
+            if cursor is not None and q < cursor[1]:
+                bound = str(cursor[0])
+            args = [state.value if state else "", bound, limit + 1]
+            calls.append(Call.script("list", [self.keys.queue(q)], args))
+        rows = []
+        replies = await self.runner.pipeline(calls, repeatable=True)
+        for q, reply in zip(queues, replies, strict=True):
+            rows += [(int(reply[i]), q, reply[i + 1]) for i in range(0, len(reply), 2)]
+        rows.sort(key=lambda r: (r[0], r[1]), reverse=True)
+        jobs = self._known([codec.job(flat) for _, _, flat in rows[:limit]])
+        last = rows[limit - 1] if len(rows) > limit else None
+        return Page(jobs, None if last is None else f"{last[0]}:{last[1]}")
+
+    async def counts(self, queue: str) -> dict[State, int]:
+        check_name("queue", queue)
+        states = list(State)
+        names = [s.value for s in states]
+        reply = await self.runner.call("counts", [self.keys.queue(queue)], names, repeatable=True)
+        return {s: int(n) for s, n in zip(states, reply, strict=True)}
+
+    async def queues(self) -> builtins.list[str]:
+        members = await self.runner.command("SMEMBERS", self.keys.queues, repeatable=True)
+        return sorted(m.decode() for m in members)
+
+    async def get_policy(self, queue: str) -> QueuePolicy:
+        check_name("queue", queue)
+        raw = await self.runner.command("GET", self.keys.policy(queue), repeatable=True)
+        return DEFAULTS if raw is None else QueuePolicy.from_dict(orjson.loads(raw))
+
+    async def set_policy(self, queue: str, policy: QueuePolicy) -> None:
+        check_name("queue", queue)
+        policy.validate()
+        await self.runner.pipeline([
+            Call.command("SADD", self.keys.queues, queue),
+            Call.command("SET", self.keys.policy(queue), orjson.dumps(policy.to_dict())),
+        ], repeatable=True)  # fmt: skip
+
+    # -- workers -----------------------------------------------------------
+
+    async def register_worker(self, info: WorkerInfo) -> None:
+        check_name("worker", info.id)
+        if self._liveness is None:
+            raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
+        await self._warn_if_volatile()
+        entry = {"hostname": info.hostname, "pid": info.pid, "queues": list(info.queues)}
+        await self._liveness.hold(info.id, entry)
+
+    async def deregister_worker(self, worker_id: str) -> None:
+        held = self._liveness.held.pop(worker_id, None) if self._liveness else None
+        await self.runner.call("deregister", [self.keys.fleet], [worker_id])
+        if held is not None and self._liveness is not None:
+            await self._liveness.drop(held, kill=False)
+
+    async def workers(self) -> builtins.list[WorkerInfo]:
+        _, *entries = await self.runner.call("workers", [self.keys.fleet], repeatable=True)
+        found = []
+        for worker_id, info, started_at, last_seen in entries:
+            data = orjson.loads(info)
+            found.append(
+                WorkerInfo(worker_id.decode(), data["hostname"], int(data["pid"]),
+                           tuple(data["queues"]), float(started_at), float(last_seen))
+            )  # fmt: skip
+        return sorted(found, key=lambda w: (w.started_at, w.id))
+
+    async def _warn_if_volatile(self) -> None:
+        """Once per backend: a server without AOF loses jobs when it restarts."""
+        if self._warned_durability:
+            return
+        self._warned_durability = True
+        try:
+            info = await self.runner.command("INFO", "persistence")
+        except BackendUnavailable:
+            return  # INFO may be forbidden: say nothing rather than guess
+        nodes = info.values() if isinstance(info, dict) and "aof_enabled" not in info else [info]
+        if any(isinstance(n, dict) and not int(n.get("aof_enabled", 1)) for n in nodes):
+            log.warning(
+                "Redis at %s runs with appendonly no: a Redis restart loses jobs "
+                "(see docs/redis.md: appendonly yes, appendfsync everysec)",
+                self._safe_url,
+            )
+
+
+def _runs(specs: Sequence[JobSpec]) -> list[tuple[str, list[JobSpec]]]:
+    """Consecutive specs of one queue, in chunks: one enqueue script call each, in order."""
+    runs: list[tuple[str, list[JobSpec]]] = []
+    for spec in specs:
+        if runs and runs[-1][0] == spec.queue and len(runs[-1][1]) < ENQUEUE_CHUNK:
+            runs[-1][1].append(spec)
+        else:
+            runs.append((spec.queue, [spec]))
+    return runs
+
+
+def _cursor(after: str | None) -> tuple[int, str] | None:
+    if after is None:
+        return None
+    seq, _, queue = after.partition(":")
+    if not seq.isdigit() or not queue:
+        raise InvalidInput(f"bad cursor {after!r}: pass back a page's next_cursor")
+    return int(seq), queue

@@ -1,0 +1,82 @@
+"""The Redis key layout of tenure: every key the backend and its scripts touch.
+
+All keys start with a prefix (``tenure`` unless the URL says ``?prefix=``).
+Every key of one queue carries the queue's name as a hash tag, ``{queue}``, so a
+queue lives in one hash slot and every script touches one slot: the backend
+works on Redis Cluster. The fleet-wide keys share the tag ``{@}``, which no
+queue name can take ('@' is not allowed in names).
+
+Per queue ``q``, under ``<prefix>:{q}:`` (the scripts build these names from
+that prefix, passed as ``KEYS[1]``; ``_lib.lua`` mirrors this table)::
+
+    job:<id>        HASH    the job's fields (see codec.py)
+    history:<id>    LIST    its attempts, JSON, oldest first
+    ready           ZSET    queued jobs: score -priority, member <run_at µs:16><seq:16><id>,
+                            so ZRANGE 0 n-1 is the claim order (priority, run_at, seq)
+    scheduled       ZSET    scheduled job ids by run_at
+    leases          ZSET    active at-least-once job ids by lease expiry (Redis TIME)
+    state:<state>   ZSET    job ids in that state by seq (listing, counts)
+    all             ZSET    every job id by seq (listing)
+    seq             STRING  the last seq: max(now in µs, last + 1), insertion order
+    keys            HASH    key= -> id of the unfinished job that holds it
+    held:<worker>   SET     ids of the active jobs a worker holds
+    holders         SET     workers whose held set is not empty
+    signal          LIST    wake-up tokens for idle workers (BLPOP)
+    policy          STRING  the queue's QueuePolicy, JSON
+
+Fleet-wide, under ``<prefix>:{@}:``::
+
+    queues          SET     names of queues that have jobs or a policy
+    jobs            HASH    job id -> queue: verbs given only an id find the slot
+    workers         SET     registered worker ids
+    worker:<id>     HASH    info (JSON), started_at, last_seen (Redis TIME)
+    sweep           STRING  Redis TIME of the last sweep: the fleet's sweep guard
+
+A registered worker's liveness is a connection named ``<prefix>:worker:<id>``
+(``CLIENT SETNAME``): not a key, it lives only as long as the connection.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tenure.errors import InvalidInput
+
+DEFAULT_PREFIX = "tenure"
+PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,50}")
+
+
+class Keys:
+    """Key names for one prefix."""
+
+    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
+        if PREFIX_PATTERN.fullmatch(prefix) is None:
+            raise InvalidInput(
+                f"invalid Redis key prefix {prefix!r}: use 1 to 50 characters from "
+                "letters, digits, '_', '.', ':' and '-'"
+            )
+        self.prefix = prefix
+        fleet = f"{prefix}:{{@}}:"
+        self.fleet = fleet  # KEYS[1] of the fleet-wide scripts
+        self.queues = fleet + "queues"
+        self.jobs = fleet + "jobs"
+        self.sweep = fleet + "sweep"
+
+    def queue(self, queue: str) -> str:
+        """The prefix of every key of ``queue`` (``KEYS[1]`` of the per-queue scripts)."""
+        return f"{self.prefix}:{{{queue}}}:"
+
+    def policy(self, queue: str) -> str:
+        return self.queue(queue) + "policy"
+
+    def signal(self, queue: str) -> str:
+        return self.queue(queue) + "signal"
+
+    def connection_name(self, worker_id: str) -> str:
+        """The name of a registered worker's liveness connection."""
+        return f"{self.prefix}:worker:{worker_id}"
+
+    def worker_of(self, connection_name: str) -> str | None:
+        """The worker id a liveness connection's name carries, if it is one of ours."""
+        head = f"{self.prefix}:worker:"
+        return connection_name[len(head) :] if connection_name.startswith(head) else None

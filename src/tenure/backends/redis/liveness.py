@@ -1,0 +1,204 @@
+"""Worker liveness on Redis: a named connection per registered worker.
+
+A registered worker holds a dedicated connection named ``<prefix>:worker:<id>``
+(``CLIENT SETNAME``) for as long as its backend stays open. When the process
+dies, however it dies, the kernel closes the socket and the name leaves
+``CLIENT LIST``: any sweeper then sees the worker gone and recovers its leases
+(``crashed``), in under a second. ``close()`` without ``deregister_worker`` does
+what a kill -9 does: it has Redis drop the connection (``CLIENT KILL ID``) so
+that the very next ``CLIENT LIST`` no longer shows it.
+
+Every heartbeat pings the connection (which also keeps an idle-client
+``timeout`` of the server from closing it): a worker whose connection dropped (a
+Redis restart, a cut) learns it at once, as ``LivenessLost``, and registers
+again under a new identity, because to the fleet it died.
+
+Where ACLs forbid ``CLIENT``, there is no named connection: dead workers are
+found by lease expiry alone, and a registry entry is buried once its worker
+has not heartbeaten for :data:`STALE_AFTER` seconds. The backend says so once
+in the log ``tenure.redis``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from redis import exceptions as redis_errors
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import RedisError
+
+from tenure.backends.redis.keys import Keys
+from tenure.backends.redis.scripts import Runner
+from tenure.errors import BackendUnavailable, LivenessLost
+
+log = logging.getLogger("tenure.redis")
+
+STALE_AFTER = 30.0  # a worker without a named connection is buried after this long unseen
+
+
+class ClientForbidden(Exception):
+    """The ACL does not allow CLIENT: liveness falls back to lease expiry."""
+
+
+def forbidden(exc: BaseException) -> bool:
+    return isinstance(exc, redis_errors.NoPermissionError) or "NOPERM" in str(exc)
+
+
+@dataclass
+class Held:
+    """One worker registered by this backend, and its liveness connection (None
+    where CLIENT is forbidden)."""
+
+    worker_id: str
+    conn: AbstractConnection | None
+    client_id: int | None = None
+    # A handler's heartbeat and the lease keeper's may check at once: one
+    # command at a time on a connection.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Liveness:
+    """The named connections of this backend's registered workers."""
+
+    def __init__(self, keys: Keys, runner: Runner) -> None:
+        self.keys = keys
+        self.runner = runner
+        self.held: dict[str, Held] = {}
+        self.said_forbidden = False
+
+    def fallback_notice(self, why: str) -> None:
+        """Say once that this backend finds dead workers by lease expiry only."""
+        if not self.said_forbidden:
+            self.said_forbidden = True
+            log.warning(
+                "Redis refuses CLIENT commands (%s): a killed worker is recovered when its "
+                "lease expires, not at once from CLIENT LIST",
+                why,
+            )
+
+    async def hold(self, worker_id: str, entry: dict[str, Any]) -> None:
+        """Name a connection for the worker, then register it (in this order, so
+        that a sweeper that sees the registry entry also sees the connection).
+        ``entry`` is what the registry shows of the worker."""
+        old = self.held.pop(worker_id, None)
+        if old is not None:
+            await self.drop(old, kill=True)
+        # On Cluster: the node of the fleet's keys, whose CLIENT LIST sweepers read
+        # (they read every node's, so that a resharding does not make us look dead).
+        name = self.keys.connection_name(worker_id)
+        held = Held(worker_id, self.runner.topology.connection(self.keys.fleet, name))
+        try:
+            await self._open(held)
+        except ClientForbidden as exc:
+            self.fallback_notice(str(exc))
+            held.conn = None
+        liveness = "lease" if held.conn is None else "connection"
+        info = orjson.dumps({**entry, "liveness": liveness}).decode()
+        try:
+            await self.runner.call("register", [self.keys.fleet], [worker_id, info])
+        except BackendUnavailable:
+            await self.drop(held, kill=True)
+            raise
+        self.held[worker_id] = held
+
+    async def _open(self, held: Held) -> None:
+        assert held.conn is not None
+        try:
+            await held.conn.connect()  # type: ignore[no-untyped-call]
+            await held.conn.send_command("CLIENT", "ID")
+            held.client_id = int(await held.conn.read_response())
+        except (redis_errors.RedisError, OSError) as exc:
+            await held.conn.disconnect()
+            if forbidden(exc):
+                raise ClientForbidden(str(exc)) from exc
+            raise BackendUnavailable(f"Redis at {self.runner.url}: {exc}") from exc
+
+    async def check(self, worker_id: str) -> None:
+        """Raise LivenessLost unless the worker's named connection still answers.
+        A worker not registered by this backend has nothing to prove here."""
+        held = self.held.get(worker_id)
+        if held is None or held.conn is None:
+            return
+        async with held.lock:
+            try:
+                await held.conn.send_command("PING")
+                await held.conn.read_response()
+            except (redis_errors.RedisError, OSError) as exc:
+                failure: Exception | None = exc
+            else:
+                failure = None
+        if failure is not None:
+            await self.lost(worker_id, f"its liveness connection dropped ({failure})")
+
+    async def lost(self, worker_id: str, why: str) -> None:
+        """Forget a worker the fleet takes for dead, and say so (LivenessLost)."""
+        held = self.held.pop(worker_id, None)
+        if held is not None:
+            await self.drop(held, kill=True)
+        raise LivenessLost(
+            f"worker {worker_id} is gone to the fleet: {why}; its leases may be recovered "
+            "by others at any moment"
+        )
+
+    async def drop(self, held: Held, *, kill: bool) -> None:
+        """Close a worker's connection; ``kill`` first has Redis drop it at once, so
+        that the next CLIENT LIST anywhere no longer shows it (as after a kill -9)."""
+        if held.conn is None:
+            return
+        if kill and held.client_id is not None:
+            # Redis gone or refusing: closing the socket says the same, a moment later
+            with contextlib.suppress(RedisError, OSError):
+                await self.runner.topology.on_node_of(
+                    self.keys.fleet, "CLIENT", "KILL", "ID", held.client_id
+                )
+        await held.conn.disconnect()
+
+    async def close(self) -> None:
+        """Drop every worker's connection, as a kill -9 would (no deregistering)."""
+        while self.held:
+            _, held = self.held.popitem()
+            await self.drop(held, kill=True)
+
+    async def everywhere(self) -> Any:
+        """CLIENT LIST of every node (Cluster), or its error."""
+        try:
+            return await self.runner.topology.everywhere("CLIENT LIST", "TYPE", "normal")
+        except (RedisError, OSError) as exc:
+            return exc
+
+    def names(self, reply: Any) -> set[str] | None:
+        """The workers whose named connection CLIENT LIST replies (one, or one per
+        node) show; None when the reply is an error because CLIENT is forbidden."""
+        if isinstance(reply, Exception):
+            if forbidden(reply):
+                self.fallback_notice(str(reply))
+                return None
+            raise BackendUnavailable(f"Redis at {self.runner.url}: {reply}") from reply
+        alive = set()
+        for name in _client_names(reply):
+            worker = self.keys.worker_of(name)
+            if worker:
+                alive.add(worker)
+        return alive
+
+
+def _client_names(reply: Any) -> Iterator[str]:
+    """The connection names in CLIENT LIST replies: raw text, or as redis-py
+    parses them (one dict per connection), or a list of those (one per node)."""
+    if isinstance(reply, bytes | str):
+        text = reply.decode() if isinstance(reply, bytes) else reply
+        for line in text.splitlines():
+            for item in line.split(" "):
+                if item.startswith("name="):
+                    yield item[5:]
+    elif isinstance(reply, dict):
+        yield str(reply.get("name") or "")
+    elif isinstance(reply, list):
+        for item in reply:
+            yield from _client_names(item)

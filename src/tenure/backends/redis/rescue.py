@@ -1,0 +1,142 @@
+"""The sweep on Redis, in phases, so that the retry policy stays in Python.
+
+1. The guard (``sweep_guard.lua``): one sweep per interval across the fleet.
+2. One pipeline: per queue, ``sweep.lua`` promotes due scheduled jobs and
+   returns the expired leases and the workers holding leases; then the
+   registry and ``CLIENT LIST``, read after those holders (a holder registered
+   before it claimed, so a live one is in the registry read after it).
+3. Workers registered but without their named connection are buried
+   (``deregister.lua``); ``orphans.lua`` returns the jobs that gone or
+   unregistered holders hold.
+4. :func:`tenure.core.retry.decide_for` decides each candidate's fate; per queue,
+   ``recover.lua`` applies the decisions, each fence-checked and checked again
+   for what made it a candidate (a late heartbeat saves a lease).
+
+Cost: the jobs recovered and the workers, never the size of the queues.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from tenure.backends.base import Rescued, RescueReport
+from tenure.backends.redis import codec
+from tenure.backends.redis.keys import Keys
+from tenure.backends.redis.liveness import STALE_AFTER, Liveness
+from tenure.backends.redis.scripts import Call, Runner
+from tenure.config import QueuePolicy
+from tenure.core.retry import decide_for
+from tenure.core.states import Outcome
+from tenure.job import Job
+
+BATCH = 1000  # promotions and candidates per queue and sweep; the rest wait one sweep
+MARK_MS = 3_600_000  # how long the sweep guard's mark lives
+
+
+@dataclass
+class QueueSweep:
+    """What phase 2 found in one queue."""
+
+    queue: str
+    promoted: int
+    holders: set[str]
+    policy: QueuePolicy
+    expired: list[Job]
+    orphaned: list[Job] = field(default_factory=list)
+
+
+async def rescue(
+    runner: Runner, keys: Keys, liveness: Liveness, min_interval: float
+) -> RescueReport:
+    """One sweep: see the module docstring."""
+    guard, members = await runner.pipeline([
+        Call.script("sweep_guard", [keys.sweep], [repr(float(min_interval)), MARK_MS]),
+        Call.command("SMEMBERS", keys.queues),
+    ])  # fmt: skip
+    if not int(guard):
+        return RescueReport(swept=False)
+    queues = sorted(m.decode() for m in members)
+    calls = [Call.script("sweep", [keys.queue(q)], [BATCH]) for q in queues]
+    calls.append(Call.script("workers", [keys.fleet]))
+    if not runner.topology.cluster:  # on Cluster: every node's CLIENT LIST, just after
+        calls.append(Call.command("CLIENT", "LIST", "TYPE", "normal"))
+    replies = await runner.pipeline(calls, tolerate={len(queues) + 1})
+    sweeps = [_queue_sweep(q, r) for q, r in zip(queues, replies, strict=False)]
+    registry = replies[len(queues)]
+    clients = await liveness.everywhere() if runner.topology.cluster else replies[-1]
+    gone, live = _judge(registry, liveness.names(clients))
+
+    dead_holders = {s.queue: sorted(s.holders - live) for s in sweeps if s.holders - live}
+    calls = [Call.script("deregister", [keys.fleet], [w]) for w in gone]
+    calls += [Call.script("orphans", [keys.queue(q)], ws) for q, ws in dead_holders.items()]
+    replies = await runner.pipeline(calls)
+    buried = tuple(w for w, removed in zip(gone, replies, strict=False) if int(removed))
+    by_queue = {s.queue: s for s in sweeps}
+    for queue, jobs in zip(dead_holders, replies[len(gone) :], strict=True):
+        by_queue[queue].orphaned = [codec.job(flat) for flat in jobs]
+
+    rescued = await _recover(runner, keys, sweeps)
+    promoted = sum(s.promoted for s in sweeps)
+    return RescueReport(swept=True, rescued=rescued, promoted=promoted, dead_workers=buried)
+
+
+def _queue_sweep(queue: str, reply: Sequence[Any]) -> QueueSweep:
+    promoted, holders, policy, expired = reply
+    return QueueSweep(
+        queue=queue,
+        promoted=int(promoted),
+        holders={h.decode() for h in holders},
+        policy=QueuePolicy.from_dict(orjson.loads(policy)) if policy else QueuePolicy(),
+        expired=[codec.job(flat) for flat in expired],
+    )
+
+
+def _judge(registry: Sequence[Any], alive: set[str] | None) -> tuple[list[str], set[str]]:
+    """Split the registered workers into gone and live. A worker with a named
+    connection is gone when the connection is; one without (CLIENT forbidden) when
+    it has not been seen for STALE_AFTER seconds."""
+    now = float(registry[0])
+    gone, live = [], set()
+    for worker_id, info, _started, last_seen in registry[1:]:
+        wid = worker_id.decode()
+        named = orjson.loads(info).get("liveness") == "connection"
+        if named and alive is not None:
+            dead = wid not in alive
+        else:
+            dead = now - float(last_seen) > STALE_AFTER
+        if dead:
+            gone.append(wid)
+        else:
+            live.add(wid)
+    return gone, live
+
+
+async def _recover(runner: Runner, keys: Keys, sweeps: list[QueueSweep]) -> tuple[Rescued, ...]:
+    calls, plans = [], []
+    for s in sweeps:
+        crashed = {j.id for j in s.orphaned}
+        candidates = [(j, Outcome.CRASHED) for j in s.orphaned]
+        candidates += [(j, Outcome.STALLED) for j in s.expired if j.id not in crashed]
+        if not candidates:
+            continue
+        args: list[Any] = [len(candidates)]
+        plan = {}
+        for job, outcome in candidates:
+            decision = decide_for(job, outcome, s.policy)
+            plan[job.id] = Rescued(job.id, job.fence, outcome, decision.state)
+            error = f"attempt {job.attempts} {outcome}: " + (
+                f"its worker {job.worker} is gone" if outcome is Outcome.CRASHED
+                else f"the lease of worker {job.worker} expired"
+            )  # fmt: skip
+            args += [job.id, job.fence, job.worker or "", outcome.value, error,
+                     decision.state.value, repr(decision.delay),
+                     decision.dead_reason.value if decision.dead_reason else "",
+                     "1" if decision.stall else "0"]  # fmt: skip
+        calls.append(Call.script("recover", [keys.queue(s.queue)], args))
+        plans.append(plan)
+    replies = await runner.pipeline(calls)
+    return tuple(plan[i.decode()] for plan, done in zip(plans, replies, strict=True) for i in done)

@@ -1,0 +1,189 @@
+"""tenure's Lua scripts: loaded once, called by SHA, reloaded after ``NOSCRIPT``.
+
+Each transition is one script in ``scripts/<name>.lua`` whose header names its
+KEYS, ARGV and return values; ``scripts/_lib.lua`` (shared helpers) is put in
+front of each. Scripts are loaded when the backend opens and called with
+``EVALSHA``; a Redis restart or ``SCRIPT FLUSH`` forgets them, and the first call
+that meets ``NOSCRIPT`` loads them all again and runs once more (a command that
+got ``NOSCRIPT`` did not run, so running it again is safe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from redis import exceptions as redis_errors
+
+from tenure.backends.redis.topology import Topology
+from tenure.errors import BackendUnavailable, InvalidTransition, JobNotFound, LeaseLost
+
+Arg = str | bytes | int | float
+
+# Waits before running a repeatable call again after Redis dropped the connection
+# or was loading (a restart): about 1.5 s in all, then the error stands.
+RETRY_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8)
+TRANSIENT = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
+
+# The status codes scripts return (see the top of _lib.lua).
+OK, NOT_FOUND, LEASE_LOST, INVALID_TRANSITION = 0, 1, 2, 3
+
+NAMES = (
+    "enqueue", "claim", "heartbeat", "progress", "complete", "fail", "release",
+    "sweep_guard", "sweep", "orphans", "recover",
+    "peek", "cancel", "retry_dead", "purge_dead", "get", "list", "counts",
+    "register", "deregister", "touch", "workers",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    source: bytes
+    sha: str
+
+
+def _load_sources() -> dict[str, Script]:
+    folder = resources.files("tenure.backends.redis") / "scripts"
+    lib = (folder / "_lib.lua").read_bytes()
+    scripts = {}
+    for name in NAMES:
+        source = lib + b"\n" + (folder / f"{name}.lua").read_bytes()
+        scripts[name] = Script(name, source, hashlib.sha1(source).hexdigest())
+    return scripts
+
+
+SCRIPTS = _load_sources()
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One command for :meth:`Runner.pipeline`: a script or a plain command."""
+
+    args: tuple[Arg, ...]
+
+    @classmethod
+    def script(cls, name: str, keys: Sequence[str], args: Sequence[Arg] = ()) -> Call:
+        return cls(("EVALSHA", SCRIPTS[name].sha, len(keys), *keys, *args))
+
+    @classmethod
+    def command(cls, *args: Arg) -> Call:
+        return cls(args)
+
+
+def unavailable(exc: Exception, url: str) -> BackendUnavailable:
+    """The error to raise for a failure of Redis (unreachable, loading, refused)."""
+    return BackendUnavailable(f"Redis at {url}: {exc}")
+
+
+class Runner:
+    """Runs scripts and commands on a client, one round trip per call or pipeline."""
+
+    def __init__(self, topology: Topology, url: str) -> None:
+        self.topology = topology
+        self.client = topology.client
+        self.url = url
+        self.reloads = 0  # how many times NOSCRIPT made us load the scripts again
+
+    async def load(self) -> None:
+        """Load every script (SCRIPT LOAD) on every primary, in one round trip."""
+        try:
+            if self.topology.cluster:
+                shas = await asyncio.gather(*(
+                    self.topology.everywhere("SCRIPT LOAD", s.source) for s in SCRIPTS.values()
+                ))  # fmt: skip
+                shas = [reply[0] for reply in shas]
+            else:
+                async with self.client.pipeline(transaction=False) as pipe:
+                    for script in SCRIPTS.values():
+                        pipe.execute_command("SCRIPT", "LOAD", script.source)
+                    shas = await pipe.execute()
+        except redis_errors.RedisError as exc:
+            raise unavailable(exc, self.url) from exc
+        for script, sha in zip(SCRIPTS.values(), shas, strict=True):
+            got = sha.decode() if isinstance(sha, bytes) else str(sha)
+            if got != script.sha:  # pragma: no cover - Redis hashes what we hash
+                raise BackendUnavailable(f"Redis hashed script {script.name} as {got}")
+
+    async def call(
+        self, name: str, keys: Sequence[str], args: Sequence[Arg] = (), *, repeatable: bool = False
+    ) -> Any:
+        """Run one script; one round trip (two more after a NOSCRIPT)."""
+        return (await self.pipeline([Call.script(name, keys, args)], repeatable=repeatable))[0]
+
+    async def command(self, *args: Arg, repeatable: bool = False) -> Any:
+        """Run one plain command."""
+        return (await self.pipeline([Call.command(*args)], repeatable=repeatable))[0]
+
+    async def pipeline(
+        self, calls: Sequence[Call], tolerate: Collection[int] = (), *, repeatable: bool = False
+    ) -> list[Any]:
+        """Run commands in order in one round trip; return their replies.
+
+        Not a transaction: each script is atomic on its own. Commands that met
+        NOSCRIPT are run again, in order, once the scripts are loaded again.
+        Raises BackendUnavailable for the first command that failed otherwise,
+        except those at the indices in ``tolerate``, whose error is their reply.
+        ``repeatable`` calls (whose second run changes nothing the first did not:
+        reads, progress, enqueue by job id) ride out a restart of Redis: they are
+        run again for a moment when the connection drops.
+        """
+        for delay in (*RETRY_BACKOFF, None) if repeatable else (None,):
+            try:
+                return await self._pipeline(calls, tolerate)
+            except BackendUnavailable as exc:
+                if delay is None or not isinstance(exc.__cause__, TRANSIENT):
+                    raise
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _pipeline(self, calls: Sequence[Call], tolerate: Collection[int]) -> list[Any]:
+        if not calls:
+            return []
+        replies = await self._send(calls)
+        missing = [i for i, r in enumerate(replies) if isinstance(r, redis_errors.NoScriptError)]
+        if missing:
+            self.reloads += 1
+            await self.load()
+            again = await self._send([calls[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        for i, reply in enumerate(replies):
+            if isinstance(reply, Exception) and i not in tolerate:
+                raise unavailable(reply, self.url) from reply
+        return replies
+
+    async def _send(self, calls: Sequence[Call]) -> list[Any]:
+        try:
+            if len(calls) == 1:
+                try:
+                    return [await self.client.execute_command(*calls[0].args)]
+                except redis_errors.ResponseError as exc:
+                    return [exc]
+            async with self.client.pipeline(transaction=False) as pipe:
+                for c in calls:
+                    pipe.execute_command(*c.args)
+                return list(await pipe.execute(raise_on_error=False))
+        except (redis_errors.RedisError, redis_errors.RedisClusterException, OSError) as exc:
+            raise unavailable(exc, self.url) from exc
+
+
+def check(code: Any, job_id: str, fence: int | None = None) -> None:
+    """Raise the typed error a script's status code stands for."""
+    code = int(code)
+    if code == OK:
+        return
+    if code == NOT_FOUND:
+        raise JobNotFound(f"no job with id {job_id!r}")
+    if code == LEASE_LOST:
+        raise LeaseLost(
+            f"job {job_id} is no longer held with fence {fence}: "
+            "it was recovered or settled by someone else"
+        )
+    if code == INVALID_TRANSITION:
+        raise InvalidTransition(f"job {job_id} cannot make this transition")
+    raise BackendUnavailable(f"unknown status {code!r} from a tenure script")  # pragma: no cover

@@ -1,0 +1,173 @@
+-- _lib.lua: helpers shared by tenure's scripts. The loader (scripts.py) puts
+-- this file in front of each script, so every script is self-contained when it
+-- is loaded and called by SHA. Nothing here runs on its own.
+--
+-- Conventions:
+--   * KEYS[1] of a per-queue script is the queue's key prefix "<prefix>:{<queue>}:";
+--     every key the script touches starts with it (one hash slot). keys.py
+--     documents the layout that the *_key functions below build.
+--   * Times are Redis's own clock (TIME), float seconds since the epoch, stored
+--     with 17 significant digits so that they read back exactly.
+--   * Status codes returned to Python (scripts.py maps them to exceptions):
+
+local OK, NOT_FOUND, LEASE_LOST, INVALID_TRANSITION = 0, 1, 2, 3
+
+local SIGNAL_MAX = 64             -- wake-up tokens kept per queue
+local MAX_US = 9000000000000000   -- run_at and seq in µs fit 16 digits (and a double)
+
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+local function num(x) return string.format('%.17g', x) end
+local function int(x) return string.format('%d', x) end
+
+-- An optional ARGV value: '' stands for None (no real value is empty).
+local function opt(x) if x == '' then return nil end return x end
+
+local function job_key(p, id) return p .. 'job:' .. id end
+local function history_key(p, id) return p .. 'history:' .. id end
+local function state_key(p, state) return p .. 'state:' .. state end
+local function held_key(p, worker) return p .. 'held:' .. worker end
+
+-- The member of the ready set: sorts by run_at, then seq, at equal priority.
+local function ready_member(run_at, seq, id)
+  local us = math.floor(run_at * 1000000)
+  if us < 0 then us = 0 elseif us > MAX_US then us = MAX_US end
+  return string.format('%016d%016d', us, seq) .. id
+end
+
+-- Move a job between the per-state sets (from is nil for a new job).
+local function set_state(p, id, seq, from, to)
+  if from then redis.call('ZREM', state_key(p, from), id) end
+  redis.call('ZADD', state_key(p, to), seq, id)
+end
+
+-- Wake up to n idle workers (BLPOP on the signal list); the list stays short.
+local function signal(p, n)
+  if n <= 0 then return end
+  local tokens = {}
+  for i = 1, math.min(n, SIGNAL_MAX) do tokens[i] = '1' end
+  redis.call('RPUSH', p .. 'signal', unpack(tokens))
+  redis.call('LTRIM', p .. 'signal', -SIGNAL_MAX, -1)
+end
+
+-- -> queued, in line by its stored priority, run_at and seq (so a job queued
+-- again keeps its place). The caller signals.
+local function queue_job(p, id, from)
+  local jk = job_key(p, id)
+  local f = redis.call('HMGET', jk, 'run_at', 'seq', 'priority')
+  local member = ready_member(tonumber(f[1]), tonumber(f[2]), id)
+  redis.call('HSET', jk, 'state', 'queued', 'rank', member)
+  redis.call('ZADD', p .. 'ready', -tonumber(f[3]), member)
+  set_state(p, id, f[2], from, 'queued')
+end
+
+-- -> scheduled, due at run_at.
+local function schedule_job(p, id, run_at, from)
+  local jk = job_key(p, id)
+  redis.call('HSET', jk, 'state', 'scheduled', 'run_at', num(run_at))
+  redis.call('HDEL', jk, 'rank')
+  redis.call('ZADD', p .. 'scheduled', run_at, id)
+  set_state(p, id, redis.call('HGET', jk, 'seq'), from, 'scheduled')
+end
+
+-- scheduled -> queued for up to max jobs whose run_at has passed; returns how many.
+local function promote(p, now, max)
+  local due = redis.call('ZRANGEBYSCORE', p .. 'scheduled', '-inf', num(now), 'LIMIT', 0, max)
+  for _, id in ipairs(due) do
+    redis.call('ZREM', p .. 'scheduled', id)
+    queue_job(p, id, 'scheduled')
+  end
+  return #due
+end
+
+-- A finished job gives its key= back (if it still holds it).
+local function release_key(p, jk, id)
+  local key = redis.call('HGET', jk, 'key')
+  if key and redis.call('HGET', p .. 'keys', key) == id then
+    redis.call('HDEL', p .. 'keys', key)
+  end
+end
+
+-- The lease ends: no worker, no expiry, out of the worker's held set.
+local function leave_active(p, jk, id)
+  local worker = redis.call('HGET', jk, 'worker')
+  redis.call('HDEL', jk, 'worker', 'lease_ttl', 'lease_expires_at')
+  redis.call('ZREM', p .. 'leases', id)
+  if worker then
+    local hk = held_key(p, worker)
+    redis.call('SREM', hk, id)
+    if redis.call('SCARD', hk) == 0 then redis.call('SREM', p .. 'holders', worker) end
+  end
+end
+
+-- The job's key if (id, fence) is the current lease of an active job, else nil
+-- and NOT_FOUND or LEASE_LOST. Fences compare as decimal strings.
+local function held_job(p, id, fence)
+  local jk = job_key(p, id)
+  local f = redis.call('HMGET', jk, 'state', 'fence')
+  if not f[1] then return nil, NOT_FOUND end
+  if f[1] ~= 'active' or f[2] ~= fence then return nil, LEASE_LOST end
+  return jk, OK
+end
+
+-- History: one JSON entry per attempt; times are strings, to keep 17 digits.
+local function begin_attempt(p, id, attempt, fence, worker, now)
+  redis.call('RPUSH', history_key(p, id), cjson.encode({
+    attempt = attempt, fence = fence, worker = worker, started_at = num(now)}))
+end
+
+local function end_attempt(p, id, fence, outcome, err, now)
+  local hk = history_key(p, id)
+  local last = redis.call('LINDEX', hk, -1)
+  if not last then return end
+  local a = cjson.decode(last)
+  if int(a.fence) ~= fence then return end
+  a.ended_at = num(now)
+  a.outcome = outcome
+  a.error = err
+  redis.call('LSET', hk, -1, cjson.encode(a))
+end
+
+-- Apply a decision of tenure.core.retry to an active job (fail, and the
+-- sweeper's recover): -> queued | scheduled | dead, and end the attempt.
+local function settle_failure(p, id, jk, outcome, err, state, delay, reason, stall, now)
+  local fence = redis.call('HGET', jk, 'fence')
+  leave_active(p, jk, id)
+  if err then redis.call('HSET', jk, 'error', err) else redis.call('HDEL', jk, 'error') end
+  if stall then redis.call('HINCRBY', jk, 'stalls', 1) end
+  if state == 'dead' then
+    redis.call('HSET', jk, 'state', 'dead', 'dead_reason', reason, 'finished_at', num(now))
+    set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'dead')
+    release_key(p, jk, id)
+  elseif state == 'scheduled' then
+    schedule_job(p, id, now + delay, 'active')
+  else
+    queue_job(p, id, 'active')
+    signal(p, 1)
+  end
+  end_attempt(p, id, fence, outcome, err, now)
+end
+
+-- The job and its history, as get returns them.
+local function job_with_history(p, id)
+  return {redis.call('HGETALL', job_key(p, id)), redis.call('LRANGE', history_key(p, id), 0, -1)}
+end
+
+-- The queue's lease TTL (nil for an at-most-once queue) from its stored policy,
+-- else from the defaults the caller passes (config.py holds them, once).
+local function lease_ttl_of(p, default_ttl, default_delivery)
+  local raw = redis.call('GET', p .. 'policy')
+  local ttl, delivery = tonumber(default_ttl), default_delivery
+  if raw then
+    local policy = cjson.decode(raw)
+    ttl = tonumber(policy.lease_ttl) or ttl
+    delivery = policy.delivery or delivery
+  end
+  if delivery == 'at-most-once' then return nil end
+  return ttl
+end
+
+-- ---------------------------------------------------------------------------

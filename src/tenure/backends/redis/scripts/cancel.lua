@@ -1,0 +1,24 @@
+-- cancel: queued | scheduled -> cancelled.
+--
+-- KEYS[1]  the queue's key prefix
+-- ARGV[1]  job id
+-- Returns  {OK (0), {HGETALL}, {history}}, {NOT_FOUND (1)} or
+--          {INVALID_TRANSITION (3), state}
+
+local p, id = KEYS[1], ARGV[1]
+local jk = job_key(p, id)
+local f = redis.call('HMGET', jk, 'state', 'rank', 'seq')
+if not f[1] then return {NOT_FOUND} end
+if f[1] == 'queued' then
+  redis.call('ZREM', p .. 'ready', f[2])
+elseif f[1] == 'scheduled' then
+  redis.call('ZREM', p .. 'scheduled', id)
+else
+  return {INVALID_TRANSITION, f[1]}
+end
+redis.call('HSET', jk, 'state', 'cancelled', 'finished_at', num(clock()))
+redis.call('HDEL', jk, 'rank')
+set_state(p, id, f[3], f[1], 'cancelled')
+release_key(p, jk, id)
+local job = job_with_history(p, id)
+return {OK, job[1], job[2]}

@@ -1,0 +1,62 @@
+-- enqueue: store new jobs of one queue, in order -> scheduled | queued.
+--
+-- KEYS[1]  the queue's key prefix "<prefix>:{<queue>}:"
+-- ARGV[1]  the queue's name
+-- ARGV[2]  n, the number of jobs; then 9 values per job, in order:
+--          id, task, args (JSON), delay, run_at ('' = now + delay), priority,
+--          key (''), max_attempts (''), timeout ('')
+-- Returns  one entry per job, in order:
+--          {'new', state, run_at, created_at}   a job stored now
+--          {'old', <HGETALL of the job>}        the unfinished job that holds the
+--                                               spec's key, or the job that has its id
+--                                               already (a retried enqueue)
+
+local p, queue, n = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local now = clock()
+local now_us = math.floor(now * 1000000)
+local last = tonumber(redis.call('GET', p .. 'seq') or '0')
+local out, queued = {}, 0
+
+for i = 0, n - 1 do
+  local b = 3 + i * 9
+  local id, task, args, delay, run_at = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  local priority, key, max_attempts, timeout = ARGV[b + 5], opt(ARGV[b + 6]), ARGV[b + 7], ARGV[b + 8]
+  local jk = job_key(p, id)
+  local holder = key and redis.call('HGET', p .. 'keys', key)
+  if not holder and redis.call('EXISTS', jk) == 1 then holder = id end
+  if holder then
+    out[#out + 1] = {'old', redis.call('HGETALL', job_key(p, holder))}
+  else
+    last = math.max(now_us, last + 1)
+    local seq = int(last)
+    local due = tonumber(opt(run_at) or now + tonumber(delay))
+    -- every field in one HSET; the state's own sets right after (queue_job and
+    -- schedule_job would read back what we know already)
+    local state, rank = 'queued', ready_member(due, last, id)
+    if due > now then state, rank = 'scheduled', nil end
+    local fields = {'id', id, 'task', task, 'queue', queue, 'args', args, 'priority', priority,
+      'run_at', num(due), 'created_at', num(now), 'seq', seq, 'fence', 0, 'attempts', 0,
+      'stalls', 0, 'state', state}
+    if rank then fields[#fields + 1] = 'rank'; fields[#fields + 1] = rank end
+    if key then fields[#fields + 1] = 'key'; fields[#fields + 1] = key end
+    if max_attempts ~= '' then
+      fields[#fields + 1] = 'max_attempts'; fields[#fields + 1] = max_attempts
+    end
+    if timeout ~= '' then fields[#fields + 1] = 'timeout'; fields[#fields + 1] = timeout end
+    redis.call('HSET', jk, unpack(fields))
+    if rank then
+      redis.call('ZADD', p .. 'ready', -tonumber(priority), rank)
+      queued = queued + 1
+    else
+      redis.call('ZADD', p .. 'scheduled', due, id)
+    end
+    redis.call('ZADD', state_key(p, state), seq, id)
+    redis.call('ZADD', p .. 'all', seq, id)
+    if key then redis.call('HSET', p .. 'keys', key, id) end
+    out[#out + 1] = {'new', state, num(due), num(now)}
+  end
+end
+
+redis.call('SET', p .. 'seq', int(last))
+signal(p, queued)
+return out

@@ -1,0 +1,17 @@
+-- fail: record an unsuccessful attempt and apply the decision tenure.core.retry
+-- made: active -> queued | scheduled | dead.
+--
+-- KEYS[1]  the queue's key prefix
+-- ARGV     job id, fence, outcome, error ('' = none, else '=' .. error),
+--          state (queued | scheduled | dead), delay (seconds, for scheduled),
+--          dead_reason (''), stall ('1' when the attempt spends a stall)
+-- Returns  OK (0), NOT_FOUND (1) or LEASE_LOST (2: stale fence, nothing changed)
+
+local p, id, fence = KEYS[1], ARGV[1], ARGV[2]
+local jk, code = held_job(p, id, fence)
+if not jk then return code end
+local err = opt(ARGV[4])
+if err then err = string.sub(err, 2) end
+settle_failure(p, id, jk, ARGV[3], err, ARGV[5], tonumber(ARGV[6]), opt(ARGV[7]),
+  ARGV[8] == '1', clock())
+return OK

@@ -1,0 +1,12 @@
+-- peek: the best claimable jobs of one queue, for a claim over several queues
+-- on Redis Cluster (where one script cannot see several queues): the caller
+-- merges the queues' candidates, then claims from each queue its share.
+-- Promotes the queue's due scheduled jobs first, as a claim would.
+--
+-- KEYS[1]  the queue's key prefix
+-- ARGV     limit, how many due scheduled jobs to promote at most
+-- Returns  flat pairs {member of the ready set, score}, best first
+
+local p = KEYS[1]
+promote(p, clock(), tonumber(ARGV[2]))
+return redis.call('ZRANGE', p .. 'ready', 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')

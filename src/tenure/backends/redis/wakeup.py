@@ -1,0 +1,87 @@
+"""Wake-ups for idle workers: a blocking pop on per-queue signal lists.
+
+Every script that makes jobs claimable (enqueue, a retry, a release, a rescue, a
+promotion by the sweeper) pushes tokens onto its queue's signal list. An idle
+worker blocks in ``BLPOP`` on its queues' lists, on a connection of its own, so
+it claims within milliseconds of an enqueue instead of polling.
+
+A pop outlives the wait that started it: when the worker stops waiting (a slot
+freed, its own timeout), the pop stays pending and the next wait picks it up,
+so the connection never has to be dropped mid-command. Errors never escape: a
+wait on a broken Redis just waits out its timeout, like a backend that cannot
+wake anyone, and the claim that follows reports the failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from redis.asyncio.connection import AbstractConnection
+
+log = logging.getLogger("tenure.redis")
+
+MARGIN = 5.0  # seconds a pop may take beyond its BLPOP timeout before we give up on it
+
+
+class Wakeups:
+    """One blocking connection and at most one pending pop."""
+
+    def __init__(self, connect: Callable[[], AbstractConnection]) -> None:
+        self._connect = connect
+        self._conn: AbstractConnection | None = None
+        self._pop: asyncio.Task[bool] | None = None
+        self._lists: tuple[str, ...] = ()
+
+    async def wait(self, lists: tuple[str, ...], timeout: float) -> None:
+        """Return when a token arrives on one of ``lists``, or after ``timeout`` s."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (left := deadline - loop.time()) > 0.001:
+            pop = self._pop
+            if pop is not None and pop.done():
+                self._pop = None
+                if pop.cancelled() or pop.exception() is not None:
+                    await asyncio.sleep(left)  # Redis is unreachable: just wait
+                    return
+                if pop.result():
+                    return
+                continue
+            if pop is not None and self._lists != lists:
+                await self._abandon()
+                continue
+            if pop is None:
+                self._lists = lists
+                pop = self._pop = asyncio.create_task(self._blpop(lists, left))
+            done, _ = await asyncio.wait({pop}, timeout=left)
+            if not done:
+                return
+
+    async def _blpop(self, lists: tuple[str, ...], timeout: float) -> bool:
+        if self._conn is None:
+            self._conn = self._connect()
+        conn = self._conn
+        try:
+            await conn.send_command("BLPOP", *lists, f"{max(timeout, 0.001):.3f}")
+            async with asyncio.timeout(timeout + MARGIN):
+                reply = await conn.read_response()
+        except BaseException:
+            await conn.disconnect()
+            raise
+        return reply is not None
+
+    async def _abandon(self) -> None:
+        """Give up the pending pop (the queues changed): its connection goes with it."""
+        pop, self._pop = self._pop, None
+        if pop is not None:
+            pop.cancel()
+            with contextlib.suppress(BaseException):
+                await pop
+
+    async def close(self) -> None:
+        await self._abandon()
+        if self._conn is not None:
+            await self._conn.disconnect()
+            self._conn = None

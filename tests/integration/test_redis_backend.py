@@ -1,0 +1,564 @@
+"""The Redis backend beyond the conformance suite: URLs and credentials, script
+loading and NOSCRIPT, the key layout, bulk enqueue, wake-ups, liveness and its
+fallback where ACLs forbid CLIENT, and the durability warning.
+
+Real redis-server processes only: the session's server, or one of this module's
+own where a test needs a unix socket, TLS or a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis as redis_sync
+from redis.crc import key_slot
+
+from tenure.backends.base import WorkerInfo
+from tenure.backends.redis import RedisBackend
+from tenure.backends.redis.scripts import NAMES, SCRIPTS, Runner
+from tenure.config import QueuePolicy
+from tenure.core.retry import Decision
+from tenure.core.states import Outcome, State
+from tenure.errors import BackendUnavailable, InvalidInput, LivenessLost
+from tenure.job import JobSpec
+from tenure.portal import Portal
+from tests.conformance.helpers import wait_for
+from tests.conftest import SyncBackend
+from tests.servers import RedisServer, wait_port
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:redis")
+
+
+class OwnRedis(RedisServer):
+    """A redis-server of this module's, with extra arguments (unix socket, TLS)."""
+
+    def __init__(self, *extra: str, appendonly: bool = False) -> None:
+        self.extra = list(extra)
+        super().__init__(appendonly=appendonly)
+
+    def start(self) -> None:
+        assert self.binary
+        command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                   "--dir", str(self.root), "--save", "", "--appendonly",
+                   "yes" if self.appendonly else "no", "--daemonize", "no",
+                   "--logfile", str(self.root / "server.log"), *self.extra]  # fmt: skip
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port)
+
+
+@pytest.fixture(scope="module")
+def own_redis() -> Iterator[OwnRedis]:
+    if not shutil.which("redis-server"):
+        pytest.skip("redis-server not found")
+    sock = Path(f"/tmp/tenure-test-{uuid.uuid4().hex[:8]}.sock")
+    server = OwnRedis("--unixsocket", str(sock), "--unixsocketperm", "700")
+    server.socket = sock  # type: ignore[attr-defined]
+    yield server
+    server.close()
+    sock.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    redis_server.flush()
+    return redis_server.url
+
+
+@pytest.fixture
+def opener(portal: Portal) -> Iterator[Callable[[str], SyncBackend]]:
+    opened: list[SyncBackend] = []
+
+    def open_(url: str) -> SyncBackend:
+        b = SyncBackend(RedisBackend.from_url(url), portal)
+        b.open()
+        opened.append(b)
+        return b
+
+    yield open_
+    for b in reversed(opened):
+        b.close()
+
+
+def admin(url: str, *command: Any) -> Any:
+    """Run one command on a short-lived plain client."""
+    with redis_sync.Redis.from_url(url) as client:
+        return client.execute_command(*command)
+
+
+def clients(url: str) -> list[dict[str, Any]]:
+    with redis_sync.Redis.from_url(url, decode_responses=True) as client:
+        return list(client.client_list())
+
+
+def acl_user(url: str, *rules: str) -> str:
+    user = f"u{uuid.uuid4().hex[:8]}"
+    admin(url, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", *rules)
+    return user
+
+
+def spec(queue: str = "default", **kw: Any) -> JobSpec:
+    return JobSpec.create("t", {"n": 1}, queue=queue, **kw)
+
+
+def register(b: SyncBackend, worker: str, queues: tuple[str, ...] = ("default",)) -> str:
+    b.register_worker(WorkerInfo(worker, "host", 1, queues))
+    return worker
+
+
+def one_lifecycle(b: SyncBackend) -> None:
+    """Every verb once, so that every kind of key exists."""
+    b.set_policy("default", QueuePolicy(max_attempts=5))
+    w = register(b, "w1", ("default", "other"))
+    b.enqueue([spec(key="k"), spec(delay=60), spec("other"), spec(), spec()])
+    a, c, d = b.claim(w, ["default"], 3)
+    b.heartbeat(w, {(a.id, a.fence)})
+    b.progress(a.id, a.fence, {"pct": 5})
+    b.complete(a.id, a.fence, "ok")
+    b.fail(c.id, c.fence, Outcome.ERROR, "boom", Decision(State.SCHEDULED, delay=60))
+    b.release(d.id, d.fence)
+    b.claim(w, ["other"], 1)
+    b.rescue()
+    b.list()
+    b.counts("default")
+
+
+# -- URLs and credentials ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:1/0?nonsense=1",
+        "redis://127.0.0.1:1/0?max_payload=many",
+        "redis://127.0.0.1:1/0?prefix=bad{prefix}",
+        "redis://127.0.0.1:1/0?pool_size=1",
+        "memcached://127.0.0.1/0",
+    ],
+)
+def test_a_bad_url__is_refused_as_invalid_input(url: str) -> None:
+    with pytest.raises(InvalidInput):
+        RedisBackend.from_url(url)
+
+
+def test_a_url_with_a_password__never_shows_it_in_errors(portal: Portal) -> None:
+    backend = RedisBackend.from_url("redis://user:s3cret@127.0.0.1:1/0?socket_connect_timeout=1")
+    with pytest.raises(BackendUnavailable) as caught:
+        portal.run(backend.open())
+    assert "s3cret" not in str(caught.value)
+    assert "***" in str(caught.value)
+
+
+def test_unix_socket_url__works(own_redis: OwnRedis, opener: Callable[[str], Any]) -> None:
+    b = opener(f"unix://{own_redis.socket}?db=2")  # type: ignore[attr-defined]
+    [job] = b.enqueue([spec()])
+    assert b.get(job.id).state == State.QUEUED
+    assert admin(own_redis.url.replace("/0", "/2"), "DBSIZE") > 0
+
+
+def test_acl_user_and_password__work_and_another_prefix_is_another_namespace(
+    redis_url: str, opener: Callable[[str], Any]
+) -> None:
+    user = acl_user(redis_url)
+    try:
+        host = redis_url.removeprefix("redis://")
+        mine = opener(f"redis://{user}:pw@{host}?prefix=other")
+        theirs = opener(redis_url)
+        [job] = mine.enqueue([spec()])
+        assert mine.get(job.id).id == job.id
+        assert theirs.queues() == []  # prefix=other keeps its keys apart
+        assert all(k.startswith(b"other:") for k in admin(redis_url, "KEYS", "*"))
+    finally:
+        admin(redis_url, "ACL", "DELUSER", user)
+
+
+def test_a_wrong_password__is_backend_unavailable(redis_url: str, portal: Portal) -> None:
+    host = redis_url.removeprefix("redis://")
+    backend = RedisBackend.from_url(f"redis://nobody:wrong@{host}")
+    with pytest.raises(BackendUnavailable):
+        portal.run(backend.open())
+
+
+@pytest.fixture(scope="module")
+def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OwnRedis, Path]]:
+    if not shutil.which("openssl"):
+        pytest.skip("openssl not found")
+    d = tmp_path_factory.mktemp("tls")
+    run = lambda *a: subprocess.run(a, cwd=d, check=True, capture_output=True)  # noqa: E731
+    run(
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-subj",
+        "/CN=tenure test CA",
+    )
+    run(
+        "openssl",
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    )
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    run("openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "server.crt", "-days", "1", "-extfile", "san.ext")  # fmt: skip
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        tls_port = s.getsockname()[1]
+    server = OwnRedis("--tls-port", str(tls_port), "--tls-cert-file", str(d / "server.crt"),
+                      "--tls-key-file", str(d / "server.key"), "--tls-ca-cert-file",
+                      str(d / "ca.crt"), "--tls-auth-clients", "no")  # fmt: skip
+    server.tls_port = tls_port  # type: ignore[attr-defined]
+    wait_port(tls_port)
+    yield server, d / "ca.crt"
+    server.close()
+
+
+def test_rediss_url__speaks_tls(
+    tls_redis: tuple[OwnRedis, Path], opener: Callable[[str], Any]
+) -> None:
+    server, ca = tls_redis
+    url = f"rediss://127.0.0.1:{server.tls_port}/0?ssl_ca_certs={ca}"  # type: ignore[attr-defined]
+    b = opener(url)
+    w = register(b, "tls-worker")
+    [job] = b.enqueue([spec()])
+    [claimed] = b.claim(w, ["default"], 1)
+    b.complete(claimed.id, claimed.fence, {"over": "tls"})
+    assert b.get(job.id).result == {"over": "tls"}
+    assert "tenure:worker:tls-worker" in names(server.url)
+
+
+# -- scripts: loaded once, called by SHA, reloaded after NOSCRIPT ----------------
+
+
+def test_every_script__has_a_header_naming_keys_argv_and_returns() -> None:
+    folder = Path(__file__).parents[2] / "src/tenure/backends/redis/scripts"
+    for name in NAMES:
+        head = (folder / f"{name}.lua").read_text().split("\n\n")[0]
+        assert head.startswith(f"-- {name}:"), name
+        text = (folder / f"{name}.lua").read_text()
+        assert "KEYS" in text.split("\n\n", 2)[1] and "Returns" in text, name
+    assert sorted(p.stem for p in folder.glob("*.lua")) == sorted([*NAMES, "_lib"])
+
+
+def test_scripts_are_called_by_sha__and_reloaded_after_script_flush(
+    redis_url: str, opener: Callable[[str], Any]
+) -> None:
+    b = opener(redis_url)
+    w = register(b, "w")
+    b.enqueue([spec(), spec()])
+    runner: Runner = b.inner.runner
+    assert runner.reloads == 0
+    admin(redis_url, "SCRIPT", "FLUSH")
+    [job] = b.claim(w, ["default"], 1)  # NOSCRIPT: load them all, run again
+    assert runner.reloads == 1
+    admin(redis_url, "SCRIPT", "FLUSH")
+    b.complete(job.id, job.fence, "done")
+    admin(redis_url, "SCRIPT", "FLUSH")
+    assert b.heartbeat(w, {(job.id, job.fence)}) == {(job.id, job.fence)}
+    assert runner.reloads == 3
+    assert b.get(job.id).state == State.COMPLETED
+    assert all(admin(redis_url, "SCRIPT", "EXISTS", *[s.sha for s in SCRIPTS.values()]))
+
+
+def test_a_redis_restart__forgets_scripts_and_the_backend_carries_on(
+    opener: Callable[[str], Any],
+) -> None:
+    server = OwnRedis(appendonly=True)
+    try:
+        b = opener(server.url)
+        w = register(b, "w")
+        [job] = b.enqueue([spec()])
+        server.restart()
+        wait_for(lambda: _answers(b))  # the pool reconnects; NOSCRIPT reloads
+        [claimed] = b.claim(w, ["default"], 1)
+        assert claimed.id == job.id
+        assert b.inner.runner.reloads >= 1
+    finally:
+        server.close()
+
+
+def _answers(b: SyncBackend) -> bool:
+    try:
+        b.counts("default")
+    except BackendUnavailable:
+        return False
+    return True
+
+
+# -- the key layout ------------------------------------------------------------
+
+QUEUE_KEY = re.compile(
+    r"tenure:\{(?P<q>[^}]+)\}:(job:.+|history:.+|ready|scheduled|leases|state:[a-z]+|all|seq|"
+    r"keys|held:.+|holders|signal|policy)"
+)
+FLEET_KEY = re.compile(r"tenure:\{@\}:(queues|jobs|workers|worker:.+|sweep)")
+
+
+def test_every_key__is_one_keys_py_documents_and_a_queue_lives_in_one_slot(
+    redis_url: str, opener: Callable[[str], Any]
+) -> None:
+    one_lifecycle(opener(redis_url))
+    keys = [k.decode() for k in admin(redis_url, "KEYS", "*")]
+    slots: dict[str, set[int]] = {}
+    for key in keys:
+        if FLEET_KEY.fullmatch(key):
+            slots.setdefault("@", set()).add(key_slot(key.encode()))
+            continue
+        match = QUEUE_KEY.fullmatch(key)
+        assert match, f"undocumented key {key}"
+        slots.setdefault(match["q"], set()).add(key_slot(key.encode()))
+    assert set(slots) == {"@", "default", "other"}
+    assert all(len(s) == 1 for s in slots.values()), slots
+
+
+def test_every_script_call__names_keys_of_one_slot_only(
+    redis_url: str, opener: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What Redis Cluster requires (a claim over several queues names several; on
+    Cluster it is split per queue)."""
+    seen: list[tuple[str, list[str]]] = []
+    send = Runner._send
+
+    async def spy(self: Runner, calls: Any) -> Any:
+        for c in calls:
+            if c.args[0] == "EVALSHA":
+                sha, n = c.args[1], int(c.args[2])
+                name = next(s.name for s in SCRIPTS.values() if s.sha == sha)
+                seen.append((name, [str(k) for k in c.args[3 : 3 + n]]))
+        return await send(self, calls)
+
+    monkeypatch.setattr(Runner, "_send", spy)
+    one_lifecycle(opener(redis_url))
+    assert {name for name, _ in seen} >= {"enqueue", "claim", "heartbeat", "complete", "sweep"}
+    for name, keys in seen:
+        assert len({key_slot(k.encode()) for k in keys}) == 1, (name, keys)
+
+
+# -- bulk enqueue ----------------------------------------------------------------
+
+
+def test_bulk_enqueue_of_10000_jobs__takes_one_round_trip_and_honours_keys(
+    redis_url: str, opener: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = opener(redis_url)
+    [held] = b.enqueue([spec(key="k-7")])
+    trips = []
+    send = Runner._send
+
+    async def count(self: Runner, calls: Any) -> Any:
+        trips.append(len(calls))
+        return await send(self, calls)
+
+    monkeypatch.setattr(Runner, "_send", count)
+    specs = [spec(key=f"k-{i % 5000}") for i in range(10_000)]
+    jobs = b.enqueue(specs)
+    assert len(trips) <= 2, trips  # the pipeline, and the index clean-up of key hits
+    assert len(jobs) == 10_000
+    assert jobs[7].id == held.id  # the key of an unfinished job: that job
+    assert [j.id for j in jobs[5000:]] == [j.id for j in jobs[:5000]]  # within the batch
+    assert b.counts("default")[State.QUEUED] == 5000
+    index = admin(redis_url, "HLEN", "tenure:{@}:jobs")
+    assert index == 5000  # no entries left for the specs that made no job
+
+
+# -- wake-ups --------------------------------------------------------------------
+
+
+def test_an_idle_waiter__wakes_when_a_job_is_enqueued(
+    redis_url: str, opener: Callable[[str], Any], portal: Portal
+) -> None:
+    producer, worker = opener(redis_url), opener(redis_url)
+    start = time.monotonic()
+    waiting = asyncio.run_coroutine_threadsafe(
+        worker.inner.wait_for_jobs(["default", "other"], 10.0), portal.loop
+    )
+    wait_for(lambda: _blocked(redis_url))
+    producer.enqueue([spec("other")])
+    waiting.result(timeout=5)
+    assert time.monotonic() - start < 5.0  # woken, not timed out at 10 s
+
+
+def _blocked(url: str) -> bool:
+    return any(c["cmd"] == "blpop" for c in clients(url))
+
+
+def test_a_wait_on_an_unreachable_redis__just_waits_out_its_timeout(
+    opener: Callable[[str], Any],
+) -> None:
+    server = OwnRedis()
+    b = opener(server.url)
+    server.kill()
+    start = time.monotonic()
+    b.wait_for_jobs(["default"], 0.3)
+    assert time.monotonic() - start >= 0.25
+    server.close()
+
+
+# -- liveness ------------------------------------------------------------------
+
+
+def names(url: str) -> set[str]:
+    return {c["name"] for c in clients(url) if c["name"]}
+
+
+def test_a_registered_worker__names_its_connection_until_close(
+    redis_url: str, opener: Callable[[str], Any]
+) -> None:
+    b = opener(redis_url)
+    register(b, "alive-1")
+    assert "tenure:worker:alive-1" in names(redis_url)
+    b.close()  # no deregister: to the fleet, a kill -9, seen at once
+    assert "tenure:worker:alive-1" not in names(redis_url)
+
+
+def test_a_dropped_liveness_connection__makes_the_heartbeat_raise_liveness_lost(
+    redis_url: str, opener: Callable[[str], Any]
+) -> None:
+    b = opener(redis_url)
+    register(b, "w-dropped")
+    assert b.heartbeat("w-dropped", set()) == set()
+    [victim] = [c for c in clients(redis_url) if c["name"].endswith("w-dropped")]
+    admin(redis_url, "CLIENT", "KILL", "ID", victim["id"])  # a cut, or a Redis restart
+    with pytest.raises(LivenessLost):
+        b.heartbeat("w-dropped", set())
+
+
+def test_a_buried_worker__learns_it_from_its_heartbeat(
+    redis_url: str, opener: Callable[[str], Any]
+) -> None:
+    b = opener(redis_url)
+    register(b, "w-buried")
+    admin(redis_url, "SREM", "tenure:{@}:workers", "w-buried")  # as a sweeper would
+    with pytest.raises(LivenessLost):
+        b.heartbeat("w-buried", set())
+
+
+@pytest.fixture
+def no_client_user(redis_url: str) -> Iterator[str]:
+    user = acl_user(redis_url, "-client")
+    yield redis_url.replace("redis://", f"redis://{user}:pw@")
+    admin(redis_url, "ACL", "DELUSER", user)
+
+
+def test_where_acl_forbids_client__liveness_falls_back_to_lease_expiry_and_says_so_once(
+    no_client_user: str, opener: Callable[[str], Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "tenure.redis")
+    sweeper = opener(no_client_user)
+    sweeper.set_policy("default", QueuePolicy(lease_ttl=0.3, heartbeat_interval=0.1))
+    doomed = opener(no_client_user)
+    register(doomed, "w-a")
+    register(doomed, "w-b")
+    [job] = sweeper.enqueue([spec()])
+    [claimed] = doomed.claim("w-a", ["default"], 1)
+    doomed.close()  # a kill -9: without CLIENT nobody can tell, until the lease expires
+    assert sweeper.rescue().rescued == ()
+    rescued = wait_for(lambda: sweeper.rescue().rescued, timeout=3)
+    assert [(r.job_id, r.outcome) for r in rescued] == [(job.id, Outcome.STALLED)]
+    notices = [r for r in caplog.records if "refuses CLIENT" in r.getMessage()]
+    assert len(notices) == 2  # once per backend: the worker's, the sweeper's
+    assert {w.id for w in sweeper.workers()} == {"w-a", "w-b"}
+    assert claimed.id == job.id
+
+
+def test_register_on_a_server_without_aof__warns_that_a_restart_loses_jobs(
+    redis_url: str, opener: Callable[[str], Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "tenure.redis")
+    b = opener(redis_url)
+    register(b, "w1")
+    register(b, "w2")
+    warnings = [r for r in caplog.records if "appendonly no" in r.getMessage()]
+    assert len(warnings) == 1
+    assert warnings[0].name == "tenure.redis"
+
+
+MINIMAL_ACL = (  # as docs/redis.md gives it
+    "~tenure:*", "&*", "+@read", "+@write", "+@scripting", "+time", "+ping", "+info", "+select",
+    "+client|setname", "+client|id", "+client|list", "+client|kill",
+)  # fmt: skip
+
+
+def test_the_minimal_acl_of_the_docs__is_enough_for_everything(
+    redis_url: str, opener: Callable[[str], Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "tenure.redis")
+    user = f"u{uuid.uuid4().hex[:8]}"
+    admin(redis_url, "ACL", "SETUSER", user, "on", ">pw", *MINIMAL_ACL)
+    try:
+        url = redis_url.replace("redis://", f"redis://{user}:pw@").replace("/0", "/3")
+        b = opener(url)
+        one_lifecycle(b)
+        b.wait_for_jobs(["default"], 0.05)
+        doomed = opener(url)
+        register(doomed, "doomed")
+        b.enqueue([spec()])
+        [job] = doomed.claim("doomed", ["default"], 1)
+        doomed.close()
+        rescued = b.rescue().rescued
+        assert [(r.job_id, r.outcome) for r in rescued] == [(job.id, Outcome.CRASHED)]
+        assert not [r for r in caplog.records if "refuses CLIENT" in r.getMessage()]
+    finally:
+        admin(redis_url, "ACL", "DELUSER", user)
+        admin(redis_url, "FLUSHALL")
+
+
+def test_complete_many__completes_the_held_and_reports_the_rest_lost(
+    redis_url: str, opener: Callable[[str], Any]
+) -> None:
+    b = opener(redis_url)
+    w = register(b, "w", ("a", "b"))
+    b.enqueue([spec("a"), spec("b"), spec("a")])
+    x, y, z = b.claim(w, ["a", "b"], 3)
+    b.complete(z.id, z.fence, "early")
+    ghost = (str(uuid.uuid4()), 1)
+    lost = b.complete_many(
+        [(x.id, x.fence, b'"x"'), (y.id, y.fence, b'"y"'), (z.id, z.fence, b'"z"'),
+         (ghost[0], 1, b"null"), (y.id, y.fence + 1, b'"stale"')]
+    )  # fmt: skip
+    assert lost == {(z.id, z.fence), ghost, (y.id, y.fence + 1)}
+    assert [b.get(j.id).result for j in (x, y, z)] == ["x", "y", "early"]
+    assert b.get(y.id).history[-1].outcome == Outcome.COMPLETED
+
+
+def test_concurrent_heartbeats_of_one_worker__share_its_liveness_connection_safely(
+    redis_url: str, opener: Callable[[str], Any], portal: Portal
+) -> None:
+    """The lease keeper and a handler's job.heartbeat() may run at once."""
+    b = opener(redis_url)
+    w = register(b, "w-busy")
+    b.enqueue([spec() for _ in range(4)])
+    leases = {(j.id, j.fence) for j in b.claim(w, ["default"], 4)}
+
+    async def many() -> list[Any]:
+        beats = [b.inner.heartbeat(w, leases) for _ in range(50)]
+        return await asyncio.gather(*beats, return_exceptions=True)
+
+    assert asyncio.run_coroutine_threadsafe(many(), portal.loop).result(30) == [set()] * 50
+    assert b.heartbeat(w, leases) == set()
