@@ -6,9 +6,11 @@ runtime is built on top of the same App.
 
 from __future__ import annotations
 
+import atexit
 import inspect
 import os
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -241,6 +243,7 @@ class App:
                         portal.close()
                         raise
                     self._portal, self._backend = portal, backend
+                    _close_at_exit(self)
         return self._backend
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -261,3 +264,15 @@ class App:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _close_at_exit(app: App) -> None:
+    """Close an App its user forgot to close, so that connections end cleanly."""
+    ref = weakref.ref(app)
+
+    def close() -> None:
+        alive = ref()
+        if alive is not None:
+            alive.close()
+
+    atexit.register(close)
