@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from tenure.config import QueuePolicy
+from tenure.core.names import check_name
 from tenure.core.retry import Decision
-from tenure.core.states import Outcome, State
+from tenure.core.states import Outcome, State, parse_state
+from tenure.errors import InvalidInput
 from tenure.job import Job, JobSpec
 
 LeaseRef = tuple[str, int]  # (job_id, fence)
@@ -63,6 +65,18 @@ class Page:
     jobs: list[Job]
     next_cursor: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+LIST_LIMIT = 10_000
+
+
+def check_listing(queue: str | None, state: object, limit: int) -> State | None:
+    """Validate a listing's filters (shared by every backend's ``list``)."""
+    if queue is not None:
+        check_name("queue", queue)
+    if not isinstance(limit, int) or not 1 <= limit <= LIST_LIMIT:
+        raise InvalidInput(f"limit must be within [1, {LIST_LIMIT}], got {limit!r}")
+    return None if state is None else parse_state(state)
 
 
 @runtime_checkable

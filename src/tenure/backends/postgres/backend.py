@@ -21,7 +21,7 @@ import psycopg
 import psycopg_pool
 from psycopg import sql
 
-from tenure.backends.base import LeaseRef, Page, Rescued, RescueReport, WorkerInfo
+from tenure.backends.base import LeaseRef, Page, Rescued, RescueReport, WorkerInfo, check_listing
 from tenure.backends.postgres.liveness import Liveness, Wakeups
 from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
 from tenure.backends.sqlfile import load_migrations, load_queries
@@ -29,7 +29,7 @@ from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.names import check_name
 from tenure.core.payload import encode
 from tenure.core.retry import Decision, decide_for
-from tenure.core.states import Outcome, State, parse_state
+from tenure.core.states import Outcome, State
 from tenure.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -410,12 +410,7 @@ class PostgresBackend:
         limit: int = 50,
         after: str | None = None,
     ) -> Page:
-        if queue is not None:
-            check_name("queue", queue)
-        if state is not None:
-            state = parse_state(state)
-        if not 1 <= limit <= 10_000:
-            raise InvalidInput(f"limit must be within [1, 10000], got {limit!r}")
+        state = check_listing(queue, state, limit)
         if after is not None and not after.isdigit():
             raise InvalidInput(f"bad cursor {after!r}: pass back a page's next_cursor")
         params = {"queue": queue, "state": None if state is None else state.value,

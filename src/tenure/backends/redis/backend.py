@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
-from tenure.backends.base import LeaseRef, Page, RescueReport, WorkerInfo
+from tenure.backends.base import LeaseRef, Page, RescueReport, WorkerInfo, check_listing
 from tenure.backends.redis import codec
 from tenure.backends.redis.liveness import Liveness
 from tenure.backends.redis.rescue import rescue
@@ -36,7 +36,7 @@ from tenure.config import QueuePolicy
 from tenure.core.names import check_name
 from tenure.core.payload import encode
 from tenure.core.retry import Decision
-from tenure.core.states import Outcome, State, parse_state
+from tenure.core.states import Outcome, State
 from tenure.errors import BackendUnavailable, InvalidInput, InvalidTransition, JobNotFound
 from tenure.job import Job, JobSpec
 
@@ -370,12 +370,7 @@ class RedisBackend:
         limit: int = 50,
         after: str | None = None,
     ) -> Page:
-        if queue is not None:
-            check_name("queue", queue)
-        if state is not None:
-            state = parse_state(state)
-        if not 1 <= limit <= 10_000:
-            raise InvalidInput(f"limit must be within [1, 10000], got {limit!r}")
+        state = check_listing(queue, state, limit)
         cursor = _cursor(after)
         queues = [queue] if queue is not None else await self.queues()
         calls = []

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from tenure.backends.base import Page, WorkerInfo
+from tenure.backends.base import Page, WorkerInfo, check_listing
 from tenure.backends.rows import attempt_from_row, job_from_row
 from tenure.backends.sqlite.liveness import WorkerLocks
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
 from tenure.core.clock import Clock
 from tenure.core.names import check_name
-from tenure.core.states import State, parse_state
+from tenure.core.states import State
 from tenure.errors import InvalidInput, InvalidTransition, JobNotFound
 from tenure.job import Job
 
@@ -86,12 +86,7 @@ class Operators:
         limit: int = 50,
         after: str | None = None,
     ) -> Page:
-        if queue is not None:
-            check_name("queue", queue)
-        if state is not None:
-            state = parse_state(state)
-        if not 1 <= limit <= 10_000:
-            raise InvalidInput(f"limit must be within [1, 10000], got {limit!r}")
+        state = check_listing(queue, state, limit)
         where: builtins.list[str] = []
         params: builtins.list[Any] = []
         for clause, value in (("queue = ?", queue), ("state = ?", state)):
