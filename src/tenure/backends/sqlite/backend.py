@@ -24,6 +24,7 @@ import orjson
 from tenure.backends.base import LeaseRef, Rescued, RescueReport
 from tenure.backends.rows import job_from_row
 from tenure.backends.sqlfile import load_migrations, split_statements
+from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.liveness import WorkerLocks
 from tenure.backends.sqlite.operators import Operators
 from tenure.backends.sqlite.queries import Q
@@ -74,6 +75,8 @@ class SQLiteBackend(Operators):
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenure-sqlite")
         memory = path == ":memory:"
         self._locks = WorkerLocks(None if memory else Path(f"{path}.workers"))
+        self.doorbells = Doorbells(path)
+        self._to_ring: list[str] = []
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteBackend:
@@ -130,12 +133,16 @@ class SQLiteBackend(Operators):
             yield conn
         except BaseException:
             conn.rollback()
+            self._to_ring = []
             raise
         try:
             conn.commit()
         except sqlite3.OperationalError as exc:
             conn.rollback()
             raise BackendUnavailable(f"SQLite commit failed on {self.path}: {exc}") from exc
+        finally:
+            to_ring, self._to_ring = self._to_ring, []
+        self.doorbells.ring(to_ring)
 
     async def open(self) -> None:
         await self._run(self._open)
@@ -197,6 +204,7 @@ class SQLiteBackend(Operators):
 
     def _close(self) -> None:
         self._locks.release_all()
+        self.doorbells.close()
         if self._effects is not None:
             self._effects.close()
             self._effects = None
@@ -247,11 +255,16 @@ class SQLiteBackend(Operators):
                         key=spec.key,
                     )
                 )
+            if any(j.state is State.QUEUED for j in jobs):
+                self._ring(conn)
         return jobs
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
-        # SQLite cannot wake another process: the worker polls, backing off.
-        await asyncio.sleep(timeout)
+        await self.doorbells.wait(timeout)
+
+    def _ring(self, conn: sqlite3.Connection) -> None:
+        """After this transaction commits, wake the idle workers (see doorbells.py)."""
+        self._to_ring = [w for (w,) in conn.execute(Q["worker_ids"])]
 
     # -- lease holders -----------------------------------------------------
 
@@ -369,6 +382,8 @@ class SQLiteBackend(Operators):
             if ending is not None:
                 outcome, error, now = ending
                 conn.execute(Q["end_attempt"], (now, outcome, error, job_id, fence))
+                if outcome is Outcome.RELEASED or sql is Q["requeue"]:
+                    self._ring(conn)
 
     @contextmanager
     def transaction(
@@ -419,6 +434,8 @@ class SQLiteBackend(Operators):
                 for job in jobs:
                     rescued.append(self._recover(conn, job, outcome, policies[job.queue], now))
             promoted = conn.execute(Q["promote_due"], (now,)).rowcount
+            if promoted or rescued:
+                self._ring(conn)
         return RescueReport(
             swept=True, rescued=tuple(rescued), promoted=promoted, dead_workers=dead_workers
         )

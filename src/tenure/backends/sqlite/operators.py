@@ -13,6 +13,7 @@ import orjson
 
 from tenure.backends.base import Page, WorkerInfo, check_listing
 from tenure.backends.rows import attempt_from_row, job_from_row
+from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.liveness import WorkerLocks
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
@@ -28,6 +29,7 @@ T = TypeVar("T")
 class Operators:
     clock: Clock
     _locks: WorkerLocks
+    doorbells: Doorbells
 
     if TYPE_CHECKING:
 
@@ -37,6 +39,8 @@ class Operators:
         def conn(self) -> sqlite3.Connection: ...
 
         def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
+
+        def _ring(self, conn: sqlite3.Connection) -> None: ...
 
     # -- operators ---------------------------------------------------------
 
@@ -65,9 +69,13 @@ class Operators:
     ) -> int:
         with self._tx() as conn:
             if job_ids is None:
-                return conn.execute(Q[f"{verb}_all"], (*head, queue)).rowcount
-            one = Q[f"{verb}_one"]
-            return sum(conn.execute(one, (*head, queue, i)).rowcount for i in job_ids)
+                moved = conn.execute(Q[f"{verb}_all"], (*head, queue)).rowcount
+            else:
+                one = Q[f"{verb}_one"]
+                moved = sum(conn.execute(one, (*head, queue, i)).rowcount for i in job_ids)
+            if moved and verb == "retry_dead":
+                self._ring(conn)
+            return moved
 
     async def get(self, job_id: str) -> Job:
         return await self._run(lambda: self._get(self.conn, job_id))
@@ -147,6 +155,7 @@ class Operators:
 
     def _register_worker(self, info: WorkerInfo) -> None:
         self._locks.hold(info.id)  # before the row exists, so a row always has its lock
+        self.doorbells.listen(info.id)
         now = self.clock.now()
         with self._tx() as conn:
             conn.execute(
@@ -160,6 +169,7 @@ class Operators:
             with self._tx() as conn:
                 conn.execute(Q["deregister_worker"], (worker_id,))
             self._locks.release(worker_id)
+            self.doorbells.stop(worker_id)
 
         await self._run(run)
 

@@ -161,5 +161,8 @@ VALUES (?, ?, ?, ?, ?, ?)
 -- name: deregister_worker
 DELETE FROM workers WHERE id = ?
 
+-- name: worker_ids
+SELECT id FROM workers
+
 -- name: list_workers
 SELECT id, hostname, pid, queues, started_at, last_seen FROM workers ORDER BY started_at
