@@ -213,6 +213,7 @@ class Supervisor:
         claims: set[asyncio.Task[None]] = set()
         idle = self.config.idle_poll_min
         while not self._draining.is_set():
+            claims = {c for c in claims if not c.done()}  # done callbacks may lag behind
             if not self._registered.is_set():
                 await self._wait(self._slot_freed, self.config.idle_poll_max)
                 continue
@@ -233,9 +234,7 @@ class Supervisor:
             else:
                 idle = self.config.idle_poll_min
             self._claiming += free
-            claim = asyncio.create_task(self._claim(free))
-            claims.add(claim)
-            claim.add_done_callback(claims.discard)
+            claims.add(asyncio.create_task(self._claim(free)))
         await asyncio.gather(*claims, return_exceptions=True)  # their jobs drain with the rest
 
     async def _claim(self, slots: int) -> None:
