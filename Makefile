@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install demo test lint typecheck pytest system-deps soak clean
+.PHONY: install demo test lint typecheck pytest system-deps soak bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) scripts/check_python.py
@@ -38,6 +38,11 @@ system-deps:
 ## Long fault soaks, kept out of `make test`.
 soak: $(BIN)/.installed
 	$(BIN)/python -m pytest -m soak $(PYTEST_ARGS)
+
+## make bench [QUICK=1]: tenure and its peers on the same servers (benchmarks/run.py, which
+## creates benchmarks/.venv with the pinned peers); prints the table, writes benchmarks/results/.
+bench: system-deps
+	$(PYTHON) benchmarks/run.py $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from tenure.cli import chaos, dlq, jobs, policy, worker
+from tenure.cli import bench, chaos, dlq, jobs, policy, worker
 from tenure.cli.common import CliState
 from tenure.cli.output import report
 from tenure.config import DEFAULT_URL
@@ -70,6 +70,7 @@ for command in (
     policy.policy,
     worker.worker,
     chaos.chaos,
+    bench.bench,
 ):
     cli.add_command(command)
 

@@ -1,0 +1,271 @@
+"""The run: every subject through its workloads, kill -9 for all at once, then
+the table, the targets, the JSON and the docs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from harness import report
+from harness.ceiling import claim_and_complete_rate
+from harness.driver import HERE
+from harness.stores import Servers
+from harness.workloads import Scale, Subject, enqueue_and_drain, kill9, latency
+
+ROOT = HERE.parent
+DOCS = ROOT / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+HEADLINE_POOL = "thread"
+REDIS_PEERS = ("arq", "saq", "rq", "dramatiq", "celery", "huey")
+POSTGRES_PEERS = ("procrastinate", "pgqueuer")
+
+console = Console(highlight=False, width=None if os.isatty(1) else 220)
+
+
+def subjects() -> list[Subject]:
+    from tenure.backends.factory import available_kinds
+
+    kinds = available_kinds()
+    out: list[Subject] = []
+    for backend, peers in (("redis", REDIS_PEERS), ("postgres", POSTGRES_PEERS), ("sqlite", ())):
+        if backend in kinds:
+            mod = "peers.tenure_peer"
+            out.append(Subject("tenure", backend, mod, env={"BENCH_POOL": HEADLINE_POOL}))
+            other = "process" if HEADLINE_POOL == "thread" else "thread"
+            out.append(
+                Subject(
+                    "tenure",
+                    backend,
+                    mod,
+                    f"{other} pool",
+                    {"BENCH_POOL": other},
+                    workloads=("drain",),
+                )
+            )
+            out.append(
+                Subject(
+                    "tenure",
+                    backend,
+                    mod,
+                    "at-most-once",
+                    {"BENCH_POOL": HEADLINE_POOL, "BENCH_DELIVERY": "at-most-once"},
+                    workloads=("drain",),
+                )
+            )
+        out += [Subject(p, backend, f"peers.{p}_peer") for p in peers]
+    return out
+
+
+def _guard(what: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return fn()
+    except Exception as exc:
+        traceback.print_exc()
+        return {"error": f"{what}: {type(exc).__name__}: {exc}"}
+
+
+def run_all(*, quick: bool, only: list[str], workloads: list[str], docs: bool) -> int:
+    scale = Scale.quick() if quick else Scale()
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    work = HERE / ".work" / stamp
+    work.mkdir(parents=True)
+    chosen = [s for s in subjects() if not only or any(o in s.id for o in only)]
+    freeze_tenure(work)
+    servers = Servers(work)
+    results: dict[str, Any] = {}
+    data: dict[str, Any] = {
+        "started": stamp,
+        "quick": quick,
+        "scale": asdict(scale),
+        "headline_pool": HEADLINE_POOL,
+    }
+    try:
+        data["machine"] = report.machine(work, servers.versions())
+        data["tenure_source"] = report.tenure_source(ROOT)
+        console.print(
+            f"machine: {data['machine']['cpu']}, {data['machine']['cores']} cores; work dir {work}"
+        )
+        data["ceiling"] = max(
+            claim_and_complete_rate(work / "ceiling", scale.jobs) for _ in range(3)
+        )
+        console.print(f"SQLite claim+complete ceiling: {data['ceiling']:,.0f} jobs/s")
+        for s in chosen:
+            results[s.id] = {"subject": {**asdict(s), "id": s.id}, "result": {}}
+            _measure(
+                s,
+                servers=servers,
+                work=work,
+                scale=scale,
+                out=results[s.id]["result"],
+                only=workloads,
+            )
+        if not workloads or "kill9" in workloads:
+            _kill9_all([s for s in chosen if "kill9" in s.workloads], servers, work, scale, results)
+        data["machine"]["load_at_end"] = os.getloadavg()
+        end = report.tenure_source(ROOT)
+        data["tenure_source"]["changed_during_run"] = (
+            end["digest"] != data["tenure_source"]["digest"]
+        )
+        if data["tenure_source"]["changed_during_run"]:
+            console.print("[bold red]warning: tenure's source changed during the run[/]")
+    finally:
+        servers.close()
+    data["results"] = results
+    data["targets"] = report.targets(results, data.get("ceiling"))
+    _print(data)
+    kind = "quick" if quick else "partial" if only or workloads else "full"
+    out = HERE / "results" / f"{kind}-{stamp}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    console.print(f"results: {out.relative_to(ROOT)}")
+    if docs:
+        write_docs(data, out)
+        console.print(f"docs: {DOCS.relative_to(ROOT)}")
+    if any("error" in r for v in results.values() for r in v["result"].values()):
+        console.print(f"some runs failed: their logs are kept in {work}")
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def freeze_tenure(work: Path) -> None:
+    """Run tenure from a copy of its source taken now: others may edit the tree."""
+    from harness import workloads
+
+    shutil.copytree(ROOT / "src" / "tenure", work / "src" / "tenure",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    workloads.SOURCE[:] = [str(work / "src")]
+
+
+def _measure(
+    s: Subject, *, servers: Servers, work: Path, scale: Scale, out: dict[str, Any], only: list[str]
+) -> None:
+    if "drain" in s.workloads and (not only or "drain" in only):
+        for w in (1, 2):
+            console.print(f"{s.id}: enqueue {scale.jobs:,}, drain with {w} worker(s) ...")
+            started = time.monotonic()
+            out[f"drain{w}"] = r = _guard(
+                "drain", lambda w=w: enqueue_and_drain(s, servers, work, scale, w)
+            )
+            console.print(f"   {_brief(r)} [{time.monotonic() - started:.0f} s]")
+    if "latency" in s.workloads and (not only or "latency" in only):
+        console.print(f"{s.id}: idle pickup x{scale.idle}, e2e at {scale.rate:g}/s ...")
+        out["latency"] = r = _guard("latency", lambda: latency(s, servers, work, scale))
+        console.print(f"   {_brief(r)}")
+
+
+def _brief(r: dict[str, Any]) -> str:
+    keys = (
+        "enqueue_one",
+        "enqueue_bulk",
+        "drain",
+        "processes",
+        "lost",
+        "duplicates",
+        "idle_p50",
+        "e2e_p50",
+        "e2e_p99",
+        "error",
+    )
+    parts = []
+    for k in keys:
+        if k in r:
+            v = r[k]
+            parts.append(f"{k}={v:,.4g}" if isinstance(v, float) else f"{k}={v}")
+    return " ".join(parts)
+
+
+def _kill9_all(
+    chosen: list[Subject], servers: Servers, work: Path, scale: Scale, results: dict[str, Any]
+) -> None:
+    """All at once (each on its own Redis database or PostgreSQL database): the
+    workers are idle but for one sleeping handler, and the caps are long."""
+    console.print(
+        f"kill -9: {len(chosen)} libraries at once, {scale.kill_handler:g} s handler, "
+        f"SIGKILL {scale.kill_after:g} s in, cap {scale.kill_cap:g} s ..."
+    )
+    with ThreadPoolExecutor(max_workers=len(chosen) or 1) as pool:
+        futures = {
+            s.id: pool.submit(
+                _guard, "kill9", lambda s=s, slot=k + 1: kill9(s, servers, work, scale, slot)
+            )
+            for k, s in enumerate(chosen)
+        }
+        for sid, future in futures.items():
+            results[sid]["result"]["kill9"] = r = future.result()
+            console.print(f"   {sid}: {report._kill9_cell(r)} {r.get('error', '')}")
+
+
+def _print(data: dict[str, Any]) -> None:
+    table = Table(title="tenure and its peers" + (" (QUICK: small N)" if data["quick"] else ""))
+    for c in report.COLUMNS:
+        table.add_column(c)
+    for v in data["results"].values():
+        table.add_row(*report.row(v["subject"], v["result"]))
+    console.print(table)
+    targets = Table(title="targets (ratios measured in this run)")
+    for c in ("target", "measured", "verdict"):
+        targets.add_column(c)
+    for r in report.target_rows(data["targets"]):
+        targets.add_row(*r)
+    console.print(targets)
+
+
+def write_docs(data: dict[str, Any], source: Path) -> None:
+    m = data["machine"]
+    servers = ", ".join(f"{k} {v}" for k, v in m["servers"].items())
+    libs = ", ".join(f"{k} {v}" for k, v in m["libraries"].items() if v != "-")
+    s = data["scale"]
+    body = [
+        f"Run {data['started']} UTC (`{source.relative_to(ROOT)}`), on {m['cpu']}, "
+        f"{m['cores']} cores, {m['ram_gib']} GiB RAM; {m['os']}; Python {m['python']}; "
+        f"{servers}; SQLite files on {m['filesystem']}. Load average at start "
+        f"{m['load_at_start'][0]:.2f}, at end {m.get('load_at_end', ['?'])[0]:.2f} "
+        "(other work shared the machine).",
+        "",
+        f"Libraries: {libs}. tenure: {_source(data['tenure_source'])}.",
+        "",
+        f"{s['jobs']:,} no-op jobs per drain ({s['one']:,} enqueued one by one, the rest in "
+        f"batches of {s['batch']:,}); {s['concurrency']} jobs at once per worker process; "
+        f"idle pickup x{s['idle']} after {s['idle_gap']:g} s idle; end-to-end at "
+        f"{s['rate']:g} jobs/s for {s['steady']:,} jobs; kill -9: {s['kill_handler']:g} s "
+        f"handler, SIGKILL {s['kill_after']:g} s in, cap {s['kill_cap']:g} s. tenure's "
+        f"headline rows use `--pool {data['headline_pool']}`.",
+        "",
+        report.markdown_table(
+            report.COLUMNS,
+            [report.row(v["subject"], v["result"]) for v in data["results"].values()],
+        ),
+        "",
+        f"SQLite's own claim+complete rate on this machine: {data['ceiling']:,.0f} jobs/s.",
+        "",
+        report.markdown_table(
+            ("target", "measured", "verdict"), report.target_rows(data["targets"])
+        ),
+    ]
+    text = DOCS.read_text() if DOCS.exists() else f"# Benchmarks\n\n{BEGIN}\n{END}\n"
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    DOCS.write_text(f"{head}{BEGIN}\n{chr(10).join(body)}\n{END}{tail}")
+
+
+def _source(src: dict[str, Any]) -> str:
+    text = f"commit {src['commit']}"
+    if src["dirty"]:
+        text += f" with uncommitted changes to {len(src['dirty'])} file(s) under src/tenure"
+    text += f", source digest {src['digest']}, run from a copy taken at the start"
+    if src.get("tree_changed_during_run"):
+        text += " (the tree changed during the run; the copy did not)"
+    return text

@@ -1,0 +1,97 @@
+"""The servers of one benchmark run, and a clean store for each measurement.
+
+Redis and PostgreSQL are throwaway servers started from the machine's binaries
+(``tests/servers.py``: random port, temporary directory; PostgreSQL with
+``fsync=off``, as for every library alike). SQLite files live under
+``benchmarks/.work/``, on the same file system as the ceiling measurement.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.servers import PostgresServer, RedisServer, postgres_bin  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Store:
+    backend: str
+    url: str
+    server_pids: tuple[int, ...]  # whose CPU counts as the server's
+
+
+class Servers:
+    """Started on first use, closed at the end of the run."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self._redis: RedisServer | None = None
+        self._postgres: PostgresServer | None = None
+
+    @property
+    def redis(self) -> RedisServer:
+        if self._redis is None:
+            self._redis = RedisServer()
+        return self._redis
+
+    @property
+    def postgres(self) -> PostgresServer:
+        if self._postgres is None:
+            self._postgres = PostgresServer()
+        return self._postgres
+
+    def fresh(self, backend: str, slot: int = 0) -> Store:
+        """An empty store: a flushed Redis database ``slot``, a new PostgreSQL
+        database, or a new SQLite file."""
+        if backend == "redis":
+            import redis
+
+            url = f"redis://127.0.0.1:{self.redis.port}/{slot}"
+            with redis.Redis.from_url(url) as client:
+                client.flushdb()
+            assert self.redis.proc is not None
+            return Store(backend, url, (self.redis.proc.pid,))
+        if backend == "postgres":
+            return Store(backend, self.postgres.new_database(), (self.postgres.pid,))
+        if backend == "sqlite":
+            directory = self.work / f"sqlite-{uuid.uuid4().hex[:8]}"
+            directory.mkdir(parents=True)
+            return Store(backend, f"sqlite:///{directory / 'bench.db'}", ())
+        raise ValueError(f"unknown backend {backend}")
+
+    def versions(self) -> dict[str, str]:
+        out: dict[str, str] = {"sqlite": _sqlite_version()}
+        if shutil.which("redis-server"):
+            done = subprocess.run(
+                ["redis-server", "--version"], capture_output=True, text=True, check=False
+            )
+            m = re.search(r"v=(\S+)", done.stdout)
+            out["redis"] = m.group(1) if m else done.stdout.strip()
+        postgres = postgres_bin("postgres")
+        if postgres:
+            done = subprocess.run(
+                [postgres, "--version"], capture_output=True, text=True, check=False
+            )
+            out["postgres"] = done.stdout.strip().rsplit(" ", 1)[-1]
+        return out
+
+    def close(self) -> None:
+        if self._redis is not None:
+            self._redis.close()
+        if self._postgres is not None:
+            self._postgres.close()
+
+
+def _sqlite_version() -> str:
+    import sqlite3
+
+    return sqlite3.sqlite_version
