@@ -144,6 +144,55 @@ def test_complete_twice__is_refused_the_second_time(backend: Any, worker: str) -
     assert backend.get(job.id) == before
 
 
+def test_complete_many__completes_the_held_and_reports_the_rest_lost(
+    backend: Any, worker: str
+) -> None:
+    backend.enqueue([spec(args={"i": i}) for i in range(3)])
+    a, b, c = backend.claim(worker, ["default"], 3)
+    backend.complete(c.id, c.fence, "already")
+    unknown = str(uuid.uuid4())
+    items = [(a.id, a.fence, b'{"r":1}'), (b.id, b.fence + 1, b"2"), (c.id, c.fence, b"3"),
+             (unknown, 1, b"null")]  # fmt: skip
+    lost = backend.complete_many(items)
+    assert lost == {(b.id, b.fence + 1), (c.id, c.fence), (unknown, 1)}
+    assert backend.get(a.id).result == {"r": 1}
+    assert backend.get(a.id).history[-1].outcome == Outcome.COMPLETED
+    assert backend.get(b.id).state == State.ACTIVE  # a stale fence changed nothing
+    assert backend.get(c.id).result == "already"
+
+
+def test_complete_and_claim__completes_then_claims_in_one_call(backend: Any, worker: str) -> None:
+    backend.enqueue([spec(args={"i": i}) for i in range(4)])
+    first = claim_one(backend, worker)
+    stale = (str(uuid.uuid4()), 7, b"null")
+    lost, claimed = backend.complete_and_claim(
+        [(first.id, first.fence, b'"done"'), stale], worker, ["default"], 2
+    )
+    assert lost == {stale[:2]}
+    assert backend.get(first.id).state == State.COMPLETED
+    assert backend.get(first.id).result == "done"
+    assert [j.args["i"] for j in claimed] == [1, 2]
+    assert all(backend.get(j.id).state == State.ACTIVE and j.worker == worker for j in claimed)
+    # either part may be empty
+    assert backend.complete_and_claim([], worker, ["default"], 5)[0] == set()
+    lost, none = backend.complete_and_claim(
+        [(j.id, j.fence, b"1") for j in claimed], worker, ["default"], 0
+    )
+    assert (lost, none) == (set(), [])
+    assert backend.counts("default")[State.COMPLETED] == 3
+    assert backend.complete_and_claim([], worker, ["default"], 0) == (set(), [])
+
+
+def test_complete_and_claim__never_claims_a_job_it_completes(backend: Any, worker: str) -> None:
+    job = enqueue_one(backend)
+    held = claim_one(backend, worker)
+    lost, claimed = backend.complete_and_claim(
+        [(held.id, held.fence, b"null")], worker, ["default"], 5
+    )
+    assert (lost, claimed) == (set(), [])
+    assert backend.get(job.id).state == State.COMPLETED
+
+
 # -- stale fences: every write is refused and changes nothing ---------------------
 
 

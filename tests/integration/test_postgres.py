@@ -99,3 +99,20 @@ def test_bulk_enqueue_of_10000__honours_keys_in_one_call(pg_url, open_backend):
     assert jobs[0].id == jobs[5000].id  # the second spec with a key got the first job
     assert backend.counts("default")[State.QUEUED] == 5000
     assert elapsed < 30  # a hang guard; the rate is measured in benchmarks/
+
+
+def test_pooled_connections_the_server_dropped__cost_no_error(
+    pg_url, open_backend, postgres_server
+):
+    """The pool checks a connection on checkout only when its socket has
+    something to say (the server's goodbye): no round trip otherwise, and no
+    error for the caller after the server dropped every pooled connection."""
+    b = open_backend(pg_url + "?pool_size=3")
+    b.enqueue([JobSpec.create("t", {}) for _ in range(3)])
+    db = pg_url.rsplit("/", 1)[1]
+    dropped = postgres_server.psql(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        f" WHERE datname = '{db}' AND application_name = 'tenure') AS t", db)  # fmt: skip
+    assert int(dropped) >= 1
+    for _ in range(5):  # every pooled connection in turn
+        assert b.counts("default")[State.QUEUED] == 3

@@ -135,6 +135,18 @@ class Backend(Protocol):
         each, in one transaction; return the leases that were no longer held
         (those changed nothing). The worker batches its completions through it."""
 
+    async def complete_and_claim(
+        self,
+        items: Sequence[tuple[str, int, bytes]],
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+    ) -> tuple[set[LeaseRef], builtins.list[Job]]:
+        """``complete_many(items)``, then ``claim(worker_id, queues, limit)``, in one
+        round trip: the worker's cycle, one storage conversation per batch of
+        finished jobs. Returns the leases no longer held and the jobs claimed.
+        Either part may be empty (``limit`` 0 claims nothing)."""
+
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
     ) -> None:

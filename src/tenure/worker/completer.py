@@ -1,59 +1,70 @@
-"""Completions, batched: while one batch is being written, the next gathers.
+"""Completions waiting for the supervisor's next cycle.
 
-At low load a completion is written at once, alone; under load, each
-transaction carries every completion that arrived while the previous one was
-being written. Each caller still learns its own fate (done, or LeaseLost).
+A handler's success is not written alone: it waits here until the supervisor's
+next storage round trip, which completes every waiting job and claims jobs for
+the free slots at once (``Backend.complete_and_claim``). At low load that round
+trip leaves at once; under load each carries every completion that arrived
+while the previous ones were in flight. Each caller still learns its own fate
+(done, or LeaseLost).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
+from collections.abc import Callable, Collection
 from typing import Any
 
-from tenure.backends.base import Backend
+from tenure.backends.base import LeaseRef
 from tenure.core.payload import encode
 from tenure.errors import LeaseLost
 
-log = logging.getLogger("tenure.worker")
-
-Pending = tuple[str, int, bytes, "asyncio.Future[None]"]
+Item = tuple[str, int, bytes]  # (job id, fence, result as JSON)
 
 
 class Completer:
-    def __init__(self, backend: Backend) -> None:
-        self.backend = backend
-        self._pending: list[Pending] = []
-        self._flushing: asyncio.Task[None] | None = None
-        self.batches = 0
+    def __init__(self, max_payload: int, wake: Callable[[], None]) -> None:
+        self.max_payload = max_payload
+        self.wake = wake
+        self._items: list[Item] = []
+        self._waiting: list[asyncio.Future[None]] = []
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     async def complete(self, job_id: str, fence: int, result: Any) -> None:
-        """Complete one job; InvalidInput for a result that is not JSON or too
-        large, LeaseLost if the lease was no longer held."""
-        payload = encode(result, what="job result", limit=self.backend.max_payload)
+        """Complete one job at the next cycle; InvalidInput for a result that is
+        not JSON or too large, LeaseLost if the lease was no longer held."""
+        payload = encode(result, what="job result", limit=self.max_payload)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((job_id, fence, payload, done))
-        if self._flushing is None:
-            self._flushing = asyncio.create_task(self._flush())
+        self._items.append((job_id, fence, payload))
+        self._waiting.append(done)
+        self.wake()
         await done
 
-    async def _flush(self) -> None:
-        try:
-            while self._pending:
-                batch, self._pending = self._pending, []
-                self.batches += 1
-                try:
-                    lost = await self.backend.complete_many([(i, f, p) for i, f, p, _ in batch])
-                except Exception as exc:
-                    for *_, done in batch:
-                        done.set_exception(exc)
-                    continue
-                for job_id, fence, _, done in batch:
-                    if (job_id, fence) in lost:
-                        done.set_exception(
-                            LeaseLost(f"job {job_id} is no longer held with fence {fence}")
-                        )
-                    else:
-                        done.set_result(None)
-        finally:
-            self._flushing = None
+    def take(self) -> Batch:
+        """Every waiting completion, for one cycle."""
+        batch = Batch(self._items, self._waiting)
+        self._items, self._waiting = [], []
+        return batch
+
+
+class Batch:
+    """Completions written together; ``written`` or ``failed`` tells their callers."""
+
+    def __init__(self, items: list[Item], waiting: list[asyncio.Future[None]]) -> None:
+        self.items = items
+        self._waiting = waiting
+
+    def written(self, lost: Collection[LeaseRef]) -> None:
+        for (job_id, fence, _), done in zip(self.items, self._waiting, strict=True):
+            if done.done():  # its caller was cancelled
+                continue
+            if (job_id, fence) in lost:
+                done.set_exception(LeaseLost(f"job {job_id} is no longer held with fence {fence}"))
+            else:
+                done.set_result(None)
+
+    def failed(self, exc: BaseException) -> None:
+        for done in self._waiting:
+            if not done.done():
+                done.set_exception(exc)

@@ -11,6 +11,7 @@ it returns later is thrown away; it keeps its thread until it ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import queue
@@ -120,7 +121,12 @@ class Executor(Protocol):
 
 
 class ThreadExecutor:
-    """Sync handlers on threads, async handlers on one executor event loop."""
+    """Sync handlers on threads, async handlers on one executor event loop.
+
+    Each attempt is one future on the supervisor's loop, resolved by whichever
+    comes first: the handler's end (reported from its thread), a stop, or the
+    deadline's timer.
+    """
 
     def __init__(
         self,
@@ -135,34 +141,38 @@ class ThreadExecutor:
         self.slots = slots
         self._threads = DaemonThreads(slots)
         self._aio: Portal | None = None
-        self._stops: dict[str, asyncio.Event] = {}
+        self._ends: dict[str, asyncio.Future[AttemptResult]] = {}
 
     def capacity(self) -> int:
-        return self.slots - len(self._stops)
+        return self.slots - len(self._ends)
 
     async def start(self) -> None:
         pass
 
     async def run(self, job: Job, timeout: float | None) -> AttemptResult:
-        stopped = self._stops[job.id] = asyncio.Event()
-        try:
-            ctx = self._context(job)
-            future = self._submit(self.tasks[job.task].fn, ctx)
-            stop_wait = asyncio.ensure_future(stopped.wait())
-            done, _ = await asyncio.wait({future, stop_wait}, timeout=timeout,
-                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-            stop_wait.cancel()
-            if future in done:
-                exc = future.exception()
-                return outcome_of(ctx, future.result() if exc is None else None, exc)
-            future.cancel()  # an async handler is cancelled; a thread is abandoned
-            return Stopped() if stopped.is_set() else TimedOut(timeout or 0.0)
-        finally:
-            self._stops.pop(job.id, None)
-
-    def _context(self, job: Job) -> JobContext:
         loop = asyncio.get_running_loop()
+        end: asyncio.Future[AttemptResult] = loop.create_future()
+        self._ends[job.id] = end
+        timer = None if timeout is None else loop.call_later(timeout, _end, end, TimedOut(timeout))
+        handler: Future[Any] | None = None
+        try:
+            ctx = self._context(job, loop)
+            fn = self.tasks[job.task].fn
+            if asyncio.iscoroutinefunction(fn):
+                handler = self._submit_async(fn, ctx, end, loop)
+            else:
+                self._threads.submit(functools.partial(
+                    contextvars.copy_context().run, _run_sync, fn, ctx, end, loop
+                ))  # fmt: skip
+            return await end
+        finally:
+            self._ends.pop(job.id, None)
+            if timer is not None:
+                timer.cancel()
+            if handler is not None and not handler.done():
+                handler.cancel()  # an async handler is cancelled; a thread is abandoned
 
+    def _context(self, job: Job, loop: asyncio.AbstractEventLoop) -> JobContext:
         def call(op: str, data: Any) -> None:
             asyncio.run_coroutine_threadsafe(self.link(op, job, data), loop).result()
 
@@ -178,19 +188,30 @@ class ThreadExecutor:
             _transaction=self.transaction,
         )
 
-    def _submit(self, fn: Callable[..., Any], ctx: JobContext) -> asyncio.Future[Any]:
-        if asyncio.iscoroutinefunction(fn):
-            if self._aio is None:
-                self._aio = Portal("tenure-async-handlers")
-            coro = _run_async(fn, ctx)
-            return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._aio.loop))
-        call = functools.partial(contextvars.copy_context().run, _run_sync, fn, ctx)
-        return asyncio.wrap_future(self._threads.submit(call))
+    def _submit_async(
+        self,
+        fn: Callable[..., Any],
+        ctx: JobContext,
+        end: asyncio.Future[AttemptResult],
+        loop: asyncio.AbstractEventLoop,
+    ) -> Future[Any]:
+        if self._aio is None:
+            self._aio = Portal("tenure-async-handlers")
+        handler = asyncio.run_coroutine_threadsafe(_run_async(fn, ctx), self._aio.loop)
+
+        def ended(f: Future[Any]) -> None:
+            if f.cancelled():
+                return  # stopped or timed out: the end is already known
+            exc = f.exception()
+            _report(loop, end, outcome_of(ctx, None if exc is not None else f.result(), exc))
+
+        handler.add_done_callback(ended)
+        return handler
 
     def stop(self, job_id: str) -> None:
-        event = self._stops.get(job_id)
-        if event is not None:
-            event.set()
+        end = self._ends.get(job_id)
+        if end is not None:
+            _end(end, Stopped())
 
     async def close(self) -> None:
         self._threads.shutdown()
@@ -198,40 +219,57 @@ class ThreadExecutor:
             self._aio.close()
 
 
+def _end(end: asyncio.Future[AttemptResult], result: AttemptResult) -> None:
+    """The first end of an attempt wins; a later one (a handler thread that
+    returns after its deadline, say) is thrown away."""
+    if not end.done():
+        end.set_result(result)
+
+
 class DaemonThreads:
     """A fixed pool of daemon threads. Unlike ThreadPoolExecutor's, they are not
     joined at exit, so an abandoned handler cannot hold up the worker's exit."""
 
     def __init__(self, size: int) -> None:
-        self._work: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None]
-        self._work = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._size = size
         for i in range(size):
             threading.Thread(target=self._serve, name=f"tenure-handler-{i}", daemon=True).start()
 
-    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
-        future: Future[Any] = Future()
-        self._work.put((future, fn))
-        return future
+    def submit(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on a free thread; it reports its own outcome."""
+        self._work.put(fn)
 
     def _serve(self) -> None:
-        while (item := self._work.get()) is not None:
-            future, fn = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn())
-            except BaseException as exc:
-                future.set_exception(exc)
+        while (fn := self._work.get()) is not None:
+            fn()
 
     def shutdown(self) -> None:
         for _ in range(self._size):
             self._work.put(None)
 
 
-def _run_sync(fn: Callable[..., Any], ctx: JobContext) -> Any:
-    with running(ctx):
-        return fn(**ctx.args)
+def _run_sync(
+    fn: Callable[..., Any],
+    ctx: JobContext,
+    end: asyncio.Future[AttemptResult],
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """In a handler thread: run the handler, then report its end to the loop."""
+    try:
+        with running(ctx):
+            result = outcome_of(ctx, fn(**ctx.args), None)
+    except BaseException as exc:
+        result = outcome_of(ctx, None, exc)
+    _report(loop, end, result)
+
+
+def _report(
+    loop: asyncio.AbstractEventLoop, end: asyncio.Future[AttemptResult], result: AttemptResult
+) -> None:
+    """From another thread: the attempt ended."""
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+        loop.call_soon_threadsafe(_end, end, result)
 
 
 async def _run_async(fn: Callable[..., Any], ctx: JobContext) -> Any:

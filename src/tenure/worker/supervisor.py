@@ -39,7 +39,7 @@ from tenure.worker.sweeper import Sweeper
 log = logging.getLogger("tenure.worker")
 
 POLICY_REFRESH = 5.0
-MAX_CLAIMS_IN_FLIGHT = 3
+MAX_CYCLES_IN_FLIGHT = 3
 SETTLE_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 5.0, 5.0)
 
 
@@ -63,13 +63,13 @@ class Supervisor:
         self.worker_id = worker_id or new_worker_id()
         self.executor = self._executor()
         self.backend: Backend = from_url(app.url)
-        self.completer = Completer(self.backend)
         self.policies: dict[str, QueuePolicy] = {}
         self.running: dict[LeaseRef, asyncio.Task[None]] = {}
         self.processed = 0
         self._draining = asyncio.Event()
         self._hurry = asyncio.Event()
-        self._slot_freed = asyncio.Event()
+        self._wake = asyncio.Event()  # a slot freed, a completion waits, or a stop
+        self.completer = Completer(self.backend.max_payload, self._wake.set)
         self._lost: set[LeaseRef] = set()
         self._jobs: dict[LeaseRef, Job] = {}
         self._starting = 0  # attempts started but not yet handed to the executor
@@ -131,10 +131,15 @@ class Supervisor:
         self._install_signals()
         log.info("worker %s started on %s, queues %s", self.worker_id, self.app.url,
                  ", ".join(self.config.queues))  # fmt: skip
+        cycling = asyncio.create_task(self._cycle_loop())
         try:
-            await self._claim_loop()
+            stop = asyncio.ensure_future(self._draining.wait())
+            await asyncio.wait({cycling, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
             await self._drain()
+            await cycling
         finally:
+            cycling.cancel()
             stop_sweeping.set()
             stop_keeping.set()
             await asyncio.gather(*background, return_exceptions=True)
@@ -172,7 +177,7 @@ class Supervisor:
         else:
             log.info("draining: no new claims; %d attempts running", len(self.running))
             self._draining.set()
-        self._slot_freed.set()
+        self._wake.set()
 
     # -- policies ----------------------------------------------------------
 
@@ -205,65 +210,80 @@ class Supervisor:
 
     # -- claiming ----------------------------------------------------------
 
-    async def _claim_loop(self) -> None:
-        """Claim whenever slots are free. Up to MAX_CLAIMS_IN_FLIGHT claims run at
-        once, so that a slow round trip does not cap the rate at one claim per
-        round trip; each claim takes only slots that are free and not already
-        being claimed for."""
-        claims: set[asyncio.Task[None]] = set()
+    async def _cycle_loop(self) -> None:
+        """Talk to storage whenever there is something to say: completions to
+        write, free slots to fill. Each cycle does both in one round trip
+        (``complete_and_claim``). Up to MAX_CYCLES_IN_FLIGHT run at once, so that
+        a slow round trip does not cap the rate at one cycle per round trip;
+        each claims only slots that are free and not already being claimed for.
+        Once draining, cycles only complete; the loop ends when nothing runs."""
+        cycles: set[asyncio.Task[None]] = set()
         idle = self.config.idle_poll_min
-        while not self._draining.is_set():
-            claims = {c for c in claims if not c.done()}  # done callbacks may lag behind
-            if not self._registered.is_set():
-                await self._wait(self._slot_freed, self.config.idle_poll_max)
+        while True:
+            cycles = {c for c in cycles if not c.done()}  # done callbacks may lag behind
+            stopping = self._draining.is_set() or not self._registered.is_set()
+            done = len(self.completer) > 0
+            if self._draining.is_set() and not (self.running or cycles or done):
+                return
+            free = 0 if stopping else self.executor.capacity() - self._starting - self._claiming
+            if len(cycles) >= MAX_CYCLES_IN_FLIGHT or (free <= 0 and not done):
+                await self._wait(self._wake, self.config.idle_poll_max)
                 continue
-            free = self.executor.capacity() - self._starting - self._claiming
-            if free <= 0 or len(claims) >= MAX_CLAIMS_IN_FLIGHT:
-                await self._wait(self._slot_freed, self.config.idle_poll_max)
-                continue
-            if self._dry:  # the last claim came back short: the queues are empty
-                if self.config.burst and not self.running and not claims:
-                    return
-                if not claims:
+            if self._dry and not done:  # the last claim came back short: queues are empty
+                if self.config.burst and not (self.running or cycles):
+                    self._draining.set()  # burst: the queues are empty, stop
+                    continue
+                if not cycles:
                     await self._idle(idle)
                     idle = min(idle * 2, self.config.idle_poll_max)
+                    self._dry = False
                 else:
-                    await self._wait(self._slot_freed, self.config.idle_poll_max)
-                    continue
-                self._dry = False
-            else:
+                    await self._wait(self._wake, self.config.idle_poll_max)
+                continue
+            if not self._dry:
                 idle = self.config.idle_poll_min
-            self._claiming += free
-            claims.add(asyncio.create_task(self._claim(free)))
-        await asyncio.gather(*claims, return_exceptions=True)  # their jobs drain with the rest
+            slots = 0 if self._dry or free <= 0 else free
+            self._claiming += slots
+            cycles.add(asyncio.create_task(self._cycle(slots)))
 
-    async def _claim(self, slots: int) -> None:
+    async def _cycle(self, slots: int) -> None:
+        batch = self.completer.take()
         try:
-            jobs = await self.backend.claim(self.worker_id, self.config.queues, slots)
-        except TenureError:
-            log.exception("claim failed")
-            jobs = []
+            lost, jobs = await self.backend.complete_and_claim(
+                batch.items, self.worker_id, self.config.queues, slots
+            )
+        except BaseException as exc:
+            batch.failed(exc)
+            if not isinstance(exc, TenureError):
+                raise
+            if slots:
+                log.exception("claim failed")
+            lost, jobs = set(), []
         finally:
             self._claiming -= slots
+        batch.written(lost)
         for job in jobs:
             self._start(job)
-        self._dry = len(jobs) < slots
-        self._slot_freed.set()
+        if slots:
+            self._dry = len(jobs) < slots
+        self._wake.set()
 
     async def _idle(self, timeout: float) -> None:
         """Nothing to claim: wait for storage to signal jobs, a free slot or a stop."""
         waits = {
-            asyncio.ensure_future(self._slot_freed.wait()),
+            asyncio.ensure_future(self._wake.wait()),
             asyncio.ensure_future(self.backend.wait_for_jobs(self.config.queues, timeout)),
         }
         _, pending = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         for waiting in pending:
             waiting.cancel()
-        self._slot_freed.clear()
+        self._wake.clear()
 
     async def _wait(self, event: asyncio.Event, timeout: float | None) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+        if not event.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await event.wait()
         event.clear()
 
     def _start(self, job: Job) -> None:
@@ -304,7 +324,7 @@ class Supervisor:
             self.running.pop(lease, None)
             self._jobs.pop(lease, None)
             self.processed += 1
-            self._slot_freed.set()
+            self._wake.set()
 
     async def _settle(self, job: Job, policy: QueuePolicy, result: AttemptResult) -> None:
         """Settle, riding out a storage hiccup while the lease is still heartbeated."""

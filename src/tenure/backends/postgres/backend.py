@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import select
 import zlib
 from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from typing import Any
@@ -41,11 +42,13 @@ from tenure.job import Job, JobSpec
 
 TEXT_JSON = {"args", "result", "progress"}
 SELECT_COLUMNS = ", ".join(f"{c}::text" if c in TEXT_JSON else c for c in JOB_COLUMNS)
+DONE_COLUMNS = ", ".join(c if c in ("id", "fence") else "NULL" for c in JOB_COLUMNS)
 RAW_QUERIES = {
-    name: text.replace("{job_columns}", SELECT_COLUMNS)
+    name: text.replace("{job_columns}", SELECT_COLUMNS).replace("{done_columns}", DONE_COLUMNS)
     for name, text in load_queries("tenure.backends.postgres").items()
 }
 MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
+FENCE = 1 + JOB_COLUMNS.index("fence")  # in a row of complete_and_claim
 URL_OPTIONS = {"schema", "max_payload", "pool_size"}
 DEFAULTS = QueuePolicy()
 
@@ -71,8 +74,9 @@ class PostgresBackend:
         self.pool_size = pool_size
         self.namespace = zlib.crc32(f"tenure:{schema}".encode()) & 0x7FFFFFFF
         self.channel = f"tenure.{schema}"
-        self.q = {
-            n: sql.SQL(t).format(schema=sql.Identifier(schema)) for n, t in RAW_QUERIES.items()
+        self.q = {  # rendered once: psycopg then caches each query's conversion
+            n: sql.SQL(t).format(schema=sql.Identifier(schema)).as_bytes(None)
+            for n, t in RAW_QUERIES.items()
         }
         self._pool: psycopg_pool.AsyncConnectionPool[Any] | None = None
         self._effects: psycopg.Connection[Any] | None = None  # handlers' own transactions
@@ -133,9 +137,7 @@ class PostgresBackend:
             max_size=self.pool_size,
             open=False,
             kwargs={"application_name": "tenure", "autocommit": True},
-            # A connection is checked when taken from the pool (one short round
-            # trip), so that a restarted server costs nobody an error.
-            check=psycopg_pool.AsyncConnectionPool.check_connection,
+            check=_check_if_dropped,
             name=f"tenure-{self.schema}",
         )
         try:
@@ -232,13 +234,30 @@ class PostgresBackend:
     # -- lease holders -----------------------------------------------------
 
     async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:
+        return (await self.complete_and_claim((), worker_id, queues, limit))[1]
+
+    async def complete_and_claim(
+        self,
+        items: Sequence[tuple[str, int, bytes]],
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+    ) -> tuple[set[LeaseRef], builtins.list[Job]]:
+        """One statement, one transaction (see queries.sql)."""
         for q in queues:
             check_name("queue", q)
-        if limit < 1 or not queues:
-            return []
-        params = {"queues": list(queues), "limit": limit, "worker": worker_id,
-                  "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl}  # fmt: skip
-        return [job_from_row(r) for r in await self._rows("claim", params)]
+        if not queues:
+            limit = 0
+        if not items and limit < 1:
+            return set(), []
+        rows = await self._rows("complete_and_claim", {
+            "ids": [i for i, _, _ in items], "fences": [f for _, f, _ in items],
+            "results": [r.decode() for _, _, r in items], "queues": list(queues),
+            "limit": max(limit, 0), "worker": worker_id, "delivery": DEFAULTS.delivery,
+            "lease_ttl": DEFAULTS.lease_ttl})  # fmt: skip
+        jobs = [job_from_row(r[1:]) for r in rows if r[0] is not None]
+        done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
+        return {(i, f) for i, f, _ in items} - done, jobs
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
         await self.liveness.check(worker_id)
@@ -256,12 +275,7 @@ class PostgresBackend:
         await self._settle("complete", {"id": job_id, "fence": fence, "result": payload})
 
     async def complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
-        if not items:
-            return set()
-        params = {"ids": [i for i, _, _ in items], "fences": [f for _, f, _ in items],
-                  "results": [r.decode() for _, _, r in items]}  # fmt: skip
-        done = {(i, f) for i, f in await self._rows("complete_many", params)}
-        return {(i, f) for i, f, _ in items} - done
+        return (await self.complete_and_claim(items, "", (), 0))[0]
 
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
@@ -463,6 +477,18 @@ class PostgresBackend:
             WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen)
             for i, h, p, q, s, seen in await self._rows("list_workers")
         ]
+
+
+async def _check_if_dropped(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Checked when taken from the pool, without a round trip: an idle pooled
+    connection has nothing to read unless the server hung up (a restart, a
+    terminated backend: its goodbye or EOF is waiting). Only then is it
+    probed, which fails and makes the pool take another, so that a restarted
+    server costs nobody an error."""
+    poll = select.poll()
+    poll.register(conn.fileno(), select.POLLIN)
+    if poll.poll(0):
+        await psycopg_pool.AsyncConnectionPool.check_connection(conn)
 
 
 def _failure(

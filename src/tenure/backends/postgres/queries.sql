@@ -50,12 +50,33 @@ WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]
 -- name: notify
 SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[])) AS d(q)
 
--- name: claim
--- Up to %(limit)s due jobs of the given queues, best first, in one statement:
--- queued jobs and scheduled jobs that became due, each queue read through its
--- own index (cost O(log n) per queue), rows locked with SKIP LOCKED so that
+-- name: complete_and_claim
+-- The worker's cycle in one statement, one transaction: complete the presented
+-- leases still held (%(ids)s, %(fences)s, %(results)s; empty arrays for none),
+-- then claim up to %(limit)s due jobs of the given queues, best first (0 for
+-- none): queued jobs and scheduled jobs that became due, each queue read through
+-- its own index (cost O(log n) per queue), rows locked with SKIP LOCKED so that
 -- concurrent claimers never wait for each other nor take the same job.
+-- Returns the claimed jobs (rank 1, 2, ...) then the completed leases (rank
+-- NULL, only id and fence set).
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+input AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(fences)s::bigint[], %(results)s::text[])
+        AS t(id, fence, result)
+),
+done AS (
+    UPDATE {schema}.jobs AS j
+    SET state = 'completed', result = input.result::jsonb, finished_at = clock.now,
+        worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
+    FROM input, clock
+    WHERE j.id = input.id AND j.fence = input.fence AND j.state = 'active'
+    RETURNING j.id, j.fence
+),
+ended AS (
+    UPDATE {schema}.attempts AS a SET ended_at = clock.now, outcome = 'completed'
+    FROM done, clock
+    WHERE a.job_id = done.id AND a.fence = done.fence
+),
 candidates AS (
     SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
@@ -76,7 +97,8 @@ candidates AS (
 picked AS (
     SELECT c.id, CASE WHEN coalesce(p.policy->>'delivery', %(delivery)s) = 'at-most-once'
                       THEN NULL
-                      ELSE coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END AS ttl
+                      ELSE coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END AS ttl,
+           row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
     FROM candidates c LEFT JOIN {schema}.queues p ON p.name = c.queue
     ORDER BY c.priority DESC, c.run_at, c.seq
     LIMIT %(limit)s
@@ -88,13 +110,16 @@ claimed AS (
         lease_expires_at = clock.now + picked.ttl, progress = NULL
     FROM picked, clock
     WHERE j.id = picked.id
-    RETURNING j.*
+    RETURNING j.*, picked.rank
 ),
 history AS (
     INSERT INTO {schema}.attempts (job_id, fence, attempt, worker, started_at)
     SELECT id, fence, attempts, worker, clock.now FROM claimed, clock
 )
-SELECT {job_columns} FROM claimed ORDER BY priority DESC, run_at, seq
+SELECT rank, {job_columns} FROM claimed
+UNION ALL
+SELECT NULL, {done_columns} FROM done
+ORDER BY 1 NULLS LAST
 
 -- name: heartbeat
 -- The leases one worker presents, in one statement; returns those it still
@@ -134,28 +159,6 @@ ended AS (
     WHERE job_id = done.id AND fence = %(fence)s
 )
 SELECT queue FROM done
-
--- name: complete_many
--- Many completions in one statement; returns the leases that were still held.
-WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
-input AS (
-    SELECT * FROM unnest(%(ids)s::text[], %(fences)s::bigint[], %(results)s::text[])
-        AS t(id, fence, result)
-),
-done AS (
-    UPDATE {schema}.jobs AS j
-    SET state = 'completed', result = input.result::jsonb, finished_at = clock.now,
-        worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
-    FROM input, clock
-    WHERE j.id = input.id AND j.fence = input.fence AND j.state = 'active'
-    RETURNING j.id, j.fence
-),
-ended AS (
-    UPDATE {schema}.attempts AS a SET ended_at = clock.now, outcome = 'completed'
-    FROM done, clock
-    WHERE a.job_id = done.id AND a.fence = done.fence
-)
-SELECT id, fence FROM done
 
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core;

@@ -197,21 +197,44 @@ class RedisBackend:
     # -- lease holders -----------------------------------------------------
 
     async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:
+        return (await self.complete_and_claim((), worker_id, queues, limit))[1]
+
+    async def complete_and_claim(
+        self,
+        items: Sequence[tuple[str, int, bytes]],
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+    ) -> tuple[set[LeaseRef], builtins.list[Job]]:
+        """The completions (one script per queue) and the claim in one pipeline."""
         for q in queues:
             check_name("queue", q)
-        if limit < 1 or not queues:
-            return []
-        shares = {q: limit for q in dict.fromkeys(queues)}
-        if len(shares) > 1 and self.runner.topology.cluster:
-            shares = await self._shares(list(shares), limit)
-        calls = []
-        for keys, n in self._claims(shares):
-            args: list[str | int] = [
-                worker_id, n, repr(DEFAULTS.lease_ttl), DEFAULTS.delivery, PROMOTE_MAX
-            ]  # fmt: skip
-            calls.append(Call.script("claim", keys, args))
+        lost: set[LeaseRef] = set()
+        batches: dict[str, list[tuple[str, int, bytes]]] = {}
+        if items:
+            queue_of = await self._queues_of({job_id for job_id, _, _ in items})
+            lost = {(job_id, fence) for job_id, fence, _ in items if job_id not in queue_of}
+            for item in items:
+                if item[0] in queue_of:
+                    batches.setdefault(queue_of[item[0]], []).append(item)
+        calls = [
+            Call.script("complete", [self.keys.queue(q)], [a for item in batch for a in item])
+            for q, batch in batches.items()
+        ]
+        if limit > 0 and queues:
+            shares = {q: limit for q in dict.fromkeys(queues)}
+            if len(shares) > 1 and self.runner.topology.cluster:
+                shares = await self._shares(list(shares), limit)
+            for keys, n in self._claims(shares):
+                args: list[str | int] = [
+                    worker_id, n, repr(DEFAULTS.lease_ttl), DEFAULTS.delivery, PROMOTE_MAX
+                ]  # fmt: skip
+                calls.append(Call.script("claim", keys, args))
         replies = await self.runner.pipeline(calls)
-        return self._known([codec.job(flat) for reply in replies for flat in reply])
+        for batch, codes in zip(batches.values(), replies, strict=False):
+            lost |= {(i, f) for (i, f, _), code in zip(batch, codes, strict=True) if code != OK}
+        claimed = [codec.job(flat) for reply in replies[len(batches) :] for flat in reply]
+        return lost, self._known(claimed)
 
     def _claims(self, shares: dict[str, int]) -> list[tuple[list[str], int]]:
         """One claim over every queue (one script, exact order across queues), or
@@ -287,21 +310,7 @@ class RedisBackend:
     async def complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
         """Complete a batch: one script per queue, all in one round trip; return
         the leases no longer held (unknown, settled or recovered: unchanged)."""
-        if not items:
-            return set()
-        queue_of = await self._queues_of({job_id for job_id, _, _ in items})
-        lost = {(job_id, fence) for job_id, fence, _ in items if job_id not in queue_of}
-        by_queue: dict[str, list[tuple[str, int, bytes]]] = {}
-        for item in items:
-            if item[0] in queue_of:
-                by_queue.setdefault(queue_of[item[0]], []).append(item)
-        calls = [
-            Call.script("complete", [self.keys.queue(q)], [a for item in batch for a in item])
-            for q, batch in by_queue.items()
-        ]
-        for batch, codes in zip(by_queue.values(), await self.runner.pipeline(calls), strict=True):
-            lost |= {(i, f) for (i, f, _), code in zip(batch, codes, strict=True) if code != OK}
-        return lost
+        return (await self.complete_and_claim(items, "", (), 0))[0]
 
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision

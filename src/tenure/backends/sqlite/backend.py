@@ -273,27 +273,50 @@ class SQLiteBackend(Operators):
             check_name("queue", q)
         if limit < 1 or not queues:
             return []
-        return await self._run(self._claim, worker_id, list(queues), limit)
+        return (await self._run(self._complete_and_claim, (), worker_id, list(queues), limit))[1]
 
-    def _claim(self, worker_id: str, queues: list[str], limit: int) -> list[Job]:
+    async def complete_and_claim(
+        self,
+        items: Sequence[tuple[str, int, bytes]],
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+    ) -> tuple[set[LeaseRef], list[Job]]:
+        for q in queues:
+            check_name("queue", q)
+        if not queues:
+            limit = 0
+        if not items and limit < 1:
+            return set(), []
+        return await self._run(self._complete_and_claim, items, worker_id, list(queues), limit)
+
+    def _complete_and_claim(
+        self, items: Sequence[tuple[str, int, bytes]], worker_id: str, queues: list[str], limit: int
+    ) -> tuple[set[LeaseRef], list[Job]]:
+        with self._tx() as conn:  # one transaction: one lock, one commit
+            lost = self._completing(conn, items) if items else set()
+            return lost, self._claiming(conn, worker_id, queues, limit) if limit > 0 else []
+
+    def _claiming(
+        self, conn: sqlite3.Connection, worker_id: str, queues: list[str], limit: int
+    ) -> list[Job]:
         now = self.clock.now()
-        with self._tx() as conn:
-            conn.execute(Q["promote_due"], (now,))
-            rows = conn.execute(
-                Q["claimable"].replace("{queues}", _placeholders(len(queues))), (*queues, limit)
-            ).fetchall()
-            if not rows:
-                return []
-            policies = self._policies(conn, {q for _, q in rows})
-            claimed = []
-            for seq, queue in rows:
-                policy = policies[queue]
-                ttl = policy.lease_ttl if policy.delivery == "at-least-once" else None
-                expires = None if ttl is None else now + ttl
-                row = conn.execute(Q["take_lease"], (worker_id, ttl, expires, seq)).fetchone()
-                job = job_from_row(row)
-                conn.execute(Q["insert_attempt"], (job.id, job.fence, job.attempts, worker_id, now))
-                claimed.append(job)
+        conn.execute(Q["promote_due"], (now,))
+        rows = conn.execute(
+            Q["claimable"].replace("{queues}", _placeholders(len(queues))), (*queues, limit)
+        ).fetchall()
+        if not rows:
+            return []
+        policies = self._policies(conn, {q for _, q in rows})
+        claimed = []
+        for seq, queue in rows:
+            policy = policies[queue]
+            ttl = policy.lease_ttl if policy.delivery == "at-least-once" else None
+            expires = None if ttl is None else now + ttl
+            row = conn.execute(Q["take_lease"], (worker_id, ttl, expires, seq)).fetchone()
+            job = job_from_row(row)
+            conn.execute(Q["insert_attempt"], (job.id, job.fence, job.attempts, worker_id, now))
+            claimed.append(job)
         return claimed
 
     def _policies(
@@ -332,17 +355,18 @@ class SQLiteBackend(Operators):
         self._settle(Q["complete"], (payload, now, job_id, fence), job_id, fence, ending)
 
     async def complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
-        return await self._run(self._complete_many, items) if items else set()
+        return (await self.complete_and_claim(items, "", (), 0))[0]
 
-    def _complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
+    def _completing(
+        self, conn: sqlite3.Connection, items: Sequence[tuple[str, int, bytes]]
+    ) -> set[LeaseRef]:
         now = self.clock.now()
         lost = set()
-        with self._tx() as conn:
-            for job_id, fence, payload in items:
-                if conn.execute(Q["complete"], (payload, now, job_id, fence)).rowcount == 0:
-                    lost.add((job_id, fence))
-                else:
-                    conn.execute(Q["end_attempt"], (now, Outcome.COMPLETED, None, job_id, fence))
+        for job_id, fence, payload in items:
+            if conn.execute(Q["complete"], (payload, now, job_id, fence)).rowcount == 0:
+                lost.add((job_id, fence))
+            else:
+                conn.execute(Q["end_attempt"], (now, Outcome.COMPLETED, None, job_id, fence))
         return lost
 
     async def fail(
