@@ -355,7 +355,7 @@ def test_every_script_call__names_keys_of_one_slot_only(
 
     monkeypatch.setattr(Runner, "_send", spy)
     one_lifecycle(opener(redis_url))
-    assert {name for name, _ in seen} >= {"enqueue", "claim", "heartbeat", "complete", "sweep"}
+    assert {name for name, _ in seen} >= {"enqueue", "cycle", "heartbeat", "complete", "sweep"}
     for name, keys in seen:
         assert len({key_slot(k.encode()) for k in keys}) == 1, (name, keys)
 

@@ -127,6 +127,7 @@ class Supervisor:
             asyncio.create_task(every(self.keeper, stop_keeping, log)),
             asyncio.create_task(every(self.sweeper, stop_sweeping, log)),
             asyncio.create_task(self._refresh_policies_forever(stop_sweeping)),
+            asyncio.create_task(self._tick(stop_sweeping)),
         ]
         self._install_signals()
         log.info("worker %s started on %s, queues %s", self.worker_id, self.app.url,
@@ -227,7 +228,7 @@ class Supervisor:
                 return
             free = 0 if stopping else self.executor.capacity() - self._starting - self._claiming
             if len(cycles) >= MAX_CYCLES_IN_FLIGHT or (free <= 0 and not done):
-                await self._wait(self._wake, self.config.idle_poll_max)
+                await self._wait()
                 continue
             if self._dry and not done:  # the last claim came back short: queues are empty
                 if self.config.burst and not (self.running or cycles):
@@ -238,7 +239,7 @@ class Supervisor:
                     idle = min(idle * 2, self.config.idle_poll_max)
                     self._dry = False
                 else:
-                    await self._wait(self._wake, self.config.idle_poll_max)
+                    await self._wait()
                 continue
             if not self._dry:
                 idle = self.config.idle_poll_min
@@ -279,12 +280,17 @@ class Supervisor:
             waiting.cancel()
         self._wake.clear()
 
-    async def _wait(self, event: asyncio.Event, timeout: float | None) -> None:
-        if not event.is_set():
+    async def _wait(self) -> None:
+        """Until a cycle ends, a slot frees, a completion waits, a stop, or a tick."""
+        await self._wake.wait()
+        self._wake.clear()
+
+    async def _tick(self, stop: asyncio.Event) -> None:
+        """Wake the cycle loop now and then: a lost wake-up costs one idle poll."""
+        while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await event.wait()
-        event.clear()
+                await asyncio.wait_for(stop.wait(), self.config.idle_poll_max)
+            self._wake.set()
 
     def _start(self, job: Job) -> None:
         lease = (job.id, job.fence)

@@ -206,7 +206,8 @@ class RedisBackend:
         queues: Sequence[str],
         limit: int,
     ) -> tuple[set[LeaseRef], builtins.list[Job]]:
-        """The completions (one script per queue) and the claim in one pipeline."""
+        """One script (cycle.lua) for the completions and the claim; on Redis
+        Cluster, one script per queue and the claim, in one pipeline."""
         for q in queues:
             check_name("queue", q)
         lost: set[LeaseRef] = set()
@@ -217,31 +218,45 @@ class RedisBackend:
             for item in items:
                 if item[0] in queue_of:
                     batches.setdefault(queue_of[item[0]], []).append(item)
+        queues = list(dict.fromkeys(queues)) if limit > 0 else []
+        if not batches and not queues:
+            return lost, []
+        claim: list[str | int] = [
+            worker_id, limit, repr(DEFAULTS.lease_ttl), DEFAULTS.delivery, PROMOTE_MAX
+        ]  # fmt: skip
+        if self.runner.topology.cluster:
+            statuses, claimed = await self._cycle_on_cluster(batches, queues, claim)
+        else:
+            keys = [self.keys.queue(q) for q in (*queues, *batches)]
+            args: list[str | int | bytes] = [*claim, len(queues)]
+            for batch in batches.values():
+                args += [len(batch), *(a for item in batch for a in item)]
+            claimed, statuses = await self.runner.call("cycle", keys, args)
+        for batch, codes in zip(batches.values(), statuses, strict=True):
+            lost |= {(i, f) for (i, f, _), code in zip(batch, codes, strict=True) if code != OK}
+        return lost, self._known([codec.job(flat) for flat in claimed])
+
+    async def _cycle_on_cluster(
+        self,
+        batches: dict[str, builtins.list[tuple[str, int, bytes]]],
+        queues: builtins.list[str],
+        claim: builtins.list[str | int],
+    ) -> tuple[builtins.list[Any], builtins.list[Any]]:
+        """complete.lua per queue and claim.lua per queue (each in its hash slot)."""
         calls = [
             Call.script("complete", [self.keys.queue(q)], [a for item in batch for a in item])
             for q, batch in batches.items()
         ]
-        if limit > 0 and queues:
-            shares = {q: limit for q in dict.fromkeys(queues)}
-            if len(shares) > 1 and self.runner.topology.cluster:
-                shares = await self._shares(list(shares), limit)
-            for keys, n in self._claims(shares):
-                args: list[str | int] = [
-                    worker_id, n, repr(DEFAULTS.lease_ttl), DEFAULTS.delivery, PROMOTE_MAX
-                ]  # fmt: skip
-                calls.append(Call.script("claim", keys, args))
+        if queues:
+            shares = {q: int(claim[1]) for q in queues}
+            if len(shares) > 1:
+                shares = await self._shares(queues, int(claim[1]))
+            calls += [
+                Call.script("claim", [self.keys.queue(q)], [claim[0], n, *claim[2:]])
+                for q, n in shares.items() if n > 0
+            ]  # fmt: skip
         replies = await self.runner.pipeline(calls)
-        for batch, codes in zip(batches.values(), replies, strict=False):
-            lost |= {(i, f) for (i, f, _), code in zip(batch, codes, strict=True) if code != OK}
-        claimed = [codec.job(flat) for reply in replies[len(batches) :] for flat in reply]
-        return lost, self._known(claimed)
-
-    def _claims(self, shares: dict[str, int]) -> list[tuple[list[str], int]]:
-        """One claim over every queue (one script, exact order across queues), or
-        on Cluster one per queue with its share."""
-        if not self.runner.topology.cluster:
-            return [([self.keys.queue(q) for q in shares], max(shares.values()))]
-        return [([self.keys.queue(q)], n) for q, n in shares.items() if n > 0]
+        return replies[: len(batches)], [flat for r in replies[len(batches) :] for flat in r]
 
     async def _shares(self, queues: builtins.list[str], limit: int) -> dict[str, int]:
         """How many jobs to claim from each queue so that the batch is the best

@@ -33,7 +33,7 @@ TRANSIENT = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
 OK, NOT_FOUND, LEASE_LOST, INVALID_TRANSITION = 0, 1, 2, 3
 
 NAMES = (
-    "enqueue", "claim", "heartbeat", "progress", "complete", "fail", "release",
+    "enqueue", "claim", "cycle", "heartbeat", "progress", "complete", "fail", "release",
     "sweep_guard", "sweep", "orphans", "recover",
     "peek", "cancel", "retry_dead", "purge_dead", "get", "list", "counts",
     "register", "deregister", "touch", "workers",

@@ -171,3 +171,84 @@ local function lease_ttl_of(p, default_ttl, default_delivery)
 end
 
 -- ---------------------------------------------------------------------------
+
+-- Take up to limit due jobs of the queues (prefixes in keys), best first ->
+-- active, promoting due scheduled jobs first (claim.lua, cycle.lua). Each job
+-- taken gets fence + 1, attempts + 1, a lease of its queue's lease_ttl (none
+-- when at-most-once) and a new attempt in its history. Returns one HGETALL
+-- per job taken.
+local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, promote_max, now)
+  local candidates = {}
+  for q, p in ipairs(keys) do
+    promote(p, now, promote_max)
+    local ready = redis.call('ZRANGE', p .. 'ready', 0, limit - 1, 'WITHSCORES')
+    for i = 1, #ready, 2 do
+      candidates[#candidates + 1] = {score = tonumber(ready[i + 1]), member = ready[i], q = q}
+    end
+  end
+  if #keys > 1 then
+    -- priority first, then the member's run_at and seq: one order across queues
+    table.sort(candidates, function(a, b)
+      if a.score ~= b.score then return a.score < b.score end
+      return a.member < b.member
+    end)
+  end
+  local out, ttls = {}, {}
+  for i = 1, math.min(limit, #candidates) do
+    local c = candidates[i]
+    local p = keys[c.q]
+    if ttls[c.q] == nil then
+      ttls[c.q] = lease_ttl_of(p, default_ttl, default_delivery) or false
+    end
+    local ttl = ttls[c.q]
+    local id = string.sub(c.member, 33)
+    local seq = string.sub(c.member, 17, 32)
+    local jk = job_key(p, id)
+    redis.call('ZREM', p .. 'ready', c.member)
+    local f = redis.call('HMGET', jk, 'fence', 'attempts')
+    local fence, attempts = tonumber(f[1]) + 1, tonumber(f[2]) + 1
+    local fields = {'state', 'active', 'worker', worker, 'fence', fence, 'attempts', attempts}
+    if ttl then
+      local expires = now + ttl
+      fields[9], fields[10], fields[11], fields[12] = 'lease_ttl', num(ttl), 'lease_expires_at',
+        num(expires)
+      redis.call('ZADD', p .. 'leases', expires, id)
+      redis.call('HDEL', jk, 'progress', 'rank')
+    else
+      redis.call('HDEL', jk, 'progress', 'rank', 'lease_ttl', 'lease_expires_at')
+    end
+    redis.call('HSET', jk, unpack(fields))
+    set_state(p, id, seq, 'queued', 'active')
+    redis.call('SADD', held_key(p, worker), id)
+    redis.call('SADD', p .. 'holders', worker)
+    begin_attempt(p, id, attempts, fence, worker, now)
+    out[#out + 1] = redis.call('HGETALL', jk)
+  end
+  -- A queue left empty has no claimable job: its wake-up tokens are stale (an
+  -- enqueue pushes new ones), and an idle worker should not wake for nothing.
+  for q, p in ipairs(keys) do
+    if redis.call('ZCARD', p .. 'ready') == 0 then
+      redis.call('DEL', p .. 'signal')
+    end
+  end
+  return out
+end
+
+-- active -> completed for the (id, fence, result) triples args[first..last] of
+-- the queue p (complete.lua, cycle.lua). Returns one status per job, in order.
+local function complete_jobs(p, args, first, last, now)
+  local codes = {}
+  for i = first, last, 3 do
+    local id, fence = args[i], args[i + 1]
+    local jk, code = held_job(p, id, fence)
+    if jk then
+      leave_active(p, jk, id)
+      redis.call('HSET', jk, 'state', 'completed', 'result', args[i + 2], 'finished_at', num(now))
+      set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'completed')
+      release_key(p, jk, id)
+      end_attempt(p, id, fence, 'completed', nil, now)
+    end
+    codes[#codes + 1] = code
+  end
+  return codes
+end
