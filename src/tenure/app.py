@@ -58,6 +58,11 @@ class Task(Generic[P, R]):
 
     def spec(self, args: dict[str, Any] | None = None, **options: Any) -> JobSpec:
         """The JobSpec of one job of this task; options override the task's defaults."""
+        [spec] = self.specs([args], **options)
+        return spec
+
+    def specs(self, args_list: Iterable[dict[str, Any] | None], **options: Any) -> list[JobSpec]:
+        """The JobSpecs of jobs of this task, one per argument dict, options as for spec()."""
         defaults: dict[str, Any] = {
             "queue": self.queue,
             "timeout": self.timeout,
@@ -65,7 +70,8 @@ class Task(Generic[P, R]):
             "priority": self.priority,
         }
         merged = {**defaults, **{k: v for k, v in options.items() if v is not None}}
-        return JobSpec.create(self.name, args, max_payload=self.app.max_payload, **merged)
+        return JobSpec.create_many(self.name, args_list, max_payload=self.app.max_payload,
+                                   **merged)  # fmt: skip
 
 
 class Queue:
@@ -165,12 +171,14 @@ class App:
 
         return register if fn is None else register(fn)
 
-    def _spec(self, task: str, args: dict[str, Any] | None, options: dict[str, Any]) -> JobSpec:
+    def _specs(
+        self, task: str, args_list: Iterable[dict[str, Any] | None], options: dict[str, Any]
+    ) -> list[JobSpec]:
         known = self.tasks.get(task)
         if known is not None:
-            return known.spec(args, **options)
+            return known.specs(args_list, **options)
         opts = {k: v for k, v in options.items() if v is not None}
-        return JobSpec.create(task, args, max_payload=self.max_payload, **opts)
+        return JobSpec.create_many(task, args_list, max_payload=self.max_payload, **opts)
 
     # -- producers ---------------------------------------------------------
 
@@ -190,14 +198,14 @@ class App:
         """Enqueue one job of ``task`` (registered here or not) with ``args``."""
         options = {"queue": queue, "delay": delay, "run_at": run_at, "priority": priority,
                    "key": key, "max_attempts": max_attempts, "timeout": timeout}  # fmt: skip
-        [job] = self.call(self.backend.enqueue([self._spec(task, args, options)]))
+        [job] = self.call(self.backend.enqueue(self._specs(task, [args], options)))
         return job
 
     def enqueue_many(
         self, task: str, args_list: Iterable[dict[str, Any]], **options: Any
     ) -> list[Job]:
         """Enqueue one job per argument dict, in one transaction."""
-        specs = [self._spec(task, args, options) for args in args_list]
+        specs = self._specs(task, args_list, options)
         return self.call(self.backend.enqueue(specs)) if specs else []
 
     def get_job(self, job_id: str) -> Job:

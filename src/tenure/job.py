@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from tenure.config import DEFAULT_MAX_PAYLOAD
 from tenure.core.names import check_key, check_name
@@ -16,16 +18,25 @@ from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import InvalidInput
 
 PRIORITY_RANGE = (-1_000_000, 1_000_000)
+STATES: dict[State | str, State] = {s.value: s for s in State}
 
 
 def new_job_id() -> str:
     """A time-ordered, globally unique id (UUIDv7 layout: 48-bit ms time, then random)."""
-    ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (ms << 80) | (0x7 << 76) | (rand & ((1 << 76) - 1))
-    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
-    h = f"{value:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return new_job_ids(1)[0]
+
+
+def new_job_ids(n: int) -> list[str]:
+    """``n`` ids as :func:`new_job_id` makes them, with one read of randomness."""
+    ms = (time.time_ns() // 1_000_000).to_bytes(6, "big")
+    rand = os.urandom(10 * n)
+    ids = []
+    for i in range(0, 10 * n, 10):
+        r = rand[i : i + 10]
+        # version 7 in the high nibble of byte 6, variant 10 in the top bits of byte 8
+        h = (ms + bytes((0x70 | (r[0] & 0x0F), r[1], 0x80 | (r[2] & 0x3F))) + r[3:]).hex()
+        ids.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,26 +69,39 @@ class JobSpec:
         timeout: float | None = None,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
     ) -> JobSpec:
-        spec = cls(
-            id=new_job_id(),
-            task=task,
-            queue=queue,
-            args=b"{}",
-            delay=delay,
-            run_at=run_at,
-            priority=priority,
-            key=key,
-            max_attempts=max_attempts,
-            timeout=timeout,
-        )
-        spec.check(max_payload)  # options first: a bad name is reported before a bad payload
-        args_json = encode_args({} if args is None else args, limit=max_payload)
-        return dataclasses.replace(spec, args=args_json)
+        [spec] = cls.create_many(task, [args], queue=queue, delay=delay, run_at=run_at,
+                                 priority=priority, key=key, max_attempts=max_attempts,
+                                 timeout=timeout, max_payload=max_payload)  # fmt: skip
+        return spec
+
+    @classmethod
+    def create_many(
+        cls,
+        task: str,
+        args_list: Iterable[dict[str, Any] | None],
+        *,
+        queue: str = "default",
+        delay: float = 0.0,
+        run_at: float | None = None,
+        priority: int = 0,
+        key: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+    ) -> list[JobSpec]:
+        """One spec per argument dict, all with the same options (validated once,
+        before any payload: a bad name is reported before a bad payload)."""
+        cls("", task, queue, b"{}", delay, run_at, priority, key, max_attempts,
+            timeout).check(max_payload)  # fmt: skip
+        payloads = [encode_args({} if a is None else a, limit=max_payload) for a in args_list]
+        return [
+            cls(i, task, queue, a, delay, run_at, priority, key, max_attempts, timeout)
+            for i, a in zip(new_job_ids(len(payloads)), payloads, strict=True)
+        ]
 
     def check(self, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
         """Raise InvalidInput unless every field is valid (backends check every spec)."""
-        check_name("task", self.task)
-        check_name("queue", self.queue)
+        _check_options(self.options())
         check_key(self.key)
         if not isinstance(self.args, bytes) or len(self.args) > max_payload:
             size = len(self.args) if isinstance(self.args, bytes) else "?"
@@ -85,25 +109,51 @@ class JobSpec:
                 f"job arguments are {size} bytes of JSON, more than max_payload "
                 f"({max_payload} bytes)"
             )
-        if not _finite(self.delay) or self.delay < 0:
-            raise InvalidInput(f"delay must be a finite number of seconds >= 0, got {self.delay!r}")
-        if self.run_at is not None and not _finite(self.run_at):
-            raise InvalidInput(
-                f"run_at must be a finite epoch time in seconds, got {self.run_at!r}"
-            )
-        lo, hi = PRIORITY_RANGE
-        if not _integer(self.priority) or not lo <= self.priority <= hi:
-            raise InvalidInput(
-                f"priority must be an integer within [{lo}, {hi}], got {self.priority!r}"
-            )
-        if self.max_attempts is not None and (
-            not _integer(self.max_attempts) or self.max_attempts < 1
-        ):
-            raise InvalidInput(f"max_attempts must be an integer >= 1, got {self.max_attempts!r}")
-        if self.timeout is not None and (not _finite(self.timeout) or self.timeout <= 0):
-            raise InvalidInput(
-                f"timeout must be a finite number of seconds > 0, got {self.timeout!r}"
-            )
+
+    def stored(self, state: State | str, run_at: float, created_at: float) -> Job:
+        """The Job storage just made of this spec (as ``get`` will read it back)."""
+        return Job(self.id, self.task, self.queue, orjson.loads(self.args), STATES[state],
+                   self.priority, float(run_at), float(created_at), 0, 0, self.max_attempts,
+                   None if self.timeout is None else float(self.timeout), 0, self.key)  # fmt: skip
+
+    def options(self) -> tuple[Any, ...]:
+        """The fields a batch usually shares (all but id, args and key)."""
+        return (self.task, self.queue, self.delay, self.run_at, self.priority,
+                self.max_attempts, self.timeout)  # fmt: skip
+
+
+def check_specs(specs: Sequence[JobSpec], max_payload: int) -> None:
+    """``spec.check()`` for each spec, with the options a batch shares checked once."""
+    seen: set[tuple[Any, ...]] = set()
+    for spec in specs:
+        options = spec.options()
+        try:
+            known = options in seen
+        except TypeError:  # something unhashable, hence invalid: check() says what
+            known = False
+        if not known:
+            _check_options(options)
+            seen.add(options)
+        check_key(spec.key)
+        if not isinstance(spec.args, bytes) or len(spec.args) > max_payload:
+            spec.check(max_payload)  # raises with the details
+
+
+def _check_options(options: tuple[Any, ...]) -> None:
+    task, queue, delay, run_at, priority, max_attempts, timeout = options
+    check_name("task", task)
+    check_name("queue", queue)
+    if not _finite(delay) or delay < 0:
+        raise InvalidInput(f"delay must be a finite number of seconds >= 0, got {delay!r}")
+    if run_at is not None and not _finite(run_at):
+        raise InvalidInput(f"run_at must be a finite epoch time in seconds, got {run_at!r}")
+    lo, hi = PRIORITY_RANGE
+    if not _integer(priority) or not lo <= priority <= hi:
+        raise InvalidInput(f"priority must be an integer within [{lo}, {hi}], got {priority!r}")
+    if max_attempts is not None and (not _integer(max_attempts) or max_attempts < 1):
+        raise InvalidInput(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+    if timeout is not None and (not _finite(timeout) or timeout <= 0):
+        raise InvalidInput(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
 
 
 def _integer(value: object) -> bool:

@@ -38,7 +38,7 @@ from tenure.errors import (
     JobNotFound,
     LeaseLost,
 )
-from tenure.job import Job, JobSpec
+from tenure.job import Job, JobSpec, check_specs
 
 TEXT_JSON = {"args", "result", "progress"}
 SELECT_COLUMNS = ", ".join(f"{c}::text" if c in TEXT_JSON else c for c in JOB_COLUMNS)
@@ -197,24 +197,20 @@ class PostgresBackend:
     # -- producers ---------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
-        for spec in specs:
-            spec.check(self.max_payload)
+        check_specs(specs, self.max_payload)
         if not specs:
             return []
-        columns: dict[str, Any] = {
-            "ids": [s.id for s in specs], "queues": [s.queue for s in specs],
-            "tasks": [s.task for s in specs], "args": [s.args.decode() for s in specs],
-            "priorities": [s.priority for s in specs], "delays": [float(s.delay) for s in specs],
-            "run_ats": [s.run_at for s in specs], "keys": [s.key for s in specs],
-            "max_attempts": [s.max_attempts for s in specs], "timeouts": [s.timeout for s in specs],
-        }  # fmt: skip
-        columns["channel"] = self.channel
+        jobs = orjson.dumps([
+            [s.id, s.queue, s.task, orjson.Fragment(s.args), s.priority, s.delay, s.run_at,
+             s.key, s.max_attempts, s.timeout] for s in specs
+        ]).decode()  # fmt: skip
+        columns = {"jobs": jobs, "channel": self.channel}
         async with self._conn() as conn:
             cur = await conn.execute(self.q["insert_jobs"], columns)
             inserted = {row[0]: row[1:4] for row in await cur.fetchall()}
             kept = await self._unfinished_by_key(conn, [s for s in specs if s.id not in inserted])
         return [
-            _new_job(s, inserted[s.id]) if s.id in inserted else kept[(s.queue, s.key or "")]
+            s.stored(*inserted[s.id]) if s.id in inserted else kept[(s.queue, s.key or "")]
             for s in specs
         ]
 
@@ -500,12 +496,3 @@ def _failure(
     if decision.state is State.DEAD:
         return "bury", {**params, "dead_reason": decision.dead_reason}
     return "requeue", {**params, "state": decision.state.value, "delay": decision.delay}
-
-
-def _new_job(spec: JobSpec, stored: tuple[Any, ...]) -> Job:
-    state, run_at, created_at = stored
-    return Job(
-        id=spec.id, task=spec.task, queue=spec.queue, args=orjson.loads(spec.args),
-        state=State(state), priority=spec.priority, run_at=run_at, created_at=created_at,
-        max_attempts=spec.max_attempts, timeout=spec.timeout, key=spec.key,
-    )  # fmt: skip

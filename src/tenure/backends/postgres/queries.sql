@@ -12,13 +12,13 @@ dead_reason, progress, finished_at
 -- by an unfinished job of the queue (or by an earlier row of the same batch)
 -- inserts nothing.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
-input AS (
-    SELECT * FROM unnest(%(ids)s::text[], %(queues)s::text[], %(tasks)s::text[],
-                         %(args)s::text[], %(priorities)s::int[], %(delays)s::float8[],
-                         %(run_ats)s::float8[], %(keys)s::text[], %(max_attempts)s::int[],
-                         %(timeouts)s::float8[])
-        WITH ORDINALITY AS t(id, queue, task, args, priority, delay, run_at, key,
-                             max_attempts, timeout, ord)
+input AS (  -- %(jobs)s: a JSON array of [id, queue, task, args, priority, delay,
+            -- run_at, key, max_attempts, timeout] (one parse, no per-row arrays)
+    SELECT e.j->>0 AS id, e.j->>1 AS queue, e.j->>2 AS task, e.j->3 AS args,
+           (e.j->>4)::int AS priority, (e.j->>5)::float8 AS delay,
+           (e.j->>6)::float8 AS run_at, e.j->>7 AS key, (e.j->>8)::int AS max_attempts,
+           (e.j->>9)::float8 AS timeout, e.ord
+    FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)
 ),
 ensured AS (
     INSERT INTO {schema}.queues (name) SELECT DISTINCT queue FROM input
@@ -27,7 +27,7 @@ ensured AS (
 inserted AS (
     INSERT INTO {schema}.jobs AS j (id, queue, task, args, state, priority, run_at,
                                     created_at, key, max_attempts, timeout)
-    SELECT id, queue, task, args::jsonb,
+    SELECT id, queue, task, args,
            CASE WHEN coalesce(run_at, now + delay) > now THEN 'scheduled' ELSE 'queued' END,
            priority, coalesce(run_at, now + delay), now, key, max_attempts, timeout
     FROM input, clock

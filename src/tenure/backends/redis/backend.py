@@ -38,7 +38,7 @@ from tenure.core.payload import encode
 from tenure.core.retry import Decision
 from tenure.core.states import Outcome, State
 from tenure.errors import BackendUnavailable, InvalidInput, InvalidTransition, JobNotFound
-from tenure.job import Job, JobSpec
+from tenure.job import Job, JobSpec, check_specs
 
 log = logging.getLogger("tenure.redis")
 
@@ -148,8 +148,7 @@ class RedisBackend:
     # -- producers ---------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
-        for spec in specs:
-            spec.check(self.max_payload)
+        check_specs(specs, self.max_payload)
         if not specs:
             return []
         queues = list(dict.fromkeys(s.queue for s in specs))
@@ -165,7 +164,11 @@ class RedisBackend:
         jobs: list[Job] = []
         for (_, run), reply in zip(runs, replies[len(calls) - len(runs) :], strict=True):
             for spec, (kind, *rest) in zip(run, reply, strict=True):
-                jobs.append(codec.new_job(spec, *rest) if kind == b"new" else codec.job(rest[0]))
+                jobs.append(
+                    spec.stored(rest[0].decode(), *rest[1:])
+                    if kind == b"new"
+                    else codec.job(rest[0])
+                )
         # The index got an entry for every spec; drop those that made no job.
         unused = [s.id for s, j in zip(specs, jobs, strict=True) if s.id != j.id]
         if unused:

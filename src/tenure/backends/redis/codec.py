@@ -84,23 +84,6 @@ def attempt(entry: bytes) -> Attempt:
     )
 
 
-def new_job(spec: JobSpec, state: bytes, run_at: bytes, created_at: bytes) -> Job:
-    """The Job enqueue just stored for ``spec``, as ``get`` will read it back."""
-    return Job(
-        id=spec.id,
-        task=spec.task,
-        queue=spec.queue,
-        args=orjson.loads(spec.args),
-        state=State(state.decode()),
-        priority=spec.priority,
-        run_at=float(run_at),
-        created_at=float(created_at),
-        max_attempts=spec.max_attempts,
-        timeout=None if spec.timeout is None else float(spec.timeout),
-        key=spec.key,
-    )
-
-
 def number(value: float | int | None) -> str:
     """A number as an ARGV value that reads back exactly; '' for None."""
     return "" if value is None else repr(value)

@@ -40,7 +40,7 @@ from tenure.errors import (
     JobNotFound,
     LeaseLost,
 )
-from tenure.job import Job, JobSpec
+from tenure.job import Job, JobSpec, check_specs
 
 T = TypeVar("T")
 MIGRATIONS = load_migrations("tenure.backends.sqlite.migrations")
@@ -215,8 +215,7 @@ class SQLiteBackend(Operators):
     # -- producers ---------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
-        for spec in specs:
-            spec.check(self.max_payload)
+        check_specs(specs, self.max_payload)
         return await self._run(self._enqueue, specs)
 
     def _enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
@@ -240,21 +239,7 @@ class SQLiteBackend(Operators):
                     (spec.id, spec.queue, spec.task, spec.args, state, spec.priority, run_at, now,
                      spec.key, spec.max_attempts, spec.timeout),
                 )  # fmt: skip
-                jobs.append(
-                    Job(
-                        id=spec.id,
-                        task=spec.task,
-                        queue=spec.queue,
-                        args=orjson.loads(spec.args),
-                        state=state,
-                        priority=spec.priority,
-                        run_at=run_at,
-                        created_at=now,
-                        max_attempts=spec.max_attempts,
-                        timeout=spec.timeout,
-                        key=spec.key,
-                    )
-                )
+                jobs.append(spec.stored(state, run_at, now))
             if any(j.state is State.QUEUED for j in jobs):
                 self._ring(conn)
         return jobs
