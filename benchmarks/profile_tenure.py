@@ -40,7 +40,7 @@ IDLE_LEAVES = (
     "Condition.wait",
     "Event.wait",
     "Thread.join",
-    "DaemonThreads._serve (tenure/worker/executor.py:218)",
+    "DaemonThreads._serve (tenure/threads.py:50)",
 )
 
 

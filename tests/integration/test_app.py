@@ -1,6 +1,8 @@
 """The public API: App, tasks, queues, jobs."""
 
 import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -139,3 +141,11 @@ def test_an_app_used_across_fork__reopens_in_the_child(app):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert app.queue().counts()[State.QUEUED] == 2
+
+
+def test_an_app_left_open__closes_cleanly_at_exit(backend_url):
+    code = "import sys, tenure; app = tenure.App(sys.argv[1]); app.queue('q').counts()"
+    done = subprocess.run([sys.executable, "-c", code, backend_url], check=False,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr

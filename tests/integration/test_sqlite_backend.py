@@ -1,5 +1,6 @@
 """SQLite specifics: URLs, pragmas, migrations, liveness locks."""
 
+import asyncio
 import multiprocessing
 import sqlite3
 
@@ -9,6 +10,7 @@ from tenure.backends import from_url
 from tenure.backends.sqlite import SQLiteBackend
 from tenure.backends.sqlite.backend import MIGRATIONS
 from tenure.errors import BackendUnavailable, InvalidInput
+from tenure.job import JobSpec
 
 EXPECTED_TABLES = {
     "queues": ["name", "policy"],
@@ -140,3 +142,44 @@ def test_an_unwritable_database__is_backend_unavailable(tmp_path, portal):
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(BackendUnavailable):
         portal.run(from_url(f"sqlite:///{path}").open())
+
+
+def test_the_workers_cycle__never_waits_on_the_event_loop_for_a_lock(tmp_path, portal):
+    """complete_and_claim runs on the event loop's thread only when the write lock
+    is free; while another process writes, it waits on the backend's thread, and
+    the loop stays free (here: a timer keeps firing)."""
+    path = tmp_path / "t.db"
+    b = SQLiteBackend(str(path), busy_timeout=10.0)
+    portal.run(b.open())
+    try:
+        [job] = portal.run(b.enqueue([JobSpec.create("t", {})]))
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+
+        async def cycle_while_ticking():
+            ticks = 0
+
+            async def tick():
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            ticker = asyncio.ensure_future(tick())
+            cycle = asyncio.ensure_future(b.complete_and_claim([], "w", ["default"], 5))
+            await asyncio.sleep(0.3)
+            assert not cycle.done()  # waiting for the lock...
+            other.execute("COMMIT")  # ...until it is free
+            _, claimed = await cycle
+            ticker.cancel()
+            return ticks, claimed
+
+        ticks, claimed = portal.run(cycle_while_ticking())
+        assert ticks >= 10  # the loop ran while the cycle waited
+        assert [j.id for j in claimed] == [job.id]
+        # with the lock free, the cycle runs on the loop's own connection
+        lost, none = portal.run(b.complete_and_claim([(job.id, job.fence + 1, b"1")], "w", [], 0))
+        assert (lost, none) == (set(), [])
+        assert portal.run(b.get(job.id)).result == 1
+    finally:
+        portal.run(b.close())

@@ -14,8 +14,6 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import queue
-import threading
 import traceback
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future
@@ -26,6 +24,7 @@ from tenure.context import JobContext, Transaction, running
 from tenure.errors import Fail, Retry
 from tenure.job import Job
 from tenure.portal import Portal
+from tenure.threads import DaemonThreads
 
 if TYPE_CHECKING:
     from tenure.app import Task
@@ -139,7 +138,7 @@ class ThreadExecutor:
         self.link = link
         self.transaction = transaction
         self.slots = slots
-        self._threads = DaemonThreads(slots)
+        self._threads = DaemonThreads(slots, "tenure-handler")
         self._aio: Portal | None = None
         self._ends: dict[str, asyncio.Future[AttemptResult]] = {}
 
@@ -224,29 +223,6 @@ def _end(end: asyncio.Future[AttemptResult], result: AttemptResult) -> None:
     returns after its deadline, say) is thrown away."""
     if not end.done():
         end.set_result(result)
-
-
-class DaemonThreads:
-    """A fixed pool of daemon threads. Unlike ThreadPoolExecutor's, they are not
-    joined at exit, so an abandoned handler cannot hold up the worker's exit."""
-
-    def __init__(self, size: int) -> None:
-        self._work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._size = size
-        for i in range(size):
-            threading.Thread(target=self._serve, name=f"tenure-handler-{i}", daemon=True).start()
-
-    def submit(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on a free thread; it reports its own outcome."""
-        self._work.put(fn)
-
-    def _serve(self) -> None:
-        while (fn := self._work.get()) is not None:
-            fn()
-
-    def shutdown(self) -> None:
-        for _ in range(self._size):
-            self._work.put(None)
 
 
 def _run_sync(

@@ -10,10 +10,8 @@ process dies, and any other process's sweeper sees that.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,6 +39,7 @@ from tenure.errors import (
     LeaseLost,
 )
 from tenure.job import Job, JobSpec, check_specs
+from tenure.threads import DaemonThreads
 
 T = TypeVar("T")
 MIGRATIONS = load_migrations("tenure.backends.sqlite.migrations")
@@ -71,8 +70,11 @@ class SQLiteBackend(Operators):
         self.clock = clock
         self._conn: sqlite3.Connection | None = None
         self._effects: sqlite3.Connection | None = None  # handlers' own transactions
+        # The worker's cycle runs on the event loop's thread, on a connection of
+        # its own, when the write lock is free (no thread hop; never a wait).
+        self._fast: sqlite3.Connection | None = None
         self._closed = False
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenure-sqlite")
+        self._thread = DaemonThreads(1, "tenure-sqlite")  # every connection use, in order
         memory = path == ":memory:"
         self._locks = WorkerLocks(None if memory else Path(f"{path}.workers"))
         self.doorbells = Doorbells(path)
@@ -109,9 +111,8 @@ class SQLiteBackend(Operators):
     # -- plumbing ----------------------------------------------------------
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._thread, fn, *args)
+            return await self._thread.run(fn, *args)
         except (sqlite3.Error, OSError) as exc:
             raise BackendUnavailable(f"SQLite database {self.path}: {exc}") from exc
 
@@ -122,18 +123,24 @@ class SQLiteBackend(Operators):
         return self._conn
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error."""
-        conn = self.conn
+    def _tx(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error. On the loop's own
+        connection (``self._fast``), a write lock held elsewhere raises _Busy at
+        once instead of waiting."""
+        conn = self.conn if conn is None else conn
+        main = conn is self._conn  # the only connection whose transactions ring doorbells
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
+            if not main and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                raise _Busy from None
             raise BackendUnavailable(f"SQLite database {self.path} is unavailable: {exc}") from exc
         try:
             yield conn
         except BaseException:
             conn.rollback()
-            self._to_ring = []
+            if main:
+                self._to_ring = []
             raise
         try:
             conn.commit()
@@ -141,7 +148,7 @@ class SQLiteBackend(Operators):
             conn.rollback()
             raise BackendUnavailable(f"SQLite commit failed on {self.path}: {exc}") from exc
         finally:
-            to_ring, self._to_ring = self._to_ring, []
+            to_ring, self._to_ring = (self._to_ring, []) if main else ([], self._to_ring)
         self.doorbells.ring(to_ring)
 
     async def open(self) -> None:
@@ -157,20 +164,25 @@ class SQLiteBackend(Operators):
                     f"cannot open SQLite database {self.path}: directory {parent} does not exist"
                 )
         try:
-            conn = sqlite3.connect(
-                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
-            )
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            conn = self._connect(self.busy_timeout)
             conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {'FULL' if self.durable else 'NORMAL'}")
-            conn.execute("PRAGMA foreign_keys = ON")
             self._conn = conn
             self._migrate()
+            if not self.durable and self.path != ":memory:":
+                self._fast = self._connect(0.0)
+                self._fast.execute("PRAGMA wal_autocheckpoint = 0")  # the thread checkpoints
         except sqlite3.Error as exc:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._disconnect()
             raise BackendUnavailable(f"cannot open SQLite database {self.path}: {exc}") from exc
+
+    def _connect(self, busy_timeout: float) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        conn.execute(f"PRAGMA synchronous = {'FULL' if self.durable else 'NORMAL'}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
 
     def _migrate(self) -> None:
         with self._tx() as conn:
@@ -200,7 +212,7 @@ class SQLiteBackend(Operators):
             return
         self._closed = True
         await self._run(self._close)
-        self._thread.shutdown(wait=True)
+        self._thread.shutdown()
 
     def _close(self) -> None:
         self._locks.release_all()
@@ -208,9 +220,13 @@ class SQLiteBackend(Operators):
         if self._effects is not None:
             self._effects.close()
             self._effects = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._disconnect()
+
+    def _disconnect(self) -> None:
+        for conn in (self._fast, self._conn):
+            if conn is not None:
+                conn.close()
+        self._fast = self._conn = None
 
     # -- producers ---------------------------------------------------------
 
@@ -258,7 +274,7 @@ class SQLiteBackend(Operators):
             check_name("queue", q)
         if limit < 1 or not queues:
             return []
-        return (await self._run(self._complete_and_claim, (), worker_id, list(queues), limit))[1]
+        return (await self.complete_and_claim((), worker_id, queues, limit))[1]
 
     async def complete_and_claim(
         self,
@@ -273,14 +289,27 @@ class SQLiteBackend(Operators):
             limit = 0
         if not items and limit < 1:
             return set(), []
-        return await self._run(self._complete_and_claim, items, worker_id, list(queues), limit)
+        args = (items, worker_id, list(queues), limit)
+        if self._fast is not None:
+            try:
+                return self._complete_and_claim(self._fast, *args)
+            except _Busy:
+                pass  # another process writes: wait for the lock on the thread
+            except sqlite3.Error as exc:
+                raise BackendUnavailable(f"SQLite database {self.path}: {exc}") from exc
+        return await self._run(self._complete_and_claim, None, *args)
 
     def _complete_and_claim(
-        self, items: Sequence[tuple[str, int, bytes]], worker_id: str, queues: list[str], limit: int
+        self,
+        conn: sqlite3.Connection | None,
+        items: Sequence[tuple[str, int, bytes]],
+        worker_id: str,
+        queues: list[str],
+        limit: int,
     ) -> tuple[set[LeaseRef], list[Job]]:
-        with self._tx() as conn:  # one transaction: one lock, one commit
-            lost = self._completing(conn, items) if items else set()
-            return lost, self._claiming(conn, worker_id, queues, limit) if limit > 0 else []
+        with self._tx(conn) as tx:  # one transaction: one lock, one commit
+            lost = self._completing(tx, items) if items else set()
+            return lost, self._claiming(tx, worker_id, queues, limit) if limit > 0 else []
 
     def _claiming(
         self, conn: sqlite3.Connection, worker_id: str, queues: list[str], limit: int
@@ -471,6 +500,10 @@ class SQLiteBackend(Operators):
         conn.execute(sql, params)
         conn.execute(Q["end_attempt"], (now, outcome, error, job.id, job.fence))
         return Rescued(job.id, job.fence, outcome, decision.state)
+
+
+class _Busy(Exception):
+    """The loop's own connection found the write lock taken."""
 
 
 def _failure(

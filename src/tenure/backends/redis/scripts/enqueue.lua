@@ -13,6 +13,7 @@
 
 local p, queue, n = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local now = clock()
+local now_s = num(now)
 local now_us = math.floor(now * 1000000)
 local last = tonumber(redis.call('GET', p .. 'seq') or '0')
 local out, queued = {}, 0
@@ -30,12 +31,13 @@ for i = 0, n - 1 do
     last = math.max(now_us, last + 1)
     local seq = int(last)
     local due = tonumber(opt(run_at) or now + tonumber(delay))
+    local due_s = due == now and now_s or num(due)
     -- every field in one HSET; the state's own sets right after (queue_job and
     -- schedule_job would read back what we know already)
     local state, rank = 'queued', ready_member(due, last, id)
     if due > now then state, rank = 'scheduled', nil end
     local fields = {'id', id, 'task', task, 'queue', queue, 'args', args, 'priority', priority,
-      'run_at', num(due), 'created_at', num(now), 'seq', seq, 'fence', 0, 'attempts', 0,
+      'run_at', due_s, 'created_at', now_s, 'seq', seq, 'fence', 0, 'attempts', 0,
       'stalls', 0, 'state', state}
     if rank then fields[#fields + 1] = 'rank'; fields[#fields + 1] = rank end
     if key then fields[#fields + 1] = 'key'; fields[#fields + 1] = key end
@@ -53,7 +55,7 @@ for i = 0, n - 1 do
     redis.call('ZADD', state_key(p, state), seq, id)
     redis.call('ZADD', p .. 'all', seq, id)
     if key then redis.call('HSET', p .. 'keys', key, id) end
-    out[#out + 1] = {'new', state, num(due), num(now)}
+    out[#out + 1] = {'new', state, due_s, now_s}
   end
 end
 

@@ -1,0 +1,64 @@
+"""Daemon threads that outlive ``concurrent.futures``' interpreter-exit shutdown.
+
+``ThreadPoolExecutor`` stops its threads before ``atexit`` callbacks run, so an
+App closed at exit could not reach its SQLite thread; and its threads are
+joined at exit, so an abandoned handler would hold the process up. These are
+daemon threads served from a queue: neither happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class DaemonThreads:
+    """A fixed pool of daemon threads running submitted callables in order."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._size = size
+        for i in range(size):
+            threading.Thread(target=self._serve, name=f"{name}-{i}", daemon=True).start()
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on a free thread; it reports its own outcome."""
+        self._work.put(fn)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a thread, awaited from the running event loop."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[T] = loop.create_future()
+
+        def call() -> None:
+            try:
+                result = fn(*args)
+            except BaseException as exc:
+                loop.call_soon_threadsafe(_settle, done, None, exc)
+            else:
+                loop.call_soon_threadsafe(_settle, done, result, None)
+
+        self.submit(call)
+        return await done
+
+    def _serve(self) -> None:
+        while (fn := self._work.get()) is not None:
+            fn()
+
+    def shutdown(self) -> None:
+        for _ in range(self._size):
+            self._work.put(None)
+
+
+def _settle(done: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if done.done():  # its awaiter was cancelled
+        return
+    if exc is None:
+        done.set_result(result)
+    else:
+        done.set_exception(exc)
