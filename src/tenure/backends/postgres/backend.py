@@ -125,7 +125,7 @@ class PostgresBackend:
     async def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
         """The rows of one statement (one round trip, atomic on its own)."""
         async with self._conn() as conn:
-            cur = await conn.execute(self.q[name], params)
+            cur = await conn.execute(self.q[name], params, prepare=_prepare(name))
             return await cur.fetchall()
 
     async def open(self) -> None:
@@ -138,6 +138,7 @@ class PostgresBackend:
             open=False,
             kwargs={"application_name": "tenure", "autocommit": True},
             check=_check_if_dropped,
+            configure=_configure,
             name=f"tenure-{self.schema}",
         )
         try:
@@ -391,7 +392,9 @@ class PostgresBackend:
         check_name("queue", queue)
         ids = None if job_ids is None else list(job_ids)
         async with self._tx() as conn:
-            cur = await conn.execute(self.q["retry_dead"], {"queue": queue, "ids": ids})
+            cur = await conn.execute(
+                self.q["retry_dead"], {"queue": queue, "ids": ids}, prepare=False
+            )
             rows = await cur.fetchall()
             await self._notify(conn, [queue] if rows else [])
         return len(rows)
@@ -400,7 +403,9 @@ class PostgresBackend:
         check_name("queue", queue)
         ids = None if job_ids is None else list(job_ids)
         async with self._tx() as conn:
-            cur = await conn.execute(self.q["purge_dead"], {"queue": queue, "ids": ids})
+            cur = await conn.execute(
+                self.q["purge_dead"], {"queue": queue, "ids": ids}, prepare=False
+            )
             return cur.rowcount
 
     async def get(self, job_id: str) -> Job:
@@ -473,6 +478,23 @@ class PostgresBackend:
             WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen)
             for i, h, p, q, s, seen in await self._rows("list_workers")
         ]
+
+
+# Statements whose best plan depends on their parameters (optional filters):
+# never prepared, so that each is planned for the values it gets.
+CUSTOM_PLANS = {"list_jobs", "retry_dead", "purge_dead"}
+
+
+def _prepare(name: str) -> bool | None:
+    return False if name in CUSTOM_PLANS else None  # None: psycopg's default
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Prepared statements keep one generic plan: the worker's statements run
+    thousands of times a second, and planning the cycle costs more than running
+    it (0.46 ms against 0.31 ms)."""
+    with contextlib.suppress(psycopg.errors.UndefinedObject):  # before PostgreSQL 12
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
 
 
 async def _check_if_dropped(conn: psycopg.AsyncConnection[Any]) -> None:
