@@ -254,15 +254,16 @@ class Supervisor:
                 batch.items, self.worker_id, self.config.queues, slots
             )
         except BaseException as exc:
-            batch.failed(exc)
+            batch.failed(exc)  # each completion's settle retries on its own
             if not isinstance(exc, TenureError):
                 raise
             if slots:
                 log.exception("claim failed")
-            lost, jobs = set(), []
+            jobs = []
+        else:
+            batch.written(lost)
         finally:
             self._claiming -= slots
-        batch.written(lost)
         for job in jobs:
             self._start(job)
         if slots:
