@@ -116,6 +116,12 @@ class JobSpec:
                    self.priority, float(run_at), float(created_at), 0, 0, self.max_attempts,
                    None if self.timeout is None else float(self.timeout), 0, self.key)  # fmt: skip
 
+    def stored_at(self, now: float) -> Job:
+        """The Job storage made of this spec at ``now`` (its clock), as the SQL
+        backends store it: run_at is ``now + delay`` unless given."""
+        run_at = self.run_at if self.run_at is not None else now + self.delay
+        return self.stored(State.SCHEDULED if run_at > now else State.QUEUED, run_at, now)
+
     def options(self) -> tuple[Any, ...]:
         """The fields a batch usually shares (all but id, args and key)."""
         return (self.task, self.queue, self.delay, self.run_at, self.priority,

@@ -208,12 +208,11 @@ class PostgresBackend:
         columns = {"jobs": jobs, "channel": self.channel}
         async with self._conn() as conn:
             cur = await conn.execute(self.q["insert_jobs"], columns)
-            inserted = {row[0]: row[1:4] for row in await cur.fetchall()}
+            now, ids, _ = await cur.fetchone() or (0.0, None, None)
+            inserted = set(ids or ())
             kept = await self._unfinished_by_key(conn, [s for s in specs if s.id not in inserted])
-        return [
-            s.stored(*inserted[s.id]) if s.id in inserted else kept[(s.queue, s.key or "")]
-            for s in specs
-        ]
+        return [s.stored_at(now) if s.id in inserted else kept[(s.queue, s.key or "")]
+                for s in specs]  # fmt: skip
 
     async def _unfinished_by_key(
         self, conn: psycopg.AsyncConnection[Any], specs: builtins.list[JobSpec]

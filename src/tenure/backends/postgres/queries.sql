@@ -40,7 +40,10 @@ woken AS (
     SELECT pg_notify(%(channel)s, q)
     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'queued') AS d(q)
 )
-SELECT id, state, run_at, created_at, (SELECT count(*) FROM woken) FROM inserted
+-- One row: the server's clock (every new job's created_at; its run_at is that
+-- plus its delay, unless given) and the ids of the jobs inserted.
+SELECT clock.now, array_agg(inserted.id), (SELECT count(*) FROM woken)
+FROM clock LEFT JOIN inserted ON true GROUP BY clock.now
 
 -- name: find_unfinished_by_keys
 SELECT {job_columns} FROM {schema}.jobs
