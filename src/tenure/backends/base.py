@@ -79,6 +79,13 @@ def check_listing(queue: str | None, state: object, limit: int) -> State | None:
     return None if state is None else parse_state(state)
 
 
+def claim_limit(queues: Sequence[str], limit: int) -> int:
+    """Validate a claim's queues; how many jobs to claim (0 without a queue)."""
+    for q in queues:
+        check_name("queue", q)
+    return limit if queues and limit > 0 else 0
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Storage for jobs, leases, queues' policies and workers."""

@@ -22,7 +22,15 @@ import psycopg
 import psycopg_pool
 from psycopg import sql
 
-from tenure.backends.base import LeaseRef, Page, Rescued, RescueReport, WorkerInfo, check_listing
+from tenure.backends.base import (
+    LeaseRef,
+    Page,
+    Rescued,
+    RescueReport,
+    WorkerInfo,
+    check_listing,
+    claim_limit,
+)
 from tenure.backends.postgres.liveness import Liveness, Wakeups
 from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
 from tenure.backends.sqlfile import load_migrations, load_queries
@@ -240,16 +248,13 @@ class PostgresBackend:
         limit: int,
     ) -> tuple[set[LeaseRef], builtins.list[Job]]:
         """One statement, one transaction (see queries.sql)."""
-        for q in queues:
-            check_name("queue", q)
-        if not queues:
-            limit = 0
-        if not items and limit < 1:
+        limit = claim_limit(queues, limit)
+        if not items and not limit:
             return set(), []
         rows = await self._rows("complete_and_claim", {
             "ids": [i for i, _, _ in items], "fences": [f for _, f, _ in items],
             "results": [r.decode() for _, _, r in items], "queues": list(queues),
-            "limit": max(limit, 0), "worker": worker_id, "delivery": DEFAULTS.delivery,
+            "limit": limit, "worker": worker_id, "delivery": DEFAULTS.delivery,
             "lease_ttl": DEFAULTS.lease_ttl})  # fmt: skip
         jobs = [job_from_row(r[1:]) for r in rows if r[0] is not None]
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}

@@ -24,7 +24,14 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
-from tenure.backends.base import LeaseRef, Page, RescueReport, WorkerInfo, check_listing
+from tenure.backends.base import (
+    LeaseRef,
+    Page,
+    RescueReport,
+    WorkerInfo,
+    check_listing,
+    claim_limit,
+)
 from tenure.backends.redis import codec
 from tenure.backends.redis.liveness import Liveness
 from tenure.backends.redis.rescue import rescue
@@ -211,8 +218,7 @@ class RedisBackend:
     ) -> tuple[set[LeaseRef], builtins.list[Job]]:
         """One script (cycle.lua) for the completions and the claim; on Redis
         Cluster, one script per queue and the claim, in one pipeline."""
-        for q in queues:
-            check_name("queue", q)
+        limit = claim_limit(queues, limit)
         lost: set[LeaseRef] = set()
         batches: dict[str, list[tuple[str, int, bytes]]] = {}
         if items:
@@ -221,7 +227,7 @@ class RedisBackend:
             for item in items:
                 if item[0] in queue_of:
                     batches.setdefault(queue_of[item[0]], []).append(item)
-        queues = list(dict.fromkeys(queues)) if limit > 0 else []
+        queues = list(dict.fromkeys(queues)) if limit else []
         if not batches and not queues:
             return lost, []
         claim: list[str | int] = [

@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import orjson
 
-from tenure.backends.base import LeaseRef, Rescued, RescueReport
+from tenure.backends.base import LeaseRef, Rescued, RescueReport, claim_limit
 from tenure.backends.rows import job_from_row
 from tenure.backends.sqlfile import load_migrations, split_statements
 from tenure.backends.sqlite.doorbells import Doorbells
@@ -283,11 +283,8 @@ class SQLiteBackend(Operators):
         queues: Sequence[str],
         limit: int,
     ) -> tuple[set[LeaseRef], list[Job]]:
-        for q in queues:
-            check_name("queue", q)
-        if not queues:
-            limit = 0
-        if not items and limit < 1:
+        limit = claim_limit(queues, limit)
+        if not items and not limit:
             return set(), []
         args = (items, worker_id, list(queues), limit)
         if self._fast is not None:
