@@ -10,6 +10,7 @@ process dies, and any other process's sweeper sees that.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -287,14 +288,14 @@ class SQLiteBackend(Operators):
         if not items and not limit:
             return set(), []
         args = (items, worker_id, list(queues), limit)
-        if self._fast is not None:
+        for pause in FAST_PATH_PAUSES if self._fast is not None else ():
             try:
                 return self._complete_and_claim(self._fast, *args)
-            except _Busy:
-                pass  # another process writes: wait for the lock on the thread
+            except _Busy:  # another process writes: its transaction is likely short
+                await asyncio.sleep(pause)
             except sqlite3.Error as exc:
                 raise BackendUnavailable(f"SQLite database {self.path}: {exc}") from exc
-        return await self._run(self._complete_and_claim, None, *args)
+        return await self._run(self._complete_and_claim, None, *args)  # wait for the lock
 
     def _complete_and_claim(
         self,
@@ -497,6 +498,12 @@ class SQLiteBackend(Operators):
         conn.execute(sql, params)
         conn.execute(Q["end_attempt"], (now, outcome, error, job.id, job.fence))
         return Rescued(job.id, job.fence, outcome, decision.state)
+
+
+# How long the worker's cycle pauses, letting the loop run, before it tries the
+# write lock again on the loop's thread; then it waits for it on the backend's
+# thread (SQLite's own busy handler sleeps 1 ms, then longer, per attempt).
+FAST_PATH_PAUSES = (0.0, 0.0002, 0.0005, 0.001)
 
 
 class _Busy(Exception):
