@@ -9,6 +9,7 @@ own where a test needs a unix socket, TLS or a restart.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import shutil
@@ -562,3 +563,27 @@ def test_concurrent_heartbeats_of_one_worker__share_its_liveness_connection_safe
 
     assert asyncio.run_coroutine_threadsafe(many(), portal.loop).result(30) == [set()] * 50
     assert b.heartbeat(w, leases) == set()
+
+
+def test_a_claims_reply__lists_the_job_fields_in_the_order_python_reads_them() -> None:
+    """_lib.lua's JOB_FIELDS and codec.job_of_values read one order: JOB_COLUMNS."""
+    from importlib import resources
+
+    from tenure.backends.rows import JOB_COLUMNS
+
+    lib = (resources.files("tenure.backends.redis") / "scripts" / "_lib.lua").read_text()
+    block = lib[lib.index("local JOB_FIELDS = {") :]
+    fields = re.findall(r"'([a-z_]+)'", block[: block.index("}")])
+    assert tuple(fields) == JOB_COLUMNS
+
+
+def test_a_claimed_job__reads_back_as_get_returns_it(
+    redis_url: str, opener: Callable[[str], Any]
+) -> None:
+    b = opener(redis_url)
+    [job] = b.enqueue([spec(key="k", max_attempts=5, timeout=2.5)])
+    [held] = b.claim("w", ["default"], 1)
+    b.fail(held.id, held.fence, Outcome.ERROR, "boom", Decision(State.QUEUED))
+    [again] = b.claim("w", ["default"], 1)  # error, key, timeout, max_attempts all set
+    assert dataclasses.replace(b.get(job.id), history=()) == again
+    assert again.error == "boom" and again.key == "k" and again.attempts == 2

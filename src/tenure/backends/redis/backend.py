@@ -243,7 +243,7 @@ class RedisBackend:
             claimed, statuses = await self.runner.call("cycle", keys, args)
         for batch, codes in zip(batches.values(), statuses, strict=True):
             lost |= {(i, f) for (i, f, _), code in zip(batch, codes, strict=True) if code != OK}
-        return lost, self._known([codec.job(flat) for flat in claimed])
+        return lost, self._known([codec.job_of_values(values) for values in claimed])
 
     async def _cycle_on_cluster(
         self,

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from tenure.core.states import DeadReason, Outcome, State
-from tenure.job import Attempt, Job, JobSpec
+from tenure.job import STATES, Attempt, Job, JobSpec
 
 
 def fields(flat: Sequence[bytes]) -> dict[str, bytes]:
@@ -68,6 +68,26 @@ def job(flat: Sequence[bytes], history: Sequence[bytes] = ()) -> Job:
         finished_at=_float(f, "finished_at"),
         history=tuple(attempt(entry) for entry in history),
     )
+
+
+def job_of_values(values: Sequence[Any]) -> Job:
+    """The Job of a claim's reply: its fields in the order of ``JOB_COLUMNS``
+    (``JOB_FIELDS`` in _lib.lua), an absent one None."""
+    (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
+     max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
+     dead_reason, progress, finished_at) = values  # fmt: skip
+    return Job(
+        id_.decode(), task.decode(), queue.decode(), orjson.loads(args), STATES[state.decode()],
+        int(priority), float(run_at), float(created_at), int(attempts), int(stalls),
+        None if max_attempts is None else int(max_attempts),
+        None if timeout is None else float(timeout), int(fence),
+        None if key is None else key.decode(), None if worker is None else worker.decode(),
+        None if lease_expires_at is None else float(lease_expires_at),
+        None if result is None else orjson.loads(result), None if error is None else error.decode(),
+        None if dead_reason is None else DeadReason(dead_reason.decode()),
+        None if progress is None else orjson.loads(progress),
+        None if finished_at is None else float(finished_at),
+    )  # fmt: skip
 
 
 def attempt(entry: bytes) -> Attempt:

@@ -26,6 +26,11 @@ local function int(x) return string.format('%d', x) end
 -- An optional ARGV value: '' stands for None (no real value is empty).
 local function opt(x) if x == '' then return nil end return x end
 
+-- A job's fields in the order codec.job_of_values reads them (a claim's reply).
+local JOB_FIELDS = {'id', 'task', 'queue', 'args', 'state', 'priority', 'run_at', 'created_at',
+  'attempts', 'stalls', 'max_attempts', 'timeout', 'fence', 'key', 'worker', 'lease_expires_at',
+  'result', 'error', 'dead_reason', 'progress', 'finished_at'}
+
 local function job_key(p, id) return p .. 'job:' .. id end
 local function history_key(p, id) return p .. 'history:' .. id end
 local function state_key(p, state) return p .. 'state:' .. state end
@@ -175,8 +180,8 @@ end
 -- Take up to limit due jobs of the queues (prefixes in keys), best first ->
 -- active, promoting due scheduled jobs first (claim.lua, cycle.lua). Each job
 -- taken gets fence + 1, attempts + 1, a lease of its queue's lease_ttl (none
--- when at-most-once) and a new attempt in its history. Returns one HGETALL
--- per job taken.
+-- when at-most-once) and a new attempt in its history. Returns the JOB_FIELDS
+-- of each job taken.
 local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, promote_max, now)
   local candidates = {}
   for q, p in ipairs(keys) do
@@ -222,7 +227,7 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     redis.call('SADD', held_key(p, worker), id)
     redis.call('SADD', p .. 'holders', worker)
     begin_attempt(p, id, attempts, fence, worker, now)
-    out[#out + 1] = redis.call('HGETALL', jk)
+    out[#out + 1] = redis.call('HMGET', jk, unpack(JOB_FIELDS))
   end
   -- A queue left empty has no claimable job: its wake-up tokens are stale (an
   -- enqueue pushes new ones), and an idle worker should not wake for nothing.
