@@ -29,7 +29,6 @@ from tenure.backends.sqlite.operators import Operators
 from tenure.backends.sqlite.queries import Q
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.clock import SYSTEM_CLOCK, Clock
-from tenure.core.names import check_name
 from tenure.core.payload import encode
 from tenure.core.retry import Decision, decide_for
 from tenure.core.states import Outcome, State
@@ -271,10 +270,6 @@ class SQLiteBackend(Operators):
     # -- lease holders -----------------------------------------------------
 
     async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:
-        for q in queues:
-            check_name("queue", q)
-        if limit < 1 or not queues:
-            return []
         return (await self.complete_and_claim((), worker_id, queues, limit))[1]
 
     async def complete_and_claim(
