@@ -116,3 +116,41 @@ def test_pooled_connections_the_server_dropped__cost_no_error(
     assert int(dropped) >= 1
     for _ in range(5):  # every pooled connection in turn
         assert b.counts("default")[State.QUEUED] == 3
+
+
+def test_the_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, portal):
+    """Prepared statements keep a generic plan: the worker's cycle must not scan
+    the jobs table (a LIMIT sent as a parameter made it hash all of it)."""
+    import asyncio
+
+    b = PostgresBackend.from_url(pg_url + "?pool_size=1")  # one connection: one prepared cache
+    portal.run(b.open())
+    try:
+
+        async def plans():
+            async with b._conn() as conn:
+                await conn.execute(
+                    "INSERT INTO tenure.jobs (id, queue, task, args, state, run_at, created_at)"
+                    " SELECT md5(g::text), 'default', 't', '{}', 'queued', g, 0"
+                    " FROM generate_series(1, 20000) AS g"
+                )
+                await conn.execute("ANALYZE tenure.jobs")
+            for _ in range(8):  # psycopg prepares a statement at its 6th run
+                await b.complete_and_claim([], "w", ["default"], 4)
+            async with b._conn() as conn:
+                cur = await conn.execute(
+                    "SELECT name, parameter_types::text[] FROM pg_prepared_statements"
+                    " WHERE statement LIKE '%%candidates AS%%'"
+                )
+                prepared = await cur.fetchall()
+                out = []
+                for name, types in prepared:
+                    args = ", ".join(f"NULL::{t}" for t in types)
+                    cur = await conn.execute(f"EXPLAIN EXECUTE {name}({args})")
+                    out.append("\n".join(r[0] for r in await cur.fetchall()))
+                return out
+
+        [plan] = portal.run(asyncio.wait_for(plans(), 60))
+        assert "Seq Scan on jobs" not in plan, plan
+    finally:
+        portal.run(b.close())

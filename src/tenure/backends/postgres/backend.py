@@ -57,6 +57,7 @@ RAW_QUERIES = {
 }
 MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
 FENCE = 1 + JOB_COLUMNS.index("fence")  # in a row of complete_and_claim
+CYCLE_STATEMENTS = 64  # distinct limits whose cycle statement is kept (and prepared)
 URL_OPTIONS = {"schema", "max_payload", "pool_size"}
 DEFAULTS = QueuePolicy()
 
@@ -86,6 +87,7 @@ class PostgresBackend:
             n: sql.SQL(t).format(schema=sql.Identifier(schema)).as_bytes(None)
             for n, t in RAW_QUERIES.items()
         }
+        self._cycles: dict[int, bytes] = {}  # complete_and_claim per limit
         self._pool: psycopg_pool.AsyncConnectionPool[Any] | None = None
         self._effects: psycopg.Connection[Any] | None = None  # handlers' own transactions
         self.liveness = Liveness(conninfo, self.namespace)
@@ -251,14 +253,26 @@ class PostgresBackend:
         limit = claim_limit(queues, limit)
         if not items and not limit:
             return set(), []
-        rows = await self._rows("complete_and_claim", {
+        rows = await self._cycle_rows(limit, {
             "ids": [i for i, _, _ in items], "fences": [f for _, f, _ in items],
             "results": [r.decode() for _, _, r in items], "queues": list(queues),
-            "limit": limit, "worker": worker_id, "delivery": DEFAULTS.delivery,
+            "worker": worker_id, "delivery": DEFAULTS.delivery,
             "lease_ttl": DEFAULTS.lease_ttl})  # fmt: skip
         jobs = [job_from_row(r[1:]) for r in rows if r[0] is not None]
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
         return {(i, f) for i, f, _ in items} - done, jobs
+
+    async def _cycle_rows(self, limit: int, params: dict[str, Any]) -> builtins.list[Any]:
+        """The cycle's statement with its limit written in (see queries.sql): one
+        prepared statement, with a plan that knows it, per limit a worker uses."""
+        query = self._cycles.get(limit)
+        if query is None:
+            query = self.q["complete_and_claim"].replace(b"{limit}", b"%d" % int(limit))
+            if len(self._cycles) < CYCLE_STATEMENTS:
+                self._cycles[limit] = query
+        async with self._conn() as conn:
+            cur = await conn.execute(query, params)
+            return await cur.fetchall()
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
         await self.liveness.check(worker_id)
@@ -486,7 +500,7 @@ class PostgresBackend:
 
 # Statements whose best plan depends on their parameters (optional filters):
 # never prepared, so that each is planned for the values it gets.
-CUSTOM_PLANS = {"list_jobs", "retry_dead", "purge_dead"}
+CUSTOM_PLANS = {"list_jobs", "retry_dead", "purge_dead", "counts"}
 
 
 def _prepare(name: str) -> bool | None:

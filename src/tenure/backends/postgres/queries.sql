@@ -56,10 +56,13 @@ SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[]
 -- name: complete_and_claim
 -- The worker's cycle in one statement, one transaction: complete the presented
 -- leases still held (%(ids)s, %(fences)s, %(results)s; empty arrays for none),
--- then claim up to %(limit)s due jobs of the given queues, best first (0 for
+-- then claim up to LIMIT due jobs of the given queues, best first (0 for
 -- none): queued jobs and scheduled jobs that became due, each queue read through
 -- its own index (cost O(log n) per queue), rows locked with SKIP LOCKED so that
 -- concurrent claimers never wait for each other nor take the same job.
+-- {{limit}} is written into the statement (an integer), not sent as a parameter:
+-- a generic plan must know it, or it assumes thousands of rows and hashes the
+-- whole jobs table (benchmarks/postgres_scale.py: 379 ms a claim at 1M jobs).
 -- Returns the claimed jobs (rank 1, 2, ...) then the completed leases (rank
 -- NULL, only id and fence set).
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
@@ -86,7 +89,7 @@ candidates AS (
         SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'queued' AND queue = q.name
         ORDER BY priority DESC, run_at, seq
-        LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+        LIMIT {{limit}} FOR UPDATE SKIP LOCKED
     ) AS c
     UNION ALL
     SELECT d.* FROM unnest(%(queues)s::text[]) AS q(name), clock
@@ -94,7 +97,7 @@ candidates AS (
         SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now
         ORDER BY run_at
-        LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+        LIMIT {{limit}} FOR UPDATE SKIP LOCKED
     ) AS d
 ),
 picked AS (
@@ -104,7 +107,7 @@ picked AS (
            row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
     FROM candidates c LEFT JOIN {schema}.queues p ON p.name = c.queue
     ORDER BY c.priority DESC, c.run_at, c.seq
-    LIMIT %(limit)s
+    LIMIT {{limit}}
 ),
 claimed AS (
     UPDATE {schema}.jobs AS j
