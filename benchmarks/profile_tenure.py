@@ -35,6 +35,12 @@ from harness.stores import Servers  # noqa: E402
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
 
 
+def py_spy(pid: int, collapsed: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """py-spy recording ``pid`` at 250 Hz into ``collapsed`` until SIGINT."""
+    command = [PY_SPY, "record", "--pid", str(pid), "--format", "raw", "-o", str(collapsed)]
+    return subprocess.Popen([*command, "--rate", "250", *extra])
+
+
 IDLE_LEAVES = (
     "EpollSelector.select",
     "Condition.wait",
@@ -157,20 +163,7 @@ def main() -> None:
         }
         driver = Driver("peers.tenure_peer", env, work / "driver.log")
         if args.what == "bulk":
-            spy = subprocess.Popen(
-                [
-                    PY_SPY,
-                    "record",
-                    "--pid",
-                    str(driver.proc.pid),
-                    "--format",
-                    "raw",
-                    "-o",
-                    str(collapsed),
-                    "--rate",
-                    "250",
-                ]
-            )
+            spy = py_spy(driver.proc.pid, collapsed)
             time.sleep(1.0)
             for _ in range(5):
                 driver.call("bulk", start=0, stop=args.jobs, batch=1000)
@@ -182,23 +175,8 @@ def main() -> None:
             workers.start(driver.call("command", concurrency=4), env, HERE)
             while records.count(work / "records") < 100:
                 time.sleep(0.01)
-            spy = subprocess.Popen(
-                [
-                    PY_SPY,
-                    "record",
-                    "--pid",
-                    str(workers.pids[0]),
-                    "--subprocesses",
-                    "--threads",
-                    "--format",
-                    "raw",
-                    "-o",
-                    str(collapsed),
-                    "--rate",
-                    "250",
-                    *(["--idle"] if args.idle else []),
-                ]
-            )
+            extra = ["--subprocesses", "--threads", *(["--idle"] if args.idle else [])]
+            spy = py_spy(workers.pids[0], collapsed, *extra)
             while records.count(work / "records") < args.jobs * 0.9:
                 time.sleep(0.05)
             spy.send_signal(signal.SIGINT)

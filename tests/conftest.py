@@ -57,7 +57,8 @@ def portal() -> Iterator[Portal]:
     p.close()
 
 
-def _server_or_skip(kind: str, start: Callable[[], Any]) -> Any:
+def server_or_skip(kind: str, start: Callable[[], Any]) -> Any:
+    """Start a server; without its binaries, skip, or fail when the backend is required."""
     try:
         return start()
     except ServerUnavailable as exc:
@@ -68,14 +69,14 @@ def _server_or_skip(kind: str, start: Callable[[], Any]) -> Any:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    server = _server_or_skip("postgres", PostgresServer)
+    server = server_or_skip("postgres", PostgresServer)
     yield server
     server.close()
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    server = _server_or_skip("redis", RedisServer)
+    server = server_or_skip("redis", RedisServer)
     yield server
     server.close()
 

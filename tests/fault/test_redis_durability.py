@@ -10,24 +10,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from tenure.app import App
 from tenure.errors import BackendUnavailable, JobNotFound
 from tests.conformance.helpers import wait_for
-from tests.servers import RedisServer, ServerUnavailable
-
-
-@pytest.fixture
-def aof_redis() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer(appendonly=True)
-    except ServerUnavailable as exc:
-        pytest.skip(f"no redis-server: {exc}")
-    yield server
-    server.close()
+from tests.servers import RedisServer
 
 
 def test_a_killed_server__keeps_every_job_acknowledged_a_second_before(

@@ -5,7 +5,6 @@ the server restarted mid-run, and a worker's liveness connection cut.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,17 +13,7 @@ import redis as redis_sync
 from tenure import Outcome, State
 from tenure.chaos.lab import Lab
 from tenure.errors import BackendUnavailable
-from tests.servers import RedisServer, ServerUnavailable
-
-
-@pytest.fixture
-def aof_redis() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer(appendonly=True)
-    except ServerUnavailable as exc:
-        pytest.skip(f"no redis-server: {exc}")
-    yield server
-    server.close()
+from tests.servers import RedisServer
 
 
 def completed(lab: Lab) -> int | None:

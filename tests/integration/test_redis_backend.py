@@ -35,7 +35,7 @@ from tenure.errors import BackendUnavailable, InvalidInput, LivenessLost
 from tenure.job import JobSpec
 from tenure.portal import Portal
 from tests.conformance.helpers import wait_for
-from tests.conftest import SyncBackend
+from tests.conftest import SyncBackend, server_or_skip
 from tests.servers import RedisServer, wait_port
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:redis")
@@ -60,10 +60,10 @@ class OwnRedis(RedisServer):
 
 @pytest.fixture(scope="module")
 def own_redis() -> Iterator[OwnRedis]:
-    if not shutil.which("redis-server"):
-        pytest.skip("redis-server not found")
     sock = Path(f"/tmp/tenure-test-{uuid.uuid4().hex[:8]}.sock")
-    server = OwnRedis("--unixsocket", str(sock), "--unixsocketperm", "700")
+    server = server_or_skip(
+        "redis", lambda: OwnRedis("--unixsocket", str(sock), "--unixsocketperm", "700")
+    )
     server.socket = sock  # type: ignore[attr-defined]
     yield server
     server.close()
@@ -74,21 +74,6 @@ def own_redis() -> Iterator[OwnRedis]:
 def redis_url(redis_server: RedisServer) -> str:
     redis_server.flush()
     return redis_server.url
-
-
-@pytest.fixture
-def opener(portal: Portal) -> Iterator[Callable[[str], SyncBackend]]:
-    opened: list[SyncBackend] = []
-
-    def open_(url: str) -> SyncBackend:
-        b = SyncBackend(RedisBackend.from_url(url), portal)
-        b.open()
-        opened.append(b)
-        return b
-
-    yield open_
-    for b in reversed(opened):
-        b.close()
 
 
 def admin(url: str, *command: Any) -> Any:
@@ -160,21 +145,21 @@ def test_a_url_with_a_password__never_shows_it_in_errors(portal: Portal) -> None
     assert "***" in str(caught.value)
 
 
-def test_unix_socket_url__works(own_redis: OwnRedis, opener: Callable[[str], Any]) -> None:
-    b = opener(f"unix://{own_redis.socket}?db=2")  # type: ignore[attr-defined]
+def test_unix_socket_url__works(own_redis: OwnRedis, open_backend: Callable[[str], Any]) -> None:
+    b = open_backend(f"unix://{own_redis.socket}?db=2")  # type: ignore[attr-defined]
     [job] = b.enqueue([spec()])
     assert b.get(job.id).state == State.QUEUED
     assert admin(own_redis.url.replace("/0", "/2"), "DBSIZE") > 0
 
 
 def test_acl_user_and_password__work_and_another_prefix_is_another_namespace(
-    redis_url: str, opener: Callable[[str], Any]
+    redis_url: str, open_backend: Callable[[str], Any]
 ) -> None:
     user = acl_user(redis_url)
     try:
         host = redis_url.removeprefix("redis://")
-        mine = opener(f"redis://{user}:pw@{host}?prefix=other")
-        theirs = opener(redis_url)
+        mine = open_backend(f"redis://{user}:pw@{host}?prefix=other")
+        theirs = open_backend(redis_url)
         [job] = mine.enqueue([spec()])
         assert mine.get(job.id).id == job.id
         assert theirs.queues() == []  # prefix=other keeps its keys apart
@@ -241,11 +226,11 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OwnRed
 
 
 def test_rediss_url__speaks_tls(
-    tls_redis: tuple[OwnRedis, Path], opener: Callable[[str], Any]
+    tls_redis: tuple[OwnRedis, Path], open_backend: Callable[[str], Any]
 ) -> None:
     server, ca = tls_redis
     url = f"rediss://127.0.0.1:{server.tls_port}/0?ssl_ca_certs={ca}"  # type: ignore[attr-defined]
-    b = opener(url)
+    b = open_backend(url)
     w = register(b, "tls-worker")
     [job] = b.enqueue([spec()])
     [claimed] = b.claim(w, ["default"], 1)
@@ -268,9 +253,9 @@ def test_every_script__has_a_header_naming_keys_argv_and_returns() -> None:
 
 
 def test_scripts_are_called_by_sha__and_reloaded_after_script_flush(
-    redis_url: str, opener: Callable[[str], Any]
+    redis_url: str, open_backend: Callable[[str], Any]
 ) -> None:
-    b = opener(redis_url)
+    b = open_backend(redis_url)
     w = register(b, "w")
     b.enqueue([spec(), spec()])
     runner: Runner = b.inner.runner
@@ -288,11 +273,11 @@ def test_scripts_are_called_by_sha__and_reloaded_after_script_flush(
 
 
 def test_a_redis_restart__forgets_scripts_and_the_backend_carries_on(
-    opener: Callable[[str], Any],
+    open_backend: Callable[[str], Any],
 ) -> None:
     server = OwnRedis(appendonly=True)
     try:
-        b = opener(server.url)
+        b = open_backend(server.url)
         w = register(b, "w")
         [job] = b.enqueue([spec()])
         server.restart()
@@ -322,9 +307,9 @@ FLEET_KEY = re.compile(r"tenure:\{@\}:(queues|jobs|workers|worker:.+|sweep)")
 
 
 def test_every_key__is_one_keys_py_documents_and_a_queue_lives_in_one_slot(
-    redis_url: str, opener: Callable[[str], Any]
+    redis_url: str, open_backend: Callable[[str], Any]
 ) -> None:
-    one_lifecycle(opener(redis_url))
+    one_lifecycle(open_backend(redis_url))
     keys = [k.decode() for k in admin(redis_url, "KEYS", "*")]
     slots: dict[str, set[int]] = {}
     for key in keys:
@@ -339,7 +324,7 @@ def test_every_key__is_one_keys_py_documents_and_a_queue_lives_in_one_slot(
 
 
 def test_every_script_call__names_keys_of_one_slot_only(
-    redis_url: str, opener: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
+    redis_url: str, open_backend: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What Redis Cluster requires (a claim over several queues names several; on
     Cluster it is split per queue)."""
@@ -355,7 +340,7 @@ def test_every_script_call__names_keys_of_one_slot_only(
         return await send(self, calls)
 
     monkeypatch.setattr(Runner, "_send", spy)
-    one_lifecycle(opener(redis_url))
+    one_lifecycle(open_backend(redis_url))
     assert {name for name, _ in seen} >= {"enqueue", "cycle", "heartbeat", "complete", "sweep"}
     for name, keys in seen:
         assert len({key_slot(k.encode()) for k in keys}) == 1, (name, keys)
@@ -365,9 +350,9 @@ def test_every_script_call__names_keys_of_one_slot_only(
 
 
 def test_bulk_enqueue_of_10000_jobs__takes_one_round_trip_and_honours_keys(
-    redis_url: str, opener: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
+    redis_url: str, open_backend: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    b = opener(redis_url)
+    b = open_backend(redis_url)
     [held] = b.enqueue([spec(key="k-7")])
     trips = []
     send = Runner._send
@@ -392,9 +377,9 @@ def test_bulk_enqueue_of_10000_jobs__takes_one_round_trip_and_honours_keys(
 
 
 def test_an_idle_waiter__wakes_when_a_job_is_enqueued(
-    redis_url: str, opener: Callable[[str], Any], portal: Portal
+    redis_url: str, open_backend: Callable[[str], Any], portal: Portal
 ) -> None:
-    producer, worker = opener(redis_url), opener(redis_url)
+    producer, worker = open_backend(redis_url), open_backend(redis_url)
     start = time.monotonic()
     waiting = asyncio.run_coroutine_threadsafe(
         worker.inner.wait_for_jobs(["default", "other"], 10.0), portal.loop
@@ -410,10 +395,10 @@ def _blocked(url: str) -> bool:
 
 
 def test_a_wait_on_an_unreachable_redis__just_waits_out_its_timeout(
-    opener: Callable[[str], Any],
+    open_backend: Callable[[str], Any],
 ) -> None:
     server = OwnRedis()
-    b = opener(server.url)
+    b = open_backend(server.url)
     server.kill()
     start = time.monotonic()
     b.wait_for_jobs(["default"], 0.3)
@@ -429,9 +414,9 @@ def names(url: str) -> set[str]:
 
 
 def test_a_registered_worker__names_its_connection_until_close(
-    redis_url: str, opener: Callable[[str], Any]
+    redis_url: str, open_backend: Callable[[str], Any]
 ) -> None:
-    b = opener(redis_url)
+    b = open_backend(redis_url)
     register(b, "alive-1")
     assert "tenure:worker:alive-1" in names(redis_url)
     b.close()  # no deregister: to the fleet, a kill -9, seen at once
@@ -439,9 +424,9 @@ def test_a_registered_worker__names_its_connection_until_close(
 
 
 def test_a_dropped_liveness_connection__makes_the_heartbeat_raise_liveness_lost(
-    redis_url: str, opener: Callable[[str], Any]
+    redis_url: str, open_backend: Callable[[str], Any]
 ) -> None:
-    b = opener(redis_url)
+    b = open_backend(redis_url)
     register(b, "w-dropped")
     assert b.heartbeat("w-dropped", set()) == set()
     [victim] = [c for c in clients(redis_url) if c["name"].endswith("w-dropped")]
@@ -451,9 +436,9 @@ def test_a_dropped_liveness_connection__makes_the_heartbeat_raise_liveness_lost(
 
 
 def test_a_buried_worker__learns_it_from_its_heartbeat(
-    redis_url: str, opener: Callable[[str], Any]
+    redis_url: str, open_backend: Callable[[str], Any]
 ) -> None:
-    b = opener(redis_url)
+    b = open_backend(redis_url)
     register(b, "w-buried")
     admin(redis_url, "SREM", "tenure:{@}:workers", "w-buried")  # as a sweeper would
     with pytest.raises(LivenessLost):
@@ -468,12 +453,12 @@ def no_client_user(redis_url: str) -> Iterator[str]:
 
 
 def test_where_acl_forbids_client__liveness_falls_back_to_lease_expiry_and_says_so_once(
-    no_client_user: str, opener: Callable[[str], Any], caplog: pytest.LogCaptureFixture
+    no_client_user: str, open_backend: Callable[[str], Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "tenure.redis")
-    sweeper = opener(no_client_user)
+    sweeper = open_backend(no_client_user)
     sweeper.set_policy("default", QueuePolicy(lease_ttl=0.3, heartbeat_interval=0.1))
-    doomed = opener(no_client_user)
+    doomed = open_backend(no_client_user)
     register(doomed, "w-a")
     register(doomed, "w-b")
     [job] = sweeper.enqueue([spec()])
@@ -489,10 +474,10 @@ def test_where_acl_forbids_client__liveness_falls_back_to_lease_expiry_and_says_
 
 
 def test_register_on_a_server_without_aof__warns_that_a_restart_loses_jobs(
-    redis_url: str, opener: Callable[[str], Any], caplog: pytest.LogCaptureFixture
+    redis_url: str, open_backend: Callable[[str], Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "tenure.redis")
-    b = opener(redis_url)
+    b = open_backend(redis_url)
     register(b, "w1")
     register(b, "w2")
     warnings = [r for r in caplog.records if "appendonly no" in r.getMessage()]
@@ -507,17 +492,17 @@ MINIMAL_ACL = (  # as docs/redis.md gives it
 
 
 def test_the_minimal_acl_of_the_docs__is_enough_for_everything(
-    redis_url: str, opener: Callable[[str], Any], caplog: pytest.LogCaptureFixture
+    redis_url: str, open_backend: Callable[[str], Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "tenure.redis")
     user = f"u{uuid.uuid4().hex[:8]}"
     admin(redis_url, "ACL", "SETUSER", user, "on", ">pw", *MINIMAL_ACL)
     try:
         url = redis_url.replace("redis://", f"redis://{user}:pw@").replace("/0", "/3")
-        b = opener(url)
+        b = open_backend(url)
         one_lifecycle(b)
         b.wait_for_jobs(["default"], 0.05)
-        doomed = opener(url)
+        doomed = open_backend(url)
         register(doomed, "doomed")
         b.enqueue([spec()])
         [job] = doomed.claim("doomed", ["default"], 1)
@@ -531,9 +516,9 @@ def test_the_minimal_acl_of_the_docs__is_enough_for_everything(
 
 
 def test_complete_many__completes_the_held_and_reports_the_rest_lost(
-    redis_url: str, opener: Callable[[str], Any]
+    redis_url: str, open_backend: Callable[[str], Any]
 ) -> None:
-    b = opener(redis_url)
+    b = open_backend(redis_url)
     w = register(b, "w", ("a", "b"))
     b.enqueue([spec("a"), spec("b"), spec("a")])
     x, y, z = b.claim(w, ["a", "b"], 3)
@@ -549,10 +534,10 @@ def test_complete_many__completes_the_held_and_reports_the_rest_lost(
 
 
 def test_concurrent_heartbeats_of_one_worker__share_its_liveness_connection_safely(
-    redis_url: str, opener: Callable[[str], Any], portal: Portal
+    redis_url: str, open_backend: Callable[[str], Any], portal: Portal
 ) -> None:
     """The lease keeper and a handler's job.heartbeat() may run at once."""
-    b = opener(redis_url)
+    b = open_backend(redis_url)
     w = register(b, "w-busy")
     b.enqueue([spec() for _ in range(4)])
     leases = {(j.id, j.fence) for j in b.claim(w, ["default"], 4)}
@@ -578,9 +563,9 @@ def test_a_claims_reply__lists_the_job_fields_in_the_order_python_reads_them() -
 
 
 def test_a_claimed_job__reads_back_as_get_returns_it(
-    redis_url: str, opener: Callable[[str], Any]
+    redis_url: str, open_backend: Callable[[str], Any]
 ) -> None:
-    b = opener(redis_url)
+    b = open_backend(redis_url)
     [job] = b.enqueue([spec(key="k", max_attempts=5, timeout=2.5)])
     [held] = b.claim("w", ["default"], 1)
     b.fail(held.id, held.fence, Outcome.ERROR, "boom", Decision(State.QUEUED))

@@ -28,6 +28,7 @@ from tests.conformance.test_races import *  # noqa: F403
 from tests.conformance.test_rescue import *  # noqa: F403
 from tests.conformance.test_settle import *  # noqa: F403
 from tests.conformance.test_state_machine import *  # noqa: F403
+from tests.conftest import server_or_skip
 from tests.fault.test_failure_model import *  # noqa: F403
 from tests.servers import ServerUnavailable, free_port, wait_port
 
@@ -112,10 +113,7 @@ class RedisCluster:
 
 @pytest.fixture(scope="module")
 def redis_cluster() -> Iterator[RedisCluster]:
-    try:
-        cluster = RedisCluster()
-    except ServerUnavailable as exc:
-        pytest.skip(f"no Redis Cluster: {exc}")
+    cluster = server_or_skip("redis", RedisCluster)
     yield cluster
     cluster.close()
 

@@ -133,9 +133,14 @@ class PostgresBackend:
             yield conn
 
     async def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
-        """The rows of one statement (one round trip, atomic on its own)."""
+        """The rows of one named statement (one round trip, atomic on its own)."""
+        return await self._fetch(self.q[name], params, _prepare(name))
+
+    async def _fetch(
+        self, query: bytes, params: dict[str, Any] | None, prepare: bool | None = None
+    ) -> list[Any]:
         async with self._conn() as conn:
-            cur = await conn.execute(self.q[name], params, prepare=_prepare(name))
+            cur = await conn.execute(query, params, prepare=prepare)
             return await cur.fetchall()
 
     async def open(self) -> None:
@@ -253,7 +258,7 @@ class PostgresBackend:
         limit = claim_limit(queues, limit)
         if not items and not limit:
             return set(), []
-        rows = await self._cycle_rows(limit, {
+        rows = await self._fetch(self._cycle_query(limit), {
             "ids": [i for i, _, _ in items], "fences": [f for _, f, _ in items],
             "results": [r.decode() for _, _, r in items], "queues": list(queues),
             "worker": worker_id, "delivery": DEFAULTS.delivery,
@@ -262,7 +267,7 @@ class PostgresBackend:
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
         return {(i, f) for i, f, _ in items} - done, jobs
 
-    async def _cycle_rows(self, limit: int, params: dict[str, Any]) -> builtins.list[Any]:
+    def _cycle_query(self, limit: int) -> bytes:
         """The cycle's statement with its limit written in (see queries.sql): one
         prepared statement, with a plan that knows it, per limit a worker uses."""
         query = self._cycles.get(limit)
@@ -270,9 +275,7 @@ class PostgresBackend:
             query = self.q["complete_and_claim"].replace(b"{limit}", b"%d" % int(limit))
             if len(self._cycles) < CYCLE_STATEMENTS:
                 self._cycles[limit] = query
-        async with self._conn() as conn:
-            cur = await conn.execute(query, params)
-            return await cur.fetchall()
+        return query
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
         await self.liveness.check(worker_id)
