@@ -11,6 +11,7 @@ it returns later is thrown away; it keeps its thread until it ends.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import functools
@@ -123,8 +124,8 @@ class ThreadExecutor:
     """Sync handlers on threads, async handlers on one executor event loop.
 
     Each attempt is one future on the supervisor's loop, resolved by whichever
-    comes first: the handler's end (reported from its thread), a stop, or the
-    deadline's timer.
+    comes first: the handler's end (reported from its thread through the
+    :class:`Mailbox`), a stop, or the deadline's timer.
     """
 
     def __init__(
@@ -141,12 +142,13 @@ class ThreadExecutor:
         self._threads = DaemonThreads(slots, "tenure-handler")
         self._aio: Portal | None = None
         self._ends: dict[str, asyncio.Future[AttemptResult]] = {}
+        self._ended: Mailbox  # once started
 
     def capacity(self) -> int:
         return self.slots - len(self._ends)
 
     async def start(self) -> None:
-        pass
+        self._ended = Mailbox(asyncio.get_running_loop())
 
     async def run(self, job: Job, timeout: float | None) -> AttemptResult:
         loop = asyncio.get_running_loop()
@@ -158,10 +160,10 @@ class ThreadExecutor:
             ctx = self._context(job, loop)
             fn = self.tasks[job.task].fn
             if asyncio.iscoroutinefunction(fn):
-                handler = self._submit_async(fn, ctx, end, loop)
+                handler = self._submit_async(fn, ctx, end)
             else:
                 self._threads.submit(functools.partial(
-                    contextvars.copy_context().run, _run_sync, fn, ctx, end, loop
+                    contextvars.copy_context().run, _run_sync, fn, ctx, end, self._ended
                 ))  # fmt: skip
             return await end
         finally:
@@ -192,7 +194,6 @@ class ThreadExecutor:
         fn: Callable[..., Any],
         ctx: JobContext,
         end: asyncio.Future[AttemptResult],
-        loop: asyncio.AbstractEventLoop,
     ) -> Future[Any]:
         if self._aio is None:
             self._aio = Portal("tenure-async-handlers")
@@ -202,7 +203,7 @@ class ThreadExecutor:
             if f.cancelled():
                 return  # stopped or timed out: the end is already known
             exc = f.exception()
-            _report(loop, end, outcome_of(ctx, None if exc is not None else f.result(), exc))
+            self._ended.put(end, outcome_of(ctx, None if exc is not None else f.result(), exc))
 
         handler.add_done_callback(ended)
         return handler
@@ -225,11 +226,36 @@ def _end(end: asyncio.Future[AttemptResult], result: AttemptResult) -> None:
         end.set_result(result)
 
 
+class Mailbox:
+    """Ends reported from handler threads, delivered to the loop in bunches:
+    one wake-up of the loop carries every end reported until it runs."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._ends: collections.deque[tuple[asyncio.Future[AttemptResult], AttemptResult]] = (
+            collections.deque()
+        )
+        self._loop = loop
+        self._called = False
+
+    def put(self, end: asyncio.Future[AttemptResult], result: AttemptResult) -> None:
+        self._ends.append((end, result))
+        if not self._called:
+            self._called = True
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                self._loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        self._called = False
+        ends = self._ends
+        while ends:
+            _end(*ends.popleft())
+
+
 def _run_sync(
     fn: Callable[..., Any],
     ctx: JobContext,
     end: asyncio.Future[AttemptResult],
-    loop: asyncio.AbstractEventLoop,
+    ended: Mailbox,
 ) -> None:
     """In a handler thread: run the handler, then report its end to the loop."""
     try:
@@ -237,15 +263,7 @@ def _run_sync(
             result = outcome_of(ctx, fn(**ctx.args), None)
     except BaseException as exc:
         result = outcome_of(ctx, None, exc)
-    _report(loop, end, result)
-
-
-def _report(
-    loop: asyncio.AbstractEventLoop, end: asyncio.Future[AttemptResult], result: AttemptResult
-) -> None:
-    """From another thread: the attempt ended."""
-    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-        loop.call_soon_threadsafe(_end, end, result)
+    ended.put(end, result)
 
 
 async def _run_async(fn: Callable[..., Any], ctx: JobContext) -> Any:
