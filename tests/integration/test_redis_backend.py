@@ -231,6 +231,7 @@ def test_rediss_url__speaks_tls(
     server, ca = tls_redis
     url = f"rediss://127.0.0.1:{server.tls_port}/0?ssl_ca_certs={ca}"  # type: ignore[attr-defined]
     b = open_backend(url)
+    assert b.inner.runner.topology.lane is None  # the lane does not speak TLS
     w = register(b, "tls-worker")
     [job] = b.enqueue([spec()])
     [claimed] = b.claim(w, ["default"], 1)
@@ -331,13 +332,13 @@ def test_every_script_call__names_keys_of_one_slot_only(
     seen: list[tuple[str, list[str]]] = []
     send = Runner._send
 
-    async def spy(self: Runner, calls: Any) -> Any:
+    async def spy(self: Runner, calls: Any, hot: bool = False) -> Any:
         for c in calls:
             if c.args[0] == "EVALSHA":
                 sha, n = c.args[1], int(c.args[2])
                 name = next(s.name for s in SCRIPTS.values() if s.sha == sha)
                 seen.append((name, [str(k) for k in c.args[3 : 3 + n]]))
-        return await send(self, calls)
+        return await send(self, calls, hot)
 
     monkeypatch.setattr(Runner, "_send", spy)
     one_lifecycle(open_backend(redis_url))
@@ -357,9 +358,9 @@ def test_bulk_enqueue_of_10000_jobs__takes_one_round_trip_and_honours_keys(
     trips = []
     send = Runner._send
 
-    async def count(self: Runner, calls: Any) -> Any:
+    async def count(self: Runner, calls: Any, hot: bool = False) -> Any:
         trips.append(len(calls))
-        return await send(self, calls)
+        return await send(self, calls, hot)
 
     monkeypatch.setattr(Runner, "_send", count)
     specs = [spec(key=f"k-{i % 5000}") for i in range(10_000)]

@@ -28,7 +28,7 @@ from tests.conformance.test_races import *  # noqa: F403
 from tests.conformance.test_rescue import *  # noqa: F403
 from tests.conformance.test_settle import *  # noqa: F403
 from tests.conformance.test_state_machine import *  # noqa: F403
-from tests.conftest import server_or_skip
+from tests.conftest import SyncBackend, server_or_skip
 from tests.fault.test_failure_model import *  # noqa: F403
 from tests.servers import ServerUnavailable, free_port, wait_port
 
@@ -138,3 +138,10 @@ def test_the_queues_of_these_tests__live_on_several_nodes(redis_cluster: RedisCl
         return next(port for (lo, hi), port in owners.items() if lo <= slot <= hi)
 
     assert len({owner(q) for q in ("default", "a", "b", "c", "other", "amo")}) > 1
+
+
+def test_on_a_cluster__there_is_no_lane_every_call_is_routed_by_redis_py(
+    backend: SyncBackend,
+) -> None:
+    """A lane is one connection to one node; a queue's calls go to its slot's node."""
+    assert backend.inner.runner.topology.lane is None

@@ -167,7 +167,10 @@ class RedisBackend:
         for queue, run in runs:
             args = [queue, len(run), *(a for s in run for a in codec.enqueue_args(s))]
             calls.append(Call.script("enqueue", [self.keys.queue(queue)], args))
-        replies = await self.runner.pipeline(calls, repeatable=True)  # by id: a rerun finds them
+        # By id: a rerun finds them. One by one, on the lane (hot); a bulk enqueue
+        # stays on the pool, where a worker's cycles run between its chunks
+        # instead of waiting behind all of them on the lane.
+        replies = await self.runner.pipeline(calls, repeatable=True, hot=len(specs) == 1)
         jobs: list[Job] = []
         for (_, run), reply in zip(runs, replies[len(calls) - len(runs) :], strict=True):
             for spec, (kind, *rest) in zip(run, reply, strict=True):
@@ -240,7 +243,7 @@ class RedisBackend:
             args: list[str | int | bytes] = [*claim, len(queues)]
             for batch in batches.values():
                 args += [len(batch), *(a for item in batch for a in item)]
-            claimed, statuses = await self.runner.call("cycle", keys, args)
+            claimed, statuses = await self.runner.call("cycle", keys, args, hot=True)
         for batch, codes in zip(batches.values(), statuses, strict=True):
             lost |= {(i, f) for (i, f, _), code in zip(batch, codes, strict=True) if code != OK}
         return lost, self._known([codec.job_of_values(values) for values in claimed])

@@ -110,17 +110,29 @@ class Runner:
                 raise BackendUnavailable(f"Redis hashed script {script.name} as {got}")
 
     async def call(
-        self, name: str, keys: Sequence[str], args: Sequence[Arg] = (), *, repeatable: bool = False
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[Arg] = (),
+        *,
+        repeatable: bool = False,
+        hot: bool = False,
     ) -> Any:
         """Run one script; one round trip (two more after a NOSCRIPT)."""
-        return (await self.pipeline([Call.script(name, keys, args)], repeatable=repeatable))[0]
+        call = Call.script(name, keys, args)
+        return (await self.pipeline([call], repeatable=repeatable, hot=hot))[0]
 
     async def command(self, *args: Arg, repeatable: bool = False) -> Any:
         """Run one plain command."""
         return (await self.pipeline([Call.command(*args)], repeatable=repeatable))[0]
 
     async def pipeline(
-        self, calls: Sequence[Call], tolerate: Collection[int] = (), *, repeatable: bool = False
+        self,
+        calls: Sequence[Call],
+        tolerate: Collection[int] = (),
+        *,
+        repeatable: bool = False,
+        hot: bool = False,
     ) -> list[Any]:
         """Run commands in order in one round trip; return their replies.
 
@@ -131,25 +143,30 @@ class Runner:
         ``repeatable`` calls (whose second run changes nothing the first did not:
         reads, progress, enqueue by job id) ride out a restart of Redis: they are
         run again for a moment when the connection drops.
+        ``hot`` calls (a worker's cycle, an enqueue of one job) go through the
+        topology's lane where it has one (a standalone Redis, not over TLS): the
+        same commands and errors, without redis-py's per-call costs.
         """
         for delay in (*RETRY_BACKOFF, None) if repeatable else (None,):
             try:
-                return await self._pipeline(calls, tolerate)
+                return await self._pipeline(calls, tolerate, hot)
             except BackendUnavailable as exc:
                 if delay is None or not isinstance(exc.__cause__, TRANSIENT):
                     raise
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _pipeline(self, calls: Sequence[Call], tolerate: Collection[int]) -> list[Any]:
+    async def _pipeline(
+        self, calls: Sequence[Call], tolerate: Collection[int], hot: bool
+    ) -> list[Any]:
         if not calls:
             return []
-        replies = await self._send(calls)
+        replies = await self._send(calls, hot)
         missing = [i for i, r in enumerate(replies) if isinstance(r, redis_errors.NoScriptError)]
         if missing:
             self.reloads += 1
             await self.load()
-            again = await self._send([calls[i] for i in missing])
+            again = await self._send([calls[i] for i in missing], hot)
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
         for i, reply in enumerate(replies):
@@ -157,8 +174,12 @@ class Runner:
                 raise unavailable(reply, self.url) from reply
         return replies
 
-    async def _send(self, calls: Sequence[Call]) -> list[Any]:
+    async def _send(self, calls: Sequence[Call], hot: bool = False) -> list[Any]:
+        """The replies of the calls, error replies as values (ResponseError)."""
+        lane = self.topology.lane if hot else None
         try:
+            if lane is not None:
+                return await lane.pipeline([c.args for c in calls])
             if len(calls) == 1:
                 try:
                     return [await self.client.execute_command(*calls[0].args)]

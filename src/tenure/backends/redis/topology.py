@@ -3,8 +3,9 @@
 Everything else in the backend is the same on both: every script call names the
 keys of one queue (one hash slot), and the client routes it. What differs is
 here: the client (a connection pool, or redis-py's cluster client), dedicated
-connections (liveness, blocking pops) to the node that holds a given key, and
-the few commands that concern every node (``SCRIPT LOAD``, ``CLIENT LIST``).
+connections (liveness, blocking pops) to the node that holds a given key, the
+few commands that concern every node (``SCRIPT LOAD``, ``CLIENT LIST``), and,
+on a standalone Redis, the lane for hot calls (``lane.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from tenure.backends.redis.lane import Lane
 from tenure.backends.redis.url import Options
 
 C = TypeVar("C", bound=AbstractConnection)
@@ -34,6 +36,10 @@ class Topology:
     def __init__(self, options: Options) -> None:
         self.cluster = options.cluster
         self.client: Redis | RedisCluster
+        # For the hot calls (scripts.Runner, hot=True) of a standalone Redis, not
+        # over TLS. On Cluster, a call goes to the node of its queue's hash slot,
+        # which only redis-py's cluster client keeps track of.
+        self.lane: Lane | None = None
         if options.cluster:
             self.client = RedisCluster.from_url(
                 options.redis_url, retry=NO_RETRY, max_connections=options.pool_size, **TIMEOUTS
@@ -46,6 +52,8 @@ class Topology:
             )  # fmt: skip
             self._pool.connection_class = hiredis_packing(self._pool.connection_class)
             self.client = Redis(connection_pool=self._pool)
+            if Lane.supports(options.redis_url):
+                self.lane = Lane(options.redis_url, **TIMEOUTS)
 
     async def open(self) -> None:
         if isinstance(self.client, RedisCluster):
@@ -54,6 +62,8 @@ class Topology:
                 node.connection_class = hiredis_packing(node.connection_class)
 
     async def close(self) -> None:
+        if self.lane is not None:
+            await self.lane.close()
         await self.client.aclose()
         if self._pool is not None:
             await self._pool.aclose()
