@@ -20,7 +20,7 @@ def test_a_dead_executor__is_recorded_crashed_and_recovered_at_once(backend_url)
 
 
 def test_a_killed_worker__is_recovered_from_its_liveness_and_leaves_no_orphan(backend_url):
-    assert_held(kill9(backend_url, runs=2, handler=1.5, kill_after=0.3))
+    assert_held(kill9(backend_url, runs=3, handler=1.5, kill_after=0.3))
 
 
 def test_a_frozen_worker__is_recovered_at_lease_expiry_and_settles_nothing_on_waking(

@@ -11,14 +11,21 @@ while the previous ones were in flight. Each caller still learns its own fate
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Collection
 from typing import Any
 
 from tenure.backends.base import LeaseRef
 from tenure.core.payload import encode
-from tenure.errors import LeaseLost
+from tenure.errors import InvalidInput, LeaseLost
+from tenure.job import Job
 
 Item = tuple[str, int, bytes]  # (job id, fence, result as JSON)
+
+
+# Told, on the loop, how a completion's write went: None (done), LeaseLost, or
+# the error that failed the whole cycle.
+Written = Callable[[BaseException | None], None]
 
 
 class Completer:
@@ -26,45 +33,63 @@ class Completer:
         self.max_payload = max_payload
         self.wake = wake
         self._items: list[Item] = []
-        self._waiting: list[asyncio.Future[None]] = []
+        self._written: list[Written] = []
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def item(self, job: Job, result: Any) -> Item | None:
+        """The completion of ``job`` with ``result``; None when the result is
+        not JSON or too large (the attempt then fails instead)."""
+        try:
+            return job.id, job.fence, encode(result, what="job result", limit=self.max_payload)
+        except InvalidInput:
+            return None
+
+    def add(self, item: Item, written: Written) -> None:
+        """Complete at the next cycle; ``written`` is told how it went."""
+        self._items.append(item)
+        self._written.append(written)
+        self.wake()
 
     async def complete(self, job_id: str, fence: int, result: Any) -> None:
         """Complete one job at the next cycle; InvalidInput for a result that is
         not JSON or too large, LeaseLost if the lease was no longer held."""
         payload = encode(result, what="job result", limit=self.max_payload)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._items.append((job_id, fence, payload))
-        self._waiting.append(done)
-        self.wake()
+        self.add((job_id, fence, payload), functools.partial(_resolve, done))
         await done
 
     def take(self) -> Batch:
         """Every waiting completion, for one cycle."""
-        batch = Batch(self._items, self._waiting)
-        self._items, self._waiting = [], []
+        batch = Batch(self._items, self._written)
+        self._items, self._written = [], []
         return batch
 
 
-class Batch:
-    """Completions written together; ``written`` or ``failed`` tells their callers."""
+def _resolve(done: asyncio.Future[None], error: BaseException | None) -> None:
+    if done.done():  # its caller was cancelled
+        return
+    if error is None:
+        done.set_result(None)
+    else:
+        done.set_exception(error)
 
-    def __init__(self, items: list[Item], waiting: list[asyncio.Future[None]]) -> None:
+
+class Batch:
+    """Completions written together; ``written`` or ``failed`` tells each."""
+
+    def __init__(self, items: list[Item], told: list[Written]) -> None:
         self.items = items
-        self._waiting = waiting
+        self._told = told
 
     def written(self, lost: Collection[LeaseRef]) -> None:
-        for (job_id, fence, _), done in zip(self.items, self._waiting, strict=True):
-            if done.done():  # its caller was cancelled
-                continue
+        for (job_id, fence, _), tell in zip(self.items, self._told, strict=True):
             if (job_id, fence) in lost:
-                done.set_exception(LeaseLost(f"job {job_id} is no longer held with fence {fence}"))
+                tell(LeaseLost(f"job {job_id} is no longer held with fence {fence}"))
             else:
-                done.set_result(None)
+                tell(None)
 
     def failed(self, exc: BaseException) -> None:
-        for done in self._waiting:
-            if not done.done():
-                done.set_exception(exc)
+        for tell in self._told:
+            tell(exc)

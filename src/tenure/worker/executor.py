@@ -106,6 +106,10 @@ def outcome_of(ctx: JobContext, value: Any, exc: BaseException | None) -> Attemp
     return Returned(value) if exc is None else raised(exc)
 
 
+# What an executor calls, on the supervisor's loop, when an attempt has ended.
+OnEnd = Callable[[AttemptResult], None]
+
+
 class Executor(Protocol):
     """Runs attempts; the supervisor asks it how many more it can take."""
 
@@ -113,19 +117,35 @@ class Executor(Protocol):
 
     async def start(self) -> None: ...
 
-    async def run(self, job: Job, timeout: float | None) -> AttemptResult: ...
+    def begin(self, job: Job, timeout: float | None, on_end: OnEnd) -> None:
+        """Start an attempt now (it counts against capacity at once); call
+        ``on_end`` with its result, exactly once, from the loop."""
 
     def stop(self, job_id: str) -> None: ...
 
     async def close(self) -> None: ...
 
 
+class Attempt:
+    """One attempt on a :class:`ThreadExecutor`, until its first end."""
+
+    __slots__ = ("ended", "handler", "job_id", "on_end", "timer")
+
+    def __init__(self, job_id: str, on_end: OnEnd) -> None:
+        self.job_id = job_id
+        self.on_end = on_end
+        self.timer: asyncio.TimerHandle | None = None
+        self.handler: Future[Any] | None = None  # an async handler's, to cancel
+        self.ended = False
+
+
 class ThreadExecutor:
     """Sync handlers on threads, async handlers on one executor event loop.
 
-    Each attempt is one future on the supervisor's loop, resolved by whichever
-    comes first: the handler's end (reported from its thread through the
-    :class:`Mailbox`), a stop, or the deadline's timer.
+    An attempt ends with whichever comes first: the handler's end (reported
+    from its thread through the :class:`Mailbox`), a stop, or the deadline's
+    timer. No task or future on the supervisor's loop stands for it: the end
+    calls the supervisor back directly.
     """
 
     def __init__(
@@ -141,37 +161,42 @@ class ThreadExecutor:
         self.slots = slots
         self._threads = DaemonThreads(slots, "tenure-handler")
         self._aio: Portal | None = None
-        self._ends: dict[str, asyncio.Future[AttemptResult]] = {}
+        self._attempts: dict[str, Attempt] = {}
         self._ended: Mailbox  # once started
 
     def capacity(self) -> int:
-        return self.slots - len(self._ends)
+        return self.slots - len(self._attempts)
 
     async def start(self) -> None:
-        self._ended = Mailbox(asyncio.get_running_loop())
+        self._ended = Mailbox(asyncio.get_running_loop(), self._end)
 
-    async def run(self, job: Job, timeout: float | None) -> AttemptResult:
+    def begin(self, job: Job, timeout: float | None, on_end: OnEnd) -> None:
         loop = asyncio.get_running_loop()
-        end: asyncio.Future[AttemptResult] = loop.create_future()
-        self._ends[job.id] = end
-        timer = None if timeout is None else loop.call_later(timeout, _end, end, TimedOut(timeout))
-        handler: Future[Any] | None = None
-        try:
-            ctx = self._context(job, loop)
-            fn = self.tasks[job.task].fn
-            if asyncio.iscoroutinefunction(fn):
-                handler = self._submit_async(fn, ctx, end)
-            else:
-                self._threads.submit(functools.partial(
-                    contextvars.copy_context().run, _run_sync, fn, ctx, end, self._ended
-                ))  # fmt: skip
-            return await end
-        finally:
-            self._ends.pop(job.id, None)
-            if timer is not None:
-                timer.cancel()
-            if handler is not None and not handler.done():
-                handler.cancel()  # an async handler is cancelled; a thread is abandoned
+        attempt = self._attempts[job.id] = Attempt(job.id, on_end)
+        if timeout is not None:
+            attempt.timer = loop.call_later(timeout, self._end, attempt, TimedOut(timeout))
+        ctx = self._context(job, loop)
+        fn = self.tasks[job.task].fn
+        if asyncio.iscoroutinefunction(fn):
+            attempt.handler = self._submit_async(fn, ctx, attempt)
+        else:
+            self._threads.submit(functools.partial(
+                contextvars.copy_context().run, _run_sync, fn, ctx, attempt, self._ended
+            ))  # fmt: skip
+
+    def _end(self, attempt: Attempt, result: AttemptResult) -> None:
+        """The first end of an attempt wins; a later one (a handler thread that
+        returns after its deadline, say) is thrown away. A thread cannot be
+        stopped: it is abandoned; an async handler is cancelled."""
+        if attempt.ended:
+            return
+        attempt.ended = True
+        del self._attempts[attempt.job_id]
+        if attempt.timer is not None:
+            attempt.timer.cancel()
+        if attempt.handler is not None and not attempt.handler.done():
+            attempt.handler.cancel()
+        attempt.on_end(result)
 
     def _context(self, job: Job, loop: asyncio.AbstractEventLoop) -> JobContext:
         def call(op: str, data: Any) -> None:
@@ -190,10 +215,7 @@ class ThreadExecutor:
         )
 
     def _submit_async(
-        self,
-        fn: Callable[..., Any],
-        ctx: JobContext,
-        end: asyncio.Future[AttemptResult],
+        self, fn: Callable[..., Any], ctx: JobContext, attempt: Attempt
     ) -> Future[Any]:
         if self._aio is None:
             self._aio = Portal("tenure-async-handlers")
@@ -203,15 +225,17 @@ class ThreadExecutor:
             if f.cancelled():
                 return  # stopped or timed out: the end is already known
             exc = f.exception()
-            self._ended.put(end, outcome_of(ctx, None if exc is not None else f.result(), exc))
+            self._ended.put(attempt, outcome_of(ctx, None if exc is not None else f.result(), exc))
 
         handler.add_done_callback(ended)
         return handler
 
     def stop(self, job_id: str) -> None:
-        end = self._ends.get(job_id)
-        if end is not None:
-            _end(end, Stopped())
+        """End the attempt with Stopped, on the loop's next turn (never inside
+        the caller's own bookkeeping)."""
+        attempt = self._attempts.get(job_id)
+        if attempt is not None:
+            asyncio.get_running_loop().call_soon(self._end, attempt, Stopped())
 
     async def close(self) -> None:
         self._threads.shutdown()
@@ -219,51 +243,43 @@ class ThreadExecutor:
             self._aio.close()
 
 
-def _end(end: asyncio.Future[AttemptResult], result: AttemptResult) -> None:
-    """The first end of an attempt wins; a later one (a handler thread that
-    returns after its deadline, say) is thrown away."""
-    if not end.done():
-        end.set_result(result)
-
-
 class Mailbox:
-    """Ends reported from handler threads, delivered to the loop in bunches:
+    """Ends reported from handler threads, delivered on the loop in bunches:
     one wake-up of the loop carries every end reported until it runs."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._ends: collections.deque[tuple[asyncio.Future[AttemptResult], AttemptResult]] = (
-            collections.deque()
-        )
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        deliver: Callable[[Attempt, AttemptResult], None],
+    ) -> None:
+        self._ends: collections.deque[tuple[Attempt, AttemptResult]] = collections.deque()
         self._loop = loop
+        self._deliver_one = deliver
         self._called = False
 
-    def put(self, end: asyncio.Future[AttemptResult], result: AttemptResult) -> None:
-        self._ends.append((end, result))
+    def put(self, attempt: Attempt, result: AttemptResult) -> None:
+        """From any thread."""
+        self._ends.append((attempt, result))
         if not self._called:
             self._called = True
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 self._loop.call_soon_threadsafe(self._deliver)
 
     def _deliver(self) -> None:
-        self._called = False
+        self._called = False  # before reading: an end put from now on calls again
         ends = self._ends
         while ends:
-            _end(*ends.popleft())
+            self._deliver_one(*ends.popleft())
 
 
-def _run_sync(
-    fn: Callable[..., Any],
-    ctx: JobContext,
-    end: asyncio.Future[AttemptResult],
-    ended: Mailbox,
-) -> None:
+def _run_sync(fn: Callable[..., Any], ctx: JobContext, attempt: Attempt, ended: Mailbox) -> None:
     """In a handler thread: run the handler, then report its end to the loop."""
     try:
         with running(ctx):
             result = outcome_of(ctx, fn(**ctx.args), None)
     except BaseException as exc:
         result = outcome_of(ctx, None, exc)
-    ended.put(end, result)
+    ended.put(attempt, result)
 
 
 async def _run_async(fn: Callable[..., Any], ctx: JobContext) -> Any:

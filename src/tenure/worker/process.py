@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -27,6 +28,7 @@ from tenure.worker.executor import (
     AttemptResult,
     Crashed,
     Link,
+    OnEnd,
     Raised,
     Returned,
     Settled,
@@ -104,6 +106,7 @@ class ProcessPool:
         self._waiting: set[str] = set()  # jobs waiting for an executor
         self._stopped_waiting: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()  # watchers and answers, kept referenced
+        self._runs: set[asyncio.Task[AttemptResult]] = set()  # attempts begun
 
     # -- capacity and placement ----------------------------------------------
 
@@ -283,15 +286,33 @@ class ProcessPool:
 
     # -- attempts ------------------------------------------------------------
 
+    def begin(self, job: Job, timeout: float | None, on_end: OnEnd) -> None:
+        self._waiting.add(job.id)  # counted against capacity from now on
+        task = asyncio.get_running_loop().create_task(self.run(job, timeout))
+        self._runs.add(task)
+        task.add_done_callback(functools.partial(self._ran, on_end))
+
+    def _ran(self, on_end: OnEnd, task: asyncio.Task[AttemptResult]) -> None:
+        self._runs.discard(task)
+        if task.cancelled():
+            on_end(Stopped())
+        elif (exc := task.exception()) is not None:
+            log.error("the process pool failed to run an attempt", exc_info=exc)
+            on_end(Crashed(f"the process pool failed to run it: {exc!r}"))
+        else:
+            on_end(task.result())
+
     async def run(self, job: Job, timeout: float | None) -> AttemptResult:
         is_async = self.is_async(job.task)
         self._waiting.add(job.id)
         try:
-            while (child := self._place(is_async)) is None:
-                if job.id in self._stopped_waiting:
-                    return Stopped()
+            while job.id not in self._stopped_waiting:
+                if (child := self._place(is_async)) is not None:
+                    break
                 self._changed.clear()
                 await self._changed.wait()
+            else:
+                return Stopped()
         finally:
             self._waiting.discard(job.id)
             self._stopped_waiting.discard(job.id)

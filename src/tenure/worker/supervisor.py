@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
 import socket
 import uuid
+from collections.abc import Coroutine
 from typing import Any
 
 from tenure.app import App
@@ -29,7 +31,7 @@ from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost, TenureErr
 from tenure.job import Job
 from tenure.loader import path_of
 from tenure.worker.completer import Completer
-from tenure.worker.executor import AttemptResult, Executor, ThreadExecutor
+from tenure.worker.executor import AttemptResult, Executor, Returned, ThreadExecutor
 from tenure.worker.leases import LeaseKeeper
 from tenure.worker.outcome import hand_back, settle, settle_unknown_task
 from tenure.worker.periodic import every
@@ -64,14 +66,15 @@ class Supervisor:
         self.executor = self._executor()
         self.backend: Backend = from_url(app.url)
         self.policies: dict[str, QueuePolicy] = {}
-        self.running: dict[LeaseRef, asyncio.Task[None]] = {}
+        self.running: dict[LeaseRef, Job] = {}  # attempts begun and not yet settled
         self.processed = 0
         self._draining = asyncio.Event()
         self._hurry = asyncio.Event()
         self._wake = asyncio.Event()  # a slot freed, a completion waits, or a stop
         self.completer = Completer(self.backend.max_payload, self._wake.set)
+        self._finished = asyncio.Event()  # an attempt was settled
         self._lost: set[LeaseRef] = set()
-        self._jobs: dict[LeaseRef, Job] = {}
+        self._settling: set[asyncio.Task[None]] = set()  # settles that needed a task
         self._starting = 0  # attempts started but not yet handed to the executor
         self._claiming = 0  # slots reserved by claims in flight
         self._dry = False  # the last claim found fewer jobs than it asked for
@@ -295,43 +298,95 @@ class Supervisor:
 
     def _start(self, job: Job) -> None:
         lease = (job.id, job.fence)
-        self._jobs[lease] = job
-        self._starting += 1
-        self.running[lease] = asyncio.create_task(self._attempt(job), name=f"attempt-{job.id}")
+        self.running[lease] = job
         self.keeper.hold(lease, lambda: self._on_lease_lost(lease))
+        policy = self.policies.get(job.queue)
+        if policy is None or job.task not in self.app.tasks:
+            self._starting += 1
+            self._in_task(self._start_slowly(job))
+            return
+        self._begin(job, policy)
 
     def _on_lease_lost(self, lease: LeaseRef) -> None:
         self._lost.add(lease)
         self.executor.stop(lease[0])
 
     # -- one attempt -------------------------------------------------------
+    #
+    # The common attempt needs no task of its own: begun on the executor, its
+    # end calls back (_ended), a success joins the next cycle's completions, and
+    # their write calls back (_written). What can wait (a policy to fetch, a
+    # failure to record, a settle to retry) runs in a task (_in_task).
 
-    async def _attempt(self, job: Job) -> None:
+    def _begin(self, job: Job, policy: QueuePolicy) -> None:
+        timeout = job.timeout or policy.timeout
+        self.executor.begin(job, timeout, functools.partial(self._ended, job, policy))
+
+    async def _start_slowly(self, job: Job) -> None:
         lease = (job.id, job.fence)
-        handed = False
         try:
             policy = await self._policy(job.queue)
-            if job.task not in self.app.tasks:
+            if lease in self._lost:
+                pass  # handed back, or recovered, while we waited: never run it
+            elif job.task not in self.app.tasks:
                 await settle_unknown_task(self.backend, job, policy)
+            else:
+                self._begin(job, policy)
                 return
+        except LeaseLost as exc:
+            log.warning("job %s: %s", job.id, exc)
+        except Exception:
+            log.exception("job %s: could not start attempt %d", job.id, job.attempts)
+        finally:
             self._starting -= 1
-            handed = True
-            result = await self.executor.run(job, job.timeout or policy.timeout)
-            self.keeper.settling(lease)
+        self._finish(lease)
+
+    def _ended(self, job: Job, policy: QueuePolicy, result: AttemptResult) -> None:
+        lease = (job.id, job.fence)
+        self.keeper.settling(lease)
+        if lease in self._lost:  # recovered by the sweeper, or handed back: never settle
+            self._finish(lease)
+        elif isinstance(result, Returned) and (item := self.completer.item(job, result.value)):
+            self.completer.add(item, functools.partial(self._written, job, policy, result))
+        else:
+            self._in_task(self._settle_then_finish(job, policy, result))
+
+    def _written(
+        self, job: Job, policy: QueuePolicy, result: AttemptResult, error: BaseException | None
+    ) -> None:
+        if isinstance(error, BackendUnavailable):
+            self._in_task(self._settle_then_finish(job, policy, result))
+            return
+        if isinstance(error, LeaseLost):
+            log.warning("job %s: %s", job.id, error)
+        elif error is not None:
+            log.error("job %s: could not settle attempt %d", job.id, job.attempts, exc_info=error)
+        self._finish((job.id, job.fence))
+
+    async def _settle_then_finish(
+        self, job: Job, policy: QueuePolicy, result: AttemptResult
+    ) -> None:
+        try:
             await self._settle(job, policy, result)
         except LeaseLost as exc:
             log.warning("job %s: %s", job.id, exc)
         except Exception:
             log.exception("job %s: could not settle attempt %d", job.id, job.attempts)
         finally:
-            if not handed:
-                self._starting -= 1
-            self.keeper.drop(lease)
-            self._lost.discard(lease)
-            self.running.pop(lease, None)
-            self._jobs.pop(lease, None)
+            self._finish((job.id, job.fence))
+
+    def _finish(self, lease: LeaseRef) -> None:
+        self.keeper.drop(lease)
+        self._lost.discard(lease)
+        if self.running.pop(lease, None) is not None:
             self.processed += 1
-            self._wake.set()
+        self._finished.set()
+        self._wake.set()
+
+    def _in_task(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coroutine)
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
 
     async def _settle(self, job: Job, policy: QueuePolicy, result: AttemptResult) -> None:
         """Settle, riding out a storage hiccup while the lease is still heartbeated."""
@@ -356,22 +411,31 @@ class Supervisor:
                  len(self.running))  # fmt: skip
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.drain_timeout
-        hurry = asyncio.ensure_future(self._hurry.wait())
-        while self.running and not hurry.done() and (left := deadline - loop.time()) > 0:
-            await asyncio.wait({*self.running.values(), hurry}, timeout=left,
-                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-        hurry.cancel()
+        while self.running and not self._hurry.is_set() and (left := deadline - loop.time()) > 0:
+            await self._until_finished_or_hurried(left)
         leftover = dict(self.running)
         for lease in leftover:
             self._lost.add(lease)  # stopped attempts must not settle: they are handed back
             self.executor.stop(lease[0])
-        for job in (self._jobs[lease] for lease in leftover):
+        for job in leftover.values():
             try:
                 await hand_back(self.backend, job, await self._policy(job.queue))
                 log.info("drain: handed back job %s", job.id)
             except LeaseLost:
                 pass
-        await asyncio.gather(*leftover.values(), return_exceptions=True)
+        while leftover.keys() & self.running.keys():  # stopped attempts end soon
+            self._finished.clear()
+            await self._finished.wait()
+
+    async def _until_finished_or_hurried(self, timeout: float) -> None:
+        self._finished.clear()
+        waits = {
+            asyncio.ensure_future(self._finished.wait()),
+            asyncio.ensure_future(self._hurry.wait()),
+        }
+        _, pending = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in pending:
+            waiting.cancel()
 
 
 def run_worker(app: App, config: WorkerConfig, app_path: str | None = None) -> None:
