@@ -2,7 +2,7 @@
 jobs, or on the producer's bulk enqueue, on a throwaway server.
 
     benchmarks/.venv/bin/python benchmarks/profile_tenure.py --backend redis
-        [--what drain|bulk|pickup] [--pool thread|process] [--jobs 20000] [--idle]
+        [--what drain|bulk|pickup] [--pool thread|process] [--jobs 20000] [--idle] [--gil]
         [--out profile.txt]
 
 Prints, per thread, how busy it was and the functions with the most busy
@@ -137,6 +137,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--idle", action="store_true", help="count waiting threads too")
+    parser.add_argument(
+        "--gil", action="store_true", help="only samples holding the GIL: where Python's CPU goes"
+    )
     parser.add_argument("--out", type=Path, default=Path("profile.txt"))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tenure-profile-"))
@@ -175,7 +178,12 @@ def main() -> None:
             workers.start(driver.call("command", concurrency=4), env, HERE)
             while records.count(work / "records") < 100:
                 time.sleep(0.01)
-            extra = ["--subprocesses", "--threads", *(["--idle"] if args.idle else [])]
+            extra = [
+                "--subprocesses",
+                "--threads",
+                *(["--idle"] if args.idle else []),
+                *(["--gil"] if args.gil else []),
+            ]
             spy = py_spy(workers.pids[0], collapsed, *extra)
             while records.count(work / "records") < args.jobs * 0.9:
                 time.sleep(0.05)

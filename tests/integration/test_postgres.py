@@ -11,6 +11,7 @@ from tenure.backends.postgres import PostgresBackend
 from tenure.backends.postgres.backend import MIGRATIONS
 from tenure.errors import InvalidInput
 from tenure.job import JobSpec
+from tests.conformance.helpers import register
 
 
 @pytest.fixture
@@ -118,6 +119,26 @@ def test_pooled_connections_the_server_dropped__cost_no_error(
     assert int(dropped) >= 1
     for _ in range(5):  # every pooled connection in turn
         assert b.counts("default")[State.QUEUED] == 3
+
+
+def test_connections_held_for_cycles_the_server_dropped__cost_no_error(
+    pg_url, open_backend, postgres_server
+):
+    """The cycle keeps its connections out of the pool between cycles; one the
+    server hung up on meanwhile is replaced, not used: the cycle succeeds."""
+    b = open_backend(pg_url)
+    register(b, "w")
+    b.enqueue([JobSpec.create("t", {}) for _ in range(2)])
+    _, [first] = b.complete_and_claim([], "w", ["default"], 1)
+    assert len(b.inner._held) == 1
+    db = pg_url.rsplit("/", 1)[1]
+    postgres_server.psql(
+        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+        f" WHERE datname = '{db}' AND application_name = 'tenure'", db)  # fmt: skip
+    lost, [second] = b.complete_and_claim([(first.id, first.fence, b"1")], "w", ["default"], 1)
+    assert lost == set()
+    assert b.get(first.id).state is State.COMPLETED
+    assert second.id != first.id
 
 
 def test_the_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, portal):

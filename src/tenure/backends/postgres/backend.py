@@ -57,6 +57,7 @@ RAW_QUERIES = {
 }
 MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
 FENCE = 1 + JOB_COLUMNS.index("fence")  # in a row of complete_and_claim
+HELD_FOR_CYCLES = 3  # a worker has up to 3 cycles in flight
 CYCLE_STATEMENTS = 64  # distinct limits whose cycle statement is kept (and prepared)
 URL_OPTIONS = {"schema", "max_payload", "pool_size"}
 DEFAULTS = QueuePolicy()
@@ -88,6 +89,10 @@ class PostgresBackend:
             for n, t in RAW_QUERIES.items()
         }
         self._cycles: dict[int, bytes] = {}  # complete_and_claim per limit
+        # Connections kept out of the pool for the cycle (see _cycle_fetch), at
+        # most HELD_FOR_CYCLES and never more than a third of the pool.
+        self._held: list[psycopg.AsyncConnection[Any]] = []
+        self._hold_at_most = min(HELD_FOR_CYCLES, (pool_size - 1) // 2)
         self._pool: psycopg_pool.AsyncConnectionPool[Any] | None = None
         self._effects: psycopg.Connection[Any] | None = None  # handlers' own transactions
         self.liveness = Liveness(conninfo, self.namespace)
@@ -142,6 +147,35 @@ class PostgresBackend:
         async with self._conn() as conn:
             cur = await conn.execute(query, params, prepare=prepare)
             return await cur.fetchall()
+
+    async def _cycle_fetch(self, query: bytes, params: dict[str, Any]) -> list[Any]:
+        """``_fetch`` for the worker's cycle, on a connection held out of the pool
+        between cycles: taking one from the pool and giving it back cost more
+        than the statement's own client side. A held connection the server hung
+        up on, one that failed, or one whose call was cancelled goes back to the
+        pool, which disposes of it."""
+        if self._pool is None:
+            raise BackendUnavailable("the PostgreSQL backend is not open")
+        conn = self._held.pop() if self._held else None
+        if conn is not None and _hung_up(conn):
+            await self._pool.putconn(conn)
+            conn = None
+        try:
+            if conn is None:
+                conn = await self._pool.getconn()
+            cur = await conn.execute(query, params, prepare=True)
+            rows = await cur.fetchall()
+        except BaseException as exc:
+            if conn is not None:
+                await self._pool.putconn(conn)
+            if isinstance(exc, (psycopg.OperationalError, psycopg_pool.PoolTimeout)):
+                raise BackendUnavailable(f"PostgreSQL is unavailable: {exc}") from exc
+            raise
+        if len(self._held) < self._hold_at_most:
+            self._held.append(conn)
+        else:
+            await self._pool.putconn(conn)
+        return rows
 
     async def open(self) -> None:
         if self._pool is not None:
@@ -202,6 +236,8 @@ class PostgresBackend:
         await self.wakeups.close()
         await self.liveness.close()
         if self._pool is not None:
+            while self._held:
+                await self._pool.putconn(self._held.pop())
             await self._pool.close()
             self._pool = None
 
@@ -258,7 +294,7 @@ class PostgresBackend:
         limit = claim_limit(queues, limit)
         if not items and not limit:
             return set(), []
-        rows = await self._fetch(self._cycle_query(limit), {
+        rows = await self._cycle_fetch(self._cycle_query(limit), {
             "ids": [i for i, _, _ in items], "fences": [f for _, f, _ in items],
             "results": [r.decode() for _, _, r in items], "queues": list(queues),
             "worker": worker_id, "delivery": DEFAULTS.delivery,
@@ -524,10 +560,15 @@ async def _check_if_dropped(conn: psycopg.AsyncConnection[Any]) -> None:
     terminated backend: its goodbye or EOF is waiting). Only then is it
     probed, which fails and makes the pool take another, so that a restarted
     server costs nobody an error."""
+    if _hung_up(conn):
+        await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+
+
+def _hung_up(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether an idle connection has something to read: the server's goodbye."""
     poll = select.poll()
     poll.register(conn.fileno(), select.POLLIN)
-    if poll.poll(0):
-        await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+    return bool(poll.poll(0))
 
 
 def _failure(
