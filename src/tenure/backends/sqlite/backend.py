@@ -11,6 +11,7 @@ process dies, and any other process's sweeper sees that.
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -46,8 +47,15 @@ MIGRATIONS = load_migrations("tenure.backends.sqlite.migrations")
 URL_OPTIONS = {"durable", "busy_timeout", "max_payload"}
 
 
-def _placeholders(n: int) -> str:
-    return ", ".join("?" * n)
+@functools.lru_cache(maxsize=64)
+def _for_queues(name: str, n: int) -> str:
+    """Statement ``name`` for ``n`` queues: its ``{queues}`` as ``n`` placeholders."""
+    return Q[name].replace("{queues}", ", ".join("?" * n))
+
+
+# A queue's policy, parsed once per stored text: a claim reads the policies of
+# the queues it takes from, and parsing them cost more than reading them.
+_policy_of = functools.lru_cache(maxsize=256)(QueuePolicy.from_json)
 
 
 class SQLiteBackend(Operators):
@@ -309,9 +317,7 @@ class SQLiteBackend(Operators):
     ) -> list[Job]:
         now = self.clock.now()
         conn.execute(Q["promote_due"], (now,))
-        rows = conn.execute(
-            Q["claimable"].replace("{queues}", _placeholders(len(queues))), (*queues, limit)
-        ).fetchall()
+        rows = conn.execute(_for_queues("claimable", len(queues)), (*queues, limit)).fetchall()
         if not rows:
             return []
         policies = self._policies(conn, {q for _, q in rows})
@@ -329,12 +335,8 @@ class SQLiteBackend(Operators):
     def _policies(
         self, conn: sqlite3.Connection, queues: Collection[str]
     ) -> dict[str, QueuePolicy]:
-        found = dict(
-            conn.execute(
-                Q["policies"].replace("{queues}", _placeholders(len(queues))), tuple(queues)
-            ).fetchall()
-        )
-        return {q: QueuePolicy.from_json(found.get(q)) for q in queues}
+        found = dict(conn.execute(_for_queues("policies", len(queues)), tuple(queues)).fetchall())
+        return {q: _policy_of(found.get(q)) for q in queues}
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
         return await self._run(self._heartbeat, worker_id, set(leases))
