@@ -141,6 +141,25 @@ def test_connections_held_for_cycles_the_server_dropped__cost_no_error(
     assert second.id != first.id
 
 
+def test_a_worker_whose_liveness_session_ended__claims_nothing_until_registered_again(
+    pg_url, open_backend, postgres_server
+):
+    """Between a server restart and the worker's next heartbeat, a claim would
+    be made under an identity the sweeper already sees dead, and the job
+    recovered from under the worker: a claim checks the session first, locally."""
+    b = open_backend(pg_url)
+    register(b, "w")
+    b.enqueue([JobSpec.create("t", {}) for _ in range(2)])
+    db = pg_url.rsplit("/", 1)[1]
+    postgres_server.psql(
+        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+        f" WHERE datname = '{db}' AND application_name = 'tenure-liveness'", db)  # fmt: skip
+    assert b.claim("w", ["default"], 2) == []
+    assert b.counts("default")[State.QUEUED] == 2
+    register(b, "w2")  # what the worker does at its next heartbeat
+    assert len(b.claim("w2", ["default"], 2)) == 2
+
+
 def test_the_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, portal):
     """Prepared statements keep a generic plan: the worker's cycle must not scan
     the jobs table (a LIMIT sent as a parameter made it hash all of it)."""

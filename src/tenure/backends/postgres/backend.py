@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import select
 import zlib
 from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from typing import Any
@@ -31,7 +30,7 @@ from tenure.backends.base import (
     check_listing,
     claim_limit,
 )
-from tenure.backends.postgres.liveness import Liveness, Wakeups
+from tenure.backends.postgres.liveness import Liveness, Wakeups, hung_up
 from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
 from tenure.backends.sqlfile import load_migrations, load_queries
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
@@ -157,7 +156,7 @@ class PostgresBackend:
         if self._pool is None:
             raise BackendUnavailable("the PostgreSQL backend is not open")
         conn = self._held.pop() if self._held else None
-        if conn is not None and _hung_up(conn):
+        if conn is not None and hung_up(conn):
             await self._pool.putconn(conn)
             conn = None
         try:
@@ -292,6 +291,10 @@ class PostgresBackend:
     ) -> tuple[set[LeaseRef], builtins.list[Job]]:
         """One statement, one transaction (see queries.sql)."""
         limit = claim_limit(queues, limit)
+        if limit and self.liveness.seems_lost(worker_id):
+            # Claimed under an identity storage no longer sees alive, a job would
+            # be recovered from under us: the next heartbeat registers us again.
+            limit = 0
         if not items and not limit:
             return set(), []
         rows = await self._cycle_fetch(self._cycle_query(limit), {
@@ -560,15 +563,8 @@ async def _check_if_dropped(conn: psycopg.AsyncConnection[Any]) -> None:
     terminated backend: its goodbye or EOF is waiting). Only then is it
     probed, which fails and makes the pool take another, so that a restarted
     server costs nobody an error."""
-    if _hung_up(conn):
+    if hung_up(conn):
         await psycopg_pool.AsyncConnectionPool.check_connection(conn)
-
-
-def _hung_up(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """Whether an idle connection has something to read: the server's goodbye."""
-    poll = select.poll()
-    poll.register(conn.fileno(), select.POLLIN)
-    return bool(poll.poll(0))
 
 
 def _failure(

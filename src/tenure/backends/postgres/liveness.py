@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import select
 from collections.abc import Sequence
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -38,7 +40,7 @@ class Liveness:
     async def hold(self, worker_id: str, lock_no: int) -> None:
         """Take the worker's lock, on the liveness connection, until release or close."""
         async with self._lock:
-            if self._conn is None or self._conn.closed or self._lost:
+            if self._conn is None or self._conn.closed or self._lost or hung_up(self._conn):
                 await self._reconnect()
             assert self._conn is not None
             await self._conn.execute("SELECT pg_advisory_lock(%s, %s)", (self.namespace, lock_no))
@@ -67,6 +69,15 @@ class Liveness:
                     f"the liveness connection of worker {worker_id} dropped ({exc}); "
                     "its leases may be recovered by others at any moment"
                 ) from exc
+
+    def seems_lost(self, worker_id: str) -> bool:
+        """Without a round trip: whether ``worker_id``'s session is known to be
+        gone, or its idle socket holds the server's goodbye (a restart)."""
+        if worker_id not in self._locks:
+            return False
+        if self._lost or self._conn is None or self._conn.closed:
+            return True
+        return not self._lock.locked() and hung_up(self._conn)
 
     async def release(self, worker_id: str) -> None:
         async with self._lock:
@@ -151,3 +162,10 @@ class Wakeups:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+
+def hung_up(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether an idle connection has something to read: the server's goodbye."""
+    poll = select.poll()
+    poll.register(conn.fileno(), select.POLLIN)
+    return bool(poll.poll(0))
