@@ -283,6 +283,8 @@ def test_a_redis_restart__forgets_scripts_and_the_backend_carries_on(
         [job] = b.enqueue([spec()])
         server.restart()
         wait_for(lambda: _answers(b))  # the pool reconnects; NOSCRIPT reloads
+        assert b.claim(w, ["default"], 1) == []  # its liveness connection is gone
+        w = register(b, "w-again")  # as its next heartbeat makes the worker do
         [claimed] = b.claim(w, ["default"], 1)
         assert claimed.id == job.id
         assert b.inner.runner.reloads >= 1
@@ -434,6 +436,27 @@ def test_a_dropped_liveness_connection__makes_the_heartbeat_raise_liveness_lost(
     admin(redis_url, "CLIENT", "KILL", "ID", victim["id"])  # a cut, or a Redis restart
     with pytest.raises(LivenessLost):
         b.heartbeat("w-dropped", set())
+
+
+def test_a_worker_whose_liveness_connection_dropped__claims_nothing_until_registered_again(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    """Between a Redis restart and the worker's next heartbeat, a claim would be
+    made under an identity sweepers already see dead, and the job recovered
+    from under the worker: a claim checks the connection first, locally."""
+    b = open_backend(redis_url)
+    register(b, "w-cut")
+    b.enqueue([spec(), spec()])
+    [victim] = [c for c in clients(redis_url) if c["name"].endswith("w-cut")]
+    admin(redis_url, "CLIENT", "KILL", "ID", victim["id"])
+    deadline = time.monotonic() + 5
+    while not b.inner._liveness.seems_lost("w-cut"):  # once the loop has read the EOF
+        assert time.monotonic() < deadline, "the closed connection was never noticed"
+        b.counts("default")  # a round trip lets the loop run
+    assert b.claim("w-cut", ["default"], 2) == []
+    assert b.counts("default")[State.QUEUED] == 2
+    register(b, "w-back")  # what the worker does at its next heartbeat
+    assert len(b.claim("w-back", ["default"], 2)) == 2
 
 
 def test_a_buried_worker__learns_it_from_its_heartbeat(

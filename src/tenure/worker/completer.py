@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -19,6 +20,8 @@ from tenure.backends.base import LeaseRef
 from tenure.core.payload import encode
 from tenure.errors import InvalidInput, LeaseLost
 from tenure.job import Job
+
+log = logging.getLogger("tenure.worker")
 
 Item = tuple[str, int, bytes]  # (job id, fence, result as JSON)
 
@@ -86,10 +89,18 @@ class Batch:
     def written(self, lost: Collection[LeaseRef]) -> None:
         for (job_id, fence, _), tell in zip(self.items, self._told, strict=True):
             if (job_id, fence) in lost:
-                tell(LeaseLost(f"job {job_id} is no longer held with fence {fence}"))
+                _tell(tell, LeaseLost(f"job {job_id} is no longer held with fence {fence}"))
             else:
-                tell(None)
+                _tell(tell, None)
 
     def failed(self, exc: BaseException) -> None:
         for tell in self._told:
-            tell(exc)
+            _tell(tell, exc)
+
+
+def _tell(tell: Written, error: BaseException | None) -> None:
+    """Each is told, whatever another's callback does."""
+    try:
+        tell(error)
+    except Exception:
+        log.exception("a completion's callback failed")

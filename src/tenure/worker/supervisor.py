@@ -74,7 +74,7 @@ class Supervisor:
         self.completer = Completer(self.backend.max_payload, self._wake.set)
         self._finished = asyncio.Event()  # an attempt was settled
         self._lost: set[LeaseRef] = set()
-        self._settling: set[asyncio.Task[None]] = set()  # settles that needed a task
+        self._background: set[asyncio.Task[None]] = set()  # attempts and settles in a task
         self._starting = 0  # attempts started but not yet handed to the executor
         self._claiming = 0  # slots reserved by claims in flight
         self._dry = False  # the last claim found fewer jobs than it asked for
@@ -385,8 +385,8 @@ class Supervisor:
 
     def _in_task(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coroutine)
-        self._settling.add(task)
-        task.add_done_callback(self._settling.discard)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _settle(self, job: Job, policy: QueuePolicy, result: AttemptResult) -> None:
         """Settle, riding out a storage hiccup while the lease is still heartbeated."""

@@ -119,6 +119,15 @@ class Liveness:
                 raise ClientForbidden(str(exc)) from exc
             raise BackendUnavailable(f"Redis at {self.runner.url}: {exc}") from exc
 
+    def seems_lost(self, worker_id: str) -> bool:
+        """Without a round trip: whether the worker's named connection has been
+        closed by the server (a restart, a cut), as its stream has seen."""
+        held = self.held.get(worker_id)
+        if held is None or held.conn is None:
+            return False
+        reader = getattr(held.conn, "_reader", None)  # redis-py's StreamReader
+        return reader is None or reader.at_eof()
+
     async def check(self, worker_id: str) -> None:
         """Raise LivenessLost unless the worker's named connection still answers.
         A worker not registered by this backend has nothing to prove here."""
