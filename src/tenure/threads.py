@@ -39,9 +39,9 @@ class DaemonThreads:
             try:
                 result = fn(*args)
             except BaseException as exc:
-                loop.call_soon_threadsafe(_settle, done, None, exc)
+                loop.call_soon_threadsafe(resolve, done, None, exc)
             else:
-                loop.call_soon_threadsafe(_settle, done, result, None)
+                loop.call_soon_threadsafe(resolve, done, result, None)
 
         self.submit(call)
         return await done
@@ -55,7 +55,8 @@ class DaemonThreads:
             self._work.put(None)
 
 
-def _settle(done: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+def resolve(done: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    """Give ``done`` its result, or its exception when ``exc`` is set."""
     if done.done():  # its awaiter was cancelled
         return
     if exc is None:

@@ -20,6 +20,7 @@ from tenure.backends.base import LeaseRef
 from tenure.core.payload import encode
 from tenure.errors import InvalidInput, LeaseLost
 from tenure.job import Job
+from tenure.threads import resolve
 
 log = logging.getLogger("tenure.worker")
 
@@ -60,7 +61,7 @@ class Completer:
         not JSON or too large, LeaseLost if the lease was no longer held."""
         payload = encode(result, what="job result", limit=self.max_payload)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.add((job_id, fence, payload), functools.partial(_resolve, done))
+        self.add((job_id, fence, payload), functools.partial(resolve, done, None))
         await done
 
     def take(self) -> Batch:
@@ -68,15 +69,6 @@ class Completer:
         batch = Batch(self._items, self._written)
         self._items, self._written = [], []
         return batch
-
-
-def _resolve(done: asyncio.Future[None], error: BaseException | None) -> None:
-    if done.done():  # its caller was cancelled
-        return
-    if error is None:
-        done.set_result(None)
-    else:
-        done.set_exception(error)
 
 
 class Batch:
