@@ -175,14 +175,17 @@ class ThreadExecutor:
         attempt = self._attempts[job.id] = Attempt(job.id, on_end)
         if timeout is not None:
             attempt.timer = loop.call_later(timeout, self._end, attempt, TimedOut(timeout))
-        ctx = self._context(job, loop)
-        fn = self.tasks[job.task].fn
-        if asyncio.iscoroutinefunction(fn):
-            attempt.handler = self._submit_async(fn, ctx, attempt)
-        else:
-            self._threads.submit(functools.partial(
-                contextvars.copy_context().run, _run_sync, fn, ctx, attempt, self._ended
-            ))  # fmt: skip
+        try:
+            ctx = self._context(job, loop)
+            fn = self.tasks[job.task].fn
+            if asyncio.iscoroutinefunction(fn):
+                attempt.handler = self._submit_async(fn, ctx, attempt)
+            else:
+                self._threads.submit(functools.partial(
+                    contextvars.copy_context().run, _run_sync, fn, ctx, attempt, self._ended
+                ))  # fmt: skip
+        except Exception as exc:  # it never started: it ends now, and frees its slot
+            loop.call_soon(self._end, attempt, raised(exc))
 
     def _end(self, attempt: Attempt, result: AttemptResult) -> None:
         """The first end of an attempt wins; a later one (a handler thread that
