@@ -56,6 +56,7 @@ RAW_QUERIES = {
 }
 MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
 FENCE = 1 + JOB_COLUMNS.index("fence")  # in a row of complete_and_claim
+UNREACHABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout)  # -> BackendUnavailable
 HELD_FOR_CYCLES = 3  # a worker has up to 3 cycles in flight
 CYCLE_STATEMENTS = 64  # distinct limits whose cycle statement is kept (and prepared)
 URL_OPTIONS = {"schema", "max_payload", "pool_size"}
@@ -127,7 +128,7 @@ class PostgresBackend:
         try:
             async with self._pool.connection() as conn:
                 yield conn
-        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+        except UNREACHABLE as exc:
             raise BackendUnavailable(f"PostgreSQL is unavailable: {exc}") from exc
 
     @contextlib.asynccontextmanager
@@ -167,7 +168,7 @@ class PostgresBackend:
         except BaseException as exc:
             if conn is not None:
                 await self._pool.putconn(conn)
-            if isinstance(exc, (psycopg.OperationalError, psycopg_pool.PoolTimeout)):
+            if isinstance(exc, UNREACHABLE):
                 raise BackendUnavailable(f"PostgreSQL is unavailable: {exc}") from exc
             raise
         if len(self._held) < self._hold_at_most:
@@ -191,7 +192,7 @@ class PostgresBackend:
         )
         try:
             await pool.open(wait=True, timeout=10.0)
-        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+        except UNREACHABLE as exc:
             await pool.close()
             raise BackendUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
         self._pool = pool

@@ -15,7 +15,8 @@ from typing import Any
 
 import orjson
 
-from tenure.core.states import DeadReason, Outcome, State
+from tenure.backends.rows import JOB_COLUMNS
+from tenure.core.states import DeadReason, Outcome
 from tenure.job import STATES, Attempt, Job, JobSpec
 
 
@@ -24,55 +25,15 @@ def fields(flat: Sequence[bytes]) -> dict[str, bytes]:
     return {flat[i].decode(): flat[i + 1] for i in range(0, len(flat), 2)}
 
 
-def _text(f: dict[str, bytes], name: str) -> str | None:
-    value = f.get(name)
-    return None if value is None else value.decode()
-
-
-def _float(f: dict[str, bytes], name: str) -> float | None:
-    value = f.get(name)
-    return None if value is None else float(value)
-
-
-def _json(f: dict[str, bytes], name: str) -> Any:
-    value = f.get(name)
-    return None if value is None else orjson.loads(value)
-
-
 def job(flat: Sequence[bytes], history: Sequence[bytes] = ()) -> Job:
     """The Job a hash (flat HGETALL reply) and history entries describe."""
     f = fields(flat)
-    max_attempts = f.get("max_attempts")
-    dead_reason = f.get("dead_reason")
-    return Job(
-        id=f["id"].decode(),
-        task=f["task"].decode(),
-        queue=f["queue"].decode(),
-        args=orjson.loads(f["args"]),
-        state=State(f["state"].decode()),
-        priority=int(f["priority"]),
-        run_at=float(f["run_at"]),
-        created_at=float(f["created_at"]),
-        attempts=int(f["attempts"]),
-        stalls=int(f["stalls"]),
-        max_attempts=None if max_attempts is None else int(max_attempts),
-        timeout=_float(f, "timeout"),
-        fence=int(f["fence"]),
-        key=_text(f, "key"),
-        worker=_text(f, "worker"),
-        lease_expires_at=_float(f, "lease_expires_at"),
-        result=_json(f, "result"),
-        error=_text(f, "error"),
-        dead_reason=None if dead_reason is None else DeadReason(dead_reason.decode()),
-        progress=_json(f, "progress"),
-        finished_at=_float(f, "finished_at"),
-        history=tuple(attempt(entry) for entry in history),
-    )
+    return job_of_values([f.get(name) for name in JOB_COLUMNS], history)
 
 
-def job_of_values(values: Sequence[Any]) -> Job:
-    """The Job of a claim's reply: its fields in the order of ``JOB_COLUMNS``
-    (``JOB_FIELDS`` in _lib.lua), an absent one None."""
+def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
+    """The Job of a job's fields in the order of ``JOB_COLUMNS`` (a claim's
+    reply: ``JOB_FIELDS`` in _lib.lua), an absent one None."""
     (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
      max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
      dead_reason, progress, finished_at) = values  # fmt: skip
@@ -87,6 +48,7 @@ def job_of_values(values: Sequence[Any]) -> Job:
         None if dead_reason is None else DeadReason(dead_reason.decode()),
         None if progress is None else orjson.loads(progress),
         None if finished_at is None else float(finished_at),
+        tuple(attempt(entry) for entry in history),
     )  # fmt: skip
 
 
