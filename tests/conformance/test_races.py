@@ -32,11 +32,12 @@ def _run_processes(
     target: Callable[..., None], args_for: Callable[[int, Any], tuple[Any, ...]]
 ) -> None:
     ctx = multiprocessing.get_context("spawn")
-    start = ctx.Event()
+    # Each process waits at the barrier once its backend is open, so all of them
+    # start together (a process that opened first would otherwise drain alone).
+    start = ctx.Barrier(PROCESSES)
     procs = [ctx.Process(target=target, args=args_for(i, start)) for i in range(PROCESSES)]
     for p in procs:
         p.start()
-    start.set()
     try:
         for p in procs:
             p.join(timeout=60)
