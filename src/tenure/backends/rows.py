@@ -12,44 +12,22 @@ from typing import Any
 import orjson
 
 from tenure.core.payload import decode
-from tenure.core.states import DeadReason, Outcome, State
-from tenure.job import Attempt, Job
+from tenure.core.states import DeadReason, Outcome
+from tenure.job import JOB_FIELDS, STATES, Attempt, Job, job_of
 
-JOB_COLUMNS = (
-    "id", "task", "queue", "args", "state", "priority", "run_at", "created_at", "attempts",
-    "stalls", "max_attempts", "timeout", "fence", "key", "worker", "lease_expires_at", "result",
-    "error", "dead_reason", "progress", "finished_at",
-)  # fmt: skip
+JOB_COLUMNS = JOB_FIELDS[:-1]  # all but history
 
 
 def job_from_row(row: Sequence[Any], history: tuple[Attempt, ...] = ()) -> Job:
     (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
      max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
      dead_reason, progress, finished_at) = row  # fmt: skip
-    return Job(
-        id=id_,
-        task=task,
-        queue=queue,
-        args=orjson.loads(args),
-        state=State(state),
-        priority=priority,
-        run_at=run_at,
-        created_at=created_at,
-        attempts=attempts,
-        stalls=stalls,
-        max_attempts=max_attempts,
-        timeout=timeout,
-        fence=fence,
-        key=key,
-        worker=worker,
-        lease_expires_at=lease_expires_at,
-        result=decode(result),
-        error=error,
-        dead_reason=None if dead_reason is None else DeadReason(dead_reason),
-        progress=decode(progress),
-        finished_at=finished_at,
-        history=history,
-    )
+    return job_of((
+        id_, task, queue, orjson.loads(args), STATES[state], priority, run_at, created_at,
+        attempts, stalls, max_attempts, timeout, fence, key, worker, lease_expires_at,
+        decode(result), error, None if dead_reason is None else DeadReason(dead_reason),
+        decode(progress), finished_at, history,
+    ))  # fmt: skip
 
 
 def attempt_from_row(row: Sequence[Any]) -> Attempt:

@@ -17,7 +17,7 @@ import orjson
 
 from tenure.backends.rows import JOB_COLUMNS
 from tenure.core.states import DeadReason, Outcome
-from tenure.job import STATES, Attempt, Job, JobSpec
+from tenure.job import STATES, Attempt, Job, JobSpec, job_of
 
 
 def fields(flat: Sequence[bytes]) -> dict[str, bytes]:
@@ -37,7 +37,7 @@ def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
     (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
      max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
      dead_reason, progress, finished_at) = values  # fmt: skip
-    return Job(
+    return job_of((
         id_.decode(), task.decode(), queue.decode(), orjson.loads(args), STATES[state.decode()],
         int(priority), float(run_at), float(created_at), int(attempts), int(stalls),
         None if max_attempts is None else int(max_attempts),
@@ -49,7 +49,7 @@ def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
         None if progress is None else orjson.loads(progress),
         None if finished_at is None else float(finished_at),
         tuple(attempt(entry) for entry in history),
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def attempt(entry: bytes) -> Attempt:
