@@ -7,6 +7,7 @@ runtime is built on top of the same App.
 from __future__ import annotations
 
 import atexit
+import functools
 import inspect
 import os
 import threading
@@ -41,7 +42,7 @@ class Task(Generic[P, R]):
     max_attempts: int | None
     priority: int
 
-    @property
+    @functools.cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 

@@ -177,12 +177,12 @@ class ThreadExecutor:
             attempt.timer = loop.call_later(timeout, self._end, attempt, TimedOut(timeout))
         try:
             ctx = self._context(job, loop)
-            fn = self.tasks[job.task].fn
-            if asyncio.iscoroutinefunction(fn):
-                attempt.handler = self._submit_async(fn, ctx, attempt)
+            task = self.tasks[job.task]
+            if task.is_async:
+                attempt.handler = self._submit_async(task.fn, ctx, attempt)
             else:
                 self._threads.submit(functools.partial(
-                    contextvars.copy_context().run, _run_sync, fn, ctx, attempt, self._ended
+                    contextvars.copy_context().run, _run_sync, task.fn, ctx, attempt, self._ended
                 ))  # fmt: skip
         except Exception as exc:  # it never started: it ends now, and frees its slot
             loop.call_soon(self._end, attempt, raised(exc))

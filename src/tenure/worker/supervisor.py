@@ -78,6 +78,8 @@ class Supervisor:
         self._starting = 0  # attempts started but not yet handed to the executor
         self._claiming = 0  # slots reserved by claims in flight
         self._dry = False  # the last claim found fewer jobs than it asked for
+        self._cycles = 0  # cycles in flight
+        self._idle_for = config.idle_poll_min  # the next idle wait (doubles while idle)
         self._registered = asyncio.Event()
 
     def _executor(self) -> Executor:
@@ -217,38 +219,57 @@ class Supervisor:
     async def _cycle_loop(self) -> None:
         """Talk to storage whenever there is something to say: completions to
         write, free slots to fill. Each cycle does both in one round trip
-        (``complete_and_claim``). Up to MAX_CYCLES_IN_FLIGHT run at once, so that
-        a slow round trip does not cap the rate at one cycle per round trip;
-        each claims only slots that are free and not already being claimed for.
-        Once draining, cycles only complete; the loop ends when nothing runs."""
-        cycles: set[asyncio.Task[None]] = set()
-        idle = self.config.idle_poll_min
+        (``complete_and_claim``). Up to MAX_CYCLES_IN_FLIGHT cycles run at once,
+        so that a slow round trip does not cap the rate at one cycle per round
+        trip; each claims only slots that are free and not already being claimed
+        for. That many cyclers take turns deciding the next cycle (no task per
+        cycle). Once draining, cycles only complete; the loop ends when nothing
+        runs."""
+        turn = asyncio.Lock()
+        await asyncio.gather(*(self._cycler(turn) for _ in range(MAX_CYCLES_IN_FLIGHT)))
+
+    async def _cycler(self, turn: asyncio.Lock) -> None:
         while True:
-            cycles = {c for c in cycles if not c.done()}  # done callbacks may lag behind
+            async with turn:  # one cycler at a time waits for the next cycle
+                slots = await self._next_cycle()
+            if slots is None:
+                return
+            try:
+                await self._cycle(slots)
+            except Exception:
+                log.exception("cycle failed")
+            finally:
+                self._cycles -= 1
+
+    async def _next_cycle(self) -> int | None:
+        """The slots to claim in the next cycle, once there is one to run (its
+        claim and the cycle itself are counted at once); None: the loop is over."""
+        while True:
             stopping = self._draining.is_set() or not self._registered.is_set()
             done = len(self.completer) > 0
-            if self._draining.is_set() and not (self.running or cycles or done):
-                return
+            if self._draining.is_set() and not (self.running or self._cycles or done):
+                return None
             free = 0 if stopping else self.executor.capacity() - self._starting - self._claiming
-            if len(cycles) >= MAX_CYCLES_IN_FLIGHT or (free <= 0 and not done):
+            if free <= 0 and not done:
                 await self._wait()
                 continue
             if self._dry and not done:  # the last claim came back short: queues are empty
-                if self.config.burst and not (self.running or cycles):
+                if self.config.burst and not (self.running or self._cycles):
                     self._draining.set()  # burst: the queues are empty, stop
                     continue
-                if not cycles:
-                    await self._idle(idle)
-                    idle = min(idle * 2, self.config.idle_poll_max)
+                if not self._cycles:
+                    await self._idle(self._idle_for)
+                    self._idle_for = min(self._idle_for * 2, self.config.idle_poll_max)
                     self._dry = False
                 else:
                     await self._wait()
                 continue
             if not self._dry:
-                idle = self.config.idle_poll_min
+                self._idle_for = self.config.idle_poll_min
             slots = 0 if self._dry or free <= 0 else free
             self._claiming += slots
-            cycles.add(asyncio.create_task(self._cycle(slots)))
+            self._cycles += 1
+            return slots
 
     async def _cycle(self, slots: int) -> None:
         batch = self.completer.take()

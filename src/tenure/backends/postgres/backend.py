@@ -163,6 +163,11 @@ class PostgresBackend:
         try:
             if conn is None:
                 conn = await self._pool.getconn()
+            if params["queues"] and self.liveness.seems_lost(params["worker"]):
+                # Checked again with the connection in hand: one taken from the
+                # pool may have waited out a restart, which the old liveness
+                # session did not survive (see complete_and_claim).
+                params = {**params, "queues": []}
             cur = await conn.execute(query, params, prepare=True)
             rows = await cur.fetchall()
         except BaseException as exc:

@@ -62,6 +62,11 @@ class Liveness:
         async with self._lock:
             try:
                 assert self._conn is not None
+                # A goodbye already here is taken as such, without a query: while
+                # the query is out, seems_lost cannot poll, and claims would go on
+                # under this identity until its answer.
+                if hung_up(self._conn):
+                    raise psycopg.OperationalError("the server closed the connection")
                 await self._conn.execute("SELECT 1")
             except (psycopg.Error, AssertionError) as exc:
                 self._lost = True

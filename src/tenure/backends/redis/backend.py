@@ -222,10 +222,6 @@ class RedisBackend:
         """One script (cycle.lua) for the completions and the claim; on Redis
         Cluster, one script per queue and the claim, in one pipeline."""
         limit = claim_limit(queues, limit)
-        if limit and self._liveness is not None and self._liveness.seems_lost(worker_id):
-            # Claimed under an identity the fleet already takes for dead, a job
-            # would be recovered from under us: the next heartbeat registers us again.
-            limit = 0
         lost: set[LeaseRef] = set()
         batches: dict[str, list[tuple[str, int, bytes]]] = {}
         if items:
@@ -234,6 +230,11 @@ class RedisBackend:
             for item in items:
                 if item[0] in queue_of:
                     batches.setdefault(queue_of[item[0]], []).append(item)
+        if limit and self._liveness is not None and self._liveness.seems_lost(worker_id):
+            # Claimed under an identity the fleet already takes for dead, a job
+            # would be recovered from under us: the next heartbeat registers us again.
+            # (Checked after the round trip above, which may have spanned a restart.)
+            limit = 0
         queues = list(dict.fromkeys(queues)) if limit else []
         if not batches and not queues:
             return lost, []
