@@ -17,6 +17,14 @@ local now_s = num(now)
 local now_us = math.floor(now * 1000000)
 local last = tonumber(redis.call('GET', p .. 'seq') or '0')
 local out, queued = {}, 0
+-- the sorted sets' new members, added at the end in a few ZADDs (one call per
+-- set and chunk rather than three calls per job)
+local adds = {ready = {}, scheduled = {}, all = {}, ['state:queued'] = {}, ['state:scheduled'] = {}}
+local function add(set, score, member)
+  local t = adds[set]
+  t[#t + 1] = score
+  t[#t + 1] = member
+end
 
 for i = 0, n - 1 do
   local b = 3 + i * 9
@@ -47,18 +55,23 @@ for i = 0, n - 1 do
     if timeout ~= '' then fields[#fields + 1] = 'timeout'; fields[#fields + 1] = timeout end
     redis.call('HSET', jk, unpack(fields))
     if rank then
-      redis.call('ZADD', p .. 'ready', -tonumber(priority), rank)
+      add('ready', -tonumber(priority), rank)
       queued = queued + 1
     else
-      redis.call('ZADD', p .. 'scheduled', due, id)
+      add('scheduled', due, id)
     end
-    redis.call('ZADD', state_key(p, state), seq, id)
-    redis.call('ZADD', p .. 'all', seq, id)
+    add('state:' .. state, seq, id)
+    add('all', seq, id)
     if key then redis.call('HSET', p .. 'keys', key, id) end
     out[#out + 1] = {'new', state, due_s, now_s}
   end
 end
 
+for set, t in pairs(adds) do
+  for i = 1, #t, 2000 do  -- unpack() takes a bounded number of values
+    redis.call('ZADD', p .. set, unpack(t, i, math.min(i + 1999, #t)))
+  end
+end
 redis.call('SET', p .. 'seq', int(last))
 signal(p, queued)
 return out
