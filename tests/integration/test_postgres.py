@@ -12,6 +12,7 @@ from tenure.backends.postgres.backend import MIGRATIONS
 from tenure.errors import InvalidInput
 from tenure.job import JobSpec
 from tests.conformance.helpers import register
+from tests.conformance.test_dlq import bury
 
 
 @pytest.fixture
@@ -56,6 +57,18 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
     )
     versions = postgres_server.psql("SELECT count(*) FROM tenure.schema_migrations", db)
     assert int(versions) == len(MIGRATIONS)
+
+
+def test_purging_dead_jobs__deletes_their_attempts_too(pg_url, open_backend, postgres_server):
+    backend = open_backend(pg_url)
+    register(backend, "w")
+    kept, purged = bury(backend, "w"), bury(backend, "w")
+    db = pg_url.rsplit("/", 1)[1]
+    count = "SELECT count(*) FROM tenure.attempts WHERE job_id = '{}'"
+    assert int(postgres_server.psql(count.format(purged.id), db)) == 2
+    assert backend.purge_dead("default", [purged.id]) == 1
+    assert int(postgres_server.psql(count.format(purged.id), db)) == 0
+    assert len(backend.get(kept.id).history) == 2
 
 
 def _open_and_close(url):

@@ -475,7 +475,8 @@ class PostgresBackend:
             cur = await conn.execute(
                 self.q["purge_dead"], {"queue": queue, "ids": ids}, prepare=False
             )
-            return cur.rowcount
+            [(purged,)] = await cur.fetchall()
+            return int(purged)
 
     async def get(self, job_id: str) -> Job:
         async with self._tx() as conn:

@@ -299,9 +299,17 @@ WHERE j.id = chosen.id
 RETURNING j.id
 
 -- name: purge_dead
-DELETE FROM {schema}.jobs
-WHERE queue = %(queue)s AND state = 'dead'
-  AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
+-- The dead jobs deleted, with their attempts; returns how many jobs.
+WITH purged AS (
+    DELETE FROM {schema}.jobs
+    WHERE queue = %(queue)s AND state = 'dead'
+      AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
+    RETURNING id
+),
+history AS (
+    DELETE FROM {schema}.attempts AS a USING purged WHERE a.job_id = purged.id
+)
+SELECT count(*) FROM purged
 
 -- name: get_job
 SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s
