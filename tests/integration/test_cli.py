@@ -18,6 +18,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
+from tenure.app import App
 from tenure.cli import cli
 
 TENURE = Path(sys.executable).with_name("tenure")
@@ -51,7 +52,11 @@ def url(tmp_path: Path) -> str:
 
 @pytest.fixture
 def tenure(url: str) -> Any:
-    """Run ``tenure --url <tmp db> ARGS...`` in-process; stdout and stderr kept apart."""
+    """Run ``tenure --url <tmp db> ARGS...`` in-process; stdout and stderr kept apart.
+    The database exists, empty (as after a first enqueue or worker)."""
+    app = App(url)
+    assert app.backend is not None  # opened, hence created
+    app.close()
 
     def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
         return CliRunner().invoke(cli, ["--url", url, *args], env=env)
@@ -119,6 +124,19 @@ def test_enqueue_then_status__counts_jobs_per_queue_and_state(tenure: Any) -> No
 
 def test_status_on_empty_storage__says_there_are_no_queues(tenure: Any) -> None:
     assert ok(tenure("status")).stdout.strip() == "no queues yet"
+
+
+def test_commands_that_store_nothing__do_not_create_a_mistyped_database(
+    tmp_path: Path, url: str
+) -> None:
+    typo = tmp_path / "typo.db"
+    for args in (["status"], ["jobs"], ["job", "x"], ["cancel", "x"], ["policy", "get"],
+                 ["dlq", "list"], ["dlq", "retry", "--queue", "q"]):  # fmt: skip
+        result = CliRunner().invoke(cli, ["--url", f"sqlite:///{typo}", *args])
+        assert_one_line_error(result, f"SQLite database {typo} does not exist")
+    assert list(tmp_path.iterdir()) == []
+    ok(CliRunner().invoke(cli, ["--url", f"sqlite:///{typo}", "enqueue", "t"]))
+    assert typo.exists()
 
 
 def test_enqueue_with_a_key_twice__returns_the_first_job(tenure: Any) -> None:
@@ -227,12 +245,11 @@ def test_dlq__list_show_retry_and_purge(tenure: Any, tmp_path: Path, url: str) -
 
 
 def test_policy_set_then_get__round_trips(tenure: Any) -> None:
-    defaults = as_json(tenure("policy", "get", "--json"))
-    assert defaults["delivery"] == "at-least-once"
-
     ok(tenure("policy", "set", "-q", "emails", "lease_ttl=5", "delivery=at-most-once",
               "timeout=null", "max_attempts=7"))  # fmt: skip
 
+    defaults = as_json(tenure("policy", "get", "--json"))
+    assert defaults["delivery"] == "at-least-once"
     got = as_json(tenure("policy", "get", "-q", "emails", "--json"))
     assert got == {**defaults, "lease_ttl": 5, "delivery": "at-most-once", "max_attempts": 7}
     assert as_json(tenure("policy", "get", "--json")) == defaults  # other queues untouched
@@ -292,17 +309,20 @@ def test_a_bad_command__exits_non_zero_with_one_line(
 
 
 @pytest.mark.parametrize(
-    ("url", "fragment"),
+    ("url", "fragment", "reading"),
     [
-        ("sqlite:////nonexistent/dir/x.db", "does not exist"),
-        ("sqlite:////proc/x.db", "cannot open SQLite database"),
-        ("redis://127.0.0.1:1/0", "Redis at"),
-        ("nonsense", "malformed backend URL"),
+        ("sqlite:////nonexistent/dir/x.db", "does not exist", "does not exist"),
+        ("sqlite:////proc/x.db", "cannot open SQLite database", "does not exist"),
+        ("redis://127.0.0.1:1/0", "Redis at", "Redis at"),
+        ("nonsense", "malformed backend URL", "malformed backend URL"),
     ],
 )
-def test_unusable_storage__exits_non_zero_with_one_line(url: str, fragment: str) -> None:
-    for args in (["status"], ["enqueue", "t"], ["jobs"], ["policy", "get"]):
-        assert_one_line_error(CliRunner().invoke(cli, ["--url", url, *args]), fragment)
+def test_unusable_storage__exits_non_zero_with_one_line(
+    url: str, fragment: str, reading: str
+) -> None:
+    assert_one_line_error(CliRunner().invoke(cli, ["--url", url, "enqueue", "t"]), fragment)
+    for args in (["status"], ["jobs"], ["policy", "get"]):
+        assert_one_line_error(CliRunner().invoke(cli, ["--url", url, *args]), reading)
 
 
 def test_every_command__has_help_with_a_one_line_description() -> None:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 import orjson
 
 from tenure.app import App
+from tenure.backends.factory import resolve_url
+from tenure.backends.sqlite.backend import path_of_url
 
 
 class CliError(click.ClickException):
@@ -25,14 +29,30 @@ class CliState:
     app: App | None = None
 
 
-def open_app() -> App:
-    """The App of this invocation, opened on first use and closed when the command ends."""
+def open_app(*, create: bool = False) -> App:
+    """The App of this invocation, opened on first use and closed when the command ends.
+    Only a command that stores something (``create``) may create a SQLite database:
+    any other one, given a path where there is none (a typo), says so instead."""
     root = click.get_current_context().find_root()
     state = root.find_object(CliState)
     assert state is not None, "the tenure group sets its CliState"
     if state.app is None:
+        if not create:
+            _check_sqlite_file(state.url)
         state.app = root.with_resource(App(state.url))
     return state.app
+
+
+def _check_sqlite_file(url: str) -> None:
+    url = resolve_url(url)
+    if urlsplit(url).scheme.lower() != "sqlite":
+        return
+    path = path_of_url(url)
+    if path != ":memory:" and not Path(path).exists():
+        raise CliError(
+            f"SQLite database {path} does not exist (check --url or TENURE_URL); "
+            "nothing was created"
+        )
 
 
 def json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, Any]:

@@ -36,7 +36,7 @@ LIMIT = click.IntRange(1, 10_000)
 @click.option("--timeout", type=float, help="Deadline of one attempt, in seconds.")
 def enqueue(task: str, args: dict[str, Any], **options: Any) -> None:
     """Enqueue a job of TASK by name; print its id and state."""
-    job = open_app().enqueue(task, args, **options)
+    job = open_app(create=True).enqueue(task, args, **options)
     click.echo(f"{job.id} {job.state}")
 
 

@@ -50,5 +50,5 @@ def set_(queue: str, changes: dict[str, Any]) -> None:
     Values are read as JSON when they parse as JSON, else as strings, e.g.
     ``tenure policy set lease_ttl=5 delivery=at-most-once timeout=null``.
     """
-    updated = open_app().queue(queue).set_policy(**changes)
+    updated = open_app(create=True).queue(queue).set_policy(**changes)
     print_policy(queue, updated)

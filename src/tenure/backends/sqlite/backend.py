@@ -58,6 +58,20 @@ def _for_queues(name: str, n: int) -> str:
 _policy_of = functools.lru_cache(maxsize=256)(QueuePolicy.from_json)
 
 
+def path_of_url(url: str) -> str:
+    """The file a ``sqlite://`` URL names (or ``:memory:``); InvalidInput if none."""
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise InvalidInput(
+            f"malformed SQLite URL {url!r}: use sqlite:///relative/path.db or "
+            "sqlite:////absolute/path.db"
+        )
+    path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+    if not path:
+        raise InvalidInput(f"SQLite URL {url!r} names no file: use sqlite:///tenure.db")
+    return path
+
+
 class SQLiteBackend(Operators):
     """Jobs in one SQLite file (WAL mode). See the module docstring."""
 
@@ -90,16 +104,8 @@ class SQLiteBackend(Operators):
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteBackend:
-        parts = urlsplit(url)
-        if parts.netloc not in ("", "localhost"):
-            raise InvalidInput(
-                f"malformed SQLite URL {url!r}: use sqlite:///relative/path.db or "
-                "sqlite:////absolute/path.db"
-            )
-        path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
-        if not path:
-            raise InvalidInput(f"SQLite URL {url!r} names no file: use sqlite:///tenure.db")
-        options = dict(parse_qsl(parts.query, keep_blank_values=True))
+        path = path_of_url(url)
+        options = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
         unknown = sorted(set(options) - URL_OPTIONS)
         if unknown:
             raise InvalidInput(
