@@ -89,10 +89,9 @@ class Queue:
         return self.app.call(self.app.backend.get_policy(self.name))
 
     def set_policy(self, **changes: Any) -> QueuePolicy:
-        """Change some fields of the stored policy; every worker reads it."""
-        policy = self.policy().replace(**changes)
-        self.app.call(self.app.backend.set_policy(self.name, policy))
-        return policy
+        """Change some fields of the stored policy, atomically (a concurrent
+        change of other fields is kept); every worker reads it."""
+        return self.app.call(self.app.backend.change_policy(self.name, changes))
 
     def jobs(
         self, state: State | str | None = None, limit: int = 50, after: str | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
@@ -224,6 +225,47 @@ def test_set_policy_again__replaces_it(backend: Any) -> None:
     backend.set_policy("q", QueuePolicy(max_attempts=9))
     backend.set_policy("q", QueuePolicy(max_attempts=2))
     assert backend.get_policy("q") == QueuePolicy(max_attempts=2)
+
+
+def test_change_policy__changes_only_the_fields_given(backend: Any) -> None:
+    backend.set_policy("q", QueuePolicy(max_attempts=9, timeout=3.0))
+    changed = backend.change_policy("q", {"lease_ttl": 20.0})
+    assert changed == QueuePolicy(max_attempts=9, timeout=3.0, lease_ttl=20.0)
+    assert backend.get_policy("q") == changed
+    assert backend.change_policy("new", {"max_attempts": 2}) == QueuePolicy(max_attempts=2)
+    assert "new" in backend.queues()
+
+
+@pytest.mark.parametrize("changes", [{"lease_ttl": -1}, {"no_such_field": 1}])
+def test_change_policy_to_a_bad_policy__stores_nothing(backend: Any, changes: Any) -> None:
+    backend.set_policy("q", QueuePolicy(max_attempts=9))
+    with pytest.raises(InvalidInput):
+        backend.change_policy("q", changes)
+    assert backend.get_policy("q") == QueuePolicy(max_attempts=9)
+
+
+def test_concurrent_changes_of_different_fields__are_all_kept(
+    backend_url: str, open_backend: Any
+) -> None:
+    """Two backends (two processes, say) change one field each, many times,
+    at once: no change is lost to the other's read-modify-write."""
+    backends = [open_backend(backend_url), open_backend(backend_url)]
+    rounds = 30
+
+    def change(b: Any, field: str, values: list[Any]) -> None:
+        for value in values:
+            b.change_policy("q", {field: value})
+
+    work = [("max_attempts", list(range(2, 2 + rounds))),
+            ("lease_ttl", [float(v) for v in range(20, 20 + rounds)])]  # fmt: skip
+    threads = [threading.Thread(target=change, args=(b, f, v))
+               for b, (f, v) in zip(backends, work, strict=True)]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    final = backends[0].get_policy("q")
+    assert (final.max_attempts, final.lease_ttl) == (1 + rounds, 19.0 + rounds)
 
 
 def test_queues__lists_queues_with_jobs_or_a_policy(backend: Any) -> None:

@@ -12,7 +12,7 @@ Times are judged by the storage's own clock, never by a caller's.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -206,6 +206,11 @@ class Backend(Protocol):
 
     async def set_policy(self, queue: str, policy: QueuePolicy) -> None:
         """Store the queue's policy; every worker reads it."""
+
+    async def change_policy(self, queue: str, changes: Mapping[str, Any]) -> QueuePolicy:
+        """Change some fields of the queue's stored policy, atomically: a
+        concurrent change of other fields is kept, and the merged policy is
+        validated as a whole. Returns the policy stored."""
 
     # -- workers -----------------------------------------------------------
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import zlib
-from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -523,6 +523,16 @@ class PostgresBackend:
         data = orjson.dumps(policy.to_dict()).decode()
         async with self._tx() as conn:
             await conn.execute(self.q["set_policy"], {"queue": queue, "policy": data})
+
+    async def change_policy(self, queue: str, changes: Mapping[str, Any]) -> QueuePolicy:
+        check_name("queue", queue)
+        async with self._tx() as conn:  # the queue's row stays locked until commit
+            cur = await conn.execute(self.q["lock_policy"], {"queue": queue})
+            [(stored,)] = await cur.fetchall()
+            policy = QueuePolicy.from_json(stored).replace(**changes)
+            data = orjson.dumps(policy.to_dict()).decode()
+            await conn.execute(self.q["set_policy"], {"queue": queue, "policy": data})
+        return policy
 
     # -- workers -----------------------------------------------------------
 

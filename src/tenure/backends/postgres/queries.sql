@@ -335,6 +335,13 @@ SELECT name FROM {schema}.queues ORDER BY name
 -- name: get_policy
 SELECT policy::text FROM {schema}.queues WHERE name = %(queue)s
 
+-- name: lock_policy
+-- The queue's stored policy (NULL: none), its row made if missing and locked
+-- until commit: a change of some fields reads, merges and writes under the lock.
+INSERT INTO {schema}.queues (name) VALUES (%(queue)s)
+ON CONFLICT (name) DO UPDATE SET name = excluded.name
+RETURNING policy::text
+
 -- name: set_policy
 INSERT INTO {schema}.queues (name, policy) VALUES (%(queue)s, %(policy)s::jsonb)
 ON CONFLICT (name) DO UPDATE SET policy = excluded.policy

@@ -18,7 +18,7 @@ import asyncio
 import builtins
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Collection, Sequence
+from collections.abc import Awaitable, Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -454,6 +454,20 @@ class RedisBackend:
             Call.command("SADD", self.keys.queues, queue),
             Call.command("SET", self.keys.policy(queue), orjson.dumps(policy.to_dict())),
         ], repeatable=True)  # fmt: skip
+
+    async def change_policy(self, queue: str, changes: Mapping[str, Any]) -> QueuePolicy:
+        """Read, merge, then store only if nothing changed meanwhile (a compare
+        and set in change_policy.lua), else again."""
+        check_name("queue", queue)
+        key = self.keys.policy(queue)
+        await self.runner.command("SADD", self.keys.queues, queue, repeatable=True)
+        while True:
+            stored = await self.runner.command("GET", key, repeatable=True)
+            policy = QueuePolicy.from_json(stored).replace(**changes)
+            new = orjson.dumps(policy.to_dict())
+            if await self.runner.call("change_policy", [key], [stored or b"", new],
+                                      repeatable=True):  # fmt: skip
+                return policy
 
     # -- workers -----------------------------------------------------------
 

@@ -36,7 +36,7 @@ NAMES = (
     "enqueue", "claim", "cycle", "heartbeat", "progress", "complete", "fail", "release",
     "sweep_guard", "sweep", "orphans", "recover",
     "peek", "cancel", "retry_dead", "purge_dead", "get", "list", "counts",
-    "register", "deregister", "touch", "workers",
+    "register", "deregister", "touch", "workers", "change_policy",
 )  # fmt: skip
 
 

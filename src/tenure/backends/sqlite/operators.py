@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -147,6 +147,18 @@ class Operators:
                 conn.execute(Q["set_policy"], (queue, data))
 
         await self._run(run)
+
+    async def change_policy(self, queue: str, changes: Mapping[str, Any]) -> QueuePolicy:
+        check_name("queue", queue)
+
+        def run() -> QueuePolicy:
+            with self._tx() as conn:  # the write lock, from the read to the write
+                row = conn.execute(Q["get_policy"], (queue,)).fetchone()
+                policy = QueuePolicy.from_json(None if row is None else row[0]).replace(**changes)
+                conn.execute(Q["set_policy"], (queue, orjson.dumps(policy.to_dict()).decode()))
+            return policy
+
+        return await self._run(run)
 
     # -- workers -----------------------------------------------------------
 
