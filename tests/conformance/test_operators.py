@@ -242,6 +242,9 @@ def test_change_policy_to_a_bad_policy__stores_nothing(backend: Any, changes: An
     with pytest.raises(InvalidInput):
         backend.change_policy("q", changes)
     assert backend.get_policy("q") == QueuePolicy(max_attempts=9)
+    with pytest.raises(InvalidInput):
+        backend.change_policy("unseen", changes)
+    assert "unseen" not in backend.queues()
 
 
 def test_concurrent_changes_of_different_fields__are_all_kept(

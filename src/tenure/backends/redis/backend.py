@@ -460,13 +460,13 @@ class RedisBackend:
         and set in change_policy.lua), else again."""
         check_name("queue", queue)
         key = self.keys.policy(queue)
-        await self.runner.command("SADD", self.keys.queues, queue, repeatable=True)
         while True:
             stored = await self.runner.command("GET", key, repeatable=True)
-            policy = QueuePolicy.from_json(stored).replace(**changes)
+            policy = QueuePolicy.from_json(stored).replace(**changes)  # InvalidInput: no change
             new = orjson.dumps(policy.to_dict())
             if await self.runner.call("change_policy", [key], [stored or b"", new],
                                       repeatable=True):  # fmt: skip
+                await self.runner.command("SADD", self.keys.queues, queue, repeatable=True)
                 return policy
 
     # -- workers -----------------------------------------------------------
