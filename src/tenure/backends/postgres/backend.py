@@ -164,9 +164,10 @@ class PostgresBackend:
             if conn is None:
                 conn = await self._pool.getconn()
             if params["queues"] != "{}" and self.liveness.seems_lost(params["worker"]):
-                # Checked again with the connection in hand: one taken from the
-                # pool may have waited out a restart, which the old liveness
-                # session did not survive (see complete_and_claim).
+                # Claimed under an identity storage no longer sees alive, a job
+                # would be recovered from under us: claim nothing, the next
+                # heartbeat registers us again. Checked with the connection in
+                # hand: taking one from the pool may have waited out a restart.
                 params = {**params, "queues": "{}"}
             cur = await conn.execute(query, params, prepare=True)
             rows = await cur.fetchall()
@@ -297,10 +298,6 @@ class PostgresBackend:
     ) -> tuple[set[LeaseRef], builtins.list[Job]]:
         """One statement, one transaction (see queries.sql)."""
         limit = claim_limit(queues, limit)
-        if limit and self.liveness.seems_lost(worker_id):
-            # Claimed under an identity storage no longer sees alive, a job would
-            # be recovered from under us: the next heartbeat registers us again.
-            limit = 0
         if not items and not limit:
             return set(), []
         # The arrays go as array literals (strings): psycopg's list dumper took
