@@ -116,10 +116,13 @@ class JobSpec:
 
     def stored(self, state: State | str, run_at: float, created_at: float) -> Job:
         """The Job storage just made of this spec (as ``get`` will read it back)."""
-        return job_of((self.id, self.task, self.queue, orjson.loads(self.args), STATES[state],
-                       self.priority, float(run_at), float(created_at), 0, 0, self.max_attempts,
-                       None if self.timeout is None else float(self.timeout), 0, self.key,
-                       None, None, None, None, None, None, None, ()))  # fmt: skip
+        return _built(Job, {
+            **_NEW, "id": self.id, "task": self.task, "queue": self.queue,
+            "args": orjson.loads(self.args), "state": STATES[state], "priority": self.priority,
+            "run_at": float(run_at), "created_at": float(created_at),
+            "max_attempts": self.max_attempts,
+            "timeout": None if self.timeout is None else float(self.timeout), "key": self.key,
+        })  # fmt: skip
 
     def stored_at(self, now: float) -> Job:
         """The Job storage made of this spec at ``now`` (its clock), as the SQL
@@ -217,6 +220,10 @@ class Job:
 
 
 JOB_FIELDS = tuple(f.name for f in fields(Job))
+# A new job's fields that no spec sets (JobSpec.stored).
+_NEW = {"attempts": 0, "stalls": 0, "fence": 0, "worker": None, "lease_expires_at": None,
+        "result": None, "error": None, "dead_reason": None, "progress": None,
+        "finished_at": None, "history": ()}  # fmt: skip
 
 
 def job_of(values: Iterable[Any]) -> Job:

@@ -6,7 +6,10 @@ import dataclasses
 import time
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tenure.core.states import Outcome, State
 from tenure.errors import InvalidInput
@@ -46,6 +49,76 @@ def test_enqueue_many__returns_jobs_in_order(backend: Any) -> None:
     assert all(j.state == State.QUEUED for j in jobs)
     assert [backend.get(j.id) for j in jobs] == jobs
     assert backend.counts("default")[State.QUEUED] == 20
+
+
+# Any JSON, with the characters that storage formats escape (quotes,
+# backslashes, tabs, newlines, NUL, "\\N"), and numbers that JSON parsers
+# like to rewrite (1e16, -0.0, subnormals).
+TEXT = st.text(max_size=8) | st.sampled_from(
+    ["\\", "\\N", "\t", "\n", "\r", '"', "\x00", "\\u0000", "é€😀", "a\\\tb"]
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | TEXT
+    | st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from([1e16, -0.0, 5e-324]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=8,
+)  # fmt: skip
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(args_list=st.lists(st.dictionaries(TEXT, JSON, max_size=4), min_size=1, max_size=4))
+def test_enqueue_many__stores_any_json_arguments_as_given(
+    backend: Any, args_list: list[dict[str, Any]]
+) -> None:
+    jobs = backend.enqueue([spec(args=a) for a in args_list])
+    assert [orjson.dumps(j.args) for j in jobs] == [orjson.dumps(a) for a in args_list]
+    assert [orjson.dumps(backend.get(j.id).args) for j in jobs] == [
+        orjson.dumps(a) for a in args_list
+    ]
+    assert [backend.get(j.id) for j in jobs] == jobs
+
+
+def test_enqueue_many_with_mixed_options__returns_what_storage_reads_back(backend: Any) -> None:
+    now = time.time()
+    specs = [
+        spec(queue="a"),
+        spec(queue="b", priority=-7, max_attempts=2, timeout=1.5),
+        spec(queue="a", delay=30.25),
+        spec(queue="b", run_at=now - 100.125, timeout=7),
+        spec(queue="a", run_at=now + 3600.5, priority=1_000_000),
+        dataclasses.replace(spec(), args=b'{\n\t"a": [1,\r\n 2], "b": "\\\\t"}'),
+    ]
+    jobs = backend.enqueue(specs)
+    assert [j.state for j in jobs] == [State.QUEUED, State.QUEUED, State.SCHEDULED,
+                                       State.QUEUED, State.SCHEDULED, State.QUEUED]  # fmt: skip
+    assert jobs[5].args == {"a": [1, 2], "b": "\\t"}
+    assert jobs[3].run_at == now - 100.125
+    assert jobs[2].run_at == jobs[2].created_at + 30.25
+    assert (jobs[1].max_attempts, jobs[1].timeout, jobs[3].timeout) == (2, 1.5, 7.0)
+    assert [backend.get(j.id) for j in jobs] == jobs
+    assert sorted(backend.queues()) == ["a", "b", "default"]
+
+
+def test_enqueue_of_a_spec_stored_already__returns_the_stored_job(
+    backend: Any, worker: str
+) -> None:
+    """A retried call (the first reply was lost) stores nothing twice, with or
+    without a key, in a batch of its own or with new specs."""
+    plain, keyed = spec(args={"n": 1}), spec(args={"n": 2}, key="k")
+    first = backend.enqueue([plain, keyed])
+    claimed = claim_one(backend, worker)
+    assert claimed.id == plain.id
+    new = spec(args={"n": 3})
+    again = backend.enqueue([plain, new, keyed, plain])
+    stored = {j.id: dataclasses.replace(backend.get(j.id), history=()) for j in first}
+    assert again[0] == again[3] == stored[plain.id]
+    assert again[0].state == State.ACTIVE
+    assert again[2] == stored[keyed.id] == first[1]
+    assert again[1].id == new.id and again[1].state == State.QUEUED
+    assert backend.enqueue([plain]) == [stored[plain.id]]
+    assert len(all_jobs(backend)) == 3
 
 
 def test_enqueue_empty_batch__returns_nothing(backend: Any) -> None:

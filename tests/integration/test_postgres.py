@@ -59,6 +59,32 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
     assert int(versions) == len(MIGRATIONS)
 
 
+def test_upgrading_a_schema_with_jobs__keeps_their_payloads(
+    pg_url, open_backend, postgres_server, monkeypatch
+):
+    """Migration 3 (payloads as json) on a database of version 2, with jobs in it."""
+    import tenure.backends.postgres.backend as module
+
+    monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:2])
+    old = open_backend(pg_url)
+    [job] = old.enqueue([JobSpec.create("t", {"n": [1, 2.5], "s": "é"})])
+    db = pg_url.rsplit("/", 1)[1]
+    postgres_server.psql(
+        f"UPDATE tenure.jobs SET result = '{{\"ok\": true}}', progress = '3' WHERE id = '{job.id}'",
+        db,
+    )
+    assert postgres_server.psql("SELECT pg_typeof(args) FROM tenure.jobs", db) == "jsonb"
+    monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS)
+    new = open_backend(pg_url)
+    stored = new.get(job.id)
+    assert (stored.args, stored.result, stored.progress) == (
+        {"n": [1, 2.5], "s": "é"},
+        {"ok": True},
+        3,
+    )
+    assert postgres_server.psql("SELECT pg_typeof(args) FROM tenure.jobs", db) == "json"
+
+
 def test_purging_dead_jobs__deletes_their_attempts_too(pg_url, open_backend, postgres_server):
     backend = open_backend(pg_url)
     register(backend, "w")

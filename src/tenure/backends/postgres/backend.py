@@ -59,6 +59,7 @@ FENCE = 1 + JOB_COLUMNS.index("fence")  # in a row of complete_and_claim
 UNREACHABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout)  # -> BackendUnavailable
 HELD_FOR_CYCLES = 3  # a worker has up to 3 cycles in flight
 CYCLE_STATEMENTS = 64  # distinct limits whose cycle statement is kept (and prepared)
+COPY_CHUNK = 200  # jobs per write of a COPY: the server stores one chunk while the next is made
 URL_OPTIONS = {"schema", "max_payload", "pool_size"}
 DEFAULTS = QueuePolicy()
 
@@ -258,6 +259,9 @@ class PostgresBackend:
         check_specs(specs, self.max_payload)
         if not specs:
             return []
+        if all(s.key is None for s in specs):
+            with contextlib.suppress(psycopg.errors.UniqueViolation):  # an id stored already
+                return await self._copy(specs)
         jobs = orjson.dumps([
             [s.id, s.queue, s.task, orjson.Fragment(s.args), s.priority, s.delay, s.run_at,
              s.key, s.max_attempts, s.timeout] for s in specs
@@ -267,19 +271,41 @@ class PostgresBackend:
             cur = await conn.execute(self.q["insert_jobs"], columns)
             now, ids, _ = await cur.fetchone() or (0.0, None, None)
             inserted = set(ids or ())
-            kept = await self._unfinished_by_key(conn, [s for s in specs if s.id not in inserted])
-        return [s.stored_at(now) if s.id in inserted else kept[(s.queue, s.key or "")]
-                for s in specs]  # fmt: skip
+            kept = await self._kept(conn, [s for s in specs if s.id not in inserted])
+        return [s.stored_at(now) if s.id in inserted else kept[s.id] for s in specs]
 
-    async def _unfinished_by_key(
+    async def _copy(self, specs: Sequence[JobSpec]) -> list[Job]:
+        """A batch without key=: COPY, in one transaction (UniqueViolation if an
+        id is stored already)."""
+        queues = list(dict.fromkeys(s.queue for s in specs))
+        async with self._tx() as conn:
+            cur = await conn.execute(self.q["begin_copy"], {"queues": queues})
+            [now] = await cur.fetchone() or (0.0,)
+            jobs: list[Job] = []
+            async with cur.copy(self.q["copy_jobs"]) as copy:
+                # In chunks: the server stores one while the next is made.
+                for start in range(0, len(specs), COPY_CHUNK):
+                    chunk = specs[start : start + COPY_CHUNK]
+                    made = [s.stored_at(now) for s in chunk]
+                    await copy.write(_copy_rows(chunk, made))
+                    jobs += made
+            await self._notify(conn, {j.queue for j in jobs if j.state is State.QUEUED})
+        return jobs
+
+    async def _kept(
         self, conn: psycopg.AsyncConnection[Any], specs: builtins.list[JobSpec]
-    ) -> dict[tuple[str, str], Job]:
-        """The unfinished jobs that hold the keys of specs that inserted nothing."""
+    ) -> dict[str, Job]:
+        """By spec id, the job stored already of each spec that inserted nothing:
+        the unfinished job that holds its key, or else the job with its id."""
         if not specs:
             return {}
-        params = {"queues": [s.queue for s in specs], "keys": [s.key for s in specs]}
+        keyed = [s for s in specs if s.key is not None]
+        params = {"queues": [s.queue for s in keyed], "keys": [s.key for s in keyed]}
         cur = await conn.execute(self.q["find_unfinished_by_keys"], params)
-        return {(j.queue, j.key or ""): j for j in map(job_from_row, await cur.fetchall())}
+        holders = {(j.queue, j.key): j for j in map(job_from_row, await cur.fetchall())}
+        cur = await conn.execute(self.q["find_by_ids"], {"ids": [s.id for s in specs]})
+        by_id = {j.id: j for j in map(job_from_row, await cur.fetchall())}
+        return {s.id: holders.get((s.queue, s.key)) or by_id[s.id] for s in specs}
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         await self.wakeups.wait(queues, timeout)
@@ -567,6 +593,28 @@ def _text_array(values: Iterable[str]) -> str:
     commas and braces are only text) with its quotes and backslashes escaped."""
     quoted = ['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]
     return "{" + ",".join(quoted) + "}"
+
+
+def _copy_rows(specs: Sequence[JobSpec], jobs: Sequence[Job]) -> bytes:
+    """New jobs as rows of copy_jobs, in COPY's text format. Names are validated
+    (no tab, newline or backslash); in JSON, backslashes are doubled and the
+    whitespace COPY reads as a separator escaped; floats are written in their
+    shortest exact form."""
+    rows = []
+    for s, j in zip(specs, jobs, strict=True):
+        args = s.args.decode().translate(COPY_ESCAPES)
+        rows.append(
+            f"{j.id}\t{j.queue}\t{j.task}\t{args}\t{j.state.value}\t{j.priority}\t{j.run_at!r}"
+            f"\t{j.created_at!r}\t{_copy_value(j.max_attempts)}\t{_copy_value(j.timeout)}\n"
+        )
+    return "".join(rows).encode()
+
+
+COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_value(value: int | float | None) -> str:
+    return "\\N" if value is None else repr(value)
 
 
 def _prepare(name: str) -> bool | None:

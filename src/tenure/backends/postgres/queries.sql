@@ -10,7 +10,7 @@ dead_reason, progress, finished_at
 -- Many jobs in one statement: their queues are recorded, and idle workers of
 -- queues that got a runnable job are notified at commit. A key= already held
 -- by an unfinished job of the queue (or by an earlier row of the same batch)
--- inserts nothing.
+-- inserts nothing, nor does an id already stored (a retried enqueue).
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 input AS (  -- %(jobs)s: a JSON array of [id, queue, task, args, priority, delay,
             -- run_at, key, max_attempts, timeout] (one parse, no per-row arrays)
@@ -18,7 +18,7 @@ input AS (  -- %(jobs)s: a JSON array of [id, queue, task, args, priority, delay
            (e.j->>4)::int AS priority, (e.j->>5)::float8 AS delay,
            (e.j->>6)::float8 AS run_at, e.j->>7 AS key, (e.j->>8)::int AS max_attempts,
            (e.j->>9)::float8 AS timeout, e.ord
-    FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)
+    FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS e(j, ord)
 ),
 ensured AS (
     INSERT INTO {schema}.queues (name) SELECT DISTINCT queue FROM input
@@ -32,8 +32,7 @@ inserted AS (
            priority, coalesce(run_at, now + delay), now, key, max_attempts, timeout
     FROM input, clock
     ORDER BY ord
-    ON CONFLICT (queue, key) WHERE key IS NOT NULL AND state IN ('scheduled', 'queued', 'active')
-    DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING id, queue, state, run_at, created_at
 ),
 woken AS (
@@ -45,10 +44,29 @@ woken AS (
 SELECT clock.now, array_agg(inserted.id), (SELECT count(*) FROM woken)
 FROM clock LEFT JOIN inserted ON true GROUP BY clock.now
 
+-- name: begin_copy
+-- A batch without key= goes by COPY (copy_jobs), in one transaction that this
+-- starts: its queues are recorded, and the transaction's clock is read (every
+-- new job's created_at, and its run_at is that plus its delay, unless given).
+WITH ensured AS (
+    INSERT INTO {schema}.queues (name) SELECT unnest(%(queues)s::text[])
+    ON CONFLICT (name) DO NOTHING
+)
+SELECT extract(epoch FROM now())::float8
+
+-- name: copy_jobs
+-- Rows in COPY's text format, in order (seq follows it); a third less of the
+-- server's time per job than insert_jobs.
+COPY {schema}.jobs (id, queue, task, args, state, priority, run_at, created_at,
+                    max_attempts, timeout) FROM STDIN
+
 -- name: find_unfinished_by_keys
 SELECT {job_columns} FROM {schema}.jobs
 WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
   AND state IN ('scheduled', 'queued', 'active')
+
+-- name: find_by_ids
+SELECT {job_columns} FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[])
 
 -- name: notify
 SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[])) AS d(q)
@@ -72,7 +90,7 @@ input AS (
 ),
 done AS (
     UPDATE {schema}.jobs AS j
-    SET state = 'completed', result = input.result::jsonb, finished_at = clock.now,
+    SET state = 'completed', result = input.result::json, finished_at = clock.now,
         worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
     FROM input, clock
     WHERE j.id = input.id AND j.fence = input.fence AND j.state = 'active'
@@ -145,7 +163,7 @@ seen AS (
 SELECT id, fence FROM renewed
 
 -- name: progress
-UPDATE {schema}.jobs SET progress = %(data)s::jsonb
+UPDATE {schema}.jobs SET progress = %(data)s::json
 WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
 RETURNING queue
 
@@ -153,7 +171,7 @@ RETURNING queue
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
     UPDATE {schema}.jobs
-    SET state = 'completed', result = %(result)s::jsonb, finished_at = clock.now, worker = NULL,
+    SET state = 'completed', result = %(result)s::json, finished_at = clock.now, worker = NULL,
         lease_ttl = NULL, lease_expires_at = NULL
     FROM clock
     WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'

@@ -264,12 +264,15 @@ class SQLiteBackend(Operators):
                         continue
                 run_at = spec.run_at if spec.run_at is not None else now + spec.delay
                 state = State.SCHEDULED if run_at > now else State.QUEUED
-                conn.execute(
+                cur = conn.execute(
                     Q["insert_job"],
                     (spec.id, spec.queue, spec.task, spec.args, state, spec.priority, run_at, now,
                      spec.key, spec.max_attempts, spec.timeout),
                 )  # fmt: skip
-                jobs.append(spec.stored(state, run_at, now))
+                if cur.rowcount:
+                    jobs.append(spec.stored(state, run_at, now))
+                else:  # its id is stored already: that job
+                    jobs.append(job_from_row(conn.execute(Q["get_job"], (spec.id,)).fetchone()))
             if any(j.state is State.QUEUED for j in jobs):
                 self._ring(conn)
         return jobs

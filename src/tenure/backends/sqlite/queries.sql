@@ -14,9 +14,11 @@ SELECT {job_columns} FROM jobs
 WHERE queue = ? AND key = ? AND state IN ('scheduled', 'queued', 'active')
 
 -- name: insert_job
+-- Nothing if the id is stored already (a retried enqueue).
 INSERT INTO jobs (id, queue, task, args, state, priority, run_at, created_at, key,
                   max_attempts, timeout)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO NOTHING
 
 -- name: promote_due
 -- scheduled -> queued for jobs whose run_at has passed (cost: the jobs promoted).
