@@ -92,6 +92,10 @@ class Backend(Protocol):
 
     url: str
     max_payload: int  # the largest JSON arguments, result or progress, in bytes
+    # Storage is a server: a worker's cycle waits for a round trip, which the
+    # worker hides by claiming ahead of its free slots. False: the cycle is the
+    # worker's own work (SQLite), and claiming ahead only adds to it.
+    remote: bool
 
     async def open(self) -> None:
         """Connect and apply pending migrations. Raises BackendUnavailable."""

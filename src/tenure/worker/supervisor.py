@@ -1,9 +1,17 @@
 """The supervisor: the worker's main process.
 
-It owns every storage conversation that keeps leases alive: it claims (never
-more than its free slots), heartbeats all its leases in one round trip per
-interval, settles results and sweeps. Handlers run in an executor and only
-report back; whatever they do, they cannot delay a heartbeat.
+It owns every storage conversation that keeps leases alive: it claims,
+heartbeats all its leases in one round trip per interval, settles results and
+sweeps. Handlers run in an executor and only report back; whatever they do,
+they cannot delay a heartbeat.
+
+It claims for its free slots, and, while its jobs are short, ahead of them: as
+many more as its slots start within one cycle's round trip at the pace they
+run (at most one per slot), so that a slot freed by a short job need not wait
+for a round trip. A job claimed ahead waits for a slot under its lease; its
+deadline counts from its start. Long jobs, at-most-once queues (a claimed job
+is gone if the worker dies) and storage without round trips (SQLite) get no
+claims ahead.
 
 Drain (SIGTERM or SIGINT): claim nothing new; running attempts get
 ``drain_timeout`` seconds to finish; the rest are stopped and handed back at
@@ -20,6 +28,7 @@ import os
 import signal
 import socket
 import uuid
+from collections import deque
 from collections.abc import Coroutine
 from typing import Any
 
@@ -42,6 +51,7 @@ log = logging.getLogger("tenure.worker")
 
 POLICY_REFRESH = 5.0
 MAX_CYCLES_IN_FLIGHT = 3
+AVERAGING = 0.2  # weight of the newest sample in the moving averages of times
 SETTLE_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 5.0, 5.0)
 
 
@@ -76,6 +86,10 @@ class Supervisor:
         self._lost: set[LeaseRef] = set()
         self._background: set[asyncio.Task[None]] = set()  # attempts and settles in a task
         self._starting = 0  # attempts started but not yet handed to the executor
+        self._waiting: deque[tuple[Job, QueuePolicy]] = deque()  # claimed ahead: no slot yet
+        self._began: dict[str, float] = {}  # job id -> when its attempt began
+        self._run_time: float | None = None  # recent attempts' duration (moving average)
+        self._cycle_time = 0.0  # recent cycles' duration (moving average)
         self._claiming = 0  # slots reserved by claims in flight
         self._dry = False  # the last claim found fewer jobs than it asked for
         self._cycles = 0  # cycles in flight
@@ -249,7 +263,7 @@ class Supervisor:
             done = len(self.completer) > 0
             if self._draining.is_set() and not (self.running or self._cycles or done):
                 return None
-            free = 0 if stopping else self.executor.capacity() - self._starting - self._claiming
+            free = 0 if stopping else self._free()
             if free <= 0 and not done:
                 await self._wait()
                 continue
@@ -271,12 +285,29 @@ class Supervisor:
             self._cycles += 1
             return slots
 
+    def _free(self) -> int:
+        """Slots to claim for: free now, plus ahead, minus those spoken for."""
+        spoken_for = len(self._waiting) + self._starting + self._claiming
+        return self.executor.capacity() + self._ahead() - spoken_for
+
+    def _ahead(self) -> int:
+        """How many jobs to claim beyond the free slots (see the module's doc)."""
+        run_time = self._run_time
+        if (run_time is None or not self.backend.remote
+                or any(p.delivery == "at-most-once" for p in self.policies.values())):  # fmt: skip
+            return 0
+        slots = self.config.concurrency
+        return min(slots, int(slots * self._cycle_time / max(run_time, 1e-6)))
+
     async def _cycle(self, slots: int) -> None:
         batch = self.completer.take()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         try:
             lost, jobs = await self.backend.complete_and_claim(
                 batch.items, self.worker_id, self.config.queues, slots
             )
+            self._cycle_time += (loop.time() - began - self._cycle_time) * AVERAGING
         except BaseException as exc:
             batch.failed(exc)  # each completion's settle retries on its own
             if not isinstance(exc, TenureError):
@@ -330,6 +361,11 @@ class Supervisor:
 
     def _on_lease_lost(self, lease: LeaseRef) -> None:
         self._lost.add(lease)
+        for i, (job, _) in enumerate(self._waiting):
+            if (job.id, job.fence) == lease:  # never began: it just goes
+                del self._waiting[i]
+                self._finish(lease)
+                return
         self.executor.stop(lease[0])
 
     # -- one attempt -------------------------------------------------------
@@ -340,8 +376,19 @@ class Supervisor:
     # failure to record, a settle to retry) runs in a task (_in_task).
 
     def _begin(self, job: Job, policy: QueuePolicy) -> None:
+        if self.executor.capacity() <= 0:  # claimed ahead: it begins when a slot frees
+            if self._draining.is_set():
+                self._in_task(self._hand_back_unbegun(job, policy))
+            else:
+                self._waiting.append((job, policy))
+            return
         timeout = job.timeout or policy.timeout
+        self._began[job.id] = asyncio.get_running_loop().time()
         self.executor.begin(job, timeout, functools.partial(self._ended, job, policy))
+
+    def _begin_waiting(self) -> None:
+        while self._waiting and self.executor.capacity() > 0 and not self._draining.is_set():
+            self._begin(*self._waiting.popleft())
 
     async def _start_slowly(self, job: Job) -> None:
         lease = (job.id, job.fence)
@@ -364,6 +411,12 @@ class Supervisor:
 
     def _ended(self, job: Job, policy: QueuePolicy, result: AttemptResult) -> None:
         lease = (job.id, job.fence)
+        began = self._began.pop(job.id, None)
+        if began is not None:
+            ran = asyncio.get_running_loop().time() - began
+            average = self._run_time
+            self._run_time = ran if average is None else average + (ran - average) * AVERAGING
+        self._begin_waiting()
         self.keeper.settling(lease)
         if lease in self._lost:  # recovered by the sweeper, or handed back: never settle
             self._finish(lease)
@@ -397,6 +450,7 @@ class Supervisor:
             self._finish((job.id, job.fence))
 
     def _finish(self, lease: LeaseRef) -> None:
+        self._begin_waiting()
         self.keeper.drop(lease)
         self._lost.discard(lease)
         if self.running.pop(lease, None) is not None:
@@ -426,6 +480,8 @@ class Supervisor:
     # -- drain -------------------------------------------------------------
 
     async def _drain(self) -> None:
+        while self._waiting:  # claimed ahead, never begun: handed back at once
+            self._in_task(self._hand_back_unbegun(*self._waiting.popleft()))
         if not self.running:
             return
         log.info("drain: waiting up to %.1f s for %d attempts", self.config.drain_timeout,
@@ -447,6 +503,17 @@ class Supervisor:
         while leftover.keys() & self.running.keys():  # stopped attempts end soon
             self._finished.clear()
             await self._finished.wait()
+
+    async def _hand_back_unbegun(self, job: Job, policy: QueuePolicy) -> None:
+        try:
+            await hand_back(self.backend, job, policy)
+            log.info("drain: handed back job %s (claimed ahead, not begun)", job.id)
+        except LeaseLost:
+            pass
+        except Exception:
+            log.exception("job %s: could not hand it back; its lease will expire", job.id)
+        finally:
+            self._finish((job.id, job.fence))
 
     async def _until_finished_or_hurried(self, timeout: float) -> None:
         self._finished.clear()

@@ -69,6 +69,8 @@ __all__ = ["PostgresBackend"]
 class PostgresBackend:
     """Jobs in PostgreSQL, under their own schema (default ``tenure``)."""
 
+    remote = True
+
     def __init__(
         self,
         conninfo: str,

@@ -58,6 +58,8 @@ DEFAULTS = QueuePolicy()
 class RedisBackend:
     """Jobs in Redis (keys laid out for Redis Cluster). See the module docstring."""
 
+    remote = True
+
     def __init__(self, options: Options) -> None:
         self.url = options.url
         self.options = options

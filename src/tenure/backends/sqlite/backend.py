@@ -75,6 +75,8 @@ def path_of_url(url: str) -> str:
 class SQLiteBackend(Operators):
     """Jobs in one SQLite file (WAL mode). See the module docstring."""
 
+    remote = False
+
     def __init__(
         self,
         path: str,
