@@ -267,6 +267,7 @@ BAD_INPUTS: dict[str, dict[str, Any]] = {
     "string priority": {"priority": "1"},
     "bool priority": {"priority": True},
     "empty key": {"key": ""},
+    "key with a NUL": {"key": "a\x00b"},
 }
 
 

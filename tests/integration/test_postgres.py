@@ -1,14 +1,16 @@
 """PostgreSQL specifics: URLs, schemas, migrations, bulk enqueue, wake-ups."""
 
+import dataclasses
 import multiprocessing
 import time
 
+import orjson
 import pytest
 
 from tenure import App, State
 from tenure.backends import from_url
 from tenure.backends.postgres import PostgresBackend
-from tenure.backends.postgres.backend import MIGRATIONS
+from tenure.backends.postgres.backend import COPY_FROM, MIGRATIONS
 from tenure.errors import InvalidInput
 from tenure.job import JobSpec
 from tests.conformance.helpers import register
@@ -57,6 +59,35 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
     )
     versions = postgres_server.psql("SELECT count(*) FROM tenure.schema_migrations", db)
     assert int(versions) == len(MIGRATIONS)
+
+
+def test_a_large_batch_goes_by_copy__reads_back_as_given_and_is_stored_once(
+    pg_url, open_backend, monkeypatch
+):
+    backend = open_backend(pg_url)
+    copies = []
+    copy = PostgresBackend._copy
+
+    def counted(self, specs):
+        copies.append(len(specs))
+        return copy(self, specs)
+
+    monkeypatch.setattr(PostgresBackend, "_copy", counted)
+    odd = {"s": "tab\t nl\n cr\r bs\\ \\N nul\x00 é😀", "n": [1e16, -0.0, 5e-324, 2**63 - 1]}
+    specs = [
+        JobSpec.create("t", {**odd, "i": i}, queue=f"q{i % 3}", delay=(i % 2) * 30.5,
+                       priority=i % 5, max_attempts=1 + i % 2, timeout=None if i % 3 else 2.5)
+        for i in range(COPY_FROM)
+    ]  # fmt: skip
+    specs.append(dataclasses.replace(JobSpec.create("t", {}), args=b'{\n\t"a": 1}'))
+    jobs = backend.enqueue(specs)
+    assert copies == [len(specs)]
+    stored = [backend.get(j.id) for j in jobs]
+    assert stored == jobs
+    assert [orjson.dumps(j.args) for j in stored] == [s.args for s in specs[:-1]] + [b'{"a":1}']
+    assert {j.state for j in jobs} == {State.QUEUED, State.SCHEDULED}
+    assert backend.enqueue(specs) == jobs  # a retried call: the jobs stored already
+    assert sum(sum(backend.counts(q).values()) for q in ("q0", "q1", "q2", "default")) == len(specs)
 
 
 def test_upgrading_a_schema_with_jobs__keeps_their_payloads(

@@ -33,9 +33,9 @@ def check_key(value: object) -> str | None:
     """Return a valid idempotency key (or None)."""
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > KEY_MAX_LENGTH:
+    if not isinstance(value, str) or not value or len(value) > KEY_MAX_LENGTH or "\x00" in value:
         raise InvalidInput(
             f"invalid key {value!r}: a key is a non-empty string of at most "
-            f"{KEY_MAX_LENGTH} characters"
+            f"{KEY_MAX_LENGTH} characters, without NUL"
         )
     return value

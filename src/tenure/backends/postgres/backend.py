@@ -59,6 +59,7 @@ FENCE = 1 + JOB_COLUMNS.index("fence")  # in a row of complete_and_claim
 UNREACHABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout)  # -> BackendUnavailable
 HELD_FOR_CYCLES = 3  # a worker has up to 3 cycles in flight
 CYCLE_STATEMENTS = 64  # distinct limits whose cycle statement is kept (and prepared)
+COPY_FROM = 100  # jobs in a batch from which COPY (5 round trips, less server time) wins
 COPY_CHUNK = 200  # jobs per write of a COPY: the server stores one chunk while the next is made
 URL_OPTIONS = {"schema", "max_payload", "pool_size"}
 DEFAULTS = QueuePolicy()
@@ -261,14 +262,15 @@ class PostgresBackend:
         check_specs(specs, self.max_payload)
         if not specs:
             return []
-        if all(s.key is None for s in specs):
+        if len(specs) >= COPY_FROM and all(s.key is None for s in specs):
             with contextlib.suppress(psycopg.errors.UniqueViolation):  # an id stored already
                 return await self._copy(specs)
         jobs = orjson.dumps([
-            [s.id, s.queue, s.task, orjson.Fragment(s.args), s.priority, s.delay, s.run_at,
-             s.key, s.max_attempts, s.timeout] for s in specs
+            [s.id, s.queue, s.task, s.priority, s.delay, s.run_at, s.key, s.max_attempts,
+             s.timeout] for s in specs
         ]).decode()  # fmt: skip
-        columns = {"jobs": jobs, "channel": self.channel}
+        args = _text_array(s.args.decode() for s in specs)
+        columns = {"jobs": jobs, "args": args, "channel": self.channel}
         async with self._conn() as conn:
             cur = await conn.execute(self.q["insert_jobs"], columns)
             now, ids, _ = await cur.fetchone() or (0.0, None, None)

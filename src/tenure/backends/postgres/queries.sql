@@ -12,13 +12,16 @@ dead_reason, progress, finished_at
 -- by an unfinished job of the queue (or by an earlier row of the same batch)
 -- inserts nothing, nor does an id already stored (a retried enqueue).
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
-input AS (  -- %(jobs)s: a JSON array of [id, queue, task, args, priority, delay,
-            -- run_at, key, max_attempts, timeout] (one parse, no per-row arrays)
-    SELECT e.j->>0 AS id, e.j->>1 AS queue, e.j->>2 AS task, e.j->3 AS args,
-           (e.j->>4)::int AS priority, (e.j->>5)::float8 AS delay,
-           (e.j->>6)::float8 AS run_at, e.j->>7 AS key, (e.j->>8)::int AS max_attempts,
-           (e.j->>9)::float8 AS timeout, e.ord
+input AS (  -- %(jobs)s: a JSON array of [id, queue, task, priority, delay, run_at,
+            -- key, max_attempts, timeout] (one parse, no per-row arrays); %(args)s:
+            -- their arguments, a text array in the same order (apart: ->> on a JSON
+            -- value that holds \u0000 anywhere fails)
+    SELECT e.j->>0 AS id, e.j->>1 AS queue, e.j->>2 AS task, a.args::json AS args,
+           (e.j->>3)::int AS priority, (e.j->>4)::float8 AS delay,
+           (e.j->>5)::float8 AS run_at, e.j->>6 AS key, (e.j->>7)::int AS max_attempts,
+           (e.j->>8)::float8 AS timeout, e.ord
     FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS e(j, ord)
+    JOIN unnest(%(args)s::text[]) WITH ORDINALITY AS a(args, ord) ON a.ord = e.ord
 ),
 ensured AS (
     INSERT INTO {schema}.queues (name) SELECT DISTINCT queue FROM input
