@@ -172,6 +172,9 @@ def _kill9_cell(k9: dict[str, Any] | None) -> str:
     if not k9["recovered"]:
         return f"LOST: not run again within {k9['cap']:.0f} s"
     tail = "" if k9.get("completed") else ", did not complete"
+    if len(k9.get("restarts", ())) > 1:
+        n = len(k9["restarts"])
+        return f"{k9['restart']:.2f} s (max {k9['restart_max']:.2f}, {n} kills){tail}"
     return f"{k9['restart']:.2f} s{tail}"
 
 
