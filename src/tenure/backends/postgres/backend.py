@@ -276,6 +276,10 @@ class PostgresBackend:
             now, ids, _ = await cur.fetchone() or (0.0, None, None)
             inserted = set(ids or ())
             kept = await self._kept(conn, [s for s in specs if s.id not in inserted])
+        if any(s.id not in inserted and s.id not in kept for s in specs):
+            # The job that held a key finished between the two statements: again
+            # (the jobs inserted now are found by id, the key is free).
+            return await self.enqueue(specs)
         return [s.stored_at(now) if s.id in inserted else kept[s.id] for s in specs]
 
     async def _copy(self, specs: Sequence[JobSpec]) -> list[Job]:
@@ -309,7 +313,8 @@ class PostgresBackend:
         holders = {(j.queue, j.key): j for j in map(job_from_row, await cur.fetchall())}
         cur = await conn.execute(self.q["find_by_ids"], {"ids": [s.id for s in specs]})
         by_id = {j.id: j for j in map(job_from_row, await cur.fetchall())}
-        return {s.id: holders.get((s.queue, s.key)) or by_id[s.id] for s in specs}
+        found = {s.id: holders.get((s.queue, s.key)) or by_id.get(s.id) for s in specs}
+        return {i: j for i, j in found.items() if j is not None}
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         await self.wakeups.wait(queues, timeout)
