@@ -97,6 +97,18 @@ def test_claim__takes_only_from_the_listed_queues(backend: Any) -> None:
     assert [j.id for j in backend.claim(wid, ["b"], 10)] == [b.id]
 
 
+def test_claim_across_queues__takes_the_best_of_all_in_order(backend: Any) -> None:
+    wid = register(backend, "w", ("a", "b"))
+    a_low, b_high, a_high, b_low, a_mid = (
+        enqueue_one(backend, queue=q, priority=p)
+        for q, p in (("a", 0), ("b", 9), ("a", 9), ("b", 0), ("a", 5))
+    )
+    claimed = backend.claim(wid, ["a", "b"], 3)
+    assert [j.id for j in claimed] == [b_high.id, a_high.id, a_mid.id]
+    rest = backend.claim(wid, ["b", "a"], 10)
+    assert [j.id for j in rest] == [a_low.id, b_low.id]
+
+
 def test_claim__uses_the_lease_ttl_of_the_jobs_queue(backend: Any) -> None:
     backend.set_policy("slow", QueuePolicy(lease_ttl=100.0, heartbeat_interval=10.0))
     backend.set_policy("fast", QueuePolicy(lease_ttl=5.0, heartbeat_interval=1.0))

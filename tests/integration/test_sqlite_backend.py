@@ -8,7 +8,7 @@ import pytest
 
 from tenure.backends import from_url
 from tenure.backends.sqlite import SQLiteBackend
-from tenure.backends.sqlite.backend import MIGRATIONS
+from tenure.backends.sqlite.backend import MIGRATIONS, _claimable
 from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import JobSpec
 
@@ -48,6 +48,21 @@ def test_migrations_produce_the_expected_schema(sqlite_url, open_backend, tmp_pa
     versions = [v for (v,) in db.execute("SELECT version FROM schema_migrations ORDER BY 1")]
     assert versions == [v for v, _, _ in MIGRATIONS]
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_claim_across_queues__reads_each_through_its_index(sqlite_url, open_backend, tmp_path):
+    """Not a sort of every queued job of the queues: the claim costs the same at
+    any backlog."""
+    backend = open_backend(sqlite_url)
+    for queue in ("a", "b", "c"):
+        backend.enqueue([JobSpec.create("t", {}, queue=queue) for _ in range(50)])
+    db = sqlite3.connect(tmp_path / "tenure.db")
+    db.execute("ANALYZE")
+    plan = [row[3] for row in db.execute(
+        "EXPLAIN QUERY PLAN " + _claimable(3), ("a", 4, "b", 4, "c", 4, 4)
+    )]  # fmt: skip
+    reads = [step for step in plan if "jobs" in step.split()]
+    assert reads == ["SEARCH jobs USING INDEX jobs_ready (queue=?)"] * 3, plan
 
 
 def test_reopening__applies_nothing_twice(sqlite_url, open_backend, tmp_path):

@@ -253,7 +253,10 @@ class RedisBackend:
             claimed, statuses = await self.runner.call("cycle", keys, args, hot=True)
         for batch, codes in zip(batches.values(), statuses, strict=True):
             lost |= {(i, f) for (i, f, _), code in zip(batch, codes, strict=True) if code != OK}
-        return lost, self._known([codec.job_of_values(values) for values in claimed])
+        jobs = [codec.job_of_values(values) for values in claimed]
+        if self.runner.topology.cluster and len(queues) > 1:  # claimed queue by queue: in line
+            jobs.sort(key=lambda j: (-j.priority, j.run_at, j.created_at, j.id))
+        return lost, self._known(jobs)
 
     async def _cycle_on_cluster(
         self,

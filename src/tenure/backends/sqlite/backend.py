@@ -53,6 +53,12 @@ def _for_queues(name: str, n: int) -> str:
     return Q[name].replace("{queues}", ", ".join("?" * n))
 
 
+@functools.lru_cache(maxsize=64)
+def _claimable(n: int) -> str:
+    """The claim's statement for ``n`` queues (see claimable in queries.sql)."""
+    return Q["claimable"].replace("{each}", " UNION ALL ".join([Q["claimable_in_queue"]] * n))
+
+
 # A queue's policy, parsed once per stored text: a claim reads the policies of
 # the queues it takes from, and parsing them cost more than reading them.
 _policy_of = functools.lru_cache(maxsize=256)(QueuePolicy.from_json)
@@ -328,7 +334,8 @@ class SQLiteBackend(Operators):
     ) -> list[Job]:
         now = self.clock.now()
         conn.execute(Q["promote_due"], (now,))
-        rows = conn.execute(_for_queues("claimable", len(queues)), (*queues, limit)).fetchall()
+        params = [x for q in queues for x in (q, limit)]
+        rows = conn.execute(_claimable(len(queues)), (*params, limit)).fetchall()
         if not rows:
             return []
         policies = self._policies(conn, {q for _, q in rows})

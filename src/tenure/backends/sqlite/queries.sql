@@ -25,11 +25,16 @@ ON CONFLICT (id) DO NOTHING
 UPDATE jobs SET state = 'queued' WHERE state = 'scheduled' AND run_at <= ?
 
 -- name: claimable
--- Due jobs of the given queues ({queues} is a list of placeholders), best first.
-SELECT seq, queue FROM jobs
-WHERE state = 'queued' AND queue IN ({queues})
-ORDER BY priority DESC, run_at, seq
-LIMIT ?
+-- Due jobs of the given queues, best first (in the FROM: claimable_in_queue once per
+-- queue, joined by UNION ALL). Each queue is read through its own index, up to
+-- the limit: a claim costs the same at any backlog (with "queue IN (...)",
+-- SQLite sorted every queued job of the queues: 53 ms at 2 x 100,000).
+SELECT seq, queue FROM ({each}) ORDER BY priority DESC, run_at, seq LIMIT ?
+
+-- name: claimable_in_queue
+SELECT * FROM (SELECT seq, queue, priority, run_at FROM jobs
+               WHERE state = 'queued' AND queue = ?
+               ORDER BY priority DESC, run_at, seq LIMIT ?)
 
 -- name: take_lease
 -- queued -> active: a new fence, a new attempt and a lease (none when lease_ttl is NULL).
