@@ -305,16 +305,17 @@ class PostgresBackend:
     ) -> dict[str, Job]:
         """By spec id, the job stored already of each spec that inserted nothing:
         the unfinished job that holds its key, or else the job with its id."""
-        if not specs:
-            return {}
+        found: dict[str, Job] = {}
         keyed = [s for s in specs if s.key is not None]
-        params = {"queues": [s.queue for s in keyed], "keys": [s.key for s in keyed]}
-        cur = await conn.execute(self.q["find_unfinished_by_keys"], params)
-        holders = {(j.queue, j.key): j for j in map(job_from_row, await cur.fetchall())}
-        cur = await conn.execute(self.q["find_by_ids"], {"ids": [s.id for s in specs]})
-        by_id = {j.id: j for j in map(job_from_row, await cur.fetchall())}
-        found = {s.id: holders.get((s.queue, s.key)) or by_id.get(s.id) for s in specs}
-        return {i: j for i, j in found.items() if j is not None}
+        if keyed:
+            params = {"queues": [s.queue for s in keyed], "keys": [s.key for s in keyed]}
+            cur = await conn.execute(self.q["find_unfinished_by_keys"], params)
+            holders = {(j.queue, j.key): j for j in map(job_from_row, await cur.fetchall())}
+            found = {s.id: holders[s.queue, s.key] for s in keyed if (s.queue, s.key) in holders}
+        if ids := [s.id for s in specs if s.id not in found]:
+            cur = await conn.execute(self.q["find_by_ids"], {"ids": ids})
+            found |= {j.id: j for j in map(job_from_row, await cur.fetchall())}
+        return found
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         await self.wakeups.wait(queues, timeout)
