@@ -3,6 +3,7 @@
 import dataclasses
 import multiprocessing
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 import pytest
@@ -11,9 +12,10 @@ from tenure import App, State
 from tenure.backends import from_url
 from tenure.backends.postgres import PostgresBackend
 from tenure.backends.postgres.backend import COPY_FROM, MIGRATIONS
+from tenure.core.states import Outcome
 from tenure.errors import InvalidInput
 from tenure.job import JobSpec
-from tests.conformance.helpers import register
+from tests.conformance.helpers import claim_one, register
 from tests.conformance.test_dlq import bury
 
 
@@ -114,6 +116,64 @@ def test_upgrading_a_schema_with_jobs__keeps_their_payloads(
         3,
     )
     assert postgres_server.psql("SELECT pg_typeof(args) FROM tenure.jobs", db) == "json"
+
+
+def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
+    pg_url, open_backend, postgres_server, monkeypatch
+):
+    """Migration 4 (an attempt's row written when it ends) on a database of
+    version 3 with attempts running: their open rows move into their jobs; an
+    open row that a worker not yet upgraded writes later is closed, not doubled."""
+    import tenure.backends.postgres.backend as module
+
+    monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:3])
+    old = open_backend(pg_url)
+    first, second = old.enqueue([JobSpec.create("t"), JobSpec.create("t")])
+    db = pg_url.rsplit("/", 1)[1]
+    # What a claim of version 3 left: the job active, an open row of its attempt.
+    claimed = (
+        "UPDATE tenure.jobs SET state = 'active', fence = 1, attempts = 1, worker = 'w',"
+        " lease_ttl = 30, lease_expires_at = 1e10 WHERE id = '{id}';"
+        " INSERT INTO tenure.attempts (job_id, fence, attempt, worker, started_at)"
+        " VALUES ('{id}', 1, 1, 'w', {start})"
+    )
+    postgres_server.psql(claimed.format(id=first.id, start=11.5), db)
+    monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS)
+    new = open_backend(pg_url)
+    assert postgres_server.psql("SELECT count(*) FROM tenure.attempts", db) == "0"
+    [running] = new.get(first.id).history
+    assert (running.worker, running.started_at, running.outcome) == ("w", 11.5, None)
+    # A worker not yet upgraded claims the second job as version 3 did.
+    postgres_server.psql(claimed.format(id=second.id, start=12.5), db)
+    assert len(new.get(second.id).history) == 1
+    new.complete(first.id, 1, "one")
+    new.complete(second.id, 1, "two")
+    for job, start in ((first, 11.5), (second, 12.5)):
+        [a] = new.get(job.id).history
+        assert (a.worker, a.started_at, a.outcome) == ("w", start, Outcome.COMPLETED)
+        assert a.ended_at is not None
+
+
+def test_a_heartbeat__does_not_wait_for_a_job_another_transaction_is_writing(
+    pg_url, open_backend, postgres_server
+):
+    """The cycle locks the jobs it completes in an order of its own: a heartbeat
+    that waited for them could deadlock with it. A locked job counts as held."""
+    import psycopg
+
+    backend = open_backend(pg_url)
+    register(backend, "w")
+    backend.enqueue([JobSpec.create("t")])
+    job = claim_one(backend, "w")
+    with psycopg.connect(pg_url) as other, ThreadPoolExecutor(1) as pool:
+        other.execute("SELECT 1 FROM tenure.jobs WHERE id = %s FOR UPDATE", (job.id,))
+        beat = pool.submit(backend.heartbeat, "w", {(job.id, job.fence)})
+        try:
+            assert beat.result(timeout=10) == set()
+        finally:
+            other.rollback()  # a heartbeat that waits gets its answer now
+    assert backend.heartbeat("w", {(job.id, job.fence)}) == set()
+    assert backend.heartbeat("w", {(job.id, job.fence + 1)}) == {(job.id, job.fence + 1)}
 
 
 def test_purging_dead_jobs__deletes_their_attempts_too(pg_url, open_backend, postgres_server):
@@ -264,5 +324,10 @@ def test_the_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, portal
 
         [plan] = portal.run(asyncio.wait_for(plans(), 60))
         assert "Seq Scan on jobs" not in plan, plan
+        # Completions look their jobs up by id: an index of active jobs keeps an
+        # entry for every job claimed since the last vacuum, and a bitmap scan of
+        # it (which never marks them dead) made each cycle read them all.
+        done = plan.split("CTE done")[1].split("CTE ")[0]
+        assert "jobs_pkey" in done and "jobs_worker" not in done and "jobs_lease" not in done, plan
     finally:
         portal.run(b.close())

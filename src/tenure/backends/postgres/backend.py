@@ -50,9 +50,13 @@ from tenure.job import Job, JobSpec, check_specs
 TEXT_JSON = {"args", "result", "progress"}
 SELECT_COLUMNS = ", ".join(f"{c}::text" if c in TEXT_JSON else c for c in JOB_COLUMNS)
 DONE_COLUMNS = ", ".join(c if c in ("id", "fence") else "NULL" for c in JOB_COLUMNS)
+_LOADED = load_queries("tenure.backends.postgres")
+END_ATTEMPT = "\n".join(ln for ln in _LOADED["end_attempt"].splitlines() if not ln.startswith("--"))
 RAW_QUERIES = {
-    name: text.replace("{job_columns}", SELECT_COLUMNS).replace("{done_columns}", DONE_COLUMNS)
-    for name, text in load_queries("tenure.backends.postgres").items()
+    name: text.replace("{job_columns}", SELECT_COLUMNS)
+    .replace("{done_columns}", DONE_COLUMNS)
+    .replace("{end_attempt}", END_ATTEMPT)
+    for name, text in _LOADED.items()
 }
 MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
 FENCE = 1 + JOB_COLUMNS.index("fence")  # in a row of complete_and_claim

@@ -63,6 +63,21 @@ SELECT extract(epoch FROM now())::float8
 COPY {schema}.jobs (id, queue, task, args, state, priority, run_at, created_at,
                     max_attempts, timeout) FROM STDIN
 
+-- name: end_attempt
+-- (A part of the statements that end attempts, written into them.) The history
+-- row of each attempt that the statement's `done` ended, from the job as it
+-- stood before (`o`: worker, start and number of the attempt). An open row
+-- (written at the claim before schema version 4, by a worker not yet
+-- upgraded) is closed instead.
+ended AS (
+    INSERT INTO {schema}.attempts AS a
+        (job_id, fence, attempt, worker, started_at, ended_at, outcome, error)
+    SELECT id, fence, attempt, worker, coalesce(started_at, clock.now), clock.now, outcome, error
+    FROM done, clock
+    ON CONFLICT (job_id, fence) DO UPDATE
+    SET ended_at = excluded.ended_at, outcome = excluded.outcome, error = excluded.error
+)
+
 -- name: find_unfinished_by_keys
 SELECT {job_columns} FROM {schema}.jobs
 WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
@@ -85,7 +100,12 @@ SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[]
 -- a generic plan must know it, or it assumes thousands of rows and hashes the
 -- whole jobs table (benchmarks/postgres_scale.py: 379 ms a claim at 1M jobs).
 -- Returns the claimed jobs (rank 1, 2, ...) then the completed leases (rank
--- NULL, only id and fence set).
+-- NULL, only id and fence set). Completions find their jobs by id (`o` is the
+-- job as it stood: the history row is written from it); their state is
+-- compared with a value the planner cannot match to the predicate of the
+-- indexes of active jobs (jobs_worker, jobs_lease): through those, the generic
+-- plan read an entry for every job claimed since the last vacuum, each cycle
+-- (a bitmap scan never marks an entry dead).
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 input AS (
     SELECT * FROM unnest(%(ids)s::text[], %(fences)s::bigint[], %(results)s::text[])
@@ -95,15 +115,12 @@ done AS (
     UPDATE {schema}.jobs AS j
     SET state = 'completed', result = input.result::json, finished_at = clock.now,
         worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
-    FROM input, clock
-    WHERE j.id = input.id AND j.fence = input.fence AND j.state = 'active'
-    RETURNING j.id, j.fence
+    FROM input JOIN {schema}.jobs AS o ON o.id = input.id AND o.fence = input.fence, clock
+    WHERE j.id = o.id AND j.fence = input.fence AND j.state = (SELECT 'active')
+    RETURNING j.id, j.fence, o.attempts AS attempt, o.worker, o.started_at,
+              'completed' AS outcome, NULL AS error
 ),
-ended AS (
-    UPDATE {schema}.attempts AS a SET ended_at = clock.now, outcome = 'completed'
-    FROM done, clock
-    WHERE a.job_id = done.id AND a.fence = done.fence
-),
+{end_attempt},
 candidates AS (
     SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
@@ -134,14 +151,10 @@ claimed AS (
     UPDATE {schema}.jobs AS j
     SET state = 'active', fence = j.fence + 1, attempts = j.attempts + 1,
         worker = %(worker)s, lease_ttl = picked.ttl,
-        lease_expires_at = clock.now + picked.ttl, progress = NULL
+        lease_expires_at = clock.now + picked.ttl, progress = NULL, started_at = clock.now
     FROM picked, clock
     WHERE j.id = picked.id
     RETURNING j.*, picked.rank
-),
-history AS (
-    INSERT INTO {schema}.attempts (job_id, fence, attempt, worker, started_at)
-    SELECT id, fence, attempts, worker, clock.now FROM claimed, clock
 )
 SELECT rank, {job_columns} FROM claimed
 UNION ALL
@@ -151,19 +164,29 @@ ORDER BY 1 NULLS LAST
 -- name: heartbeat
 -- The leases one worker presents, in one statement; returns those it still
 -- holds. A lease the worker does not know of (a claim whose reply it never
--- got) is not renewed: it expires and is recovered.
+-- got) is not renewed: it expires and is recovered. A job that another
+-- transaction is writing (its completion by this worker's cycle, or its
+-- recovery by a sweeper) is not waited for: it counts as held this time, and
+-- the next heartbeat tells. Waiting could deadlock with the cycle, which locks
+-- the jobs it completes in an order of its own.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+held AS (
+    SELECT j.id, j.fence
+    FROM unnest(%(ids)s::text[], %(fences)s::bigint[]) AS t(id, fence)
+    JOIN {schema}.jobs AS j ON j.id = t.id AND j.fence = t.fence
+    WHERE j.worker = %(worker)s AND j.state = 'active'
+),
 renewed AS (
-    UPDATE {schema}.jobs SET lease_expires_at = clock.now + lease_ttl
+    UPDATE {schema}.jobs AS j SET lease_expires_at = clock.now + j.lease_ttl
     FROM clock
-    WHERE worker = %(worker)s AND state = 'active'
-      AND (id, fence) IN (SELECT * FROM unnest(%(ids)s::text[], %(fences)s::bigint[]))
-    RETURNING id, fence
+    WHERE j.id IN (SELECT l.id FROM held JOIN {schema}.jobs AS l ON l.id = held.id
+                   WHERE l.fence = held.fence AND l.worker = %(worker)s AND l.state = 'active'
+                   FOR UPDATE OF l SKIP LOCKED)
 ),
 seen AS (
     UPDATE {schema}.workers SET last_seen = clock.now FROM clock WHERE id = %(worker)s
 )
-SELECT id, fence FROM renewed
+SELECT id, fence FROM held
 
 -- name: progress
 UPDATE {schema}.jobs SET progress = %(data)s::json
@@ -173,18 +196,15 @@ RETURNING queue
 -- name: complete
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
-    UPDATE {schema}.jobs
+    UPDATE {schema}.jobs AS j
     SET state = 'completed', result = %(result)s::json, finished_at = clock.now, worker = NULL,
         lease_ttl = NULL, lease_expires_at = NULL
-    FROM clock
-    WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
-    RETURNING id, queue
+    FROM {schema}.jobs AS o, clock
+    WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
+    RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
+              'completed' AS outcome, NULL AS error
 ),
-ended AS (
-    UPDATE {schema}.attempts SET ended_at = clock.now, outcome = 'completed'
-    FROM clock, done
-    WHERE job_id = done.id AND fence = %(fence)s
-)
+{end_attempt}
 SELECT queue FROM done
 
 -- name: requeue
@@ -192,57 +212,49 @@ SELECT queue FROM done
 -- a job queued again at once keeps its run_at, hence its place in line.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
-    UPDATE {schema}.jobs
+    UPDATE {schema}.jobs AS j
     SET state = %(state)s::text,
         run_at = CASE WHEN %(state)s::text = 'scheduled' THEN clock.now + %(delay)s::float8
-                      ELSE run_at END,
-        error = %(error)s, stalls = stalls + %(stall)s, worker = NULL, lease_ttl = NULL,
+                      ELSE j.run_at END,
+        error = %(error)s, stalls = j.stalls + %(stall)s, worker = NULL, lease_ttl = NULL,
         lease_expires_at = NULL
-    FROM clock
-    WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
-    RETURNING id, queue
+    FROM {schema}.jobs AS o, clock
+    WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
+    RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
+              %(outcome)s::text AS outcome, %(error)s::text AS error
 ),
-ended AS (
-    UPDATE {schema}.attempts SET ended_at = clock.now, outcome = %(outcome)s, error = %(error)s
-    FROM clock, done
-    WHERE job_id = done.id AND fence = %(fence)s
-)
+{end_attempt}
 SELECT queue FROM done
 
 -- name: bury
 -- active -> dead, as decided by tenure.core.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
-    UPDATE {schema}.jobs
+    UPDATE {schema}.jobs AS j
     SET state = 'dead', dead_reason = %(dead_reason)s, error = %(error)s,
-        stalls = stalls + %(stall)s, finished_at = clock.now, worker = NULL, lease_ttl = NULL,
+        stalls = j.stalls + %(stall)s, finished_at = clock.now, worker = NULL, lease_ttl = NULL,
         lease_expires_at = NULL
-    FROM clock
-    WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
-    RETURNING id, queue
+    FROM {schema}.jobs AS o, clock
+    WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
+    RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
+              %(outcome)s::text AS outcome, %(error)s::text AS error
 ),
-ended AS (
-    UPDATE {schema}.attempts SET ended_at = clock.now, outcome = %(outcome)s, error = %(error)s
-    FROM clock, done
-    WHERE job_id = done.id AND fence = %(fence)s
-)
+{end_attempt}
 SELECT queue FROM done
 
 -- name: release
 -- active -> queued without penalty: the attempt is given back.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
-    UPDATE {schema}.jobs
-    SET state = 'queued', attempts = attempts - 1, worker = NULL, lease_ttl = NULL,
+    UPDATE {schema}.jobs AS j
+    SET state = 'queued', attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL,
         lease_expires_at = NULL
-    WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
-    RETURNING id, queue
+    FROM {schema}.jobs AS o
+    WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
+    RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
+              'released' AS outcome, NULL AS error
 ),
-ended AS (
-    UPDATE {schema}.attempts SET ended_at = clock.now, outcome = 'released'
-    FROM clock, done
-    WHERE job_id = done.id AND fence = %(fence)s
-)
+{end_attempt}
 SELECT queue FROM done
 
 -- name: job_exists
@@ -336,8 +348,15 @@ SELECT count(*) FROM purged
 SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: get_history
+-- The ended attempts, then the running one (kept on the job until it ends).
 SELECT attempt, fence, worker, started_at, ended_at, outcome, error
-FROM {schema}.attempts WHERE job_id = %(id)s ORDER BY fence
+FROM {schema}.attempts WHERE job_id = %(id)s
+UNION ALL
+SELECT attempts, fence, worker, started_at, NULL, NULL, NULL
+FROM {schema}.jobs
+WHERE id = %(id)s AND state = 'active' AND started_at IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM {schema}.attempts a WHERE a.job_id = jobs.id AND a.fence = jobs.fence)
+ORDER BY fence
 
 -- name: list_jobs
 SELECT seq, {job_columns} FROM {schema}.jobs
