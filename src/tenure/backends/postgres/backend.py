@@ -613,18 +613,26 @@ def _copy_rows(specs: Sequence[JobSpec], jobs: Sequence[Job]) -> bytes:
     """New jobs as rows of copy_jobs, in COPY's text format. Names are validated
     (no tab, newline or backslash); in JSON, backslashes are doubled and the
     whitespace COPY reads as a separator escaped; floats are written in their
-    shortest exact form."""
+    shortest exact form. The columns after the arguments are written once for
+    a run of jobs that share them (a batch usually does)."""
     rows = []
+    shared: tuple[Any, ...] = ()
+    tail = ""
     for s, j in zip(specs, jobs, strict=True):
-        args = s.args.decode().translate(COPY_ESCAPES)
-        rows.append(
-            f"{j.id}\t{j.queue}\t{j.task}\t{args}\t{j.state.value}\t{j.priority}\t{j.run_at!r}"
-            f"\t{j.created_at!r}\t{_copy_value(j.max_attempts)}\t{_copy_value(j.timeout)}\n"
-        )
+        args = s.args.decode()
+        if "\\" in args:
+            args = args.replace("\\", "\\\\")
+        if "\t" in args or "\n" in args or "\r" in args:  # not from orjson: it writes none
+            args = args.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+        values = (j.state, j.priority, j.run_at, j.created_at, j.max_attempts, j.timeout)
+        if values != shared:
+            shared = values
+            tail = (
+                f"\t{j.state.value}\t{j.priority}\t{j.run_at!r}\t{j.created_at!r}"
+                f"\t{_copy_value(j.max_attempts)}\t{_copy_value(j.timeout)}\n"
+            )
+        rows.append(f"{j.id}\t{j.queue}\t{j.task}\t{args}{tail}")
     return "".join(rows).encode()
-
-
-COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
 def _copy_value(value: int | float | None) -> str:
