@@ -174,13 +174,15 @@ class RedisBackend:
         # instead of waiting behind all of them on the lane.
         replies = await self.runner.pipeline(calls, repeatable=True, hot=len(specs) == 1)
         jobs: list[Job] = []
-        for (_, run), reply in zip(runs, replies[len(calls) - len(runs) :], strict=True):
-            for spec, (kind, *rest) in zip(run, reply, strict=True):
-                jobs.append(
-                    spec.stored(rest[0].decode(), *rest[1:])
-                    if kind == b"new"
-                    else codec.job(rest[0])
-                )
+        for (_, run), (created, *made) in zip(runs, replies[len(calls) - len(runs) :], strict=True):
+            now = float(created)
+            for spec, entry in zip(run, made, strict=True):
+                if isinstance(entry, bytes):  # stored now: its run_at
+                    run_at = float(entry)
+                    state = State.SCHEDULED if run_at > now else State.QUEUED
+                    jobs.append(spec.stored(state, run_at, now))
+                else:  # stored already: the job
+                    jobs.append(codec.job(entry))
         # The index got an entry for every spec; drop those that made no job.
         unused = [s.id for s, j in zip(specs, jobs, strict=True) if s.id != j.id]
         if unused:

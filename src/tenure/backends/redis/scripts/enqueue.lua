@@ -5,18 +5,21 @@
 -- ARGV[2]  n, the number of jobs; then 9 values per job, in order:
 --          id, task, args (JSON), delay, run_at ('' = now + delay), priority,
 --          key (''), max_attempts (''), timeout ('')
--- Returns  one entry per job, in order:
---          {'new', state, run_at, created_at}   a job stored now
---          {'old', <HGETALL of the job>}        the unfinished job that holds the
---                                               spec's key, or the job that has its id
---                                               already (a retried enqueue)
+-- Returns  {created_at, then one entry per job, in order}:
+--          run_at                    a job stored now (scheduled if run_at is
+--                                    after created_at, else queued)
+--          <HGETALL of the job>      the unfinished job that holds the spec's
+--                                    key, or the job that has its id already
+--                                    (a retried enqueue)
+--          (one string per new job: a reply of four made a quarter of the
+--          script's time)
 
 local p, queue, n = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local now = clock()
 local now_s = num(now)
 local now_us = math.floor(now * 1000000)
 local last = tonumber(redis.call('GET', p .. 'seq') or '0')
-local out, queued = {}, 0
+local out, queued = {now_s}, 0
 -- the sorted sets' new members, added at the end in a few ZADDs (one call per
 -- set and chunk rather than three calls per job)
 local adds = {ready = {}, scheduled = {}, all = {}, ['state:queued'] = {}, ['state:scheduled'] = {}}
@@ -34,7 +37,7 @@ for i = 0, n - 1 do
   local holder = key and redis.call('HGET', p .. 'keys', key)
   if not holder and redis.call('EXISTS', jk) == 1 then holder = id end
   if holder then
-    out[#out + 1] = {'old', redis.call('HGETALL', job_key(p, holder))}
+    out[#out + 1] = redis.call('HGETALL', job_key(p, holder))
   else
     last = math.max(now_us, last + 1)
     local seq = int(last)
@@ -63,7 +66,7 @@ for i = 0, n - 1 do
     add('state:' .. state, seq, id)
     add('all', seq, id)
     if key then redis.call('HSET', p .. 'keys', key, id) end
-    out[#out + 1] = {'new', state, due_s, now_s}
+    out[#out + 1] = due_s
   end
 end
 
