@@ -11,7 +11,7 @@
 --          <HGETALL of the job>      the unfinished job that holds the spec's
 --                                    key, or the job that has its id already
 --                                    (a retried enqueue)
---          (one string per new job: a reply of four made a quarter of the
+--          (one string per new job: a reply of four made an eighth of the
 --          script's time)
 
 local p, queue, n = KEYS[1], ARGV[1], tonumber(ARGV[2])
