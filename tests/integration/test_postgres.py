@@ -331,3 +331,12 @@ def test_the_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, portal
         assert "jobs_pkey" in done and "jobs_worker" not in done and "jobs_lease" not in done, plan
     finally:
         portal.run(b.close())
+
+
+def test_every_statement__is_short_enough_for_psycopgs_cache_of_conversions():
+    """psycopg converts a statement of more than 4 KiB again at every execution
+    (the cycle's, with its comments, cost a seventh of a draining worker)."""
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+
+    b = PostgresBackend.from_url("postgresql://localhost/db")
+    assert max(len(b._cycle_query(64)), *map(len, b.q.values())) <= MAX_CACHED_STATEMENT_LENGTH

@@ -50,12 +50,21 @@ from tenure.job import Job, JobSpec, check_specs
 TEXT_JSON = {"args", "result", "progress"}
 SELECT_COLUMNS = ", ".join(f"{c}::text" if c in TEXT_JSON else c for c in JOB_COLUMNS)
 DONE_COLUMNS = ", ".join(c if c in ("id", "fence") else "NULL" for c in JOB_COLUMNS)
-_LOADED = load_queries("tenure.backends.postgres")
-END_ATTEMPT = "\n".join(ln for ln in _LOADED["end_attempt"].splitlines() if not ln.startswith("--"))
+
+
+def _without_comments(text: str) -> str:
+    """A query as sent: its comment lines are for readers of queries.sql, and
+    psycopg converts a query of more than 4 KiB again at every execution (the
+    cycle's statement, with its comments, took a seventh of a draining
+    worker's main thread doing so)."""
+    return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+
+
+_LOADED = {n: _without_comments(t) for n, t in load_queries("tenure.backends.postgres").items()}
 RAW_QUERIES = {
     name: text.replace("{job_columns}", SELECT_COLUMNS)
     .replace("{done_columns}", DONE_COLUMNS)
-    .replace("{end_attempt}", END_ATTEMPT)
+    .replace("{end_attempt}", _LOADED["end_attempt"])
     for name, text in _LOADED.items()
 }
 MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
