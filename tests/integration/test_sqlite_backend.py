@@ -18,6 +18,7 @@ EXPECTED_TABLES = {
         "seq", "id", "queue", "task", "args", "state", "priority", "run_at", "created_at",
         "key", "attempts", "stalls", "max_attempts", "timeout", "fence", "worker", "lease_ttl",
         "lease_expires_at", "result", "error", "dead_reason", "progress", "finished_at",
+        "started_at",
     ],
     "attempts": [
         "job_id", "fence", "attempt", "worker", "started_at", "ended_at", "outcome", "error",
@@ -198,3 +199,38 @@ def test_the_workers_cycle__never_waits_on_the_event_loop_for_a_lock(tmp_path, p
         assert portal.run(b.get(job.id)).result == 1
     finally:
         portal.run(b.close())
+
+
+def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
+    sqlite_url, open_backend, tmp_path, monkeypatch
+):
+    """Migration 2 (an attempt's row written when it ends) on a database of
+    version 1 with an attempt running: its open row moves into its job; an open
+    row that a worker not yet upgraded writes later is closed, not doubled."""
+    import tenure.backends.sqlite.backend as module
+
+    monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:1])
+    old = open_backend(sqlite_url)
+    first, second = old.enqueue([JobSpec.create("t"), JobSpec.create("t")])
+    claimed = (
+        "UPDATE jobs SET state = 'active', fence = 1, attempts = 1, worker = 'w',"
+        " lease_ttl = 30, lease_expires_at = 1e10 WHERE id = '{id}';"
+        " INSERT INTO attempts (job_id, fence, attempt, worker, started_at)"
+        " VALUES ('{id}', 1, 1, 'w', {start})"
+    )
+    with sqlite3.connect(tmp_path / "tenure.db") as db:
+        db.executescript(claimed.format(id=first.id, start=11.5))
+    monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS)
+    new = open_backend(sqlite_url)
+    db = sqlite3.connect(tmp_path / "tenure.db", isolation_level=None)
+    assert db.execute("SELECT count(*) FROM attempts").fetchone() == (0,)
+    [running] = new.get(first.id).history
+    assert (running.worker, running.started_at, running.outcome) == ("w", 11.5, None)
+    db.executescript(claimed.format(id=second.id, start=12.5))  # as version 1 claimed
+    assert len(new.get(second.id).history) == 1
+    new.complete(first.id, 1, "one")
+    new.complete(second.id, 1, "two")
+    for job, start in ((first, 11.5), (second, 12.5)):
+        [a] = new.get(job.id).history
+        assert (a.worker, a.started_at, a.outcome) == ("w", start, "completed")
+        assert a.ended_at is not None

@@ -344,10 +344,8 @@ class SQLiteBackend(Operators):
             policy = policies[queue]
             ttl = policy.lease_ttl if policy.delivery == "at-least-once" else None
             expires = None if ttl is None else now + ttl
-            row = conn.execute(Q["take_lease"], (worker_id, ttl, expires, seq)).fetchone()
-            job = job_from_row(row)
-            conn.execute(Q["insert_attempt"], (job.id, job.fence, job.attempts, worker_id, now))
-            claimed.append(job)
+            row = conn.execute(Q["take_lease"], (worker_id, ttl, expires, now, seq)).fetchone()
+            claimed.append(job_from_row(row))
         return claimed
 
     def _policies(
@@ -390,10 +388,9 @@ class SQLiteBackend(Operators):
         now = self.clock.now()
         lost = set()
         for job_id, fence, payload in items:
+            conn.execute(Q["end_attempt"], (now, Outcome.COMPLETED, None, job_id, fence))
             if conn.execute(Q["complete"], (payload, now, job_id, fence)).rowcount == 0:
                 lost.add((job_id, fence))
-            else:
-                conn.execute(Q["end_attempt"], (now, Outcome.COMPLETED, None, job_id, fence))
         return lost
 
     async def fail(
@@ -423,6 +420,9 @@ class SQLiteBackend(Operators):
     ) -> None:
         """Run one fence-checked write; end the attempt in history when ``ending`` is given."""
         with self._tx() as conn:
+            if ending is not None:  # first: it reads the attempt from the job
+                outcome, error, now = ending
+                conn.execute(Q["end_attempt"], (now, outcome, error, job_id, fence))
             if conn.execute(sql, params).rowcount == 0:
                 if conn.execute(Q["job_exists"], (job_id,)).fetchone() is None:
                     raise JobNotFound(f"no job with id {job_id!r}")
@@ -430,11 +430,8 @@ class SQLiteBackend(Operators):
                     f"job {job_id} is no longer held with fence {fence}: "
                     "it was recovered or settled by someone else"
                 )
-            if ending is not None:
-                outcome, error, now = ending
-                conn.execute(Q["end_attempt"], (now, outcome, error, job_id, fence))
-                if outcome is Outcome.RELEASED or sql is Q["requeue"]:
-                    self._ring(conn)
+            if ending is not None and (ending[0] is Outcome.RELEASED or sql is Q["requeue"]):
+                self._ring(conn)
 
     @contextmanager
     def transaction(
@@ -454,9 +451,9 @@ class SQLiteBackend(Operators):
         try:
             yield conn
             now = self.clock.now()
+            conn.execute(Q["end_attempt"], (now, Outcome.COMPLETED, None, job_id, fence))
             if conn.execute(Q["complete"], (payload, now, job_id, fence)).rowcount == 0:
                 raise LeaseLost(f"job {job_id} is no longer held with fence {fence}")
-            conn.execute(Q["end_attempt"], (now, Outcome.COMPLETED, None, job_id, fence))
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -510,8 +507,8 @@ class SQLiteBackend(Operators):
             else f"the lease of worker {job.worker} expired"
         )  # fmt: skip
         sql, params = _failure(job.id, job.fence, error, decision, now)
-        conn.execute(sql, params)
         conn.execute(Q["end_attempt"], (now, outcome, error, job.id, job.fence))
+        conn.execute(sql, params)
         return Rescued(job.id, job.fence, outcome, decision.state)
 
 

@@ -38,14 +38,13 @@ SELECT * FROM (SELECT seq, queue, priority, run_at FROM jobs
 
 -- name: take_lease
 -- queued -> active: a new fence, a new attempt and a lease (none when lease_ttl is NULL).
+-- The attempt's history row is written when it ends (end_attempt); until then
+-- its start is kept on the job.
 UPDATE jobs
 SET state = 'active', fence = fence + 1, attempts = attempts + 1, worker = ?,
-    lease_ttl = ?, lease_expires_at = ?, progress = NULL
+    lease_ttl = ?, lease_expires_at = ?, progress = NULL, started_at = ?
 WHERE seq = ? AND state = 'queued'
 RETURNING {job_columns}
-
--- name: insert_attempt
-INSERT INTO attempts (job_id, fence, attempt, worker, started_at) VALUES (?, ?, ?, ?, ?)
 
 -- name: renew_leases
 -- The leases one worker presents (a JSON array of [id, fence]), in one
@@ -92,7 +91,15 @@ SET state = 'queued', attempts = attempts - 1, worker = NULL, lease_ttl = NULL,
 WHERE id = ? AND fence = ? AND state = 'active'
 
 -- name: end_attempt
-UPDATE attempts SET ended_at = ?, outcome = ?, error = ? WHERE job_id = ? AND fence = ?
+-- The history row of an attempt, written once, as it ends: from the job as it
+-- stands (its worker, start and number), so before the write that ends it (it
+-- writes nothing unless the job is still active with this fence). An open row
+-- that a claim of schema version 1 wrote is closed instead.
+INSERT INTO attempts (job_id, fence, attempt, worker, started_at, ended_at, outcome, error)
+SELECT id, fence, attempts, worker, coalesce(started_at, ?1), ?1, ?2, ?3
+FROM jobs WHERE id = ?4 AND fence = ?5 AND state = 'active'
+ON CONFLICT (job_id, fence) DO UPDATE
+SET ended_at = excluded.ended_at, outcome = excluded.outcome, error = excluded.error
 
 -- name: job_exists
 SELECT 1 FROM jobs WHERE id = ?
@@ -138,8 +145,14 @@ DELETE FROM jobs WHERE queue = ? AND state = 'dead' AND id = ?
 SELECT {job_columns} FROM jobs WHERE id = ?
 
 -- name: get_history
+-- The ended attempts, then the running one (kept on the job until it ends).
 SELECT attempt, fence, worker, started_at, ended_at, outcome, error
-FROM attempts WHERE job_id = ? ORDER BY fence
+FROM attempts WHERE job_id = ?1
+UNION ALL
+SELECT attempts, fence, worker, started_at, NULL, NULL, NULL FROM jobs
+WHERE id = ?1 AND state = 'active' AND started_at IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM attempts AS a WHERE a.job_id = jobs.id AND a.fence = jobs.fence)
+ORDER BY fence
 
 -- name: list_jobs
 -- {where} is built from fixed fragments; values stay parameters.
