@@ -61,10 +61,11 @@ def _without_comments(text: str) -> str:
 
 
 _LOADED = {n: _without_comments(t) for n, t in load_queries("tenure.backends.postgres").items()}
+END_ATTEMPT = _LOADED.pop("end_attempt")  # a part of statements, not one
 RAW_QUERIES = {
     name: text.replace("{job_columns}", SELECT_COLUMNS)
     .replace("{done_columns}", DONE_COLUMNS)
-    .replace("{end_attempt}", _LOADED["end_attempt"])
+    .replace("{end_attempt}", END_ATTEMPT)
     for name, text in _LOADED.items()
 }
 MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
