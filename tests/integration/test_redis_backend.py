@@ -21,12 +21,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis as redis_sync
 from redis.crc import key_slot
 
 from tenure.backends.base import WorkerInfo
 from tenure.backends.redis import RedisBackend
+from tenure.backends.redis.backend import ENQUEUE_CHUNK, ENQUEUE_WINDOW
 from tenure.backends.redis.scripts import NAMES, SCRIPTS, Runner
 from tenure.config import QueuePolicy
 from tenure.core.retry import Decision
@@ -352,22 +354,31 @@ def test_every_script_call__names_keys_of_one_slot_only(
 # -- bulk enqueue ----------------------------------------------------------------
 
 
-def test_bulk_enqueue_of_10000_jobs__takes_one_round_trip_and_honours_keys(
+def test_bulk_enqueue_of_10000_jobs__goes_in_overlapping_runs_and_honours_keys(
     redis_url: str, open_backend: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     b = open_backend(redis_url)
     [held] = b.enqueue([spec(key="k-7")])
-    trips = []
+    trips, in_flight = [], [0, 0]  # now, most
     send = Runner._send
 
     async def count(self: Runner, calls: Any, hot: bool = False) -> Any:
         trips.append(len(calls))
-        return await send(self, calls, hot)
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight)
+        try:
+            return await send(self, calls, hot)
+        finally:
+            in_flight[0] -= 1
 
     monkeypatch.setattr(Runner, "_send", count)
     specs = [spec(key=f"k-{i % 5000}") for i in range(10_000)]
     jobs = b.enqueue(specs)
-    assert len(trips) <= 2, trips  # the pipeline, and the index clean-up of key hits
+    # a pipeline per run of ENQUEUE_CHUNK (index, script; the first adds the
+    # queue), then the index clean-up of key hits; runs overlap on the lane
+    runs = 10_000 // ENQUEUE_CHUNK
+    assert trips == [3] + [2] * (runs - 1) + [1], trips
+    assert in_flight[1] == ENQUEUE_WINDOW
     assert len(jobs) == 10_000
     assert jobs[7].id == held.id  # the key of an unfinished job: that job
     assert [j.id for j in jobs[5000:]] == [j.id for j in jobs[:5000]]  # within the batch
@@ -555,6 +566,36 @@ def test_complete_many__completes_the_held_and_reports_the_rest_lost(
     assert lost == {(z.id, z.fence), ghost, (y.id, y.fence + 1)}
     assert [b.get(j.id).result for j in (x, y, z)] == ["x", "y", "early"]
     assert b.get(y.id).history[-1].outcome == Outcome.COMPLETED
+
+
+def test_an_attempt_begun_by_the_previous_version__is_closed_once_when_it_ends(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    """Before attempts were written when they end, a claim pushed an open history
+    entry (no started_at on the job) and the end rewrote it; a job claimed so and
+    ended now gets that entry closed, not a second one. A running attempt of
+    either kind shows once in get's history."""
+    b = open_backend(redis_url)
+    w = register(b, "w")
+    b.enqueue([spec(), spec()])
+    old, new = b.claim(w, ["default"], 2)
+    jk, hk = f"tenure:{{default}}:job:{old.id}", f"tenure:{{default}}:history:{old.id}"
+    started = admin(redis_url, "HGET", jk, "started_at").decode()
+    admin(redis_url, "HDEL", jk, "started_at")  # as the previous version left it
+    entry = {"attempt": 1, "fence": old.fence, "worker": w, "started_at": started}
+    admin(redis_url, "RPUSH", hk, orjson.dumps(entry))
+    for job in (old, new):
+        [running] = b.get(job.id).history
+        assert (running.attempt, running.fence, running.worker, running.outcome) == (
+            1, job.fence, w, None)  # fmt: skip
+        assert running.started_at == pytest.approx(time.time(), abs=60)
+    assert b.complete_many([(old.id, old.fence, b"1"), (new.id, new.fence, b"2")]) == set()
+    for job in (old, new):
+        [ended] = b.get(job.id).history
+        assert (ended.attempt, ended.fence, ended.worker, ended.outcome) == (
+            1, job.fence, w, Outcome.COMPLETED)  # fmt: skip
+        assert ended.ended_at is not None and ended.ended_at >= ended.started_at
+    assert admin(redis_url, "HEXISTS", jk, "started_at") == 0
 
 
 def test_concurrent_heartbeats_of_one_worker__share_its_liveness_connection_safely(

@@ -148,21 +148,21 @@ def test_a_lane__reaches_tcp_and_unix_sockets_but_not_tls() -> None:
 # -- under the backend -----------------------------------------------------------
 
 
-def test_the_cycle_and_a_single_enqueue__go_through_the_lane_and_reload_after_script_flush(
+def test_the_cycle_and_enqueues__go_through_the_lane_and_reload_after_script_flush(
     redis_url: str, open_backend: Callable[[str], SyncBackend], on_lane: list[str]
 ) -> None:
     b = open_backend(redis_url)
-    b.enqueue([spec(), spec()])  # in bulk: on the pool
+    b.enqueue([spec(), spec()])
     [job] = b.enqueue([spec()])
-    assert on_lane == ["SADD", "HSET", "enqueue"]
+    assert on_lane == ["SADD", "HSET", "enqueue"] * 2
     admin(redis_url, "SCRIPT", "FLUSH")
     claimed = b.claim("w", ["default"], 3)
     assert job.id in {c.id for c in claimed}
-    assert on_lane[3:] == ["cycle", "cycle"]  # NOSCRIPT, then again once loaded
+    assert on_lane[6:] == ["cycle", "cycle"]  # NOSCRIPT, then again once loaded
     assert b.inner.runner.reloads == 1
     lost = b.complete_many([(c.id, c.fence, b'"done"') for c in claimed])
     assert lost == set()
-    assert on_lane[5:] == ["cycle"]
+    assert on_lane[8:] == ["cycle"]
 
 
 def test_a_restart__fails_the_call_in_flight_and_calls_while_down__then_calls_work(

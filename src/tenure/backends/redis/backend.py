@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -35,7 +35,7 @@ from tenure.backends.base import (
 from tenure.backends.redis import codec
 from tenure.backends.redis.liveness import Liveness
 from tenure.backends.redis.rescue import rescue
-from tenure.backends.redis.scripts import INVALID_TRANSITION, OK, Call, Runner, check
+from tenure.backends.redis.scripts import INVALID_TRANSITION, OK, Arg, Call, Runner, check
 from tenure.backends.redis.topology import Topology
 from tenure.backends.redis.url import Options, parse
 from tenure.backends.redis.wakeup import Wakeups
@@ -50,6 +50,7 @@ from tenure.job import Job, JobSpec, check_specs
 log = logging.getLogger("tenure.redis")
 
 ENQUEUE_CHUNK = 500  # jobs per enqueue script call: bounds how long one call holds Redis
+ENQUEUE_WINDOW = 2  # enqueue pipelines in flight at once
 PROMOTE_MAX = 1000  # due scheduled jobs one claim promotes per queue
 ID_CACHE = 100_000  # job id -> queue entries this backend remembers
 DEFAULTS = QueuePolicy()
@@ -123,8 +124,10 @@ class RedisBackend:
             self._queue_of_id.popitem(last=False)
 
     def _known(self, jobs: Sequence[Job]) -> list[Job]:
-        for job in jobs:
-            self._remember(job.id, job.queue)
+        cache = self._queue_of_id
+        cache.update([(job.id, job.queue) for job in jobs])  # new ids go last
+        while len(cache) > ID_CACHE:
+            cache.popitem(last=False)
         return list(jobs)
 
     async def _queues_of(self, job_ids: Collection[str]) -> dict[str, str]:
@@ -161,20 +164,39 @@ class RedisBackend:
         if not specs:
             return []
         queues = list(dict.fromkeys(s.queue for s in specs))
-        calls = [Call.command("SADD", self.keys.queues, *queues)]
-        for start in range(0, len(specs), ENQUEUE_CHUNK):
-            index = [x for s in specs[start : start + ENQUEUE_CHUNK] for x in (s.id, s.queue)]
-            calls.append(Call.command("HSET", self.keys.jobs, *index))
+        head = [Call.command("SADD", self.keys.queues, *queues)]
+        # One pipeline per run (at most ENQUEUE_CHUNK jobs): the index by id
+        # first (a rerun finds them), then the script. On the lane, up to
+        # ENQUEUE_WINDOW of them in flight: the next run's arguments are packed
+        # while Redis stores the last one's jobs, and no reply waits behind a
+        # whole batch. Without a lane (Cluster, TLS), one at a time: on two
+        # pooled connections, a later run could be stored first.
+        window = ENQUEUE_WINDOW if self.runner.topology.lane is not None else 1
         runs = _runs(specs)
-        for queue, run in runs:
-            args = [queue, len(run), *(a for s in run for a in codec.enqueue_args(s))]
-            calls.append(Call.script("enqueue", [self.keys.queue(queue)], args))
-        # By id: a rerun finds them. One by one, on the lane (hot); a bulk enqueue
-        # stays on the pool, where a worker's cycles run between its chunks
-        # instead of waiting behind all of them on the lane.
-        replies = await self.runner.pipeline(calls, repeatable=True, hot=len(specs) == 1)
+        sent: deque[asyncio.Future[list[Any]]] = deque()
+        replies: list[Any] = []
+        try:
+            for queue, run in runs:
+                args: list[Arg] = [queue, len(run), *codec.shared_args(run[0])]
+                args += [a for s in run for a in (s.id, s.args, s.key or "")]
+                calls = [*head, Call.command("HSET", self.keys.jobs,
+                                             *[x for s in run for x in (s.id, queue)]),
+                         Call.script("enqueue", [self.keys.queue(queue)], args)]  # fmt: skip
+                head = []
+                sent.append(asyncio.ensure_future(
+                    self.runner.pipeline(calls, repeatable=True, hot=True)
+                ))  # fmt: skip
+                await asyncio.sleep(0)  # it writes its commands
+                if len(sent) >= window:
+                    replies.append((await sent.popleft())[-1])
+            while sent:
+                replies.append((await sent.popleft())[-1])
+        finally:
+            for pipeline in sent:  # an earlier one failed: the rest are not needed
+                pipeline.cancel()
+            await asyncio.gather(*sent, return_exceptions=True)
         jobs: list[Job] = []
-        for (_, run), (created, *made) in zip(runs, replies[len(calls) - len(runs) :], strict=True):
+        for (_, run), (created, *made) in zip(runs, replies, strict=True):
             now = float(created)
             for spec, entry in zip(run, made, strict=True):
                 if isinstance(entry, bytes):  # stored now: its run_at
@@ -522,13 +544,17 @@ class RedisBackend:
 
 
 def _runs(specs: Sequence[JobSpec]) -> list[tuple[str, list[JobSpec]]]:
-    """Consecutive specs of one queue, in chunks: one enqueue script call each, in order."""
+    """Consecutive specs of one queue and the same options (all but id, args and
+    key), in chunks: one enqueue script call each, in order."""
     runs: list[tuple[str, list[JobSpec]]] = []
+    last = None
     for spec in specs:
-        if runs and runs[-1][0] == spec.queue and len(runs[-1][1]) < ENQUEUE_CHUNK:
+        options = spec.options()
+        if options == last and len(runs[-1][1]) < ENQUEUE_CHUNK:
             runs[-1][1].append(spec)
         else:
             runs.append((spec.queue, [spec]))
+            last = options
     return runs
 
 

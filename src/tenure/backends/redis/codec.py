@@ -4,8 +4,10 @@ A job is a hash (``<prefix>:{queue}:job:<id>``) whose fields are the Job's,
 as strings: numbers in decimal (times with 17 significant digits, so they read
 back exactly), JSON for ``args``, ``result`` and ``progress``; an absent field is
 None. Internal fields: ``seq`` (insertion order), ``rank`` (its member of the
-ready set while queued) and ``lease_ttl`` (while active with a lease). Each
-attempt is one JSON entry of the job's history list, with its times as strings.
+ready set while queued), ``lease_ttl`` (while active with a lease) and
+``started_at`` (while active: its attempt's start). Each ended attempt is one
+JSON entry of the job's history list, with its times as strings; ``get`` adds
+the running one's from the job.
 """
 
 from __future__ import annotations
@@ -71,9 +73,11 @@ def number(value: float | int | None) -> str:
     return "" if value is None else repr(value)
 
 
-def enqueue_args(spec: JobSpec) -> tuple[str | bytes, ...]:
-    """The 9 ARGV values enqueue.lua takes per job."""
+def shared_args(spec: JobSpec) -> tuple[str, ...]:
+    """The ARGV values enqueue.lua takes once for a run of jobs with the same
+    options (``JobSpec.options``): task, delay, run_at, priority, max_attempts,
+    timeout."""
     return (
-        spec.id, spec.task, spec.args, number(spec.delay), number(spec.run_at),
-        str(spec.priority), spec.key or "", number(spec.max_attempts), number(spec.timeout),
+        spec.task, number(spec.delay), number(spec.run_at), str(spec.priority),
+        number(spec.max_attempts), number(spec.timeout),
     )  # fmt: skip

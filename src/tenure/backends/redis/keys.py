@@ -10,7 +10,7 @@ Per queue ``q``, under ``<prefix>:{q}:`` (the scripts build these names from
 that prefix, passed as ``KEYS[1]``; ``_lib.lua`` mirrors this table)::
 
     job:<id>        HASH    the job's fields (see codec.py)
-    history:<id>    LIST    its attempts, JSON, oldest first
+    history:<id>    LIST    its ended attempts, JSON, oldest first
     ready           ZSET    queued jobs: score -priority, member <run_at µs:16><seq:16><id>,
                             so ZRANGE 0 n-1 is the claim order (priority, run_at, seq)
     scheduled       ZSET    scheduled job ids by run_at

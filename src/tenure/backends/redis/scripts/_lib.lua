@@ -96,16 +96,21 @@ local function release_key(p, jk, id)
   end
 end
 
--- The lease ends: no worker, no expiry, out of the worker's held set.
-local function leave_active(p, jk, id)
-  local worker = redis.call('HGET', jk, 'worker')
-  redis.call('HDEL', jk, 'worker', 'lease_ttl', 'lease_expires_at')
+-- The lease of worker (false: none) on the job ends: out of the lease set and
+-- the worker's held set. The caller clears the job's own lease fields.
+local function drop_lease(p, id, worker)
   redis.call('ZREM', p .. 'leases', id)
   if worker then
     local hk = held_key(p, worker)
     redis.call('SREM', hk, id)
     if redis.call('SCARD', hk) == 0 then redis.call('SREM', p .. 'holders', worker) end
   end
+end
+
+-- The lease ends: no worker, no expiry, no running attempt on the job.
+local function leave_active(p, jk, id)
+  drop_lease(p, id, redis.call('HGET', jk, 'worker'))
+  redis.call('HDEL', jk, 'worker', 'lease_ttl', 'lease_expires_at', 'started_at')
 end
 
 -- The job's key if (id, fence) is the current lease of an active job, else nil
@@ -119,27 +124,41 @@ local function held_job(p, id, fence)
 end
 
 -- History: one JSON entry per attempt; times are strings, to keep 17 digits.
-local function begin_attempt(p, id, attempt, fence, worker, now)
-  redis.call('RPUSH', history_key(p, id), cjson.encode({
-    attempt = attempt, fence = fence, worker = worker, started_at = num(now)}))
+-- An attempt's entry is written once, when it ends; while it runs, the job
+-- holds its start (started_at), number (attempts) and worker: a claim wrote
+-- the entry and the end rewrote it, two calls per job more than needed.
+local ATTEMPT_FIELDS = {'started_at', 'attempts', 'worker'}
+
+-- The running attempt's entry (a table to encode) from its ATTEMPT_FIELDS.
+local function attempt_entry(a, fence)
+  return {attempt = tonumber(a[2]), fence = tonumber(fence), worker = a[3] or nil,
+    started_at = a[1]}
 end
 
-local function end_attempt(p, id, fence, outcome, err, now)
+-- End the attempt of fence, whose ATTEMPT_FIELDS a were read before its end
+-- changed the job. An attempt claimed by a version that wrote its entry at the
+-- claim has no started_at: that entry is closed instead.
+local function end_attempt(p, id, fence, a, outcome, err, now)
   local hk = history_key(p, id)
+  if a[1] then
+    local entry = attempt_entry(a, fence)
+    entry.ended_at, entry.outcome, entry.error = num(now), outcome, err
+    redis.call('RPUSH', hk, cjson.encode(entry))
+    return
+  end
   local last = redis.call('LINDEX', hk, -1)
   if not last then return end
-  local a = cjson.decode(last)
-  if int(a.fence) ~= fence then return end
-  a.ended_at = num(now)
-  a.outcome = outcome
-  a.error = err
-  redis.call('LSET', hk, -1, cjson.encode(a))
+  local entry = cjson.decode(last)
+  if int(entry.fence) ~= fence or entry.ended_at then return end
+  entry.ended_at, entry.outcome, entry.error = num(now), outcome, err
+  redis.call('LSET', hk, -1, cjson.encode(entry))
 end
 
 -- Apply a decision of tenure.core.retry to an active job (fail, and the
 -- sweeper's recover): -> queued | scheduled | dead, and end the attempt.
 local function settle_failure(p, id, jk, outcome, err, state, delay, reason, stall, now)
   local fence = redis.call('HGET', jk, 'fence')
+  local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
   leave_active(p, jk, id)
   if err then redis.call('HSET', jk, 'error', err) else redis.call('HDEL', jk, 'error') end
   if stall then redis.call('HINCRBY', jk, 'stalls', 1) end
@@ -153,12 +172,17 @@ local function settle_failure(p, id, jk, outcome, err, state, delay, reason, sta
     queue_job(p, id, 'active')
     signal(p, 1)
   end
-  end_attempt(p, id, fence, outcome, err, now)
+  end_attempt(p, id, fence, a, outcome, err, now)
 end
 
--- The job and its history, as get returns them.
+-- The job and its history, as get returns them, with the running attempt's
+-- entry (from the job) last.
 local function job_with_history(p, id)
-  return {redis.call('HGETALL', job_key(p, id)), redis.call('LRANGE', history_key(p, id), 0, -1)}
+  local jk = job_key(p, id)
+  local history = redis.call('LRANGE', history_key(p, id), 0, -1)
+  local a = redis.call('HMGET', jk, 'started_at', 'attempts', 'worker', 'fence')
+  if a[1] then history[#history + 1] = cjson.encode(attempt_entry(a, a[4])) end
+  return {redis.call('HGETALL', jk), history}
 end
 
 -- The queue's lease TTL (nil for an at-most-once queue) from its stored policy,
@@ -180,9 +204,10 @@ end
 -- Take up to limit due jobs of the queues (prefixes in keys), best first ->
 -- active, promoting due scheduled jobs first (claim.lua, cycle.lua). Each job
 -- taken gets fence + 1, attempts + 1, a lease of its queue's lease_ttl (none
--- when at-most-once) and a new attempt in its history. Returns the JOB_FIELDS
--- of each job taken.
+-- when at-most-once) and a new attempt, begun at now (started_at). Returns the
+-- JOB_FIELDS of each job taken.
 local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, promote_max, now)
+  local now_s = num(now)
   local candidates = {}
   for q, p in ipairs(keys) do
     promote(p, now, promote_max)
@@ -198,7 +223,7 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
       return a.member < b.member
     end)
   end
-  local out, ttls = {}, {}
+  local out, ttls, holding = {}, {}, {}
   for i = 1, math.min(limit, #candidates) do
     local c = candidates[i]
     local p = keys[c.q]
@@ -210,13 +235,17 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     local seq = string.sub(c.member, 17, 32)
     local jk = job_key(p, id)
     redis.call('ZREM', p .. 'ready', c.member)
-    local f = redis.call('HMGET', jk, 'fence', 'attempts')
-    local fence, attempts = tonumber(f[1]) + 1, tonumber(f[2]) + 1
-    local fields = {'state', 'active', 'worker', worker, 'fence', fence, 'attempts', attempts}
+    -- the job as it was, then the fields the claim changes (JOB_FIELDS order)
+    local f = redis.call('HMGET', jk, unpack(JOB_FIELDS))
+    local fence, attempts = int(tonumber(f[13]) + 1), int(tonumber(f[9]) + 1)
+    f[5], f[9], f[13], f[15], f[16], f[20] = 'active', attempts, fence, worker, false, false
+    local fields = {'state', 'active', 'worker', worker, 'fence', fence, 'attempts', attempts,
+      'started_at', now_s}
     if ttl then
-      local expires = now + ttl
-      fields[9], fields[10], fields[11], fields[12] = 'lease_ttl', num(ttl), 'lease_expires_at',
-        num(expires)
+      local expires = num(now + ttl)
+      f[16] = expires
+      fields[11], fields[12], fields[13], fields[14] = 'lease_ttl', num(ttl),
+        'lease_expires_at', expires
       redis.call('ZADD', p .. 'leases', expires, id)
       redis.call('HDEL', jk, 'progress', 'rank')
     else
@@ -225,10 +254,10 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     redis.call('HSET', jk, unpack(fields))
     set_state(p, id, seq, 'queued', 'active')
     redis.call('SADD', held_key(p, worker), id)
-    redis.call('SADD', p .. 'holders', worker)
-    begin_attempt(p, id, attempts, fence, worker, now)
-    out[#out + 1] = redis.call('HMGET', jk, unpack(JOB_FIELDS))
+    holding[p] = true
+    out[#out + 1] = f
   end
+  for p in pairs(holding) do redis.call('SADD', p .. 'holders', worker) end
   -- A queue left empty has no claimable job: its wake-up tokens are stale (an
   -- enqueue pushes new ones), and an idle worker should not wake for nothing.
   for q, p in ipairs(keys) do
@@ -243,15 +272,27 @@ end
 -- the queue p (complete.lua, cycle.lua). Returns one status per job, in order.
 local function complete_jobs(p, args, first, last, now)
   local codes = {}
+  local now_s = num(now)
   for i = first, last, 3 do
     local id, fence = args[i], args[i + 1]
-    local jk, code = held_job(p, id, fence)
-    if jk then
-      leave_active(p, jk, id)
-      redis.call('HSET', jk, 'state', 'completed', 'result', args[i + 2], 'finished_at', num(now))
-      set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'completed')
-      release_key(p, jk, id)
-      end_attempt(p, id, fence, 'completed', nil, now)
+    local jk = job_key(p, id)
+    -- held_job, leave_active, release_key and end_attempt's reads in one call
+    local f = redis.call('HMGET', jk, 'state', 'fence', 'started_at', 'attempts', 'worker',
+      'seq', 'key')
+    local code = OK
+    if not f[1] then
+      code = NOT_FOUND
+    elseif f[1] ~= 'active' or f[2] ~= fence then
+      code = LEASE_LOST
+    else
+      drop_lease(p, id, f[5])
+      redis.call('HDEL', jk, 'worker', 'lease_ttl', 'lease_expires_at', 'started_at')
+      redis.call('HSET', jk, 'state', 'completed', 'result', args[i + 2], 'finished_at', now_s)
+      set_state(p, id, f[6], 'active', 'completed')
+      if f[7] and redis.call('HGET', p .. 'keys', f[7]) == id then
+        redis.call('HDEL', p .. 'keys', f[7])
+      end
+      end_attempt(p, id, fence, {f[3], f[4], f[5]}, 'completed', nil, now)
     end
     codes[#codes + 1] = code
   end

@@ -1,7 +1,7 @@
 -- claim: take up to limit due jobs of the listed queues, best first -> active.
 -- Promotes the queues' due scheduled jobs first. Each job taken gets fence + 1,
 -- attempts + 1, a lease of its queue's lease_ttl (none when at-most-once) and a
--- new attempt in its history.
+-- new attempt (its history entry is written when it ends).
 --
 -- KEYS     the key prefix of each queue, "<prefix>:{<queue>}:" (several queues:
 --          several hash slots, which a single Redis allows; see docs/redis.md)
