@@ -11,7 +11,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tenure.config import QueuePolicy
 from tenure.core.retry import Decision
@@ -28,6 +31,7 @@ from tests.conformance.helpers import (
     spec,
     wait_for,
 )
+from tests.conformance.test_enqueue import JSON
 
 RETRY_NOW = Decision(State.QUEUED)
 
@@ -159,6 +163,23 @@ def test_complete_many__completes_the_held_and_reports_the_rest_lost(
     assert backend.get(a.id).history[-1].outcome == Outcome.COMPLETED
     assert backend.get(b.id).state == State.ACTIVE  # a stale fence changed nothing
     assert backend.get(c.id).result == "already"
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(results=st.lists(JSON, min_size=1, max_size=4))
+def test_complete_many__stores_any_json_results_as_given(
+    backend: Any, worker: str, results: list[Any]
+) -> None:
+    """The batched completion (a worker's cycle) stores each result's JSON as it
+    came, whatever it holds."""
+    backend.enqueue([spec() for _ in results])
+    jobs = backend.claim(worker, ["default"], len(results))
+    items = [(j.id, j.fence, orjson.dumps(r)) for j, r in zip(jobs, results, strict=True)]
+    assert backend.complete_many(items) == set()
+    stored = [orjson.dumps(backend.get(j.id).result) for j in jobs]
+    assert stored == [orjson.dumps(r) for r in results]
 
 
 def test_complete_and_claim__completes_then_claims_in_one_call(backend: Any, worker: str) -> None:

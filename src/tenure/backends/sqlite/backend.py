@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import orjson
 
 from tenure.backends.base import LeaseRef, Rescued, RescueReport, claim_limit
-from tenure.backends.rows import job_from_row
+from tenure.backends.rows import JOB_COLUMNS, job_from_row
 from tenure.backends.sqlfile import load_migrations, split_statements
 from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.liveness import WorkerLocks
@@ -339,14 +339,14 @@ class SQLiteBackend(Operators):
         if not rows:
             return []
         policies = self._policies(conn, {q for _, q in rows})
-        claimed = []
+        leases = []
         for seq, queue in rows:
             policy = policies[queue]
-            ttl = policy.lease_ttl if policy.delivery == "at-least-once" else None
-            expires = None if ttl is None else now + ttl
-            row = conn.execute(Q["take_lease"], (worker_id, ttl, expires, now, seq)).fetchone()
-            claimed.append(job_from_row(row))
-        return claimed
+            leases.append((seq, policy.lease_ttl if policy.delivery == "at-least-once" else None))
+        taken = conn.execute(Q["take_leases"], (worker_id, now, orjson.dumps(leases))).fetchall()
+        rank = {seq: i for i, (seq, _) in enumerate(rows)}  # back in claim order
+        taken.sort(key=lambda row: rank[row[SEQ]])
+        return [job_from_row(row[:SEQ]) for row in taken]
 
     def _policies(
         self, conn: sqlite3.Connection, queues: Collection[str]
@@ -386,12 +386,13 @@ class SQLiteBackend(Operators):
         self, conn: sqlite3.Connection, items: Sequence[tuple[str, int, bytes]]
     ) -> set[LeaseRef]:
         now = self.clock.now()
-        lost = set()
-        for job_id, fence, payload in items:
-            conn.execute(Q["end_attempt"], (now, Outcome.COMPLETED, None, job_id, fence))
-            if conn.execute(Q["complete"], (payload, now, job_id, fence)).rowcount == 0:
-                lost.add((job_id, fence))
-        return lost
+        # [[id, fence, result], ...]: each result is JSON already
+        listed = b"[" + b",".join(
+            [b"[%b,%d,%b]" % (orjson.dumps(i), f, payload) for i, f, payload in items]
+        ) + b"]"  # fmt: skip
+        conn.execute(Q["end_attempts"], (now, Outcome.COMPLETED, None, listed))
+        done = conn.execute(Q["complete_each"], (now, listed)).fetchall()
+        return {(i, f) for i, f, _ in items} - set(done)
 
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
@@ -516,6 +517,7 @@ class SQLiteBackend(Operators):
 # write lock again on the loop's thread; then it waits for it on the backend's
 # thread (SQLite's own busy handler sleeps 1 ms, then longer, per attempt).
 FAST_PATH_PAUSES = (0.0, 0.0002, 0.0005, 0.001)
+SEQ = len(JOB_COLUMNS)  # where take_leases returns a job's seq, after its columns
 
 
 class _Busy(Exception):

@@ -36,15 +36,18 @@ SELECT * FROM (SELECT seq, queue, priority, run_at FROM jobs
                WHERE state = 'queued' AND queue = ?
                ORDER BY priority DESC, run_at, seq LIMIT ?)
 
--- name: take_lease
--- queued -> active: a new fence, a new attempt and a lease (none when lease_ttl is NULL).
--- The attempt's history row is written when it ends (end_attempt); until then
--- its start is kept on the job.
+-- name: take_leases
+-- queued -> active for the jobs ?3 lists (a JSON array of [seq, lease_ttl]), in
+-- one statement: a new fence, a new attempt and a lease (none when lease_ttl is
+-- null). The attempt's history row is written when it ends (end_attempts);
+-- until then its start is kept on the job. Rows come back in no set order.
 UPDATE jobs
-SET state = 'active', fence = fence + 1, attempts = attempts + 1, worker = ?,
-    lease_ttl = ?, lease_expires_at = ?, progress = NULL, started_at = ?
-WHERE seq = ? AND state = 'queued'
-RETURNING {job_columns}
+SET state = 'active', fence = fence + 1, attempts = attempts + 1, worker = ?1,
+    lease_ttl = t.value ->> 1, lease_expires_at = ?2 + (t.value ->> 1), progress = NULL,
+    started_at = ?2
+FROM json_each(?3) AS t
+WHERE jobs.seq = t.value ->> 0 AND jobs.state = 'queued'
+RETURNING {job_columns}, seq
 
 -- name: renew_leases
 -- The leases one worker presents (a JSON array of [id, fence]), in one
@@ -61,6 +64,16 @@ UPDATE workers SET last_seen = ? WHERE id = ?
 
 -- name: set_progress
 UPDATE jobs SET progress = ? WHERE id = ? AND fence = ? AND state = 'active'
+
+-- name: complete_each
+-- active -> completed for the leases ?2 lists (a JSON array of [id, fence,
+-- result]) that are still held, in one statement; returns those completed.
+UPDATE jobs
+SET state = 'completed', result = t.value -> 2, finished_at = ?1, worker = NULL,
+    lease_ttl = NULL, lease_expires_at = NULL
+FROM json_each(?2) AS t
+WHERE jobs.id = t.value ->> 0 AND jobs.fence = t.value ->> 1 AND jobs.state = 'active'
+RETURNING jobs.id, jobs.fence
 
 -- name: complete
 UPDATE jobs
@@ -98,6 +111,16 @@ WHERE id = ? AND fence = ? AND state = 'active'
 INSERT INTO attempts (job_id, fence, attempt, worker, started_at, ended_at, outcome, error)
 SELECT id, fence, attempts, worker, coalesce(started_at, ?1), ?1, ?2, ?3
 FROM jobs WHERE id = ?4 AND fence = ?5 AND state = 'active'
+ON CONFLICT (job_id, fence) DO UPDATE
+SET ended_at = excluded.ended_at, outcome = excluded.outcome, error = excluded.error
+
+-- name: end_attempts
+-- end_attempt for each lease ?4 lists (a JSON array whose items start with [id,
+-- fence]), in one statement; ?2 (outcome) and ?3 (error) shared.
+INSERT INTO attempts (job_id, fence, attempt, worker, started_at, ended_at, outcome, error)
+SELECT jobs.id, jobs.fence, attempts, worker, coalesce(started_at, ?1), ?1, ?2, ?3
+FROM json_each(?4) AS t JOIN jobs ON jobs.id = t.value ->> 0 AND jobs.fence = t.value ->> 1
+WHERE jobs.state = 'active'
 ON CONFLICT (job_id, fence) DO UPDATE
 SET ended_at = excluded.ended_at, outcome = excluded.outcome, error = excluded.error
 
