@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Collection, Mapping, Sequence
@@ -165,36 +166,16 @@ class RedisBackend:
             return []
         queues = list(dict.fromkeys(s.queue for s in specs))
         head = [Call.command("SADD", self.keys.queues, *queues)]
-        # One pipeline per run (at most ENQUEUE_CHUNK jobs): the index by id
-        # first (a rerun finds them), then the script. On the lane, up to
-        # ENQUEUE_WINDOW of them in flight: the next run's arguments are packed
-        # while Redis stores the last one's jobs, and no reply waits behind a
-        # whole batch. Without a lane (Cluster, TLS), one at a time: on two
-        # pooled connections, a later run could be stored first.
-        window = ENQUEUE_WINDOW if self.runner.topology.lane is not None else 1
         runs = _runs(specs)
-        sent: deque[asyncio.Future[list[Any]]] = deque()
-        replies: list[Any] = []
-        try:
-            for queue, run in runs:
-                args: list[Arg] = [queue, len(run), *codec.shared_args(run[0])]
-                args += [a for s in run for a in (s.id, s.args, s.key or "")]
-                calls = [*head, Call.command("HSET", self.keys.jobs,
-                                             *[x for s in run for x in (s.id, queue)]),
-                         Call.script("enqueue", [self.keys.queue(queue)], args)]  # fmt: skip
-                head = []
-                sent.append(asyncio.ensure_future(
-                    self.runner.pipeline(calls, repeatable=True, hot=True)
-                ))  # fmt: skip
-                await asyncio.sleep(0)  # it writes its commands
-                if len(sent) >= window:
-                    replies.append((await sent.popleft())[-1])
-            while sent:
-                replies.append((await sent.popleft())[-1])
-        finally:
-            for pipeline in sent:  # an earlier one failed: the rest are not needed
-                pipeline.cancel()
-            await asyncio.gather(*sent, return_exceptions=True)
+        pipelines = []
+        for queue, run in runs:  # the index by id first: a rerun finds them
+            args: list[Arg] = [queue, len(run), *codec.shared_args(run[0])]
+            args += [a for s in run for a in (s.id, s.args, s.key or "")]
+            pipelines.append([*head, Call.command("HSET", self.keys.jobs,
+                                                  *[x for s in run for x in (s.id, queue)]),
+                              Call.script("enqueue", [self.keys.queue(queue)], args)])  # fmt: skip
+            head = []
+        replies = [r[-1] for r in await self._pipelines(pipelines)]
         jobs: list[Job] = []
         for (_, run), (created, *made) in zip(runs, replies, strict=True):
             now = float(created)
@@ -210,6 +191,31 @@ class RedisBackend:
         if unused:
             await self.runner.command("HDEL", self.keys.jobs, *unused)
         return self._known(jobs)
+
+    async def _pipelines(self, pipelines: Sequence[Sequence[Call]]) -> list[list[Any]]:
+        """Run repeatable pipelines in order. On the lane, up to ENQUEUE_WINDOW in
+        flight: while Redis runs one, the next is sent, and no reply waits behind
+        a whole batch. Without a lane (Cluster, TLS), one at a time: on two
+        pooled connections, a later one could run first."""
+        run = functools.partial(self.runner.pipeline, repeatable=True, hot=True)
+        if len(pipelines) == 1:
+            return [await run(pipelines[0])]
+        window = ENQUEUE_WINDOW if self.runner.topology.lane is not None else 1
+        sent: deque[asyncio.Future[list[Any]]] = deque()
+        replies = []
+        try:
+            for calls in pipelines:
+                sent.append(asyncio.ensure_future(run(calls)))
+                await asyncio.sleep(0)  # it writes its commands
+                if len(sent) >= window:
+                    replies.append(await sent.popleft())
+            while sent:
+                replies.append(await sent.popleft())
+        finally:
+            for pipeline in sent:  # an earlier one failed: the rest are not needed
+                pipeline.cancel()
+            await asyncio.gather(*sent, return_exceptions=True)
+        return replies
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         """Block on the queues' signal lists (BLPOP) until a token or the timeout.
