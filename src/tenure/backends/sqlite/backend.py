@@ -423,7 +423,7 @@ class SQLiteBackend(Operators):
         with self._tx() as conn:
             if ending is not None:  # first: it reads the attempt from the job
                 outcome, error, now = ending
-                conn.execute(Q["end_attempt"], (now, outcome, error, job_id, fence))
+                conn.execute(Q["end_attempts"], (now, outcome, error, _listed(job_id, fence)))
             if conn.execute(sql, params).rowcount == 0:
                 if conn.execute(Q["job_exists"], (job_id,)).fetchone() is None:
                     raise JobNotFound(f"no job with id {job_id!r}")
@@ -452,7 +452,7 @@ class SQLiteBackend(Operators):
         try:
             yield conn
             now = self.clock.now()
-            conn.execute(Q["end_attempt"], (now, Outcome.COMPLETED, None, job_id, fence))
+            conn.execute(Q["end_attempts"], (now, Outcome.COMPLETED, None, _listed(job_id, fence)))
             if conn.execute(Q["complete"], (payload, now, job_id, fence)).rowcount == 0:
                 raise LeaseLost(f"job {job_id} is no longer held with fence {fence}")
         except BaseException:
@@ -508,7 +508,7 @@ class SQLiteBackend(Operators):
             else f"the lease of worker {job.worker} expired"
         )  # fmt: skip
         sql, params = _failure(job.id, job.fence, error, decision, now)
-        conn.execute(Q["end_attempt"], (now, outcome, error, job.id, job.fence))
+        conn.execute(Q["end_attempts"], (now, outcome, error, _listed(job.id, job.fence)))
         conn.execute(sql, params)
         return Rescued(job.id, job.fence, outcome, decision.state)
 
@@ -518,6 +518,11 @@ class SQLiteBackend(Operators):
 # thread (SQLite's own busy handler sleeps 1 ms, then longer, per attempt).
 FAST_PATH_PAUSES = (0.0, 0.0002, 0.0005, 0.001)
 SEQ = len(JOB_COLUMNS)  # where take_leases returns a job's seq, after its columns
+
+
+def _listed(job_id: str, fence: int) -> bytes:
+    """One lease as the statements of many take it (end_attempts)."""
+    return orjson.dumps([[job_id, fence]])
 
 
 class _Busy(Exception):

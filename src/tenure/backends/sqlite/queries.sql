@@ -103,20 +103,13 @@ SET state = 'queued', attempts = attempts - 1, worker = NULL, lease_ttl = NULL,
     lease_expires_at = NULL
 WHERE id = ? AND fence = ? AND state = 'active'
 
--- name: end_attempt
--- The history row of an attempt, written once, as it ends: from the job as it
--- stands (its worker, start and number), so before the write that ends it (it
--- writes nothing unless the job is still active with this fence). An open row
--- that a claim of schema version 1 wrote is closed instead.
-INSERT INTO attempts (job_id, fence, attempt, worker, started_at, ended_at, outcome, error)
-SELECT id, fence, attempts, worker, coalesce(started_at, ?1), ?1, ?2, ?3
-FROM jobs WHERE id = ?4 AND fence = ?5 AND state = 'active'
-ON CONFLICT (job_id, fence) DO UPDATE
-SET ended_at = excluded.ended_at, outcome = excluded.outcome, error = excluded.error
-
 -- name: end_attempts
--- end_attempt for each lease ?4 lists (a JSON array whose items start with [id,
--- fence]), in one statement; ?2 (outcome) and ?3 (error) shared.
+-- The history row of each attempt that ends, for the leases ?4 lists (a JSON
+-- array whose items start with [id, fence]), with outcome ?2 and error ?3:
+-- written once, as it ends, from the job as it stands (its worker, start and
+-- number), so before the write that ends it (nothing for a job no longer
+-- active with that fence). An open row that a claim of schema version 1 wrote
+-- is closed instead.
 INSERT INTO attempts (job_id, fence, attempt, worker, started_at, ended_at, outcome, error)
 SELECT jobs.id, jobs.fence, attempts, worker, coalesce(started_at, ?1), ?1, ?2, ?3
 FROM json_each(?4) AS t JOIN jobs ON jobs.id = t.value ->> 0 AND jobs.fence = t.value ->> 1
