@@ -119,7 +119,7 @@ class PostgresServer:
 class RedisServer:
     """One redis-server; tests flush it before use."""
 
-    def __init__(self, *, appendonly: bool = False) -> None:
+    def __init__(self, *, appendonly: bool = False, appendfsync: str = "everysec") -> None:
         binary = shutil.which("redis-server")
         if not binary:
             raise ServerUnavailable("redis-server not found")
@@ -127,6 +127,7 @@ class RedisServer:
         self.root = Path(tempfile.mkdtemp(prefix="tenure-redis-"))
         self.port = free_port()
         self.appendonly = appendonly
+        self.appendfsync = appendfsync
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
@@ -134,7 +135,7 @@ class RedisServer:
         command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                    "--dir", str(self.root), "--save", "",
                    "--appendonly", "yes" if self.appendonly else "no",
-                   "--appendfsync", "everysec", "--daemonize", "no",
+                   "--appendfsync", self.appendfsync, "--daemonize", "no",
                    "--logfile", str(self.root / "server.log")]  # fmt: skip
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:

@@ -43,8 +43,11 @@ def redis_url(redis_server: RedisServer) -> str:
 
 @pytest.fixture
 def own_server() -> Iterator[RedisServer]:
-    """A server of the test's own, to restart, freeze or protect with a password."""
-    server = server_or_skip("redis", lambda: RedisServer(appendonly=True))
+    """A server of the test's own, to restart, freeze or protect with a password.
+    Every write is in its append-only file before its reply (appendfsync always):
+    with everysec, Redis may reply before it writes the file while an fsync is
+    slow (a loaded machine), and a write acknowledged just before a kill is lost."""
+    server = server_or_skip("redis", lambda: RedisServer(appendonly=True, appendfsync="always"))
     yield server
     server.close()
 
