@@ -118,17 +118,15 @@ class RedisBackend:
         self._topology = self._runner = self._liveness = None
         self._wakeups = {}
 
-    def _remember(self, job_id: str, queue: str) -> None:
-        self._queue_of_id[job_id] = queue
-        self._queue_of_id.move_to_end(job_id)
-        if len(self._queue_of_id) > ID_CACHE:
-            self._queue_of_id.popitem(last=False)
-
-    def _known(self, jobs: Sequence[Job]) -> list[Job]:
+    def _remember(self, queue_of_id: Mapping[str, str]) -> None:
+        """Cache job id -> queue; the oldest entries go first (new ids go last)."""
         cache = self._queue_of_id
-        cache.update([(job.id, job.queue) for job in jobs])  # new ids go last
+        cache.update(queue_of_id)
         while len(cache) > ID_CACHE:
             cache.popitem(last=False)
+
+    def _known(self, jobs: Sequence[Job]) -> list[Job]:
+        self._remember({job.id: job.queue for job in jobs})
         return list(jobs)
 
     async def _queues_of(self, job_ids: Collection[str]) -> dict[str, str]:
@@ -137,10 +135,9 @@ class RedisBackend:
         unknown = [i for i in job_ids if i not in found]
         if unknown:
             queues = await self.runner.command("HMGET", self.keys.jobs, *unknown, repeatable=True)
-            for job_id, queue in zip(unknown, queues, strict=True):
-                if queue is not None:
-                    found[job_id] = queue.decode()
-                    self._remember(job_id, found[job_id])
+            fetched = {i: q.decode() for i, q in zip(unknown, queues, strict=True) if q is not None}
+            self._remember(fetched)
+            found.update(fetched)
         return found
 
     async def _queue_of(self, job_id: str) -> str:

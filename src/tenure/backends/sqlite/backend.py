@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import orjson
@@ -375,9 +375,9 @@ class SQLiteBackend(Operators):
         await self._run(self._complete, job_id, fence, payload)
 
     def _complete(self, job_id: str, fence: int, payload: bytes) -> None:
-        now = self.clock.now()
-        ending = (Outcome.COMPLETED, None, now)
-        self._settle(Q["complete"], (payload, now, job_id, fence), job_id, fence, ending)
+        with self._tx() as conn:
+            if self._completing(conn, [(job_id, fence, payload)]):
+                _refused(conn, job_id, fence)
 
     async def complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
         return (await self.complete_and_claim(items, "", (), 0))[0]
@@ -425,12 +425,7 @@ class SQLiteBackend(Operators):
                 outcome, error, now = ending
                 conn.execute(Q["end_attempts"], (now, outcome, error, _listed(job_id, fence)))
             if conn.execute(sql, params).rowcount == 0:
-                if conn.execute(Q["job_exists"], (job_id,)).fetchone() is None:
-                    raise JobNotFound(f"no job with id {job_id!r}")
-                raise LeaseLost(
-                    f"job {job_id} is no longer held with fence {fence}: "
-                    "it was recovered or settled by someone else"
-                )
+                _refused(conn, job_id, fence)
             if ending is not None and (ending[0] is Outcome.RELEASED or sql is Q["requeue"]):
                 self._ring(conn)
 
@@ -451,9 +446,7 @@ class SQLiteBackend(Operators):
         conn.execute("BEGIN")
         try:
             yield conn
-            now = self.clock.now()
-            conn.execute(Q["end_attempts"], (now, Outcome.COMPLETED, None, _listed(job_id, fence)))
-            if conn.execute(Q["complete"], (payload, now, job_id, fence)).rowcount == 0:
+            if self._completing(conn, [(job_id, fence, payload)]):
                 raise LeaseLost(f"job {job_id} is no longer held with fence {fence}")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -518,6 +511,16 @@ class SQLiteBackend(Operators):
 # thread (SQLite's own busy handler sleeps 1 ms, then longer, per attempt).
 FAST_PATH_PAUSES = (0.0, 0.0002, 0.0005, 0.001)
 SEQ = len(JOB_COLUMNS)  # where take_leases returns a job's seq, after its columns
+
+
+def _refused(conn: sqlite3.Connection, job_id: str, fence: int) -> NoReturn:
+    """Why a fence-checked write touched nothing: JobNotFound or LeaseLost."""
+    if conn.execute(Q["job_exists"], (job_id,)).fetchone() is None:
+        raise JobNotFound(f"no job with id {job_id!r}")
+    raise LeaseLost(
+        f"job {job_id} is no longer held with fence {fence}: "
+        "it was recovered or settled by someone else"
+    )
 
 
 def _listed(job_id: str, fence: int) -> bytes:

@@ -75,12 +75,6 @@ FROM json_each(?2) AS t
 WHERE jobs.id = t.value ->> 0 AND jobs.fence = t.value ->> 1 AND jobs.state = 'active'
 RETURNING jobs.id, jobs.fence
 
--- name: complete
-UPDATE jobs
-SET state = 'completed', result = ?, finished_at = ?, worker = NULL, lease_ttl = NULL,
-    lease_expires_at = NULL
-WHERE id = ? AND fence = ? AND state = 'active'
-
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core.
 -- A job queued again at once keeps its run_at, hence its place in line.

@@ -96,21 +96,19 @@ local function release_key(p, jk, id)
   end
 end
 
--- The lease of worker (false: none) on the job ends: out of the lease set and
--- the worker's held set. The caller clears the job's own lease fields.
-local function drop_lease(p, id, worker)
+-- The fields of an active job that go when its attempt ends.
+local LEASE_FIELDS = {'worker', 'lease_ttl', 'lease_expires_at', 'started_at'}
+
+-- The lease of worker (false: none) ends: out of the lease set and the
+-- worker's held set; no worker, no expiry, no running attempt on the job.
+local function leave_active(p, jk, id, worker)
   redis.call('ZREM', p .. 'leases', id)
   if worker then
     local hk = held_key(p, worker)
     redis.call('SREM', hk, id)
     if redis.call('SCARD', hk) == 0 then redis.call('SREM', p .. 'holders', worker) end
   end
-end
-
--- The lease ends: no worker, no expiry, no running attempt on the job.
-local function leave_active(p, jk, id)
-  drop_lease(p, id, redis.call('HGET', jk, 'worker'))
-  redis.call('HDEL', jk, 'worker', 'lease_ttl', 'lease_expires_at', 'started_at')
+  redis.call('HDEL', jk, unpack(LEASE_FIELDS))
 end
 
 -- The job's key if (id, fence) is the current lease of an active job, else nil
@@ -127,21 +125,21 @@ end
 -- An attempt's entry is written once, when it ends; while it runs, the job
 -- holds its start (started_at), number (attempts) and worker: a claim wrote
 -- the entry and the end rewrote it, two calls per job more than needed.
-local ATTEMPT_FIELDS = {'started_at', 'attempts', 'worker'}
+local ATTEMPT_FIELDS = {'started_at', 'attempts', 'worker', 'fence'}
 
 -- The running attempt's entry (a table to encode) from its ATTEMPT_FIELDS.
-local function attempt_entry(a, fence)
-  return {attempt = tonumber(a[2]), fence = tonumber(fence), worker = a[3] or nil,
+local function attempt_entry(a)
+  return {attempt = tonumber(a[2]), fence = tonumber(a[4]), worker = a[3] or nil,
     started_at = a[1]}
 end
 
--- End the attempt of fence, whose ATTEMPT_FIELDS a were read before its end
--- changed the job. An attempt claimed by a version that wrote its entry at the
--- claim has no started_at: that entry is closed instead.
-local function end_attempt(p, id, fence, a, outcome, err, now)
+-- End the attempt whose ATTEMPT_FIELDS a were read before its end changed the
+-- job. An attempt claimed by a version that wrote its entry at the claim has
+-- no started_at: that entry is closed instead.
+local function end_attempt(p, id, a, outcome, err, now)
   local hk = history_key(p, id)
   if a[1] then
-    local entry = attempt_entry(a, fence)
+    local entry = attempt_entry(a)
     entry.ended_at, entry.outcome, entry.error = num(now), outcome, err
     redis.call('RPUSH', hk, cjson.encode(entry))
     return
@@ -149,7 +147,7 @@ local function end_attempt(p, id, fence, a, outcome, err, now)
   local last = redis.call('LINDEX', hk, -1)
   if not last then return end
   local entry = cjson.decode(last)
-  if int(entry.fence) ~= fence or entry.ended_at then return end
+  if int(entry.fence) ~= a[4] or entry.ended_at then return end
   entry.ended_at, entry.outcome, entry.error = num(now), outcome, err
   redis.call('LSET', hk, -1, cjson.encode(entry))
 end
@@ -157,9 +155,8 @@ end
 -- Apply a decision of tenure.core.retry to an active job (fail, and the
 -- sweeper's recover): -> queued | scheduled | dead, and end the attempt.
 local function settle_failure(p, id, jk, outcome, err, state, delay, reason, stall, now)
-  local fence = redis.call('HGET', jk, 'fence')
   local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
-  leave_active(p, jk, id)
+  leave_active(p, jk, id, a[3])
   if err then redis.call('HSET', jk, 'error', err) else redis.call('HDEL', jk, 'error') end
   if stall then redis.call('HINCRBY', jk, 'stalls', 1) end
   if state == 'dead' then
@@ -172,7 +169,7 @@ local function settle_failure(p, id, jk, outcome, err, state, delay, reason, sta
     queue_job(p, id, 'active')
     signal(p, 1)
   end
-  end_attempt(p, id, fence, a, outcome, err, now)
+  end_attempt(p, id, a, outcome, err, now)
 end
 
 -- The job and its history, as get returns them, with the running attempt's
@@ -180,8 +177,8 @@ end
 local function job_with_history(p, id)
   local jk = job_key(p, id)
   local history = redis.call('LRANGE', history_key(p, id), 0, -1)
-  local a = redis.call('HMGET', jk, 'started_at', 'attempts', 'worker', 'fence')
-  if a[1] then history[#history + 1] = cjson.encode(attempt_entry(a, a[4])) end
+  local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
+  if a[1] then history[#history + 1] = cjson.encode(attempt_entry(a)) end
   return {redis.call('HGETALL', jk), history}
 end
 
@@ -276,23 +273,23 @@ local function complete_jobs(p, args, first, last, now)
   for i = first, last, 3 do
     local id, fence = args[i], args[i + 1]
     local jk = job_key(p, id)
-    -- held_job, leave_active, release_key and end_attempt's reads in one call
-    local f = redis.call('HMGET', jk, 'state', 'fence', 'started_at', 'attempts', 'worker',
+    -- held_job, release_key and end_attempt's reads in one call: the
+    -- ATTEMPT_FIELDS, then state, seq and key
+    local a = redis.call('HMGET', jk, 'started_at', 'attempts', 'worker', 'fence', 'state',
       'seq', 'key')
     local code = OK
-    if not f[1] then
+    if not a[5] then
       code = NOT_FOUND
-    elseif f[1] ~= 'active' or f[2] ~= fence then
+    elseif a[5] ~= 'active' or a[4] ~= fence then
       code = LEASE_LOST
     else
-      drop_lease(p, id, f[5])
-      redis.call('HDEL', jk, 'worker', 'lease_ttl', 'lease_expires_at', 'started_at')
+      leave_active(p, jk, id, a[3])
       redis.call('HSET', jk, 'state', 'completed', 'result', args[i + 2], 'finished_at', now_s)
-      set_state(p, id, f[6], 'active', 'completed')
-      if f[7] and redis.call('HGET', p .. 'keys', f[7]) == id then
-        redis.call('HDEL', p .. 'keys', f[7])
+      set_state(p, id, a[6], 'active', 'completed')
+      if a[7] and redis.call('HGET', p .. 'keys', a[7]) == id then
+        redis.call('HDEL', p .. 'keys', a[7])
       end
-      end_attempt(p, id, fence, {f[3], f[4], f[5]}, 'completed', nil, now)
+      end_attempt(p, id, a, 'completed', nil, now)
     end
     codes[#codes + 1] = code
   end

@@ -9,9 +9,9 @@ local p, id, fence = KEYS[1], ARGV[1], ARGV[2]
 local jk, code = held_job(p, id, fence)
 if not jk then return code end
 local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
-leave_active(p, jk, id)
+leave_active(p, jk, id, a[3])
 redis.call('HINCRBY', jk, 'attempts', -1)
 queue_job(p, id, 'active')
 signal(p, 1)
-end_attempt(p, id, fence, a, 'released', nil, clock())
+end_attempt(p, id, a, 'released', nil, clock())
 return OK
