@@ -204,6 +204,31 @@ def test_complete_and_claim__completes_then_claims_in_one_call(backend: Any, wor
     assert backend.complete_and_claim([], worker, ["default"], 0) == (set(), [])
 
 
+def test_complete_and_claim__batches_of_thousands_settle_every_job(
+    backend: Any, worker: str
+) -> None:
+    """Large cycles (the Redis scripts write each set in pieces) lose nothing."""
+    backend.enqueue([spec(args={"i": i}) for i in range(2_500)])
+    first = backend.claim(worker, ["default"], 1_200)
+    items = [(j.id, j.fence, b"%d" % j.args["i"]) for j in first]
+    lost, rest = backend.complete_and_claim(items, worker, ["default"], 2_000)
+    assert lost == set()
+    assert len(rest) == 1_300
+    assert [j.args["i"] for j in first + rest] == list(range(2_500))
+    counts = backend.counts("default")
+    assert (counts[State.COMPLETED], counts[State.ACTIVE], counts[State.QUEUED]) == (
+        1_200,
+        1_300,
+        0,
+    )
+    done, running = backend.get(first[-1].id), backend.get(rest[-1].id)
+    assert (done.state, done.result, done.worker, done.lease_expires_at) == (
+        State.COMPLETED, 1_199, None, None)  # fmt: skip
+    assert (running.state, running.worker) == (State.ACTIVE, worker)
+    assert backend.complete_many([(j.id, j.fence, b"null") for j in rest]) == set()
+    assert backend.counts("default")[State.COMPLETED] == 2_500
+
+
 def test_complete_and_claim__never_claims_a_job_it_completes(backend: Any, worker: str) -> None:
     job = enqueue_one(backend)
     held = claim_one(backend, worker)

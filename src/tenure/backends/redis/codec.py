@@ -4,7 +4,8 @@ A job is a hash (``<prefix>:{queue}:job:<id>``) whose fields are the Job's,
 as strings: numbers in decimal (times with 17 significant digits, so they read
 back exactly), JSON for ``args``, ``result`` and ``progress``; an absent field is
 None. Internal fields: ``seq`` (insertion order), ``rank`` (its member of the
-ready set while queued), ``lease_ttl`` (while active with a lease) and
+ready set while queued; a claim leaves it, the attempt's end removes it),
+``lease_ttl`` (while active with a lease) and
 ``started_at`` (while active: its attempt's start). Each ended attempt is one
 JSON entry of the job's history list, with its times as strings; ``get`` adds
 the running one's from the job.

@@ -69,11 +69,10 @@ local function queue_job(p, id, from)
   set_state(p, id, f[2], from, 'queued')
 end
 
--- -> scheduled, due at run_at.
+-- -> scheduled, due at run_at (from active: leave_active took its rank).
 local function schedule_job(p, id, run_at, from)
   local jk = job_key(p, id)
   redis.call('HSET', jk, 'state', 'scheduled', 'run_at', num(run_at))
-  redis.call('HDEL', jk, 'rank')
   redis.call('ZADD', p .. 'scheduled', run_at, id)
   set_state(p, id, redis.call('HGET', jk, 'seq'), from, 'scheduled')
 end
@@ -96,19 +95,39 @@ local function release_key(p, jk, id)
   end
 end
 
--- The fields of an active job that go when its attempt ends.
-local LEASE_FIELDS = {'worker', 'lease_ttl', 'lease_expires_at', 'started_at'}
+-- redis.call(cmd, key, values...) for a list of values of any length, in
+-- pieces (unpack has a limit); pieces hold an even count, so score-member
+-- pairs stay whole.
+local PIECE = 1000
+local function call_with(cmd, key, values)
+  for i = 1, #values, PIECE do
+    redis.call(cmd, key, unpack(values, i, math.min(i + PIECE - 1, #values)))
+  end
+end
 
--- The lease of worker (false: none) ends: out of the lease set and the
--- worker's held set; no worker, no expiry, no running attempt on the job.
-local function leave_active(p, jk, id, worker)
-  redis.call('ZREM', p .. 'leases', id)
-  if worker then
+-- The fields of an active job that go when its attempt ends (rank, its member
+-- of the ready set while it was queued, goes with them: the claim leaves it).
+local LEASE_FIELDS = {'worker', 'lease_ttl', 'lease_expires_at', 'started_at', 'rank'}
+
+-- The leases of the jobs ids end, workers[i] holding ids[i] (false: none): out
+-- of the lease set and the workers' held sets; no worker, no expiry, no
+-- running attempt on the jobs. One call per set, whatever the number of jobs.
+local function leave_active(p, ids, workers)
+  call_with('ZREM', p .. 'leases', ids)
+  local held = {}
+  for i, id in ipairs(ids) do
+    redis.call('HDEL', job_key(p, id), unpack(LEASE_FIELDS))
+    local worker = workers[i]
+    if worker then
+      held[worker] = held[worker] or {}
+      table.insert(held[worker], id)
+    end
+  end
+  for worker, of_worker in pairs(held) do
     local hk = held_key(p, worker)
-    redis.call('SREM', hk, id)
+    call_with('SREM', hk, of_worker)
     if redis.call('SCARD', hk) == 0 then redis.call('SREM', p .. 'holders', worker) end
   end
-  redis.call('HDEL', jk, unpack(LEASE_FIELDS))
 end
 
 -- The job's key if (id, fence) is the current lease of an active job, else nil
@@ -156,7 +175,7 @@ end
 -- sweeper's recover): -> queued | scheduled | dead, and end the attempt.
 local function settle_failure(p, id, jk, outcome, err, state, delay, reason, stall, now)
   local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
-  leave_active(p, jk, id, a[3])
+  leave_active(p, {id}, {a[3]})
   if err then redis.call('HSET', jk, 'error', err) else redis.call('HDEL', jk, 'error') end
   if stall then redis.call('HINCRBY', jk, 'stalls', 1) end
   if state == 'dead' then
@@ -220,41 +239,54 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
       return a.member < b.member
     end)
   end
-  local out, ttls, holding = {}, {}, {}
+  -- per queue: its lease TTL, and what its sets gain and lose, written after
+  -- the loop in one call per set
+  local out, taken = {}, {}
   for i = 1, math.min(limit, #candidates) do
     local c = candidates[i]
     local p = keys[c.q]
-    if ttls[c.q] == nil then
-      ttls[c.q] = lease_ttl_of(p, default_ttl, default_delivery) or false
+    local t = taken[c.q]
+    if not t then
+      t = {ttl = lease_ttl_of(p, default_ttl, default_delivery), members = {}, ids = {},
+        active = {}, leases = {}}
+      taken[c.q] = t
     end
-    local ttl = ttls[c.q]
     local id = string.sub(c.member, 33)
-    local seq = string.sub(c.member, 17, 32)
     local jk = job_key(p, id)
-    redis.call('ZREM', p .. 'ready', c.member)
     -- the job as it was, then the fields the claim changes (JOB_FIELDS order)
     local f = redis.call('HMGET', jk, unpack(JOB_FIELDS))
+    -- the last attempt's progress goes; so does a lease if this claim makes none
+    local gone = {}
+    if f[20] then gone[1] = 'progress' end
+    if f[16] and not t.ttl then
+      gone[#gone + 1], gone[#gone + 2] = 'lease_ttl', 'lease_expires_at'
+    end
+    if #gone > 0 then redis.call('HDEL', jk, unpack(gone)) end
     local fence, attempts = int(tonumber(f[13]) + 1), int(tonumber(f[9]) + 1)
     f[5], f[9], f[13], f[15], f[16], f[20] = 'active', attempts, fence, worker, false, false
     local fields = {'state', 'active', 'worker', worker, 'fence', fence, 'attempts', attempts,
       'started_at', now_s}
-    if ttl then
-      local expires = num(now + ttl)
+    if t.ttl then
+      local expires = num(now + t.ttl)
       f[16] = expires
-      fields[11], fields[12], fields[13], fields[14] = 'lease_ttl', num(ttl),
+      fields[11], fields[12], fields[13], fields[14] = 'lease_ttl', num(t.ttl),
         'lease_expires_at', expires
-      redis.call('ZADD', p .. 'leases', expires, id)
-      redis.call('HDEL', jk, 'progress', 'rank')
-    else
-      redis.call('HDEL', jk, 'progress', 'rank', 'lease_ttl', 'lease_expires_at')
+      t.leases[#t.leases + 1], t.leases[#t.leases + 2] = expires, id
     end
     redis.call('HSET', jk, unpack(fields))
-    set_state(p, id, seq, 'queued', 'active')
-    redis.call('SADD', held_key(p, worker), id)
-    holding[p] = true
+    t.members[#t.members + 1], t.ids[#t.ids + 1] = c.member, id
+    t.active[#t.active + 1], t.active[#t.active + 2] = string.sub(c.member, 17, 32), id
     out[#out + 1] = f
   end
-  for p in pairs(holding) do redis.call('SADD', p .. 'holders', worker) end
+  for q, t in pairs(taken) do
+    local p = keys[q]
+    call_with('ZREM', p .. 'ready', t.members)
+    call_with('ZADD', p .. 'leases', t.leases)
+    call_with('ZREM', state_key(p, 'queued'), t.ids)
+    call_with('ZADD', state_key(p, 'active'), t.active)
+    call_with('SADD', held_key(p, worker), t.ids)
+    redis.call('SADD', p .. 'holders', worker)
+  end
   -- A queue left empty has no claimable job: its wake-up tokens are stale (an
   -- enqueue pushes new ones), and an idle worker should not wake for nothing.
   for q, p in ipairs(keys) do
@@ -270,6 +302,9 @@ end
 local function complete_jobs(p, args, first, last, now)
   local codes = {}
   local now_s = num(now)
+  -- the jobs completed, their workers and their (seq, id) pairs: the sets they
+  -- leave and join are written after the loop, one call each
+  local ids, workers, completed = {}, {}, {}
   for i = first, last, 3 do
     local id, fence = args[i], args[i + 1]
     local jk = job_key(p, id)
@@ -281,11 +316,12 @@ local function complete_jobs(p, args, first, last, now)
     if not a[5] then
       code = NOT_FOUND
     elseif a[5] ~= 'active' or a[4] ~= fence then
-      code = LEASE_LOST
+      code = LEASE_LOST  -- also the second of two completions of one job in a batch
     else
-      leave_active(p, jk, id, a[3])
+      ids[#ids + 1] = id
+      workers[#ids] = a[3]
+      completed[#completed + 1], completed[#completed + 2] = a[6], id
       redis.call('HSET', jk, 'state', 'completed', 'result', args[i + 2], 'finished_at', now_s)
-      set_state(p, id, a[6], 'active', 'completed')
       if a[7] and redis.call('HGET', p .. 'keys', a[7]) == id then
         redis.call('HDEL', p .. 'keys', a[7])
       end
@@ -293,5 +329,8 @@ local function complete_jobs(p, args, first, last, now)
     end
     codes[#codes + 1] = code
   end
+  leave_active(p, ids, workers)
+  call_with('ZREM', state_key(p, 'active'), ids)
+  call_with('ZADD', state_key(p, 'completed'), completed)
   return codes
 end

@@ -9,7 +9,7 @@ local p, id, fence = KEYS[1], ARGV[1], ARGV[2]
 local jk, code = held_job(p, id, fence)
 if not jk then return code end
 local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
-leave_active(p, jk, id, a[3])
+leave_active(p, {id}, {a[3]})
 redis.call('HINCRBY', jk, 'attempts', -1)
 queue_job(p, id, 'active')
 signal(p, 1)
