@@ -136,3 +136,34 @@ def test_no_claims_ahead__for_long_jobs_or_at_most_once_queues(
     finally:
         gate.set()
         worker.stop()
+
+
+def test_a_job_waiting_for_a_slot__goes_back_unrun_on_a_drain_also_at_most_once(
+    gated: tuple[App, threading.Event],
+) -> None:
+    """A job claimed but not begun reached no handler: a drain releases it, in
+    an at-most-once queue too (dead-lettering it would lose a job never run).
+    Here a job arrives with no slot free, as when a pool process dies under a
+    claim in flight."""
+    app, gate = gated
+    app.queue().set_policy(delivery="at-most-once")
+    worker = Worker(app)
+    supervisor = worker.supervisor
+    try:
+        wait_for(lambda: active(app) == 2)
+
+        async def claim_with_no_slot_free() -> None:
+            [job] = await supervisor.backend.claim(supervisor.worker_id, ["default"], 1)
+            supervisor._start(job)
+
+        worker.call(lambda: asyncio.ensure_future(claim_with_no_slot_free()))
+        wait_for(lambda: len(supervisor._waiting) == 1)
+        worker.drain()
+        wait_for(lambda: app.queue().counts()[State.QUEUED] == 8)
+    finally:
+        gate.set()
+        worker.stop()
+    jobs = [app.get_job(j.id) for j in app.jobs(limit=20).jobs]
+    assert sorted(j.state for j in jobs) == [State.COMPLETED] * 2 + [State.QUEUED] * 8
+    [back] = [j for j in jobs if j.history and j.state is State.QUEUED]
+    assert back.attempts == 0 and [a.outcome for a in back.history] == [Outcome.RELEASED]

@@ -378,7 +378,7 @@ class Supervisor:
     def _begin(self, job: Job, policy: QueuePolicy) -> None:
         if self.executor.capacity() <= 0:  # claimed ahead: it begins when a slot frees
             if self._draining.is_set():
-                self._in_task(self._hand_back_unbegun(job, policy))
+                self._in_task(self._hand_back_unbegun(job))
             else:
                 self._waiting.append((job, policy))
             return
@@ -481,7 +481,7 @@ class Supervisor:
 
     async def _drain(self) -> None:
         while self._waiting:  # claimed ahead, never begun: handed back at once
-            self._in_task(self._hand_back_unbegun(*self._waiting.popleft()))
+            self._in_task(self._hand_back_unbegun(self._waiting.popleft()[0]))
         if not self.running:
             return
         log.info("drain: waiting up to %.1f s for %d attempts", self.config.drain_timeout,
@@ -504,9 +504,11 @@ class Supervisor:
             self._finished.clear()
             await self._finished.wait()
 
-    async def _hand_back_unbegun(self, job: Job, policy: QueuePolicy) -> None:
+    async def _hand_back_unbegun(self, job: Job) -> None:
+        """Released, whatever the queue's delivery: no handler ever saw the job
+        (an at-most-once job too: only an attempt that began cannot run again)."""
         try:
-            await hand_back(self.backend, job, policy)
+            await self.backend.release(job.id, job.fence)
             log.info("drain: handed back job %s (claimed ahead, not begun)", job.id)
         except LeaseLost:
             pass
