@@ -95,23 +95,26 @@ def test_short_jobs_on_a_server__are_claimed_ahead_and_a_drain_hands_those_back(
         wait_for(lambda: active(app) == 2)  # no pace measured yet: no claim ahead
         settled_for_a_while(worker)
         assert active(app) == 2
-        worker.pace(run_time=0.0001, cycle_time=0.001)  # short jobs: 2 more
+        app.enqueue_many("hold", [{} for _ in range(10)])
+        worker.pace(run_time=0.00001, cycle_time=0.001)  # 200 a cycle: at most 6 per slot
         remote = worker.supervisor.backend.remote
         if not remote:  # SQLite: nothing to hide; claiming ahead would only add work
             settled_for_a_while(worker)
             assert active(app) == 2
             return
-        wait_for(lambda: active(app) == 4)
+        wait_for(lambda: active(app) == 2 + 12)
+        settled_for_a_while(worker)
+        assert active(app) == 14
         worker.drain()
-        wait_for(lambda: app.queue().counts()[State.QUEUED] == 8)  # while 2 still run
+        wait_for(lambda: app.queue().counts()[State.QUEUED] == 18)  # while 2 still run
         assert active(app) == 2
     finally:
         gate.set()
         worker.stop()
-    jobs = [app.get_job(j.id) for j in app.jobs(limit=20).jobs]
-    assert sorted(j.state for j in jobs) == [State.COMPLETED] * 2 + [State.QUEUED] * 8
+    jobs = [app.get_job(j.id) for j in app.jobs(limit=30).jobs]
+    assert sorted(j.state for j in jobs) == [State.COMPLETED] * 2 + [State.QUEUED] * 18
     back = [j for j in jobs if j.history and j.state is State.QUEUED]
-    assert len(back) == 2
+    assert len(back) == 12
     for job in back:
         assert job.attempts == 0 and [a.outcome for a in job.history] == [Outcome.RELEASED]
 

@@ -7,11 +7,13 @@ they cannot delay a heartbeat.
 
 It claims for its free slots, and, while its jobs are short, ahead of them: as
 many more as its slots start within one cycle's round trip at the pace they
-run (at most one per slot), so that a slot freed by a short job need not wait
+run (at most six per slot), so that a slot freed by a short job need not wait
 for a round trip. A job claimed ahead waits for a slot under its lease; its
 deadline counts from its start. Long jobs, at-most-once queues (a claimed job
 is gone if the worker dies) and storage without round trips (SQLite) get no
-claims ahead.
+claims ahead. While a cycle is out, the next one waits until it has as much
+to do as the worker has slots (slots to claim for plus completions to write):
+fewer, fuller round trips, less CPU per job on both sides.
 
 Drain (SIGTERM or SIGINT): claim nothing new; running attempts get
 ``drain_timeout`` seconds to finish; the rest are stopped and handed back at
@@ -267,6 +269,9 @@ class Supervisor:
             if free <= 0 and not done:
                 await self._wait()
                 continue
+            if self._cycles and max(free, 0) + len(self.completer) < self.config.concurrency:
+                await self._wait()  # a cycle is out: let work gather for a fuller one
+                continue
             if self._dry and not done:  # the last claim came back short: queues are empty
                 if self.config.burst and not (self.running or self._cycles):
                     self._draining.set()  # burst: the queues are empty, stop
@@ -297,7 +302,7 @@ class Supervisor:
                 or any(p.delivery == "at-most-once" for p in self.policies.values())):  # fmt: skip
             return 0
         slots = self.config.concurrency
-        return min(slots, int(slots * self._cycle_time / max(run_time, 1e-6)))
+        return min(6 * slots, int(slots * self._cycle_time / max(run_time, 1e-6)))
 
     async def _cycle(self, slots: int) -> None:
         batch = self.completer.take()
