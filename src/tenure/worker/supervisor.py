@@ -53,6 +53,7 @@ log = logging.getLogger("tenure.worker")
 
 POLICY_REFRESH = 5.0
 MAX_CYCLES_IN_FLIGHT = 3
+MAX_AHEAD_PER_SLOT = 6  # claims ahead; at 1, PostgreSQL drained a quarter slower; at 3, slower too
 AVERAGING = 0.2  # weight of the newest sample in the moving averages of times
 SETTLE_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 5.0, 5.0)
 
@@ -302,7 +303,7 @@ class Supervisor:
                 or any(p.delivery == "at-most-once" for p in self.policies.values())):  # fmt: skip
             return 0
         slots = self.config.concurrency
-        return min(6 * slots, int(slots * self._cycle_time / max(run_time, 1e-6)))
+        return min(MAX_AHEAD_PER_SLOT * slots, int(slots * self._cycle_time / max(run_time, 1e-6)))
 
     async def _cycle(self, slots: int) -> None:
         batch = self.completer.take()
