@@ -94,7 +94,7 @@ class Backend(Protocol):
     max_payload: int  # the largest JSON arguments, result or progress, in bytes
     # Storage is a server: a worker's cycle waits for a round trip, which the
     # worker hides by claiming ahead of its free slots. False: the cycle is the
-    # worker's own work (SQLite), and claiming ahead only adds to it.
+    # worker's own work (SQLite), which claims ahead make fewer and fuller.
     remote: bool
 
     async def open(self) -> None:

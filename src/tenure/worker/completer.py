@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -38,6 +39,7 @@ class Completer:
         self.wake = wake
         self._items: list[Item] = []
         self._written: list[Written] = []
+        self.since = 0.0  # when the oldest waiting completion came (time.monotonic())
 
     def __len__(self) -> int:
         return len(self._items)
@@ -52,6 +54,8 @@ class Completer:
 
     def add(self, item: Item, written: Written) -> None:
         """Complete at the next cycle; ``written`` is told how it went."""
+        if not self._items:
+            self.since = time.monotonic()
         self._items.append(item)
         self._written.append(written)
         self.wake()

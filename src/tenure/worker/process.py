@@ -92,6 +92,7 @@ class ProcessPool:
         concurrency: int,
         async_slots: int = 1,
         max_jobs_per_executor: int | None = None,
+        on_capacity: Callable[[], None] = lambda: None,
     ) -> None:
         self.app_path = app_path
         self.is_async = is_async
@@ -99,6 +100,7 @@ class ProcessPool:
         self.concurrency = concurrency
         self.async_slots = async_slots
         self.max_jobs = max_jobs_per_executor
+        self.on_capacity = on_capacity  # called when a replacement executor is ready
         self.children: list[Child] = []
         self.started = 0
         self._changed = asyncio.Event()
@@ -267,6 +269,7 @@ class ProcessPool:
             child = await self._spawn()
             self.children.append(child)
             await child.ready
+            self.on_capacity()
         except TenureError:
             if not self._closing:
                 log.exception("could not start a replacement executor")

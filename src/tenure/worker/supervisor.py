@@ -6,14 +6,19 @@ sweeps. Handlers run in an executor and only report back; whatever they do,
 they cannot delay a heartbeat.
 
 It claims for its free slots, and, while its jobs are short, ahead of them: as
-many more as its slots start within one cycle's round trip at the pace they
-run (at most six per slot), so that a slot freed by a short job need not wait
-for a round trip. A job claimed ahead waits for a slot under its lease; its
-deadline counts from its start. Long jobs, at-most-once queues (a claimed job
-is gone if the worker dies) and storage without round trips (SQLite) get no
+many more as its slots start within a horizon at the pace they run (at most
+six per slot). On a storage server the horizon is one cycle's round trip, so
+that a slot freed by a short job need not wait for one; on storage in the
+worker's own process (SQLite), where the cycle is the worker's own work, it is
+BATCH_HORIZON, so that one transaction carries many jobs. A job claimed ahead
+waits for a slot under its lease; its deadline counts from its start. Long
+jobs and at-most-once queues (a claimed job is gone if the worker dies) get no
 claims ahead. While a cycle is out, the next one waits until it has as much
 to do as the worker has slots (slots to claim for plus completions to write):
-fewer, fuller round trips, less CPU per job on both sides.
+fewer, fuller round trips, less CPU per job on both sides. Without round trips,
+while more than half the jobs claimed ahead still wait for a slot (so every
+slot is busy), the next cycle waits for them to begin, for up to BATCH_HORIZON
+after the oldest completion it would carry.
 
 Drain (SIGTERM or SIGINT): claim nothing new; running attempts get
 ``drain_timeout`` seconds to finish; the rest are stopped and handed back at
@@ -26,9 +31,11 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import os
 import signal
 import socket
+import time
 import uuid
 from collections import deque
 from collections.abc import Coroutine
@@ -54,6 +61,7 @@ log = logging.getLogger("tenure.worker")
 POLICY_REFRESH = 5.0
 MAX_CYCLES_IN_FLIGHT = 3
 MAX_AHEAD_PER_SLOT = 6  # claims ahead; at 1, PostgreSQL drained a quarter slower; at 3, slower too
+BATCH_HORIZON = 0.005  # seconds of work claimed ahead, and completions held, without round trips
 AVERAGING = 0.2  # weight of the newest sample in the moving averages of times
 SETTLE_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 5.0, 5.0)
 
@@ -113,7 +121,8 @@ class Supervisor:
         tasks = self.app.tasks
         return ProcessPool(app_path, lambda name: tasks[name].is_async, self._link,
                            concurrency=c.concurrency, async_slots=c.async_slots,
-                           max_jobs_per_executor=c.max_jobs_per_executor)  # fmt: skip
+                           max_jobs_per_executor=c.max_jobs_per_executor,
+                           on_capacity=self._begin_waiting)  # fmt: skip
 
     async def _link(self, op: str, job: Job, data: Any) -> None:
         """What a running handler asks of the supervisor: progress, or a heartbeat now."""
@@ -273,6 +282,9 @@ class Supervisor:
             if self._cycles and max(free, 0) + len(self.completer) < self.config.concurrency:
                 await self._wait()  # a cycle is out: let work gather for a fuller one
                 continue
+            if (gather := self._gather_for()) > 0:
+                await self._wait(gather)  # slots are busy: let work gather for a fuller one
+                continue
             if self._dry and not done:  # the last claim came back short: queues are empty
                 if self.config.burst and not (self.running or self._cycles):
                     self._draining.set()  # burst: the queues are empty, stop
@@ -299,11 +311,20 @@ class Supervisor:
     def _ahead(self) -> int:
         """How many jobs to claim beyond the free slots (see the module's doc)."""
         run_time = self._run_time
-        if (run_time is None or not self.backend.remote
-                or any(p.delivery == "at-most-once" for p in self.policies.values())):  # fmt: skip
+        if run_time is None or any(p.delivery == "at-most-once" for p in self.policies.values()):
             return 0
         slots = self.config.concurrency
-        return min(MAX_AHEAD_PER_SLOT * slots, int(slots * self._cycle_time / max(run_time, 1e-6)))
+        horizon = self._cycle_time if self.backend.remote else BATCH_HORIZON
+        return min(MAX_AHEAD_PER_SLOT * slots, int(slots * horizon / max(run_time, 1e-6)))
+
+    def _gather_for(self) -> float:
+        """How long the next cycle may wait for fuller work, on storage without
+        round trips (see the module's doc); 0: not at all."""
+        if self.backend.remote or self._cycles or len(self._waiting) * 2 <= self._ahead():
+            return 0.0
+        if not self.completer:
+            return math.inf  # nothing held back: wait for the slots
+        return self.completer.since + BATCH_HORIZON - time.monotonic()
 
     async def _cycle(self, slots: int) -> None:
         batch = self.completer.take()
@@ -342,10 +363,15 @@ class Supervisor:
             waiting.cancel()
         self._wake.clear()
 
-    async def _wait(self) -> None:
-        """Until a cycle ends, a slot frees, a completion waits, a stop, or a tick."""
+    async def _wait(self, timeout: float = math.inf) -> None:
+        """Until a cycle ends, a slot frees, a completion waits, a stop, a tick,
+        or ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(timeout, self._wake.set) if timeout < math.inf else None
         await self._wake.wait()
         self._wake.clear()
+        if timer is not None:
+            timer.cancel()
 
     async def _tick(self, stop: asyncio.Event) -> None:
         """Wake the cycle loop now and then: a lost wake-up costs one idle poll."""
@@ -393,8 +419,11 @@ class Supervisor:
         self.executor.begin(job, timeout, functools.partial(self._ended, job, policy))
 
     def _begin_waiting(self) -> None:
+        """Begin jobs claimed ahead in the slots free now: when an attempt ends,
+        and when the process pool has replaced an executor."""
         while self._waiting and self.executor.capacity() > 0 and not self._draining.is_set():
             self._begin(*self._waiting.popleft())
+        self._wake.set()
 
     async def _start_slowly(self, job: Job) -> None:
         lease = (job.id, job.fence)
