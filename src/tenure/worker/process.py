@@ -19,8 +19,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from tenure.errors import LeaseLost, TenureError
 from tenure.job import Job
@@ -41,6 +42,7 @@ log = logging.getLogger("tenure.executor")
 
 ASYNC_CANCEL_GRACE = 1.0
 START_TIMEOUT = 60.0
+CLOSE_WAIT = 5.0  # seconds close() waits for the tasks watching executors to end
 
 
 @dataclass
@@ -162,10 +164,13 @@ class ProcessPool:
             lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(from_child_r, "rb", buffering=0)
         )
         child = Child(proc, transport, loop.create_future())
-        self._tasks.add(
-            asyncio.create_task(self._watch(child, reader), name=f"executor-{proc.pid}")
-        )
+        self._keep(self._watch(child, reader), f"executor-{proc.pid}")
         return child
+
+    def _keep(self, coroutine: Coroutine[Any, Any, None], name: str | None = None) -> None:
+        task = asyncio.create_task(coroutine, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _watch(self, child: Child, reader: asyncio.StreamReader) -> None:
         """Read the child's messages until its pipe closes: then it is dead."""
@@ -201,7 +206,7 @@ class ProcessPool:
         elif op == "done":
             self._finish(child, message)
         elif op in ("progress", "heartbeat"):
-            self._tasks.add(asyncio.create_task(self._answer(child, message)))
+            self._keep(self._answer(child, message))
 
     async def _answer(self, child: Child, message: Message) -> None:
         running = child.jobs.get(message["id"])
@@ -267,6 +272,10 @@ class ProcessPool:
     async def _replace(self) -> None:
         try:
             child = await self._spawn()
+            if self._closing:  # closed while it started: close() did not see it
+                child.kill()
+                await asyncio.get_running_loop().run_in_executor(None, child.proc.wait)
+                return
             self.children.append(child)
             await child.ready
             self.on_capacity()
@@ -286,6 +295,8 @@ class ProcessPool:
         for child in list(self.children):
             with contextlib.suppress(Exception):
                 await asyncio.get_running_loop().run_in_executor(None, child.proc.wait)
+        if self._tasks:  # watchers end with their process; one replacing an executor kills it
+            await asyncio.wait(self._tasks, timeout=CLOSE_WAIT)
 
     # -- attempts ------------------------------------------------------------
 

@@ -16,9 +16,9 @@ jobs and at-most-once queues (a claimed job is gone if the worker dies) get no
 claims ahead. While a cycle is out, the next one waits until it has as much
 to do as the worker has slots (slots to claim for plus completions to write):
 fewer, fuller round trips, less CPU per job on both sides. Without round trips,
-while more than half the jobs claimed ahead still wait for a slot (so every
-slot is busy), the next cycle waits for them to begin, for up to BATCH_HORIZON
-after the oldest completion it would carry.
+while more jobs claimed ahead wait for a slot than the worker has slots (so
+every slot stays busy through the next cycle), that cycle waits for them to
+begin, for up to BATCH_HORIZON after the oldest completion it would carry.
 
 Drain (SIGTERM or SIGINT): claim nothing new; running attempts get
 ``drain_timeout`` seconds to finish; the rest are stopped and handed back at
@@ -320,7 +320,7 @@ class Supervisor:
     def _gather_for(self) -> float:
         """How long the next cycle may wait for fuller work, on storage without
         round trips (see the module's doc); 0: not at all."""
-        if self.backend.remote or self._cycles or len(self._waiting) * 2 <= self._ahead():
+        if self.backend.remote or self._cycles or len(self._waiting) <= self.config.concurrency:
             return 0.0
         if not self.completer:
             return math.inf  # nothing held back: wait for the slots
