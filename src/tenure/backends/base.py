@@ -96,6 +96,10 @@ class Backend(Protocol):
     # worker hides by claiming ahead of its free slots. False: the cycle is the
     # worker's own work (SQLite), which claims ahead make fewer and fuller.
     remote: bool
+    # A cycle costs storage much more than each job in it (PostgreSQL: one
+    # statement of many parts): while a cycle is out, the worker lets the next
+    # gather a full claim (its slots plus claims ahead), not just its slots.
+    costly_cycles: bool
 
     async def open(self) -> None:
         """Connect and apply pending migrations. Raises BackendUnavailable."""

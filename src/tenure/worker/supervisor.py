@@ -14,8 +14,11 @@ BATCH_HORIZON, so that one transaction carries many jobs. A job claimed ahead
 waits for a slot under its lease; its deadline counts from its start. Long
 jobs and at-most-once queues (a claimed job is gone if the worker dies) get no
 claims ahead. While a cycle is out, the next one waits until it has as much
-to do as the worker has slots (slots to claim for plus completions to write):
-fewer, fuller round trips, less CPU per job on both sides. Without round trips,
+to do as the worker has slots (slots to claim for plus completions to write),
+or, where a cycle costs storage much more than a job (PostgreSQL), as a full
+claim (slots plus claims ahead): fewer, fuller round trips, less CPU per job
+on both sides. On Redis, waiting for a full claim cost a worker a fifth of
+its rate: its cycles are cheap, and overlapping them kept its slots busy. Without round trips,
 while more jobs claimed ahead wait for a slot than the worker has slots (so
 every slot stays busy through the next cycle), that cycle waits for them to
 begin, for up to BATCH_HORIZON after the oldest completion it would carry.
@@ -279,7 +282,7 @@ class Supervisor:
             if free <= 0 and not done:
                 await self._wait()
                 continue
-            if self._cycles and max(free, 0) + len(self.completer) < self.config.concurrency:
+            if self._cycles and max(free, 0) + len(self.completer) < self._full_cycle():
                 await self._wait()  # a cycle is out: let work gather for a fuller one
                 continue
             if (gather := self._gather_for()) > 0:
@@ -316,6 +319,11 @@ class Supervisor:
         slots = self.config.concurrency
         horizon = self._cycle_time if self.backend.remote else BATCH_HORIZON
         return min(MAX_AHEAD_PER_SLOT * slots, int(slots * horizon / max(run_time, 1e-6)))
+
+    def _full_cycle(self) -> int:
+        """What a cycle sent while another is out should carry (see the module's doc)."""
+        slots = self.config.concurrency
+        return slots + self._ahead() if self.backend.costly_cycles else slots
 
     def _gather_for(self) -> float:
         """How long the next cycle may wait for fuller work, on storage without

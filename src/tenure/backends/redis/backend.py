@@ -61,6 +61,7 @@ class RedisBackend:
     """Jobs in Redis (keys laid out for Redis Cluster). See the module docstring."""
 
     remote = True
+    costly_cycles = False  # a script call: fuller cycles only cost it overlap
 
     def __init__(self, options: Options) -> None:
         self.url = options.url
