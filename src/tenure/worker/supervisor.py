@@ -17,11 +17,10 @@ claims ahead. While a cycle is out, the next one waits until it has as much
 to do as the worker has slots (slots to claim for plus completions to write),
 or, where a cycle costs storage much more than a job (PostgreSQL), as a full
 claim (slots plus claims ahead): fewer, fuller round trips, less CPU per job
-on both sides. On Redis, waiting for a full claim cost a worker a fifth of
-its rate: its cycles are cheap, and overlapping them kept its slots busy. Without round trips,
-while more jobs claimed ahead wait for a slot than the worker has slots (so
-every slot stays busy through the next cycle), that cycle waits for them to
-begin, for up to BATCH_HORIZON after the oldest completion it would carry.
+on both sides (Redis's cheap cycles gain more from overlapping). Without round
+trips, while more jobs claimed ahead wait for a slot than the worker has slots
+(so every slot stays busy through the next cycle), that cycle waits for them
+to begin, for up to BATCH_HORIZON after the oldest completion it would carry.
 
 Drain (SIGTERM or SIGINT): claim nothing new; running attempts get
 ``drain_timeout`` seconds to finish; the rest are stopped and handed back at
@@ -125,7 +124,7 @@ class Supervisor:
         return ProcessPool(app_path, lambda name: tasks[name].is_async, self._link,
                            concurrency=c.concurrency, async_slots=c.async_slots,
                            max_jobs_per_executor=c.max_jobs_per_executor,
-                           on_capacity=self._begin_waiting)  # fmt: skip
+                           on_capacity=self._executor_replaced)  # fmt: skip
 
     async def _link(self, op: str, job: Job, data: Any) -> None:
         """What a running handler asks of the supervisor: progress, or a heartbeat now."""
@@ -427,10 +426,13 @@ class Supervisor:
         self.executor.begin(job, timeout, functools.partial(self._ended, job, policy))
 
     def _begin_waiting(self) -> None:
-        """Begin jobs claimed ahead in the slots free now: when an attempt ends,
-        and when the process pool has replaced an executor."""
         while self._waiting and self.executor.capacity() > 0 and not self._draining.is_set():
             self._begin(*self._waiting.popleft())
+
+    def _executor_replaced(self) -> None:
+        """The process pool has a slot again: begin a job claimed ahead in it, or
+        claim for it (an attempt's end does both on its own)."""
+        self._begin_waiting()
         self._wake.set()
 
     async def _start_slowly(self, job: Job) -> None:

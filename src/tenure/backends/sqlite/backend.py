@@ -82,7 +82,7 @@ class SQLiteBackend(Operators):
     """Jobs in one SQLite file (WAL mode). See the module docstring."""
 
     remote = False
-    costly_cycles = False  # no cycle is ever out (see Supervisor._gather_for)
+    costly_cycles = False  # its cycles gather otherwise (Supervisor._gather_for)
 
     def __init__(
         self,
