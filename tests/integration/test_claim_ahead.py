@@ -156,7 +156,7 @@ def test_a_job_waiting_for_a_slot__goes_back_unrun_on_a_drain_also_at_most_once(
             supervisor._start(job)
 
         worker.call(lambda: asyncio.ensure_future(claim_with_no_slot_free()))
-        wait_for(lambda: len(supervisor._waiting) == 1)
+        wait_for(lambda: supervisor._unbegun() == 1)
         worker.drain()
         wait_for(lambda: app.queue().counts()[State.QUEUED] == 8)
     finally:

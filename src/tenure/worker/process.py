@@ -124,6 +124,13 @@ class ProcessPool:
                 free += self.async_slots - len(c.jobs)
         return max(free - len(self._waiting), 0)
 
+    def room(self) -> int:
+        """As many as can start now: jobs wait for an executor in the supervisor."""
+        return self.capacity()
+
+    def withdraw(self) -> list[Job]:
+        return []  # every attempt begun has, or is about to get, an executor
+
     def _usable(self) -> list[Child]:
         return [c for c in self.children if c.ready.done() and not c.retiring and not c.killed]
 
@@ -302,19 +309,21 @@ class ProcessPool:
 
     def begin(self, job: Job, timeout: float | None, on_end: OnEnd) -> None:
         self._waiting.add(job.id)  # counted against capacity from now on
-        task = asyncio.get_running_loop().create_task(self.run(job, timeout))
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self.run(job, timeout))
         self._runs.add(task)
-        task.add_done_callback(functools.partial(self._ran, on_end))
+        task.add_done_callback(functools.partial(self._ran, on_end, loop.time()))
 
-    def _ran(self, on_end: OnEnd, task: asyncio.Task[AttemptResult]) -> None:
+    def _ran(self, on_end: OnEnd, began: float, task: asyncio.Task[AttemptResult]) -> None:
         self._runs.discard(task)
+        ran = asyncio.get_running_loop().time() - began
         if task.cancelled():
-            on_end(Stopped())
+            on_end(Stopped(), ran)
         elif (exc := task.exception()) is not None:
             log.error("the process pool failed to run an attempt", exc_info=exc)
-            on_end(Crashed(f"the process pool failed to run it: {exc!r}"))
+            on_end(Crashed(f"the process pool failed to run it: {exc!r}"), ran)
         else:
-            on_end(task.result())
+            on_end(task.result(), ran)
 
     async def run(self, job: Job, timeout: float | None) -> AttemptResult:
         is_async = self.is_async(job.task)

@@ -6,11 +6,13 @@ sweeps. Handlers run in an executor and only report back; whatever they do,
 they cannot delay a heartbeat.
 
 It claims for its free slots, and, while its jobs are short, ahead of them: as
-many more as its slots start within a horizon at the pace they run (at most
-six per slot). On a storage server the horizon is one cycle's round trip, so
-that a slot freed by a short job need not wait for one; on storage in the
-worker's own process (SQLite), where the cycle is the worker's own work, it is
-BATCH_HORIZON, so that one transaction carries many jobs. A job claimed ahead
+many more as its slots start within a horizon at the pace they run, plus those
+the executor keeps to start itself as its slots free (the thread executor: one
+per slot), at most six per slot. On a storage server the horizon is one
+cycle's round trip, so that a slot freed by a short job need not wait for one;
+on storage in the worker's own process (SQLite), where the cycle is the
+worker's own work, it is BATCH_HORIZON, so that one transaction carries many
+jobs. A job claimed ahead
 waits for a slot under its lease; its deadline counts from its start. Long
 jobs and at-most-once queues (a claimed job is gone if the worker dies) get no
 claims ahead. While a cycle is out, the next one waits until it has as much
@@ -100,7 +102,6 @@ class Supervisor:
         self._background: set[asyncio.Task[None]] = set()  # attempts and settles in a task
         self._starting = 0  # attempts started but not yet handed to the executor
         self._waiting: deque[tuple[Job, QueuePolicy]] = deque()  # claimed ahead: no slot yet
-        self._began: dict[str, float] = {}  # job id -> when its attempt began
         self._run_time: float | None = None  # recent attempts' duration (moving average)
         self._cycle_time = 0.0  # recent cycles' duration (moving average)
         self._claiming = 0  # slots reserved by claims in flight
@@ -317,17 +318,24 @@ class Supervisor:
             return 0
         slots = self.config.concurrency
         horizon = self._cycle_time if self.backend.remote else BATCH_HORIZON
-        return min(MAX_AHEAD_PER_SLOT * slots, int(slots * horizon / max(run_time, 1e-6)))
+        if (within := int(slots * horizon / max(run_time, 1e-6))) <= 0:
+            return 0
+        kept = self.executor.room() - self.executor.capacity()  # the executor's own waiting
+        return min(MAX_AHEAD_PER_SLOT * slots, within + kept)
 
     def _full_cycle(self) -> int:
         """What a cycle sent while another is out should carry (see the module's doc)."""
         slots = self.config.concurrency
         return slots + self._ahead() if self.backend.costly_cycles else slots
 
+    def _unbegun(self) -> int:
+        """Jobs claimed that wait for a slot: here, or in the executor."""
+        return len(self._waiting) + max(-self.executor.capacity(), 0)
+
     def _gather_for(self) -> float:
         """How long the next cycle may wait for fuller work, on storage without
         round trips (see the module's doc); 0: not at all."""
-        if self.backend.remote or self._cycles or len(self._waiting) <= self.config.concurrency:
+        if self.backend.remote or self._cycles or self._unbegun() <= self.config.concurrency:
             return 0.0
         if not self.completer:
             return math.inf  # nothing held back: wait for the slots
@@ -415,18 +423,16 @@ class Supervisor:
     # failure to record, a settle to retry) runs in a task (_in_task).
 
     def _begin(self, job: Job, policy: QueuePolicy) -> None:
-        if self.executor.capacity() <= 0:  # claimed ahead: it begins when a slot frees
-            if self._draining.is_set():
-                self._in_task(self._hand_back_unbegun(job))
-            else:
-                self._waiting.append((job, policy))
-            return
-        timeout = job.timeout or policy.timeout
-        self._began[job.id] = asyncio.get_running_loop().time()
-        self.executor.begin(job, timeout, functools.partial(self._ended, job, policy))
+        if self.executor.capacity() <= 0 and self._draining.is_set():
+            self._in_task(self._hand_back_unbegun(job))  # claimed ahead: never begins
+        elif self.executor.room() <= 0:  # claimed ahead: it begins when a slot frees
+            self._waiting.append((job, policy))
+        else:
+            timeout = job.timeout or policy.timeout
+            self.executor.begin(job, timeout, functools.partial(self._ended, job, policy))
 
     def _begin_waiting(self) -> None:
-        while self._waiting and self.executor.capacity() > 0 and not self._draining.is_set():
+        while self._waiting and self.executor.room() > 0 and not self._draining.is_set():
             self._begin(*self._waiting.popleft())
 
     def _executor_replaced(self) -> None:
@@ -454,11 +460,9 @@ class Supervisor:
             self._starting -= 1
         self._finish(lease)
 
-    def _ended(self, job: Job, policy: QueuePolicy, result: AttemptResult) -> None:
+    def _ended(self, job: Job, policy: QueuePolicy, result: AttemptResult, ran: float) -> None:
         lease = (job.id, job.fence)
-        began = self._began.pop(job.id, None)
-        if began is not None:
-            ran = asyncio.get_running_loop().time() - began
+        if ran > 0:  # 0: it never started
             average = self._run_time
             self._run_time = ran if average is None else average + (ran - average) * AVERAGING
         self._begin_waiting()
@@ -525,8 +529,10 @@ class Supervisor:
     # -- drain -------------------------------------------------------------
 
     async def _drain(self) -> None:
-        while self._waiting:  # claimed ahead, never begun: handed back at once
-            self._in_task(self._hand_back_unbegun(self._waiting.popleft()[0]))
+        unbegun = [job for job, _ in self._waiting] + self.executor.withdraw()
+        self._waiting.clear()
+        for job in unbegun:  # claimed ahead, never begun: handed back at once
+            self._in_task(self._hand_back_unbegun(job))
         if not self.running:
             return
         log.info("drain: waiting up to %.1f s for %d attempts", self.config.drain_timeout,

@@ -1,0 +1,183 @@
+"""The thread executor takes one attempt per slot beyond its slots: such an
+attempt waits for a slot, starts in the thread whose attempt freed it, and is
+timed from its start. One that never started can be stopped or withdrawn, and
+then never runs. Real threads, a real event loop; the App only names tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tenure import App, State
+from tenure.job import Job
+from tenure.worker.executor import (
+    AttemptResult,
+    Returned,
+    Stopped,
+    ThreadExecutor,
+    TimedOut,
+)
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[App]:
+    with App(f"sqlite:///{tmp_path / 'tasks.db'}") as app:
+        yield app
+
+
+_ids = itertools.count()
+
+
+def job(task: str, **args: Any) -> Job:
+    return Job(id=f"{task}-{next(_ids)}", task=task, queue="default", args=args,
+               state=State.ACTIVE, priority=0, run_at=0.0, created_at=0.0, fence=1)  # fmt: skip
+
+
+async def nothing_asked(op: str, job: Job, data: Any) -> None:
+    raise AssertionError("no handler here asks the supervisor anything")
+
+
+class Ends:
+    """What on_end was told, by job id; wait() until n ends are known."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, tuple[AttemptResult, float]] = {}
+        self._changed = asyncio.Event()
+
+    def on_end(self, job: Job) -> Any:
+        def ended(result: AttemptResult, ran: float) -> None:
+            assert job.id not in self.by_id, "on_end called twice"
+            self.by_id[job.id] = (result, ran)
+            self._changed.set()
+
+        return ended
+
+    async def wait(self, n: int) -> None:
+        async with asyncio.timeout(10):
+            while len(self.by_id) < n:
+                self._changed.clear()
+                await self._changed.wait()
+
+
+async def started_executor(app: App, slots: int) -> ThreadExecutor:
+    executor = ThreadExecutor(app.tasks, nothing_asked, slots)
+    await executor.start()
+    return executor
+
+
+def test_an_attempt_waiting_for_a_slot__is_timed_from_its_start(app: App) -> None:
+    @app.task
+    def nap(seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    async def main() -> None:
+        executor = await started_executor(app, slots=1)
+        ends = Ends()
+        first, second, third = (job("nap", seconds=s) for s in (0.8, 0.3, 1.0))
+        executor.begin(first, None, ends.on_end(first))
+        assert executor.capacity() == 0 and executor.room() == 1
+        executor.begin(second, 1.0, ends.on_end(second))  # waits 0.8 s, then runs 0.3 s
+        assert executor.room() == 0
+        await ends.wait(2)
+        executor.begin(third, 0.2, ends.on_end(third))
+        await ends.wait(3)
+        await executor.close()
+        assert ends.by_id[first.id][0] == Returned(0.8)
+        result, ran = ends.by_id[second.id]
+        assert result == Returned(0.3)  # 1.1 s after it was begun: its deadline ran from its start
+        assert 0.25 < ran < 1.0
+        assert ends.by_id[third.id][0] == TimedOut(0.2)  # a deadline still ends an attempt
+
+    asyncio.run(main())
+
+
+def test_an_attempt_stopped_or_withdrawn_before_it_started__never_runs(app: App) -> None:
+    gate = threading.Event()
+    ran: list[str] = []
+
+    @app.task
+    def hold() -> str:
+        gate.wait(10)
+        return "held"
+
+    @app.task
+    def note(name: str) -> None:
+        ran.append(name)
+
+    async def main() -> None:
+        executor = await started_executor(app, slots=2)
+        ends = Ends()
+        holds = [job("hold"), job("hold")]
+        stopped, withdrawn = job("note", name="stopped"), job("note", name="withdrawn")
+        for j in [*holds, stopped, withdrawn]:
+            executor.begin(j, None, ends.on_end(j))
+        assert executor.room() == 0
+        executor.stop(stopped.id)
+        await ends.wait(1)
+        assert ends.by_id[stopped.id] == (Stopped(), 0.0)
+        assert executor.withdraw() == [withdrawn]
+        assert executor.capacity() == 0 and executor.room() == 2
+        gate.set()
+        await ends.wait(3)
+        await asyncio.sleep(0.1)  # a started attempt would have run by now
+        await executor.close()
+        assert [ends.by_id[j.id][0] for j in holds] == [Returned("held")] * 2
+        assert withdrawn.id not in ends.by_id  # withdrawn: on_end is not called
+        assert ran == []
+
+    asyncio.run(main())
+
+
+def test_slots_pass_between_sync_and_async_attempts__never_more_at_once_than_slots(
+    app: App,
+) -> None:
+    lock = threading.Lock()
+    now = peak = 0
+
+    def enter() -> None:
+        nonlocal now, peak
+        with lock:
+            now += 1
+            peak = max(peak, now)
+
+    def leave() -> None:
+        nonlocal now
+        with lock:
+            now -= 1
+
+    @app.task
+    def sync_step(n: int) -> int:
+        enter()
+        time.sleep(0.01)
+        leave()
+        return n
+
+    @app.task
+    async def async_step(n: int) -> int:
+        enter()
+        await asyncio.sleep(0.01)
+        leave()
+        return n
+
+    async def main() -> None:
+        executor = await started_executor(app, slots=2)
+        ends = Ends()
+        jobs = [job("async_step" if n % 3 else "sync_step", n=n) for n in range(30)]
+        for j in jobs:
+            while executor.room() <= 0:
+                await ends.wait(len(ends.by_id) + 1)
+            executor.begin(j, 5.0, ends.on_end(j))
+        await ends.wait(len(jobs))
+        await executor.close()
+        assert [ends.by_id[j.id][0] for j in jobs] == [Returned(n) for n in range(30)]
+        assert peak == 2
+
+    asyncio.run(main())
