@@ -121,6 +121,16 @@ def test_enqueue_of_a_spec_stored_already__returns_the_stored_job(
     assert len(all_jobs(backend)) == 3
 
 
+def test_enqueue_of_a_new_spec_twice_in_one_call__stores_it_once(backend: Any, worker: str) -> None:
+    new, other = spec(args={"n": 1}), spec(args={"n": 2})
+    jobs = backend.enqueue([new, other, new])
+    assert jobs[0] == jobs[2] and jobs[0].id == new.id and jobs[1].id == other.id
+    assert jobs[0].state == State.QUEUED
+    assert sorted(j.id for j in all_jobs(backend)) == sorted([new.id, other.id])
+    claimed = backend.claim(worker, ["default"], 10)
+    assert sorted(j.id for j in claimed) == sorted([new.id, other.id])  # each once
+
+
 def test_enqueue_empty_batch__returns_nothing(backend: Any) -> None:
     assert backend.enqueue([]) == []
     assert sum(backend.counts("default").values()) == 0

@@ -28,53 +28,69 @@ local due_s = due == now and now_s or num(due)
 local score = -tonumber(priority)  -- in the ready set
 local last = tonumber(redis.call('GET', p .. 'seq') or '0')
 local out, queued = {now_s}, 0
--- the sorted sets' new members, added at the end in a few ZADDs (one call per
--- set and chunk rather than three calls per job)
-local adds = {ready = {}, scheduled = {}, all = {}, ['state:queued'] = {}, ['state:scheduled'] = {}}
-local function add(set, score, member)
-  local t = adds[set]
-  t[#t + 1] = score
-  t[#t + 1] = member
-end
+-- due is shared, so is the state: the jobs' sorted sets, filled here and added
+-- at the end in a few ZADDs (one call per set and chunk, not three per job)
+local state = due > now and 'scheduled' or 'queued'
+local by_due, by_seq = {}, {}  -- (score, member) pairs: ready or scheduled; all and state:*
 
-for i = 0, n - 1 do
-  local b = 9 + i * 3
+-- A retried enqueue sends ids stored already: one EXISTS over the call's job
+-- keys tells whether any is (usually none), not one call per job; an id sent
+-- twice in one call is found in `stored`.
+local keys = {}
+for i = 1, n do keys[i] = job_key(p, ARGV[6 + i * 3]) end
+local any = false
+for i = 1, n, 1000 do
+  if redis.call('EXISTS', unpack(keys, i, math.min(i + 999, n))) > 0 then any = true; break end
+end
+local stored = {}
+
+-- every field in one HSET, from one table whose shared values are set once
+-- (id, args and seq at 2, 8 and 16, then the job's own optional fields)
+local fields = {'id', '', 'task', task, 'queue', queue, 'args', '', 'priority', priority,
+  'run_at', due_s, 'created_at', now_s, 'seq', '', 'fence', 0, 'attempts', 0,
+  'stalls', 0, 'state', state}
+if max_attempts ~= '' then
+  fields[#fields + 1] = 'max_attempts'; fields[#fields + 1] = max_attempts
+end
+if timeout ~= '' then fields[#fields + 1] = 'timeout'; fields[#fields + 1] = timeout end
+local shared = #fields
+
+for i = 1, n do
+  local b = 6 + i * 3
   local id, args, key = ARGV[b], ARGV[b + 1], opt(ARGV[b + 2])
-  local jk = job_key(p, id)
   local holder = key and redis.call('HGET', p .. 'keys', key)
-  if not holder and redis.call('EXISTS', jk) == 1 then holder = id end
+  if not holder and (stored[id] or (any and redis.call('EXISTS', keys[i]) == 1)) then
+    holder = id
+  end
   if holder then
     out[#out + 1] = redis.call('HGETALL', job_key(p, holder))
   else
     last = math.max(now_us, last + 1)
     local seq = int(last)
-    -- every field in one HSET; the state's own sets right after (queue_job and
-    -- schedule_job would read back what we know already)
-    local state, rank = 'queued', ready_member(due, last, id)
-    if due > now then state, rank = 'scheduled', nil end
-    local fields = {'id', id, 'task', task, 'queue', queue, 'args', args, 'priority', priority,
-      'run_at', due_s, 'created_at', now_s, 'seq', seq, 'fence', 0, 'attempts', 0,
-      'stalls', 0, 'state', state}
-    if rank then fields[#fields + 1] = 'rank'; fields[#fields + 1] = rank end
-    if key then fields[#fields + 1] = 'key'; fields[#fields + 1] = key end
-    if max_attempts ~= '' then
-      fields[#fields + 1] = 'max_attempts'; fields[#fields + 1] = max_attempts
-    end
-    if timeout ~= '' then fields[#fields + 1] = 'timeout'; fields[#fields + 1] = timeout end
-    redis.call('HSET', jk, unpack(fields))
-    if rank then
-      add('ready', score, rank)
-      queued = queued + 1
+    fields[2], fields[8], fields[16] = id, args, seq
+    local m = shared
+    if state == 'queued' then
+      local rank = ready_member(due, last, id)
+      fields[m + 1], fields[m + 2], m = 'rank', rank, m + 2
+      by_due[#by_due + 1] = score
+      by_due[#by_due + 1] = rank
     else
-      add('scheduled', due, id)
+      by_due[#by_due + 1] = due
+      by_due[#by_due + 1] = id
     end
-    add('state:' .. state, seq, id)
-    add('all', seq, id)
+    if key then fields[m + 1], fields[m + 2], m = 'key', key, m + 2 end
+    redis.call('HSET', keys[i], unpack(fields, 1, m))
+    by_seq[#by_seq + 1] = seq
+    by_seq[#by_seq + 1] = id
     if key then redis.call('HSET', p .. 'keys', key, id) end
+    stored[id] = true
     out[#out + 1] = due_s
   end
 end
+if state == 'queued' then queued = #by_due / 2 end
 
+local adds = {[state == 'queued' and 'ready' or 'scheduled'] = by_due, all = by_seq,
+  ['state:' .. state] = by_seq}
 for set, t in pairs(adds) do
   for i = 1, #t, 2000 do  -- unpack() takes a bounded number of values
     redis.call('ZADD', p .. set, unpack(t, i, math.min(i + 1999, #t)))
