@@ -1,4 +1,4 @@
-"""The thread executor takes one attempt per slot beyond its slots: such an
+"""The thread executor takes attempts beyond its slots: such an
 attempt waits for a slot, starts in the thread whose attempt freed it, and is
 timed from its start. One that never started can be stopped or withdrawn, and
 then never runs. Real threads, a real event loop; the App only names tasks."""
@@ -18,6 +18,7 @@ import pytest
 from tenure import App, State
 from tenure.job import Job
 from tenure.worker.executor import (
+    WAITING_PER_SLOT,
     AttemptResult,
     Returned,
     Stopped,
@@ -83,9 +84,9 @@ def test_an_attempt_waiting_for_a_slot__is_timed_from_its_start(app: App) -> Non
         ends = Ends()
         first, second, third = (job("nap", seconds=s) for s in (0.8, 0.3, 1.0))
         executor.begin(first, None, ends.on_end(first))
-        assert executor.capacity() == 0 and executor.room() == 1
+        assert executor.capacity() == 0 and executor.room() == WAITING_PER_SLOT
         executor.begin(second, 1.0, ends.on_end(second))  # waits 0.8 s, then runs 0.3 s
-        assert executor.room() == 0
+        assert executor.capacity() == -1 and executor.room() == WAITING_PER_SLOT - 1
         await ends.wait(2)
         executor.begin(third, 0.2, ends.on_end(third))
         await ends.wait(3)
@@ -119,12 +120,12 @@ def test_an_attempt_stopped_or_withdrawn_before_it_started__never_runs(app: App)
         stopped, withdrawn = job("note", name="stopped"), job("note", name="withdrawn")
         for j in [*holds, stopped, withdrawn]:
             executor.begin(j, None, ends.on_end(j))
-        assert executor.room() == 0
+        assert executor.capacity() == -2 and executor.room() == 2 * WAITING_PER_SLOT - 2
         executor.stop(stopped.id)
         await ends.wait(1)
         assert ends.by_id[stopped.id] == (Stopped(), 0.0)
         assert executor.withdraw() == [withdrawn]
-        assert executor.capacity() == 0 and executor.room() == 2
+        assert executor.capacity() == 0 and executor.room() == 2 * WAITING_PER_SLOT
         gate.set()
         await ends.wait(3)
         await asyncio.sleep(0.1)  # a started attempt would have run by now

@@ -139,6 +139,7 @@ class Executor(Protocol):
     async def close(self) -> None: ...
 
 
+WAITING_PER_SLOT = 3  # attempts the thread executor takes beyond its slots, per slot
 PENDING, RUNNING, FREED = 0, 1, 2  # an attempt's hold on a slot: waits for one, holds one, done
 
 
@@ -170,12 +171,12 @@ class ThreadExecutor:
     timer. No task or future on the supervisor's loop stands for it: the end
     calls the supervisor back directly.
 
-    It takes one attempt per slot beyond its slots: those wait, and the thread
-    whose attempt ends hands its slot to the next at once and runs it (a sync
-    one) in the same breath. A drained worker of short jobs then never puts a
-    handler thread to sleep nor wakes one, nor waits for the loop, between
-    two jobs: a fifth to a third of the worker's CPU per job, most of it the
-    kernel's, switching and waking threads.
+    It takes WAITING_PER_SLOT attempts per slot beyond its slots: those wait,
+    and the thread whose attempt ends hands its slot to the next at once and
+    runs it (a sync one) in the same breath. A worker draining short jobs then
+    seldom puts a handler thread to sleep or wakes one, or waits for the loop,
+    between two jobs: that cost a fifth to a third of its CPU per job, most of
+    it the kernel's, switching and waking threads.
     """
 
     def __init__(
@@ -201,7 +202,7 @@ class ThreadExecutor:
         return self.slots - len(self._attempts)
 
     def room(self) -> int:
-        return 2 * self.slots - len(self._attempts)
+        return (1 + WAITING_PER_SLOT) * self.slots - len(self._attempts)
 
     async def start(self) -> None:
         self._ended = Mailbox(asyncio.get_running_loop(), self._reported)
