@@ -146,8 +146,8 @@ PENDING, RUNNING, FREED = 0, 1, 2  # an attempt's hold on a slot: waits for one,
 class Attempt:
     """One attempt on a :class:`ThreadExecutor`, until its first end."""
 
-    __slots__ = ("ctx", "ended", "handler", "is_async", "job", "on_end", "run", "slot", "started",
-                 "timeout", "timer")  # fmt: skip
+    __slots__ = ("context", "ctx", "ended", "fn", "handler", "is_async", "job", "on_end", "slot",
+                 "started", "timeout", "timer")  # fmt: skip
 
     def __init__(self, job: Job, timeout: float | None, on_end: OnEnd) -> None:
         self.job = job
@@ -159,8 +159,9 @@ class Attempt:
         self.slot = PENDING  # under the executor's lock
         self.started = 0.0  # time.monotonic() (the loop's clock) when it got a slot
         self.ctx: JobContext
-        self.run: Callable[[], Any]  # a sync handler's call, in the context it began in
+        self.fn: Callable[..., Any]  # the handler
         self.is_async = False
+        self.context = contextvars.copy_context()  # a sync handler runs in it
 
 
 class ThreadExecutor:
@@ -212,14 +213,10 @@ class ThreadExecutor:
         attempt = self._attempts[job.id] = Attempt(job, timeout, on_end)
         try:
             task = self.tasks[job.task]
-            ctx = attempt.ctx = self._context(job, loop)
-            attempt.is_async = task.is_async
-            if task.is_async:
-                if self._aio is None:
-                    self._aio = Portal("tenure-async-handlers")
-            else:
-                run = functools.partial(_run_sync, task.fn, ctx)
-                attempt.run = functools.partial(contextvars.copy_context().run, run)
+            attempt.ctx = self._context(job, loop)
+            attempt.fn, attempt.is_async = task.fn, task.is_async
+            if task.is_async and self._aio is None:
+                self._aio = Portal("tenure-async-handlers")
         except Exception as exc:  # it never starts: it ends now
             attempt.slot = FREED
             loop.call_soon(self._end, attempt, raised(exc))
@@ -252,8 +249,8 @@ class ThreadExecutor:
             self._threads.submit(functools.partial(self._work, attempt))
             return
         assert self._aio is not None
-        fn = self.tasks[attempt.job.task].fn
-        handler = asyncio.run_coroutine_threadsafe(_run_async(fn, attempt.ctx), self._aio.loop)
+        coroutine = _run_async(attempt.fn, attempt.ctx)
+        handler = asyncio.run_coroutine_threadsafe(coroutine, self._aio.loop)
         attempt.handler = handler
         handler.add_done_callback(functools.partial(self._async_ended, attempt))
         if attempt.ended:  # stopped meanwhile, before the loop could see the handler
@@ -262,7 +259,8 @@ class ThreadExecutor:
     def _work(self, attempt: Attempt | None) -> None:
         """In a handler thread: run sync attempts, this one and those it hands its slot to."""
         while attempt is not None:
-            attempt = self._after(attempt, attempt.run())
+            result = attempt.context.run(_run_sync, attempt.fn, attempt.ctx)
+            attempt = self._after(attempt, result)
 
     def _async_ended(self, attempt: Attempt, f: Future[Any]) -> None:
         if f.cancelled():
