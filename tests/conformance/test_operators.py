@@ -145,6 +145,26 @@ def test_list_pages__cover_every_job_exactly_once(backend: Any, limit: int) -> N
     assert set(seen) == ids
 
 
+@pytest.mark.parametrize("limit", [1, 3, 50])
+def test_list_pages_across_states__are_newest_first_and_cover_every_job_once(
+    backend: Any, worker: str, limit: int
+) -> None:
+    """Active jobs among settled and waiting ones (PostgreSQL lists them apart)."""
+    jobs = backend.enqueue([spec(args={"i": i}) for i in range(9)])
+    claimed = backend.claim(worker, ["default"], 5)
+    backend.complete(claimed[1].id, claimed[1].fence, None)
+    backend.cancel(jobs[7].id)
+    seen: list[str] = []
+    after = None
+    for _ in range(100):
+        page = backend.list(limit=limit, after=after)
+        seen.extend(j.id for j in page.jobs)
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    assert seen == [j.id for j in reversed(jobs)]
+
+
 def test_list_pages__are_stable_while_jobs_are_added(backend: Any) -> None:
     first = {j.id for j in backend.enqueue([spec(args={"i": i}) for i in range(10)])}
     page = backend.list(limit=4)

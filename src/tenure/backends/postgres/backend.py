@@ -547,6 +547,7 @@ class PostgresBackend:
         if after is not None and not after.isdigit():
             raise InvalidInput(f"bad cursor {after!r}: pass back a page's next_cursor")
         params = {"queue": queue, "state": None if state is None else state.value,
+                  "settled": state is not State.ACTIVE, "running": state in (None, State.ACTIVE),
                   "after": None if after is None else int(after), "limit": limit + 1}  # fmt: skip
         rows = await self._rows("list_jobs", params)
         jobs = [job_from_row(r[1:]) for r in rows[:limit]]

@@ -103,9 +103,9 @@ SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[]
 -- NULL, only id and fence set). Completions find their jobs by id (`o` is the
 -- job as it stood: the history row is written from it); their state is
 -- compared with a value the planner cannot match to the predicate of the
--- indexes of active jobs (jobs_worker, jobs_lease): through those, the generic
--- plan read an entry for every job claimed since the last vacuum, each cycle
--- (a bitmap scan never marks an entry dead).
+-- index of active jobs (jobs_lease): through it, the generic plan read an
+-- entry for every job claimed since the last vacuum, each cycle (a bitmap
+-- scan never marks an entry dead).
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 input AS (
     SELECT * FROM unnest(%(ids)s::text[], %(fences)s::bigint[], %(results)s::text[])
@@ -359,15 +359,35 @@ WHERE id = %(id)s AND state = 'active' AND started_at IS NOT NULL
 ORDER BY fence
 
 -- name: list_jobs
-SELECT seq, {job_columns} FROM {schema}.jobs
-WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(state)s::text IS NULL OR state = %(state)s)
-  AND (%(after)s::bigint IS NULL OR seq < %(after)s)
+-- Newest first. The indexes by insertion leave active jobs out (migration
+-- 5): those are read apart, through jobs_lease; %(settled)s and %(running)s
+-- say which part the state asked for can hold (a part planned with false is
+-- never run).
+SELECT * FROM (
+    (SELECT seq, {job_columns} FROM {schema}.jobs
+     WHERE %(settled)s::boolean AND state <> 'active'
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+       AND (%(state)s::text IS NULL OR state = %(state)s)
+       AND (%(after)s::bigint IS NULL OR seq < %(after)s)
+     ORDER BY seq DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT seq, {job_columns} FROM {schema}.jobs
+     WHERE %(running)s::boolean AND state = 'active'
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+       AND (%(after)s::bigint IS NULL OR seq < %(after)s)
+     ORDER BY seq DESC
+     LIMIT %(limit)s)
+) AS page
 ORDER BY seq DESC
 LIMIT %(limit)s
 
 -- name: counts
-SELECT state, count(*) FROM {schema}.jobs WHERE queue = %(queue)s GROUP BY state
+-- Active jobs apart, through jobs_lease (see list_jobs).
+SELECT state, count(*) FROM {schema}.jobs
+WHERE queue = %(queue)s AND state <> 'active' GROUP BY state
+UNION ALL
+SELECT 'active', count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'active'
 
 -- name: queue_names
 SELECT name FROM {schema}.queues ORDER BY name
