@@ -15,6 +15,7 @@ import pytest
 
 from tenure import App, Outcome, State, WorkerConfig
 from tenure.worker import Supervisor
+from tenure.worker.supervisor import MAX_AHEAD_PER_SLOT, MAX_AHEAD_PER_SLOT_COSTLY
 
 CONFIG = WorkerConfig(concurrency=2, pool="thread", idle_poll_min=0.005, idle_poll_max=0.05)
 
@@ -81,6 +82,12 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
         time.sleep(0.01)
 
 
+def ahead_per_slot(worker: Worker) -> int:
+    """The cap on claims ahead, per slot, on the worker's storage."""
+    costly = worker.supervisor.backend.costly_cycles
+    return MAX_AHEAD_PER_SLOT_COSTLY if costly else MAX_AHEAD_PER_SLOT
+
+
 def settled_for_a_while(worker: Worker) -> None:
     """Long enough for the worker to act on what it was told (a bounded wait:
     what is checked next is that something did not happen)."""
@@ -96,21 +103,22 @@ def test_short_jobs_on_a_server__are_claimed_ahead_and_a_drain_hands_those_back(
         wait_for(lambda: active(app) == 2)  # no pace measured yet: no claim ahead
         settled_for_a_while(worker)
         assert active(app) == 2
-        app.enqueue_many("hold", [{} for _ in range(10)])
-        worker.pace(run_time=0.00001, cycle_time=0.001)  # 200 a cycle: at most 6 per slot
-        wait_for(lambda: active(app) == 2 + 12)
+        app.enqueue_many("hold", [{} for _ in range(30)])
+        worker.pace(run_time=0.00001, cycle_time=0.001)  # 200 a cycle: capped
+        ahead = 2 * ahead_per_slot(worker)
+        wait_for(lambda: active(app) == 2 + ahead)
         settled_for_a_while(worker)
-        assert active(app) == 14
+        assert active(app) == 2 + ahead
         worker.drain()
-        wait_for(lambda: app.queue().counts()[State.QUEUED] == 18)  # while 2 still run
+        wait_for(lambda: app.queue().counts()[State.QUEUED] == 38)  # while 2 still run
         assert active(app) == 2
     finally:
         gate.set()
         worker.stop()
-    jobs = [app.get_job(j.id) for j in app.jobs(limit=30).jobs]
-    assert sorted(j.state for j in jobs) == [State.COMPLETED] * 2 + [State.QUEUED] * 18
+    jobs = [app.get_job(j.id) for j in app.jobs(limit=50).jobs]
+    assert sorted(j.state for j in jobs) == [State.COMPLETED] * 2 + [State.QUEUED] * 38
     back = [j for j in jobs if j.history and j.state is State.QUEUED]
-    assert len(back) == 12
+    assert len(back) == ahead
     for job in back:
         assert job.attempts == 0 and [a.outcome for a in job.history] == [Outcome.RELEASED]
 
@@ -172,7 +180,7 @@ def test_a_completion_is_written_soon__while_the_other_slots_stay_busy(backend_u
     """Jobs claimed ahead wait while every slot is busy; the one job that ends
     meanwhile is completed at once (on SQLite, after the batch horizon), not
     when the others end."""
-    gates = [threading.Event() for _ in range(20)]
+    gates = [threading.Event() for _ in range(40)]
     with App(backend_url) as app:
 
         @app.task
@@ -180,18 +188,19 @@ def test_a_completion_is_written_soon__while_the_other_slots_stay_busy(backend_u
             gates[n].wait(30)
             return n
 
-        jobs = app.enqueue_many("hold", [{"n": n} for n in range(20)])
+        jobs = app.enqueue_many("hold", [{"n": n} for n in range(40)])
         worker = Worker(app)
         try:
             wait_for(lambda: active(app) == 2)
+            ahead = 2 * ahead_per_slot(worker)
             worker.pace(run_time=0.00001, cycle_time=0.001)
-            wait_for(lambda: active(app) == 14)
+            wait_for(lambda: active(app) == 2 + ahead)
             gates[0].set()
             wait_for(lambda: app.get_job(jobs[0].id).state is State.COMPLETED, timeout=5.0)
-            assert active(app) == 13  # 1 began in its slot, 11 still wait
+            assert active(app) == 1 + ahead  # 1 began in its slot, the others still wait
         finally:
             for gate in gates:
                 gate.set()
             worker.stop()
         counts = app.queue().counts()  # the drain handed back those still waiting
-        assert counts[State.COMPLETED] + counts[State.QUEUED] == 20
+        assert counts[State.COMPLETED] + counts[State.QUEUED] == 40
