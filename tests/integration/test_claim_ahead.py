@@ -197,7 +197,11 @@ def test_a_completion_is_written_soon__while_the_other_slots_stay_busy(backend_u
             wait_for(lambda: active(app) == 2 + ahead)
             gates[0].set()
             wait_for(lambda: app.get_job(jobs[0].id).state is State.COMPLETED, timeout=5.0)
-            assert active(app) == 1 + ahead  # 1 began in its slot, the others still wait
+            # 1 began in its slot, the others still wait; the cycle that wrote the
+            # completion may have claimed one more, or not, by whether the job's
+            # long run had slowed the pace it measured (and so its claims ahead)
+            assert active(app) in (1 + ahead, 2 + ahead)
+            assert app.queue().counts()[State.COMPLETED] == 1
         finally:
             for gate in gates:
                 gate.set()
