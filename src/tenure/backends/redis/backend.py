@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import functools
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -173,47 +174,53 @@ class RedisBackend:
                                                   *[x for s in run for x in (s.id, queue)]),
                               Call.script("enqueue", [self.keys.queue(queue)], args)])  # fmt: skip
             head = []
-        replies = [r[-1] for r in await self._pipelines(pipelines)]
         jobs: list[Job] = []
-        for (_, run), (created, *made) in zip(runs, replies, strict=True):
-            now = float(created)
-            for spec, entry in zip(run, made, strict=True):
-                if isinstance(entry, bytes):  # stored now: its run_at
-                    run_at = float(entry)
-                    state = State.SCHEDULED if run_at > now else State.QUEUED
-                    jobs.append(spec.stored(state, run_at, now))
-                else:  # stored already: the job
-                    jobs.append(codec.job(entry))
+        # Each run's jobs are made while Redis stores the next runs.
+        async with contextlib.aclosing(self._pipelines(pipelines)) as replies:
+            each_run = iter(runs)
+            async for reply in replies:
+                _, run = next(each_run)
+                created, *made = reply[-1]
+                now = float(created)
+                for spec, entry in zip(run, made, strict=True):
+                    if isinstance(entry, bytes):  # stored now: its run_at
+                        run_at = float(entry)
+                        state = State.SCHEDULED if run_at > now else State.QUEUED
+                        jobs.append(spec.stored(state, run_at, now))
+                    else:  # stored already: the job
+                        jobs.append(codec.job(entry))
         # The index got an entry for every spec; drop those that made no job.
         unused = [s.id for s, j in zip(specs, jobs, strict=True) if s.id != j.id]
         if unused:
             await self.runner.command("HDEL", self.keys.jobs, *unused)
         return self._known(jobs)
 
-    async def _pipelines(self, pipelines: Sequence[Sequence[Call]]) -> list[list[Any]]:
-        """Run repeatable pipelines in order. On the lane, up to ENQUEUE_WINDOW in
-        flight: while Redis runs one, the next is sent, and no reply waits behind
-        a whole batch. Without a lane (Cluster, TLS), one at a time: on two
-        pooled connections, a later one could run first."""
+    async def _pipelines(
+        self, pipelines: Sequence[Sequence[Call]]
+    ) -> AsyncGenerator[list[Any], None]:
+        """Run repeatable pipelines in order, yielding their replies as they come.
+        On the lane, up to ENQUEUE_WINDOW in flight: while Redis runs one, the
+        next is sent, and the caller reads the last reply meanwhile. Without a
+        lane (Cluster, TLS), one at a time: on two pooled connections, a later
+        one could run first."""
         run = functools.partial(self.runner.pipeline, repeatable=True, hot=True)
         if len(pipelines) == 1:
-            return [await run(pipelines[0])]
+            yield await run(pipelines[0])
+            return
         window = ENQUEUE_WINDOW if self.runner.topology.lane is not None else 1
         sent: deque[asyncio.Future[list[Any]]] = deque()
-        replies = []
         try:
             for calls in pipelines:
                 sent.append(asyncio.ensure_future(run(calls)))
                 await asyncio.sleep(0)  # it writes its commands
                 if len(sent) >= window:
-                    replies.append(await sent.popleft())
+                    yield await sent.popleft()
             while sent:
-                replies.append(await sent.popleft())
+                yield await sent.popleft()
         finally:
             for pipeline in sent:  # an earlier one failed: the rest are not needed
                 pipeline.cancel()
             await asyncio.gather(*sent, return_exceptions=True)
-        return replies
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         """Block on the queues' signal lists (BLPOP) until a token or the timeout.
