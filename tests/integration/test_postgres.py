@@ -12,11 +12,15 @@ from tenure import App, State
 from tenure.backends import from_url
 from tenure.backends.postgres import PostgresBackend
 from tenure.backends.postgres.backend import COPY_FROM, MIGRATIONS
+from tenure.config import QueuePolicy
+from tenure.core.retry import decide_for
 from tenure.core.states import Outcome
 from tenure.errors import InvalidInput
 from tenure.job import JobSpec
 from tests.conformance.helpers import claim_one, register
 from tests.conformance.test_dlq import bury
+
+DEFAULTS = QueuePolicy()
 
 
 @pytest.fixture
@@ -125,7 +129,8 @@ def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
 ):
     """Migration 4 (an attempt's row written when it ends) on a database of
     version 3 with attempts running: their open rows move into their jobs; an
-    open row that a worker not yet upgraded writes later is closed, not doubled."""
+    open row that a worker not yet upgraded writes later is closed by that
+    worker (its completion) or by a sweeper, never doubled."""
     import tenure.backends.postgres.backend as module
 
     monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:3])
@@ -145,15 +150,51 @@ def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
     assert postgres_server.psql("SELECT count(*) FROM tenure.attempts", db) == "0"
     [running] = new.get(first.id).history
     assert (running.worker, running.started_at, running.outcome) == ("w", 11.5, None)
-    # A worker not yet upgraded claims the second job as version 3 did.
+    # A worker not yet upgraded claims the second job as version 3 did, and
+    # completes it as version 3 did; a third it claims is recovered by a sweep.
     postgres_server.psql(claimed.format(id=second.id, start=12.5), db)
     assert len(new.get(second.id).history) == 1
     new.complete(first.id, 1, "one")
-    new.complete(second.id, 1, "two")
+    postgres_server.psql(
+        "UPDATE tenure.jobs SET state = 'completed', worker = NULL, finished_at = 13,"
+        f" lease_ttl = NULL, lease_expires_at = NULL WHERE id = '{second.id}';"
+        " UPDATE tenure.attempts SET ended_at = 13, outcome = 'completed'"
+        f" WHERE job_id = '{second.id}' AND fence = 1", db)  # fmt: skip
     for job, start in ((first, 11.5), (second, 12.5)):
         [a] = new.get(job.id).history
         assert (a.worker, a.started_at, a.outcome) == ("w", start, Outcome.COMPLETED)
         assert a.ended_at is not None
+        assert new.get(job.id).worker is None
+    [third] = new.enqueue([JobSpec.create("t")])
+    postgres_server.psql(claimed.format(id=third.id, start=14.5), db)
+    new.rescue()  # "w" is no registered worker: its attempt crashed
+    [a] = new.get(third.id).history
+    assert (a.worker, a.started_at, a.outcome) == ("w", 14.5, Outcome.CRASHED)
+
+
+def test_a_completed_job__is_its_own_last_history_row(pg_url, open_backend, postgres_server):
+    """A completion, alone or in a cycle, writes no row in attempts (migration
+    6): the job keeps its attempt's worker and start, shown as history only."""
+    backend = open_backend(pg_url)
+    register(backend, "w")
+    backend.enqueue([JobSpec.create("t") for _ in range(3)])
+    alone, failed = claim_one(backend, "w"), claim_one(backend, "w")
+    backend.complete(alone.id, alone.fence, 1)
+    backend.fail(
+        failed.id, failed.fence, Outcome.ERROR, "boom", decide_for(failed, Outcome.ERROR, DEFAULTS)
+    )
+    again = claim_one(backend, "w")
+    assert backend.complete_many([(again.id, again.fence, b"2")]) == set()
+    db = pg_url.rsplit("/", 1)[1]
+    rows = postgres_server.psql("SELECT job_id, outcome FROM tenure.attempts", db)
+    assert rows.split("\n") == [f"{failed.id}|error"]
+    kept = postgres_server.psql(f"SELECT worker FROM tenure.jobs WHERE id = '{alone.id}'", db)
+    assert kept == "w"
+    for job in (alone, again):
+        stored = backend.get(job.id)
+        assert stored.state is State.COMPLETED and stored.worker is None
+        [a] = [a for a in stored.history if a.fence == job.fence]
+        assert (a.worker, a.outcome, a.ended_at) == ("w", Outcome.COMPLETED, stored.finished_at)
 
 
 def test_a_heartbeat__does_not_wait_for_a_job_another_transaction_is_writing(

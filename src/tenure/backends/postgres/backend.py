@@ -48,7 +48,13 @@ from tenure.errors import (
 from tenure.job import Job, JobSpec, check_specs
 
 TEXT_JSON = {"args", "result", "progress"}
-SELECT_COLUMNS = ", ".join(f"{c}::text" if c in TEXT_JSON else c for c in JOB_COLUMNS)
+# A completed job keeps the worker of its last attempt, for its history; a
+# job's worker is its lease holder, while it is active.
+SELECT_COLUMNS = ", ".join(
+    f"{c}::text" if c in TEXT_JSON
+    else "CASE WHEN state = 'active' THEN worker END" if c == "worker" else c
+    for c in JOB_COLUMNS
+)  # fmt: skip
 DONE_COLUMNS = ", ".join(c if c in ("id", "fence") else "NULL" for c in JOB_COLUMNS)
 
 

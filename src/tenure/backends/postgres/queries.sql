@@ -100,12 +100,12 @@ SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[]
 -- a generic plan must know it, or it assumes thousands of rows and hashes the
 -- whole jobs table (benchmarks/postgres_scale.py: 379 ms a claim at 1M jobs).
 -- Returns the claimed jobs (rank 1, 2, ...) then the completed leases (rank
--- NULL, only id and fence set). Completions find their jobs by id (`o` is the
--- job as it stood: the history row is written from it); their state is
--- compared with a value the planner cannot match to the predicate of the
--- index of active jobs (jobs_lease): through it, the generic plan read an
--- entry for every job claimed since the last vacuum, each cycle (a bitmap
--- scan never marks an entry dead).
+-- NULL, only id and fence set). A completed job keeps its attempt's worker
+-- and start: it is its own history row (see get_history). Completions find
+-- their jobs by id; their state is compared with a value the planner cannot
+-- match to the predicate of the index of active jobs (jobs_lease): through
+-- it, the generic plan read an entry for every job claimed since the last
+-- vacuum, each cycle (a bitmap scan never marks an entry dead).
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 input AS (
     SELECT * FROM unnest(%(ids)s::text[], %(fences)s::bigint[], %(results)s::text[])
@@ -114,13 +114,11 @@ input AS (
 done AS (
     UPDATE {schema}.jobs AS j
     SET state = 'completed', result = input.result::json, finished_at = clock.now,
-        worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
-    FROM input JOIN {schema}.jobs AS o ON o.id = input.id AND o.fence = input.fence, clock
-    WHERE j.id = o.id AND j.fence = input.fence AND j.state = (SELECT 'active')
-    RETURNING j.id, j.fence, o.attempts AS attempt, o.worker, o.started_at,
-              'completed' AS outcome, NULL AS error
+        lease_ttl = NULL, lease_expires_at = NULL
+    FROM input, clock
+    WHERE j.id = input.id AND j.fence = input.fence AND j.state = (SELECT 'active')
+    RETURNING j.id, j.fence
 ),
-{end_attempt},
 candidates AS (
     SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
@@ -194,18 +192,12 @@ WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
 RETURNING queue
 
 -- name: complete
-WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
-done AS (
-    UPDATE {schema}.jobs AS j
-    SET state = 'completed', result = %(result)s::json, finished_at = clock.now, worker = NULL,
-        lease_ttl = NULL, lease_expires_at = NULL
-    FROM {schema}.jobs AS o, clock
-    WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
-    RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
-              'completed' AS outcome, NULL AS error
-),
-{end_attempt}
-SELECT queue FROM done
+-- The job keeps its attempt's worker and start (see complete_and_claim).
+UPDATE {schema}.jobs
+SET state = 'completed', result = %(result)s::json,
+    finished_at = extract(epoch FROM now())::float8, lease_ttl = NULL, lease_expires_at = NULL
+WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
+RETURNING queue
 
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core;
@@ -348,13 +340,16 @@ SELECT count(*) FROM purged
 SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: get_history
--- The ended attempts, then the running one (kept on the job until it ends).
+-- The attempts that ended otherwise, then the running or completed one, kept
+-- on the job (a row in attempts for it: one an older tenure wrote).
 SELECT attempt, fence, worker, started_at, ended_at, outcome, error
 FROM {schema}.attempts WHERE job_id = %(id)s
 UNION ALL
-SELECT attempts, fence, worker, started_at, NULL, NULL, NULL
+SELECT attempts, fence, worker, started_at,
+       CASE WHEN state = 'completed' THEN finished_at END,
+       CASE WHEN state = 'completed' THEN 'completed' END, NULL
 FROM {schema}.jobs
-WHERE id = %(id)s AND state = 'active' AND started_at IS NOT NULL
+WHERE id = %(id)s AND state IN ('active', 'completed') AND started_at IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM {schema}.attempts a WHERE a.job_id = jobs.id AND a.fence = jobs.fence)
 ORDER BY fence
 
