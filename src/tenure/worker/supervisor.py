@@ -9,21 +9,20 @@ It claims for its free slots, and, while its jobs are short, ahead of them: as
 many more as its slots start within a horizon at the pace they run, plus those
 the executor keeps to start itself as its slots free (the thread executor:
 three per slot), at most six per slot (twelve where cycles are costly, on
-PostgreSQL). On a storage server the horizon is one
-cycle's round trip, so that a slot freed by a short job need not wait for one;
-on storage in the worker's own process (SQLite), where the cycle is the
-worker's own work, it is BATCH_HORIZON, so that one transaction carries many
-jobs. A job claimed ahead waits for a slot under its lease; its deadline
-counts from its start. Long jobs and at-most-once queues (a claimed job is
-gone if the worker dies) get no claims ahead. While a cycle is out, the next
-one waits until it has as much to do as the worker has slots (slots to claim
-for plus completions to write), or, where a cycle costs storage much more than
-a job (PostgreSQL), as a full claim (slots plus claims ahead): fewer, fuller
-round trips, less CPU per job on both sides (Redis's cheap cycles gain more
-from overlapping). Without round trips, while more jobs claimed ahead wait for
-a slot than the worker has slots (so every slot stays busy through the next
-cycle), that cycle waits for them to begin, for up to BATCH_HORIZON after the
-oldest completion it would carry.
+PostgreSQL). On a storage server the horizon is one cycle's round trip, so that
+a slot freed by a short job need not wait for one; on storage in the worker's
+own process (SQLite), where the cycle is the worker's own work, it is
+BATCH_HORIZON, so that one transaction carries many jobs. A job claimed ahead
+waits for a slot under its lease; its deadline counts from its start. Long jobs
+and at-most-once queues (a claimed job is gone if the worker dies) get no
+claims ahead. While a cycle is out, the next one waits until it has as much to
+do as the worker has slots (slots to claim for plus completions to write), or,
+where a cycle costs storage much more than a job (PostgreSQL), as a full claim
+(slots plus claims ahead): fewer, fuller round trips, less CPU per job on both
+sides (Redis's cheap cycles gain more from overlapping). Without round trips,
+while more jobs claimed ahead wait for a slot than the worker has slots (so
+every slot stays busy through the next cycle), that cycle waits for them to
+begin, for up to BATCH_HORIZON after the oldest completion it would carry.
 
 Drain (SIGTERM or SIGINT): claim nothing new; running attempts get
 ``drain_timeout`` seconds to finish; the rest are stopped and handed back at
