@@ -269,6 +269,15 @@ def test_rescue_within_min_interval__is_skipped(backend: Any) -> None:
     assert backend.rescue().swept
 
 
+def test_rescue_within_min_interval__says_when_a_sweep_is_allowed(backend: Any) -> None:
+    assert backend.rescue().swept
+    skipped = backend.rescue(min_interval=60)
+    assert not skipped.swept and 59 < skipped.retry_in <= 60
+    time.sleep(0.3)
+    later = backend.rescue(min_interval=60)
+    assert not later.swept and later.retry_in <= skipped.retry_in - 0.25
+
+
 def test_rescue_guard__is_shared_by_every_backend_on_the_storage(
     backend: Any, backend_url: str, open_backend: Callable[[str], Any]
 ) -> None:

@@ -11,7 +11,7 @@ from tenure.core.clock import FakeClock
 from tenure.core.states import Outcome, State
 from tenure.job import JobSpec
 from tenure.worker.leases import LeaseKeeper
-from tenure.worker.sweeper import Sweeper
+from tenure.worker.sweeper import RETRY_PAST_GUARD, Sweeper
 
 
 @pytest.fixture
@@ -70,6 +70,27 @@ def test_one_sweep_per_interval_across_sweepers(make_backend, clock):
         return swept
 
     assert run(scenario()) == [True, False, True]
+
+
+def test_a_refused_sweeper__tries_again_as_soon_as_a_sweep_is_allowed(make_backend, clock):
+    """Not a whole interval later: if the last sweep was that of a worker that
+    died just after, its jobs would wait up to two intervals."""
+
+    async def scenario():
+        a, b = await make_backend(), await make_backend()
+        first, second = Sweeper(a, interval=1.0), Sweeper(b, interval=1.0)
+        waits = [first._wait_after(await first.run_once())]
+        clock.advance(0.6)
+        refused = await second.run_once()
+        waits.append(second._wait_after(refused))
+        clock.advance(waits[-1])
+        waits.append(second._wait_after(await second.run_once()))
+        return refused.swept, waits
+
+    swept, waits = run(scenario())
+    assert not swept
+    assert waits[0] == 1.0 and waits[2] == 1.0  # after a sweep: an interval
+    assert waits[1] == pytest.approx(0.9 - 0.6 + RETRY_PAST_GUARD)  # the guard's 0.9 x interval
 
 
 def test_the_lease_keeper_renews_and_reports_a_lost_lease_to_its_attempt(make_backend, clock):

@@ -50,12 +50,14 @@ class Rescued:
 
 @dataclass(frozen=True, slots=True)
 class RescueReport:
-    """What one sweep did. ``swept`` is False when another sweep ran within the interval."""
+    """What one sweep did. ``swept`` is False when another sweep ran within the
+    interval; ``retry_in`` then says in how many seconds a sweep is allowed."""
 
     swept: bool
     rescued: tuple[Rescued, ...] = ()
     promoted: int = 0  # scheduled jobs that became due and were moved to queued
     dead_workers: tuple[str, ...] = ()
+    retry_in: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

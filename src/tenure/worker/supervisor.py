@@ -162,7 +162,7 @@ class Supervisor:
         stop_keeping, stop_sweeping = asyncio.Event(), asyncio.Event()
         background = [
             asyncio.create_task(every(self.keeper, stop_keeping, log)),
-            asyncio.create_task(every(self.sweeper, stop_sweeping, log)),
+            asyncio.create_task(self.sweeper.run(stop_sweeping)),
             asyncio.create_task(self._refresh_policies_forever(stop_sweeping)),
             asyncio.create_task(self._tick(stop_sweeping)),
         ]

@@ -454,8 +454,10 @@ class PostgresBackend:
             cur = await conn.execute(
                 self.q["sweep_guard"], {"lock": lock, "interval": min_interval}
             )
-            if await cur.fetchone() is None:
-                return RescueReport(swept=False)
+            row = await cur.fetchone()
+            assert row is not None
+            if not row[0]:
+                return RescueReport(swept=False, retry_in=row[1] if row[1] <= min_interval else 0.0)
             cur = await conn.execute(self.q["dead_workers"], {"namespace": self.namespace})
             dead_workers = tuple(w for (w,) in await cur.fetchall())
             rescued: list[Rescued] = []

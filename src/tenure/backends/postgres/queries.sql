@@ -254,11 +254,19 @@ SELECT 1 FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: sweep_guard
 -- One sweep per interval across the fleet: the transaction-scoped lock keeps
--- two sweeps apart; the row says when the last one ran.
-UPDATE {schema}.sweeps SET last_at = extract(epoch FROM now())::float8
-WHERE id = 1 AND pg_try_advisory_xact_lock(%(lock)s)
-  AND NOT (extract(epoch FROM now())::float8 - last_at BETWEEN 0 AND %(interval)s)
-RETURNING last_at
+-- two sweeps apart; the row says when the last one ran. One row: whether this
+-- sweep goes ahead, and if not, the seconds until one may (0: another sweep is
+-- running now).
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+marked AS (
+    UPDATE {schema}.sweeps SET last_at = clock.now FROM clock
+    WHERE id = 1 AND pg_try_advisory_xact_lock(%(lock)s)
+      AND NOT (clock.now - last_at BETWEEN 0 AND %(interval)s)
+    RETURNING last_at
+)
+SELECT EXISTS (SELECT 1 FROM marked),
+       greatest(%(interval)s - (clock.now - s.last_at), 0)
+FROM clock, {schema}.sweeps AS s WHERE s.id = 1
 
 -- name: dead_workers
 -- Registered workers whose liveness lock nobody holds: their process, or its

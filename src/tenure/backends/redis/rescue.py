@@ -57,8 +57,8 @@ async def rescue(
         Call.script("sweep_guard", [keys.sweep], [repr(float(min_interval)), MARK_MS]),
         Call.command("SMEMBERS", keys.queues),
     ])  # fmt: skip
-    if not int(guard):
-        return RescueReport(swept=False)
+    if not isinstance(guard, int):  # the seconds until a sweep is allowed
+        return RescueReport(swept=False, retry_in=float(guard))
     queues = sorted(m.decode() for m in members)
     calls = [Call.script("sweep", [keys.queue(q)], [BATCH]) for q in queues]
     calls.append(Call.script("workers", [keys.fleet]))

@@ -464,7 +464,7 @@ class SQLiteBackend(Operators):
         with self._tx() as conn:
             (last,) = conn.execute(Q["sweep_guard"]).fetchone()
             if 0 <= now - last < min_interval:  # a clock that went back does not stop sweeps
-                return RescueReport(swept=False)
+                return RescueReport(swept=False, retry_in=min_interval - (now - last))
             conn.execute(Q["sweep_mark"], (now,))
             dead_workers = self._bury_dead_workers(conn)
             rescued = []

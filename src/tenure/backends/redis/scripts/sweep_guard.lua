@@ -7,10 +7,11 @@
 -- KEYS[1]  the guard, "<prefix>:{@}:sweep"
 -- ARGV[1]  min_interval (seconds)
 -- ARGV[2]  how long the mark lives (ms): longer than any sweep interval
--- Returns  1 (sweep now) or 0 (skip)
+-- Returns  1 (sweep now), or the seconds until a sweep is allowed, as a string
 
 local now = clock()
 local last = tonumber(redis.call('GET', KEYS[1]) or '')
-if last and now >= last and now - last < tonumber(ARGV[1]) then return 0 end
+local interval = tonumber(ARGV[1])
+if last and now >= last and now - last < interval then return num(interval - (now - last)) end
 redis.call('SET', KEYS[1], num(now), 'PX', ARGV[2])
 return 1
