@@ -457,7 +457,7 @@ class PostgresBackend:
             row = await cur.fetchone()
             assert row is not None
             if not row[0]:
-                return RescueReport(swept=False, retry_in=row[1] if row[1] <= min_interval else 0.0)
+                return RescueReport(swept=False, retry_in=row[1])
             cur = await conn.execute(self.q["dead_workers"], {"namespace": self.namespace})
             dead_workers = tuple(w for (w,) in await cur.fetchall())
             rescued: list[Rescued] = []
@@ -555,7 +555,6 @@ class PostgresBackend:
         if after is not None and not after.isdigit():
             raise InvalidInput(f"bad cursor {after!r}: pass back a page's next_cursor")
         params = {"queue": queue, "state": None if state is None else state.value,
-                  "settled": state is not State.ACTIVE, "running": state in (None, State.ACTIVE),
                   "after": None if after is None else int(after), "limit": limit + 1}  # fmt: skip
         rows = await self._rows("list_jobs", params)
         jobs = [job_from_row(r[1:]) for r in rows[:limit]]

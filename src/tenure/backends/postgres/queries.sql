@@ -363,12 +363,12 @@ ORDER BY fence
 
 -- name: list_jobs
 -- Newest first. The indexes by insertion leave active jobs out (migration
--- 5): those are read apart, through jobs_lease; %(settled)s and %(running)s
--- say which part the state asked for can hold (a part planned with false is
--- never run).
+-- 5): those are read apart, through jobs_lease. Planned for the values given
+-- (never prepared), the part the state asked for cannot hold is folded to
+-- false and never run.
 SELECT * FROM (
     (SELECT seq, {job_columns} FROM {schema}.jobs
-     WHERE %(settled)s::boolean AND state <> 'active'
+     WHERE %(state)s::text IS DISTINCT FROM 'active' AND state <> 'active'
        AND (%(queue)s::text IS NULL OR queue = %(queue)s)
        AND (%(state)s::text IS NULL OR state = %(state)s)
        AND (%(after)s::bigint IS NULL OR seq < %(after)s)
@@ -376,7 +376,7 @@ SELECT * FROM (
      LIMIT %(limit)s)
     UNION ALL
     (SELECT seq, {job_columns} FROM {schema}.jobs
-     WHERE %(running)s::boolean AND state = 'active'
+     WHERE coalesce(%(state)s::text, 'active') = 'active' AND state = 'active'
        AND (%(queue)s::text IS NULL OR queue = %(queue)s)
        AND (%(after)s::bigint IS NULL OR seq < %(after)s)
      ORDER BY seq DESC
