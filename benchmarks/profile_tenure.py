@@ -183,6 +183,7 @@ def main() -> None:
                 "--threads",
                 *(["--idle"] if args.idle else []),
                 *(["--gil"] if args.gil else []),
+                *os.environ.get("PYSPY_EXTRA", "").split(),
             ]
             spy = py_spy(workers.pids[0], collapsed, *extra)
             while records.count(work / "records") < args.jobs * 0.9:

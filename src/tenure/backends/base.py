@@ -100,7 +100,9 @@ class Backend(Protocol):
     remote: bool
     # A cycle costs storage much more than each job in it (PostgreSQL: one
     # statement of many parts): while a cycle is out, the worker lets the next
-    # gather a full claim (its slots plus claims ahead), not just its slots.
+    # gather a full claim (its slots plus claims ahead), not just its slots;
+    # while jobs claimed ahead keep its slots busy, it holds completions back
+    # (BATCH_HORIZON at most), as it does without round trips.
     costly_cycles: bool
 
     async def open(self) -> None:
