@@ -186,8 +186,9 @@ def _lost_cell(result: dict[str, Any]) -> str:
         return "-"
     lost = sum(r.get("lost", 0) for r in runs)
     dupes = sum(r.get("duplicates", 0) for r in runs)
-    unsettled = sum(max(0, r["ran"] - r["verify"].get("completed", 0))
-                    for r in runs if r.get("verify"))  # fmt: skip
+    unsettled = sum(r["unsettled"] if "unsettled" in r
+                    else max(0, r["ran"] - r["verify"].get("completed", 0))
+                    for r in runs if "unsettled" in r or r.get("verify"))  # fmt: skip
     cell = f"{lost} lost" + (f", {dupes} twice" if dupes else "") if lost or dupes else "0"
     return cell + (f" ({unsettled} not completed in storage)" if unsettled else "")
 
