@@ -68,6 +68,13 @@ class Servers:
             return Store(backend, f"sqlite:///{directory / 'bench.db'}", ())
         raise ValueError(f"unknown backend {backend}")
 
+    def release(self, store: Store) -> None:
+        """A PostgreSQL database is dropped once its measurement is over: left
+        behind, its dead rows would be vacuumed while the next library runs."""
+        if store.backend == "postgres":
+            name = store.url.rsplit("/", 1)[1]
+            self.postgres.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
     def versions(self) -> dict[str, str]:
         out: dict[str, str] = {"sqlite": _sqlite_version()}
         if shutil.which("redis-server"):

@@ -101,6 +101,7 @@ class Run:
         concurrency: int | None = None,
     ) -> None:
         self.subject = subject
+        self.servers = servers
         self.store: Store = servers.fresh(subject.backend, slot)
         self.dir = work / f"{subject.id.replace('/', '-')}-{uuid.uuid4().hex[:6]}"
         self.records = self.dir / "records"
@@ -145,6 +146,7 @@ class Run:
     def close(self) -> None:
         self.workers.close()
         self.driver.close()
+        self.servers.release(self.store)
 
 
 def enqueue_and_drain(
