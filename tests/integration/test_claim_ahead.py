@@ -178,8 +178,8 @@ def test_a_job_waiting_for_a_slot__goes_back_unrun_on_a_drain_also_at_most_once(
 
 def test_a_completion_is_written_soon__while_the_other_slots_stay_busy(backend_url: str) -> None:
     """Jobs claimed ahead wait while every slot is busy; the one job that ends
-    meanwhile is completed at once (on SQLite, after the batch horizon), not
-    when the others end."""
+    meanwhile is completed at once (on SQLite and PostgreSQL, after the batch
+    horizon), not when the others end."""
     gates = [threading.Event() for _ in range(40)]
     with App(backend_url) as app:
 

@@ -198,7 +198,7 @@ class ThreadExecutor:
         self._busy = 0  # slots held
         self._pending: collections.deque[Attempt] = collections.deque()  # waiting for a slot
         # Once started. The loop is kept: on Python 3.11, asyncio.get_running_loop()
-        # makes a getpid() system call each time (4% of a draining worker's loop).
+        # makes a getpid() system call each time (5% of a draining worker's loop).
         self._loop: asyncio.AbstractEventLoop
         self._ended: Mailbox
 
