@@ -186,9 +186,7 @@ def _lost_cell(result: dict[str, Any]) -> str:
         return "-"
     lost = sum(r.get("lost", 0) for r in runs)
     dupes = sum(r.get("duplicates", 0) for r in runs)
-    unsettled = sum(r["unsettled"] if "unsettled" in r
-                    else max(0, r["ran"] - r["verify"].get("completed", 0))
-                    for r in runs if "unsettled" in r or r.get("verify"))  # fmt: skip
+    unsettled = sum(r.get("unsettled", 0) for r in runs)  # drains only (bench.median_run)
     cell = f"{lost} lost" + (f", {dupes} twice" if dupes else "") if lost or dupes else "0"
     return cell + (f" ({unsettled} not completed in storage)" if unsettled else "")
 

@@ -213,17 +213,16 @@ class ThreadExecutor:
         self._ended = Mailbox(self._loop, self._reported)
 
     def begin(self, job: Job, timeout: float | None, on_end: OnEnd) -> None:
-        loop = self._loop
         attempt = self._attempts[job.id] = Attempt(job, timeout, on_end)
         try:
             task = self.tasks[job.task]
-            attempt.ctx = self._context(job, loop)
+            attempt.ctx = self._context(job)
             attempt.fn, attempt.is_async = task.fn, task.is_async
             if task.is_async and self._aio is None:
                 self._aio = Portal("tenure-async-handlers")
         except Exception as exc:  # it never starts: it ends now
             attempt.slot = FREED
-            loop.call_soon(self._end, attempt, raised(exc))
+            self._loop.call_soon(self._end, attempt, raised(exc))
             return
         with self._lock:
             starts = self._busy < self.slots
@@ -341,9 +340,9 @@ class ThreadExecutor:
             del self._attempts[attempt.job.id]
         return [attempt.job for attempt in waiting]
 
-    def _context(self, job: Job, loop: asyncio.AbstractEventLoop) -> JobContext:
+    def _context(self, job: Job) -> JobContext:
         def call(op: str, data: Any) -> None:
-            asyncio.run_coroutine_threadsafe(self.link(op, job, data), loop).result()
+            asyncio.run_coroutine_threadsafe(self.link(op, job, data), self._loop).result()
 
         return JobContext(
             id=job.id,

@@ -48,4 +48,4 @@ class Sweeper:
         from a refusal took up to twice that)."""
         if report.swept:
             return self.interval
-        return min(self.interval, max(report.retry_in, 0.0) + RETRY_PAST_GUARD)
+        return min(self.interval, report.retry_in + RETRY_PAST_GUARD)
