@@ -38,6 +38,12 @@ class LivenessLost(BackendUnavailable):
     moment. The worker stops those attempts and registers again under a new id."""
 
 
+class StorageLost(TenureError):
+    """The storage this process opened is gone for good: a SQLite file deleted,
+    replaced by another file, or no longer a database. Going on would read and
+    write where nobody else does, so a worker stops; it is not retried."""
+
+
 class Retry(Exception):
     """Raised by a handler to retry its job explicitly, optionally after ``in_`` seconds.
 
