@@ -1,13 +1,18 @@
 """Executor processes: reuse, recycling, async slots, deadlines, crashes."""
 
 import asyncio
+import dataclasses
 import sys
 import textwrap
 
 import pytest
 
 from tenure import App, DeadReason, InvalidInput, Outcome, State, WorkerConfig
+from tenure.job import Job
+from tenure.loader import path_of
 from tenure.worker import Supervisor
+from tenure.worker.executor import Stopped
+from tenure.worker.process import ProcessPool
 
 MODULE = """
 import asyncio, os, time, tenure
@@ -31,6 +36,11 @@ def wedged() -> None:
 @app.task(max_attempts=3)
 def dies() -> None:
     os._exit(7)
+
+@app.task
+def nap(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
 
 @app.task
 def reports() -> str:
@@ -123,3 +133,39 @@ def test_an_app_that_is_not_importable__is_refused_with_a_way_out(tmp_path):
         pytest.raises(InvalidInput, match="pool='thread'"),
     ):
         Supervisor(app, WorkerConfig())
+
+
+@pytest.mark.parametrize("task", ["nap", "apid"])
+def test_two_attempts_of_one_job__each_is_stopped_by_its_fence(pool_app, task):
+    # A worker can hold two attempts of one job: the first recovered from under
+    # it (it went on running), the second claimed since. Stopping one names it by
+    # its fence; each must end at once, not run to its end.
+    async def main():
+        ends = {}
+        pool = ProcessPool(path_of(pool_app), lambda name: pool_app.tasks[name].is_async,
+                           _no_requests, concurrency=2, async_slots=2)  # fmt: skip
+        await pool.start()
+        try:
+            first = Job(
+                id="j", task=task, queue="default", args={"seconds": 5.0},
+                state=State.ACTIVE, priority=0, run_at=0.0, created_at=0.0, fence=1,
+            )  # fmt: skip
+            second = dataclasses.replace(first, fence=2)
+            for attempt in (first, second):
+                pool.begin(attempt, None, lambda r, _, f=attempt.fence: ends.__setitem__(f, r))
+            async with asyncio.timeout(3):
+                while sum(len(c.jobs) for c in pool.children) < 2:
+                    await asyncio.sleep(0.01)
+                pool.stop(("j", 1))
+                pool.stop(("j", 2))
+                while len(ends) < 2:  # well before either handler returns
+                    await asyncio.sleep(0.01)
+        finally:
+            await pool.close()
+        assert ends == {1: Stopped(), 2: Stopped()}
+
+    asyncio.run(main())
+
+
+async def _no_requests(op, job, data):
+    raise AssertionError("no handler here asks the supervisor anything")

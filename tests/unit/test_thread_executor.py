@@ -6,6 +6,7 @@ then never runs. Real threads, a real event loop; the App only names tasks."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import threading
 import time
@@ -121,7 +122,7 @@ def test_an_attempt_stopped_or_withdrawn_before_it_started__never_runs(app: App)
         for j in [*holds, stopped, withdrawn]:
             executor.begin(j, None, ends.on_end(j))
         assert executor.capacity() == -2 and executor.room() == 2 * WAITING_PER_SLOT - 2
-        executor.stop(stopped.id)
+        executor.stop((stopped.id, stopped.fence))
         await ends.wait(1)
         assert ends.by_id[stopped.id] == (Stopped(), 0.0)
         assert executor.withdraw() == [withdrawn]
@@ -180,5 +181,31 @@ def test_slots_pass_between_sync_and_async_attempts__never_more_at_once_than_slo
         await executor.close()
         assert [ends.by_id[j.id][0] for j in jobs] == [Returned(n) for n in range(30)]
         assert peak == 2
+
+    asyncio.run(main())
+
+
+def test_two_attempts_of_one_job__each_is_stopped_by_its_fence(app: App) -> None:
+    # A worker can hold two attempts of one job: the first recovered from under
+    # it (it went on running), the second claimed since. Stopping names the attempt.
+    @app.task
+    def nap(seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    async def main() -> None:
+        executor = await started_executor(app, slots=2)
+        ends: dict[int, AttemptResult] = {}
+        first = job("nap", seconds=5.0)
+        second = dataclasses.replace(first, fence=2)
+        for attempt in (first, second):
+            executor.begin(attempt, None, lambda r, _, f=attempt.fence: ends.__setitem__(f, r))
+        executor.stop((first.id, 1))
+        executor.stop((first.id, 2))
+        async with asyncio.timeout(2):  # well before either handler returns
+            while len(ends) < 2:
+                await asyncio.sleep(0.01)
+        await executor.close()
+        assert ends == {1: Stopped(), 2: Stopped()}
 
     asyncio.run(main())

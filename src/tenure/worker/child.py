@@ -54,7 +54,7 @@ class Executor:
         self._next_request = 0
         self._request_lock = threading.Lock()
         self._aio_loop: asyncio.AbstractEventLoop | None = None
-        self._aio_tasks: dict[str, asyncio.Task[Any]] = {}
+        self._aio_tasks: dict[tuple[str, int], asyncio.Task[Any]] = {}  # by (job id, fence)
         self.tasks: dict[str, Any] = {}
         self.transaction: Transaction | None = None
 
@@ -117,14 +117,14 @@ class Executor:
                 else:
                     self._sync_jobs.put(message)
             elif op == "cancel":
-                self._cancel_async(message["id"])
+                self._cancel_async((message["id"], message["fence"]))
 
     # -- running handlers ----------------------------------------------------
 
     def run_sync_forever(self) -> None:
         while (job := self._sync_jobs.get()) is not None:
             if job.get("timed"):  # the deadline counts from here: tell the supervisor
-                self.send({"op": "started", "id": job["id"]})
+                self.send({"op": "started", "id": job["id"], "fence": job["fence"]})
             ctx = self.context(job)
             try:
                 with running(ctx):
@@ -140,9 +140,10 @@ class Executor:
         asyncio.run_coroutine_threadsafe(self._run_async(job), self._aio_loop)
 
     async def _run_async(self, job: Message) -> None:
-        self._aio_tasks[job["id"]] = asyncio.current_task()  # type: ignore[assignment]
+        attempt = (job["id"], job["fence"])
+        self._aio_tasks[attempt] = asyncio.current_task()  # type: ignore[assignment]
         if job.get("timed"):
-            self.send({"op": "started", "id": job["id"]})
+            self.send({"op": "started", "id": job["id"], "fence": job["fence"]})
         ctx = self.context(job)
         try:
             with running(ctx):
@@ -151,16 +152,16 @@ class Executor:
         except BaseException as exc:
             self.send(_done(job, ctx, None, exc))
         finally:
-            self._aio_tasks.pop(job["id"], None)
+            self._aio_tasks.pop(attempt, None)
 
-    def _cancel_async(self, job_id: str) -> None:
-        task = self._aio_tasks.get(job_id)
+    def _cancel_async(self, attempt: tuple[str, int]) -> None:
+        task = self._aio_tasks.get(attempt)
         if task is not None and self._aio_loop is not None:
             self._aio_loop.call_soon_threadsafe(task.cancel)
 
 
 def _done(job: Message, ctx: JobContext, value: Any, exc: BaseException | None) -> Message:
-    message: Message = {"op": "done", "id": job["id"]}
+    message: Message = {"op": "done", "id": job["id"], "fence": job["fence"]}
     match outcome_of(ctx, value, exc):
         case Settled(error):
             return {**message, "kind": "settled", "error": error}

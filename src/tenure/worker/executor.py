@@ -23,6 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tenure.backends.base import LeaseRef
 from tenure.context import JobContext, Transaction, running
 from tenure.errors import Fail, Retry
 from tenure.job import Job
@@ -134,7 +135,9 @@ class Executor(Protocol):
         """Take back the attempts begun that have not started (waiting for a
         slot): they never will, and ``on_end`` is not called for them."""
 
-    def stop(self, job_id: str) -> None: ...
+    def stop(self, lease: LeaseRef) -> None:
+        """End one attempt (job id and fence: a worker may hold two of one job)
+        with Stopped; its handler is killed, cancelled or abandoned."""
 
     async def close(self) -> None: ...
 
@@ -193,7 +196,7 @@ class ThreadExecutor:
         self.slots = slots
         self._threads = DaemonThreads(slots, "tenure-handler")
         self._aio: Portal | None = None
-        self._attempts: dict[str, Attempt] = {}  # begun and not ended: running or waiting
+        self._attempts: dict[LeaseRef, Attempt] = {}  # begun and not ended: running or waiting
         self._lock = threading.Lock()  # guards _busy, _pending and each attempt's slot
         self._busy = 0  # slots held
         self._pending: collections.deque[Attempt] = collections.deque()  # waiting for a slot
@@ -213,7 +216,7 @@ class ThreadExecutor:
         self._ended = Mailbox(self._loop, self._reported)
 
     def begin(self, job: Job, timeout: float | None, on_end: OnEnd) -> None:
-        attempt = self._attempts[job.id] = Attempt(job, timeout, on_end)
+        attempt = self._attempts[job.id, job.fence] = Attempt(job, timeout, on_end)
         try:
             task = self.tasks[job.task]
             attempt.ctx = self._context(job)
@@ -316,7 +319,7 @@ class ThreadExecutor:
         if attempt.ended:
             return
         attempt.ended = True
-        del self._attempts[attempt.job.id]
+        del self._attempts[attempt.job.id, attempt.job.fence]
         if attempt.timer is not None:
             attempt.timer.cancel()
         if attempt.handler is not None and not attempt.handler.done():
@@ -337,7 +340,7 @@ class ThreadExecutor:
                 attempt.slot = FREED
         for attempt in waiting:
             attempt.ended = True
-            del self._attempts[attempt.job.id]
+            del self._attempts[attempt.job.id, attempt.job.fence]
         return [attempt.job for attempt in waiting]
 
     def _context(self, job: Job) -> JobContext:
@@ -356,10 +359,10 @@ class ThreadExecutor:
             _transaction=self.transaction,
         )
 
-    def stop(self, job_id: str) -> None:
+    def stop(self, lease: LeaseRef) -> None:
         """End the attempt with Stopped, on the loop's next turn (never inside
         the caller's own bookkeeping)."""
-        attempt = self._attempts.get(job_id)
+        attempt = self._attempts.get(lease)
         if attempt is not None:
             self._loop.call_soon(self._end, attempt, Stopped())
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from tenure.backends.base import LeaseRef
 from tenure.errors import LeaseLost, TenureError
 from tenure.job import Job
 from tenure.worker.executor import (
@@ -62,7 +63,7 @@ class Child:
     proc: subprocess.Popen[bytes]
     transport: asyncio.WriteTransport
     ready: asyncio.Future[None]
-    jobs: dict[str, Running] = field(default_factory=dict)
+    jobs: dict[LeaseRef, Running] = field(default_factory=dict)  # by attempt
     done: int = 0
     retiring: bool = False
     killed: bool = False
@@ -107,8 +108,10 @@ class ProcessPool:
         self.started = 0
         self._changed = asyncio.Event()
         self._closing = False
-        self._waiting: set[str] = set()  # jobs waiting for an executor
-        self._stopped_waiting: set[str] = set()
+        # Attempts, not jobs: a worker may hold two attempts of one job (the
+        # second claimed after the first was recovered from under it).
+        self._waiting: set[LeaseRef] = set()  # attempts waiting for an executor
+        self._stopped_waiting: set[LeaseRef] = set()
         self._tasks: set[asyncio.Task[None]] = set()  # watchers and answers, kept referenced
         self._runs: set[asyncio.Task[AttemptResult]] = set()  # attempts begun
 
@@ -205,7 +208,7 @@ class ProcessPool:
             if not child.ready.done():
                 child.ready.set_exception(TenureError(message.get("error", "executor failed")))
         elif op == "started":
-            running = child.jobs.get(message["id"])
+            running = child.jobs.get(_attempt_of(message))
             if running is not None and running.timeout is not None:
                 running.timer = asyncio.get_running_loop().call_later(
                     running.timeout, self._deadline, child, running
@@ -216,7 +219,7 @@ class ProcessPool:
             self._keep(self._answer(child, message))
 
     async def _answer(self, child: Child, message: Message) -> None:
-        running = child.jobs.get(message["id"])
+        running = child.jobs.get(_attempt_of(message))
         reply: Message = {"op": "reply", "req": message["req"]}
         try:
             if running is None or running.stop_reason is not None:
@@ -229,7 +232,7 @@ class ProcessPool:
         child.send(reply)
 
     def _finish(self, child: Child, message: Message) -> None:
-        running = child.jobs.pop(message["id"], None)
+        running = child.jobs.pop(_attempt_of(message), None)
         if running is None:
             return
         child.done += 1
@@ -308,7 +311,7 @@ class ProcessPool:
     # -- attempts ------------------------------------------------------------
 
     def begin(self, job: Job, timeout: float | None, on_end: OnEnd) -> None:
-        self._waiting.add(job.id)  # counted against capacity from now on
+        self._waiting.add((job.id, job.fence))  # counted against capacity from now on
         loop = asyncio.get_running_loop()
         task = loop.create_task(self.run(job, timeout))
         self._runs.add(task)
@@ -327,9 +330,10 @@ class ProcessPool:
 
     async def run(self, job: Job, timeout: float | None) -> AttemptResult:
         is_async = self.is_async(job.task)
-        self._waiting.add(job.id)
+        lease = (job.id, job.fence)
+        self._waiting.add(lease)
         try:
-            while job.id not in self._stopped_waiting:
+            while lease not in self._stopped_waiting:
                 if (child := self._place(is_async)) is not None:
                     break
                 self._changed.clear()
@@ -337,24 +341,24 @@ class ProcessPool:
             else:
                 return Stopped()
         finally:
-            self._waiting.discard(job.id)
-            self._stopped_waiting.discard(job.id)
+            self._waiting.discard(lease)
+            self._stopped_waiting.discard(lease)
         running = Running(job, is_async, asyncio.get_running_loop().create_future(), timeout)
-        child.jobs[job.id] = running
+        child.jobs[lease] = running
         child.send({"op": "run", "async": is_async, "id": job.id, "task": job.task,
                     "queue": job.queue, "attempt": job.attempts, "fence": job.fence,
                     "args": job.args, "timed": timeout is not None})  # fmt: skip
         return await running.result
 
-    def stop(self, job_id: str) -> None:
+    def stop(self, lease: LeaseRef) -> None:
         for child in self.children:
-            running = child.jobs.get(job_id)
+            running = child.jobs.get(lease)
             if running is not None:
                 running.stop_reason = running.stop_reason or "stopped"
                 self._interrupt(child, running)
                 return
-        if job_id in self._waiting:  # not placed yet: it never will be
-            self._stopped_waiting.add(job_id)
+        if lease in self._waiting:  # not placed yet: it never will be
+            self._stopped_waiting.add(lease)
             self._changed.set()
 
     def _deadline(self, child: Child, running: Running) -> None:
@@ -365,7 +369,7 @@ class ProcessPool:
     def _interrupt(self, child: Child, running: Running) -> None:
         """Stop one attempt: cancel an async one (kill if it will not yield); kill a sync one."""
         if running.is_async and len(child.jobs) > 1:
-            child.send({"op": "cancel", "id": running.job.id})
+            child.send({"op": "cancel", "id": running.job.id, "fence": running.job.fence})
             asyncio.get_running_loop().call_later(ASYNC_CANCEL_GRACE, self._kill_if_running,
                                                   child, running)  # fmt: skip
             return
@@ -377,5 +381,10 @@ class ProcessPool:
         child.kill()
 
     def _kill_if_running(self, child: Child, running: Running) -> None:
-        if child.jobs.get(running.job.id) is running:
+        if child.jobs.get((running.job.id, running.job.fence)) is running:
             self._kill(child)
+
+
+def _attempt_of(message: Message) -> LeaseRef:
+    """The attempt an executor's message is about."""
+    return (message["id"], message["fence"])

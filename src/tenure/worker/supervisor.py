@@ -422,7 +422,7 @@ class Supervisor:
                 del self._waiting[i]
                 self._finish(lease)
                 return
-        self.executor.stop(lease[0])
+        self.executor.stop(lease)
 
     # -- one attempt -------------------------------------------------------
     #
@@ -555,7 +555,7 @@ class Supervisor:
         leftover = dict(self.running)
         for lease in leftover:
             self._lost.add(lease)  # stopped attempts must not settle: they are handed back
-            self.executor.stop(lease[0])
+            self.executor.stop(lease)
         for job in leftover.values():
             try:
                 await hand_back(self.backend, job, await self._policy(job.queue))
