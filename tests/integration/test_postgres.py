@@ -15,7 +15,7 @@ from tenure.backends.postgres.backend import COPY_FROM, MIGRATIONS
 from tenure.config import QueuePolicy
 from tenure.core.retry import decide_for
 from tenure.core.states import Outcome
-from tenure.errors import InvalidInput
+from tenure.errors import InvalidInput, LivenessLost
 from tenure.job import JobSpec
 from tests.conformance.helpers import claim_one, register
 from tests.conformance.test_dlq import bury
@@ -314,7 +314,7 @@ def test_connections_held_for_cycles_the_server_dropped__cost_no_error(
     assert second.id != first.id
 
 
-def test_a_worker_whose_liveness_session_ended__claims_nothing_until_registered_again(
+def test_a_worker_whose_liveness_session_ended__never_claims_under_that_identity_again(
     pg_url, open_backend, postgres_server
 ):
     """Between a server restart and the worker's next heartbeat, a claim would
@@ -329,7 +329,12 @@ def test_a_worker_whose_liveness_session_ended__claims_nothing_until_registered_
         f" WHERE datname = '{db}' AND application_name = 'tenure-liveness'", db)  # fmt: skip
     assert b.claim("w", ["default"], 2) == []
     assert b.counts("default")[State.QUEUED] == 2
-    register(b, "w2")  # what the worker does at its next heartbeat
+    with pytest.raises(LivenessLost):
+        b.heartbeat("w", set())
+    register(b, "w2")  # what the worker does when its heartbeat raises
+    # A cycle that took the old identity before that must still claim nothing
+    # under it: the next sweep would record that healthy attempt crashed.
+    assert b.claim("w", ["default"], 2) == []
     assert len(b.claim("w2", ["default"], 2)) == 2
 
 

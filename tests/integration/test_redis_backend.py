@@ -449,7 +449,7 @@ def test_a_dropped_liveness_connection__makes_the_heartbeat_raise_liveness_lost(
         b.heartbeat("w-dropped", set())
 
 
-def test_a_worker_whose_liveness_connection_dropped__claims_nothing_until_registered_again(
+def test_a_worker_whose_liveness_connection_dropped__never_claims_under_that_identity_again(
     redis_url: str, open_backend: Callable[[str], Any]
 ) -> None:
     """Between a Redis restart and the worker's next heartbeat, a claim would be
@@ -466,7 +466,12 @@ def test_a_worker_whose_liveness_connection_dropped__claims_nothing_until_regist
         b.counts("default")  # a round trip lets the loop run
     assert b.claim("w-cut", ["default"], 2) == []
     assert b.counts("default")[State.QUEUED] == 2
-    register(b, "w-back")  # what the worker does at its next heartbeat
+    with pytest.raises(LivenessLost):
+        b.heartbeat("w-cut", set())
+    register(b, "w-back")  # what the worker does when its heartbeat raises
+    # A cycle that took the old identity before that must still claim nothing
+    # under it: the next sweep would record that healthy attempt crashed.
+    assert b.claim("w-cut", ["default"], 2) == []
     assert len(b.claim("w-back", ["default"], 2)) == 2
 
 

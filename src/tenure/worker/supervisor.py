@@ -355,9 +355,10 @@ class Supervisor:
         batch = self.completer.take()
         loop = self._loop
         began = loop.time()
+        worker_id = self.worker_id
         try:
             lost, jobs = await self.backend.complete_and_claim(
-                batch.items, self.worker_id, self.config.queues, slots
+                batch.items, worker_id, self.config.queues, slots
             )
             self._cycle_time += (loop.time() - began - self._cycle_time) * AVERAGING
         except BaseException as exc:
@@ -371,6 +372,13 @@ class Supervisor:
             batch.written(lost)
         finally:
             self._claiming -= slots
+        if worker_id != self.worker_id:
+            # Registered again while the claim was out: it may have landed under
+            # the identity storage saw die, and a sweep would record these
+            # attempts crashed. None began: each goes back without penalty.
+            for job in jobs:
+                self._in_task(self._hand_back_unbegun(job))
+            jobs = []
         for job in jobs:
             self._start(job)
         if slots:
@@ -571,7 +579,7 @@ class Supervisor:
         (an at-most-once job too: only an attempt that began cannot run again)."""
         try:
             await self.backend.release(job.id, job.fence)
-            log.info("drain: handed back job %s (claimed ahead, not begun)", job.id)
+            log.info("handed back job %s (claimed, not begun)", job.id)
         except LeaseLost:
             pass
         except Exception:

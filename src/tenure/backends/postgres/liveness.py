@@ -34,6 +34,7 @@ class Liveness:
         self.namespace = namespace
         self._conn: psycopg.AsyncConnection[tuple[object, ...]] | None = None
         self._locks: dict[str, int] = {}  # worker id -> lock_no
+        self._retired: set[str] = set()  # ids this backend held and no longer does
         self._lost = False
         self._lock = asyncio.Lock()
 
@@ -52,6 +53,7 @@ class Liveness:
         self._conn = await psycopg.AsyncConnection.connect(
             self.conninfo, autocommit=True, application_name="tenure-liveness"
         )
+        self._retired.update(self._locks)
         self._locks.clear()
         self._lost = False
 
@@ -77,7 +79,11 @@ class Liveness:
 
     def seems_lost(self, worker_id: str) -> bool:
         """Without a round trip: whether ``worker_id``'s session is known to be
-        gone, or its idle socket holds the server's goodbye (a restart)."""
+        gone, or its idle socket holds the server's goodbye (a restart). An id
+        this backend held once and no longer holds is gone: a claim that took it
+        before the worker registered again must not land under it."""
+        if worker_id in self._retired:
+            return True
         if worker_id not in self._locks:
             return False
         if self._lost or self._conn is None or self._conn.closed:
@@ -87,6 +93,7 @@ class Liveness:
     async def release(self, worker_id: str) -> None:
         async with self._lock:
             lock_no = self._locks.pop(worker_id, None)
+            self._retired.add(worker_id)
             if lock_no is not None and self._conn is not None and not self._conn.closed:
                 with contextlib.suppress(psycopg.Error):
                     await self._conn.execute(
@@ -98,6 +105,7 @@ class Liveness:
         if self._conn is not None:
             await self._conn.close()
             self._conn = None
+        self._retired.update(self._locks)
         self._locks.clear()
 
 

@@ -520,7 +520,7 @@ class RedisBackend:
         await self._liveness.hold(info.id, entry)
 
     async def deregister_worker(self, worker_id: str) -> None:
-        held = self._liveness.held.pop(worker_id, None) if self._liveness else None
+        held = self._liveness.release(worker_id) if self._liveness else None
         await self.runner.call("deregister", [self.keys.fleet], [worker_id])
         if held is not None and self._liveness is not None:
             await self._liveness.drop(held, kill=False)

@@ -70,6 +70,7 @@ class Liveness:
         self.keys = keys
         self.runner = runner
         self.held: dict[str, Held] = {}
+        self.retired: set[str] = set()  # ids this backend held and no longer does
         self.said_forbidden = False
 
     def fallback_notice(self, why: str) -> None:
@@ -121,7 +122,11 @@ class Liveness:
 
     def seems_lost(self, worker_id: str) -> bool:
         """Without a round trip: whether the worker's named connection has been
-        closed by the server (a restart, a cut), as its stream has seen."""
+        closed by the server (a restart, a cut), as its stream has seen. An id
+        this backend held once and no longer holds is gone: a claim that took it
+        before the worker registered again must not land under it."""
+        if worker_id in self.retired:
+            return True
         held = self.held.get(worker_id)
         if held is None or held.conn is None:
             return False
@@ -145,9 +150,14 @@ class Liveness:
         if failure is not None:
             await self.lost(worker_id, f"its liveness connection dropped ({failure})")
 
+    def release(self, worker_id: str) -> Held | None:
+        """Forget a worker that deregistered; its id is retired."""
+        self.retired.add(worker_id)
+        return self.held.pop(worker_id, None)
+
     async def lost(self, worker_id: str, why: str) -> None:
         """Forget a worker the fleet takes for dead, and say so (LivenessLost)."""
-        held = self.held.pop(worker_id, None)
+        held = self.release(worker_id)
         if held is not None:
             await self.drop(held, kill=True)
         raise LivenessLost(
@@ -171,7 +181,8 @@ class Liveness:
     async def close(self) -> None:
         """Drop every worker's connection, as a kill -9 would (no deregistering)."""
         while self.held:
-            _, held = self.held.popitem()
+            worker_id, held = self.held.popitem()
+            self.retired.add(worker_id)
             await self.drop(held, kill=True)
 
     async def everywhere(self) -> Any:
