@@ -21,6 +21,7 @@ from tenure.job import Job
 from tenure.worker.executor import (
     WAITING_PER_SLOT,
     AttemptResult,
+    Raised,
     Returned,
     Stopped,
     ThreadExecutor,
@@ -207,5 +208,33 @@ def test_two_attempts_of_one_job__each_is_stopped_by_its_fence(app: App) -> None
                 await asyncio.sleep(0.01)
         await executor.close()
         assert ends == {1: Stopped(), 2: Stopped()}
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), asyncio.CancelledError()])
+def test_an_async_handler_raising_a_base_exception__ends_its_attempt_and_the_loop_lives_on(
+    app: App, exc: BaseException
+) -> None:
+    @app.task
+    async def leave() -> None:
+        raise exc
+
+    @app.task
+    async def answer() -> int:
+        return 42
+
+    async def main() -> None:
+        executor = await started_executor(app, slots=1)
+        ends = Ends()
+        first, second = job("leave"), job("answer")
+        executor.begin(first, None, ends.on_end(first))
+        await ends.wait(1)
+        executor.begin(second, None, ends.on_end(second))
+        await ends.wait(2)
+        await executor.close()
+        result = ends.by_id[first.id][0]
+        assert isinstance(result, Raised) and type(exc).__name__ in result.traceback
+        assert ends.by_id[second.id][0] == Returned(42)
 
     asyncio.run(main())

@@ -268,12 +268,10 @@ class ThreadExecutor:
             result = attempt.context.run(_run_sync, attempt.fn, attempt.ctx)
             attempt = self._after(attempt, result)
 
-    def _async_ended(self, attempt: Attempt, f: Future[Any]) -> None:
+    def _async_ended(self, attempt: Attempt, f: Future[AttemptResult]) -> None:
         if f.cancelled():
             return  # stopped or timed out: the end is known, the slot freed
-        exc = f.exception()
-        result = outcome_of(attempt.ctx, None if exc is not None else f.result(), exc)
-        if (after := self._after(attempt, result)) is not None:
+        if (after := self._after(attempt, f.result())) is not None:
             self._run(after)
 
     def _after(self, attempt: Attempt, result: AttemptResult) -> Attempt | None:
@@ -411,6 +409,19 @@ def _run_sync(fn: Callable[..., Any], ctx: JobContext) -> AttemptResult:
         return outcome_of(ctx, None, exc)
 
 
-async def _run_async(fn: Callable[..., Any], ctx: JobContext) -> Any:
-    with running(ctx):
-        return await fn(**ctx.args)
+async def _run_async(fn: Callable[..., Any], ctx: JobContext) -> AttemptResult:
+    """On the handlers' loop: run the handler; what its end means. What it
+    raises ends here, SystemExit and KeyboardInterrupt too: out of a task they
+    would stop the loop every async attempt of the worker runs on. So does a
+    CancelledError nobody asked for: the task would look stopped, and the
+    attempt would never end."""
+    try:
+        with running(ctx):
+            return outcome_of(ctx, await fn(**ctx.args), None)
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # stopped, or past its deadline: the end is known already
+        return outcome_of(ctx, None, exc)
+    except BaseException as exc:
+        return outcome_of(ctx, None, exc)
