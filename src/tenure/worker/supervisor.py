@@ -307,8 +307,6 @@ class Supervisor:
                 else:
                     await self._wait()
                 continue
-            if not self._dry:
-                self._idle_for = self.config.idle_poll_min
             slots = 0 if self._dry or free <= 0 else free
             self._claiming += slots
             self._cycles += 1
@@ -383,10 +381,16 @@ class Supervisor:
             self._start(job)
         if slots:
             self._dry = len(jobs) < slots
+        if jobs:  # the idle wait backs off from its shortest again only now
+            self._idle_for = self.config.idle_poll_min
         self._wake.set()
 
     async def _idle(self, timeout: float) -> None:
-        """Nothing to claim: wait for storage to signal jobs, a free slot or a stop."""
+        """Nothing to claim: wait for storage to signal jobs, a free slot or a stop.
+        A wake-up from before is spent: the caller has just looked at everything
+        it could mean (the claim that came back short set it, and would have
+        the worker claim again at once, for ever)."""
+        self._wake.clear()
         waits = {
             asyncio.ensure_future(self._wake.wait()),
             asyncio.ensure_future(self.backend.wait_for_jobs(self.config.queues, timeout)),
