@@ -10,6 +10,7 @@ import pytest
 
 from tenure import Outcome, State
 from tenure.chaos.lab import Lab
+from tenure.errors import BackendUnavailable
 
 
 @pytest.fixture
@@ -96,3 +97,38 @@ def test_sixteen_workers_never_hold_the_same_attempt(pg_url):
 def _finished(lab, job_id):
     job = lab.job(job_id)
     return job if job.state in (State.COMPLETED, State.DEAD) else None
+
+
+def test_a_server_down_for_seconds__is_said_once_and_the_worker_carries_on_after(
+    pg_url, postgres_server
+):
+    """A storage fault is an episode: each kind of call says once that it fails
+    and once that it works again; claims back off meanwhile, and no traceback
+    floods the log."""
+    with Lab(pg_url, "outage") as lab:
+        worker = lab.worker("--concurrency", "1", "--log-level", "info")
+        log = lab.logs / "worker-0.log"
+        job = lab.enqueue("chaos.sleep", seconds=0)
+        lab.wait("the job", lambda: lab.job(job.id).state is State.COMPLETED)
+        before = log.read_text()
+        postgres_server.stop()
+        try:
+            lab.wait("the claims to fail", lambda: "claim failed" in log.read_text())
+            time.sleep(3)  # the outage: claims keep failing, quietly
+        finally:
+            postgres_server.start()
+        job = lab.wait("an enqueue", lambda: _enqueued(lab), timeout=30)
+        lab.wait("the job", lambda: lab.job(job.id).state is State.COMPLETED, timeout=30)
+        lab.wait("the claims to work", lambda: "claim works again" in log.read_text())
+        during = log.read_text()[len(before) :]
+        print(during)
+        assert "Traceback" not in during
+        assert len(during.splitlines()) <= 12  # a few kinds of call, twice each
+        assert worker.poll() is None
+
+
+def _enqueued(lab):
+    try:
+        return lab.enqueue("chaos.sleep", seconds=0)
+    except BackendUnavailable:
+        return None

@@ -138,8 +138,14 @@ def _logging(level: str) -> Iterator[None]:
     old_level = root.level
     root.addHandler(handler)
     root.setLevel(level)
+    # The pool warns at each of its reconnection attempts, several lines each,
+    # for as long as the server is down: the worker says the fault once itself.
+    pool = logging.getLogger("psycopg.pool")
+    old_pool_level = pool.level
+    pool.setLevel(max(logging.ERROR, logging.getLevelName(level)))
     try:
         yield
     finally:
         root.removeHandler(handler)
         root.setLevel(old_level)
+        pool.setLevel(old_pool_level)

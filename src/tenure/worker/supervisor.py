@@ -50,11 +50,12 @@ from tenure.app import App
 from tenure.backends.base import Backend, LeaseRef, WorkerInfo
 from tenure.backends.factory import from_url
 from tenure.config import QueuePolicy, WorkerConfig
-from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost, TenureError
+from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost, StorageLost, TenureError
 from tenure.job import Job
 from tenure.loader import path_of
 from tenure.worker.completer import Completer
 from tenure.worker.executor import AttemptResult, Executor, Returned, ThreadExecutor
+from tenure.worker.faults import StorageFaults
 from tenure.worker.leases import LeaseKeeper
 from tenure.worker.outcome import hand_back, settle, settle_unknown_task
 from tenure.worker.periodic import every
@@ -115,6 +116,9 @@ class Supervisor:
         self._cycles = 0  # cycles in flight
         self._idle_for = config.idle_poll_min  # the next idle wait (doubles while idle)
         self._registered = asyncio.Event()
+        self.faults = StorageFaults(self._lose_storage)
+        self._storage_lost: StorageLost | None = None  # the worker stops, and fails
+        self._claim_after = 0.0  # loop time: claims back off while storage fails
         self._loop: asyncio.AbstractEventLoop  # once running
 
     def _executor(self) -> Executor:
@@ -155,6 +159,8 @@ class Supervisor:
         finally:
             await self.executor.close()
             await self.backend.close()
+        if self._storage_lost is not None:
+            raise self._storage_lost
 
     async def _run(self) -> None:
         await self._register()
@@ -166,8 +172,10 @@ class Supervisor:
         await self.sweeper.run_once(force=True)  # recovery never waits for a sweep interval
         stop_keeping, stop_sweeping = asyncio.Event(), asyncio.Event()
         background = [
-            asyncio.create_task(every(self.keeper, stop_keeping, log)),
-            asyncio.create_task(self.sweeper.run(stop_sweeping)),
+            asyncio.create_task(
+                every(self.keeper, stop_keeping, log, faults=self.faults, what="heartbeat")
+            ),
+            asyncio.create_task(self.sweeper.run(stop_sweeping, self.faults)),
             asyncio.create_task(self._refresh_policies_forever(stop_sweeping)),
             asyncio.create_task(self._tick(stop_sweeping)),
         ]
@@ -186,7 +194,8 @@ class Supervisor:
             stop_sweeping.set()
             stop_keeping.set()
             await asyncio.gather(*background, return_exceptions=True)
-            await self.backend.deregister_worker(self.worker_id)
+            if self._storage_lost is None:
+                await self.backend.deregister_worker(self.worker_id)
             log.info("worker %s stopped after %d jobs", self.worker_id, self.processed)
 
     async def _register(self) -> None:
@@ -212,6 +221,15 @@ class Supervisor:
             except (ValueError, RuntimeError):  # not the main thread: the caller stops us
                 return
 
+    def _lose_storage(self, exc: StorageLost) -> None:
+        """Storage is gone for good: nothing can be written; stop at once."""
+        if self._storage_lost is None:
+            self._storage_lost = exc
+            log.error("stopping: %s", exc)
+            self._draining.set()
+            self._hurry.set()
+            self._wake.set()
+
     def request_stop(self) -> None:
         """Begin a drain; a second request skips the wait for running attempts."""
         if self._draining.is_set():
@@ -235,10 +253,12 @@ class Supervisor:
             except TimeoutError:
                 try:
                     await self.refresh_policies()
+                except TenureError as exc:
+                    self.faults.failed("policy refresh", exc)
+                else:
+                    self.faults.succeeded("policy refresh")
                     self.keeper.interval = self._heartbeat_interval()
                     self.sweeper.interval = self._sweep_interval()
-                except TenureError:
-                    log.exception("could not refresh queue policies")
 
     def _heartbeat_interval(self) -> float:
         return min(p.heartbeat_interval for p in self.policies.values())
@@ -286,6 +306,11 @@ class Supervisor:
             done = len(self.completer) > 0
             if self._draining.is_set() and not (self.running or self._cycles or done):
                 return None
+            if self._storage_lost is not None:
+                return None  # nothing can be written any more
+            if (pause := self._claim_after - self._loop.time()) > 0:
+                await self._wait(pause)  # storage failed: back off
+                continue
             free = 0 if stopping else self._free()
             if free <= 0 and not done:
                 await self._wait()
@@ -363,10 +388,10 @@ class Supervisor:
             batch.failed(exc)  # each completion's settle retries on its own
             if not isinstance(exc, TenureError):
                 raise
-            if slots:
-                log.exception("claim failed")
+            self._claim_after = loop.time() + self.faults.failed("claim", exc)
             jobs = []
         else:
+            self.faults.succeeded("claim")
             batch.written(lost)
         finally:
             self._claiming -= slots
@@ -505,6 +530,8 @@ class Supervisor:
             return
         if isinstance(error, LeaseLost):
             log.warning("job %s: %s", job.id, error)
+        elif isinstance(error, StorageLost):
+            pass  # said once, by the cycle that failed
         elif error is not None:
             log.error("job %s: could not settle attempt %d", job.id, job.attempts, exc_info=error)
         self._finish((job.id, job.fence))
@@ -543,9 +570,13 @@ class Supervisor:
                 return  # recovered by the sweeper, or handed back: never settle
             try:
                 await settle(self.backend, job, policy, result, self.completer)
+                self.faults.succeeded("settle")
                 return
-            except BackendUnavailable as exc:
-                log.warning("job %s: could not settle (%s); retrying in %.1f s", job.id, exc, delay)
+            except (BackendUnavailable, StorageLost) as exc:
+                self.faults.failed("settle", exc)
+                if isinstance(exc, StorageLost):
+                    return
+                log.debug("job %s: could not settle; retrying in %.1f s", job.id, delay)
                 await asyncio.sleep(delay)
         log.error("job %s: gave up settling; its lease will expire and it will run again", job.id)
 
@@ -568,12 +599,17 @@ class Supervisor:
         for lease in leftover:
             self._lost.add(lease)  # stopped attempts must not settle: they are handed back
             self.executor.stop(lease)
+        if self._storage_lost is not None:
+            return  # nothing can be handed back: others recover them from their leases
         for job in leftover.values():
             try:
                 await hand_back(self.backend, job, await self._policy(job.queue))
                 log.info("drain: handed back job %s", job.id)
             except LeaseLost:
                 pass
+            except TenureError as exc:
+                log.warning("drain: could not hand back job %s (%s); its lease will expire",
+                            job.id, exc)  # fmt: skip
         while leftover.keys() & self.running.keys():  # stopped attempts end soon
             self._finished.clear()
             await self._finished.wait()

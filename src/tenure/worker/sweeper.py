@@ -11,6 +11,7 @@ import asyncio
 import logging
 
 from tenure.backends.base import Backend, RescueReport
+from tenure.worker.faults import StorageFaults
 from tenure.worker.periodic import every
 
 log = logging.getLogger("tenure.sweeper")
@@ -38,8 +39,8 @@ class Sweeper:
             log.warning("worker %s is gone; its leases were recovered", w)
         return report
 
-    async def run(self, stop: asyncio.Event) -> None:
-        await every(self, stop, log, self._wait_after)
+    async def run(self, stop: asyncio.Event, faults: StorageFaults | None = None) -> None:
+        await every(self, stop, log, self._wait_after, faults=faults, what="sweep")
 
     def _wait_after(self, report: RescueReport) -> float:
         """After a sweep, an interval; after one the guard refused, until one is

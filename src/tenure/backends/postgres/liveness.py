@@ -141,6 +141,7 @@ class Wakeups:
 
     async def _listen(self) -> None:
         delay = 0.1
+        lost = False  # said once, until it listens again
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(
@@ -150,10 +151,16 @@ class Wakeups:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
                     self._listening.set()
                     delay = 0.1
+                    if lost:
+                        log.info("LISTEN connection back: idle workers are woken again")
+                        lost = False
                     async for notice in conn.notifies():
                         self._signal(notice.payload)
             except psycopg.Error as exc:
-                log.warning("LISTEN connection lost (%s); reconnecting in %.1f s", exc, delay)
+                cause = " ".join(str(exc).split())
+                log.log(logging.DEBUG if lost else logging.WARNING,
+                        "LISTEN connection lost (%s); reconnecting", cause)  # fmt: skip
+                lost = True
             self._listening.clear()
             self._signal_all()  # what was missed meanwhile: let workers look
             await asyncio.sleep(delay)
