@@ -36,7 +36,7 @@ LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=
     type=int,
     default=DEFAULTS.concurrency,
     show_default=True,
-    help="How many attempts run at once.",
+    help="How many attempts run at once (at most 256 with --pool process, 1024 with threads).",
 )
 @click.option(
     "--drain-timeout",
