@@ -202,6 +202,8 @@ def _brief(r: dict[str, Any]) -> str:
         "processes",
         "lost",
         "duplicates",
+        "idle_cpu",
+        "idle_calls",
         "idle_p50",
         "e2e_p50",
         "e2e_p99",

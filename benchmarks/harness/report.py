@@ -33,6 +33,7 @@ COLUMNS = (
     "drain 2w /s",
     "idle pickup p50 (max) ms",
     "e2e p50 / p99 ms",
+    "idle worker: CPU % / calls/s",
     "CPU s/1k jobs worker / server",
     "kill -9: runs again after",
     "lost",
@@ -144,6 +145,10 @@ def row(subject: dict[str, Any], result: dict[str, Any]) -> list[str]:
     if "idle_p50" in lat:
         idle = f"{_ms(lat['idle_p50'])} ({_ms(lat['idle_max'])})"
     e2e = f"{_ms(lat['e2e_p50'])} / {_ms(lat['e2e_p99'])}" if lat.get("e2e_p50") else "-"
+    idle_cost = "-"
+    if "idle_cpu" in lat:
+        calls = f"{lat['idle_calls']:.1f}" if "idle_calls" in lat else "(no server)"
+        idle_cost = f"{lat['idle_cpu'] * 100:.1f} / {calls}"
     cpu = "-"
     if "cpu_worker" in d1:
         server = f"{d1['cpu_server']:.2f}" if "cpu_server" in d1 else "(no server)"
@@ -158,6 +163,7 @@ def row(subject: dict[str, Any], result: dict[str, Any]) -> list[str]:
         _drain_cell(d2),
         idle,
         e2e,
+        idle_cost,
         cpu,
         _kill9_cell(k9),
         _lost_cell(result),

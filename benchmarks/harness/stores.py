@@ -75,6 +75,21 @@ class Servers:
             name = store.url.rsplit("/", 1)[1]
             self.postgres.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
+    def calls(self, store: Store) -> int | None:
+        """Calls the store's server has served so far: transactions committed
+        in its database (PostgreSQL), commands processed (Redis, those run by
+        scripts included, for every library alike); None for SQLite."""
+        if store.backend == "postgres":
+            name = store.url.rsplit("/", 1)[1]
+            query = f"SELECT xact_commit FROM pg_stat_database WHERE datname = '{name}'"
+            return int(self.postgres.psql(query))
+        if store.backend == "redis":
+            import redis
+
+            with redis.Redis.from_url(store.url) as client:
+                return int(client.info("stats")["total_commands_processed"])
+        return None
+
     def versions(self) -> dict[str, str]:
         out: dict[str, str] = {"sqlite": _sqlite_version()}
         if shutil.which("redis-server"):

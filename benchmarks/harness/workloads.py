@@ -5,8 +5,10 @@
 * drain: those ``jobs`` no-op jobs, already queued, run by W worker processes;
   the rate is timed from the first handler start to the last (interpreter
   start-up is not counted), CPU is read from /proc between the same points.
-* latency: one worker process; idle pickup (enqueue one job into an idle
-  worker, ``idle`` times) and end-to-end latency at a fixed ``rate``.
+* latency: one worker process; what it costs while idle (its CPU, and the
+  calls its server serves, per second over ``idle_window`` seconds), idle
+  pickup (enqueue one job into an idle worker, ``idle`` times) and end-to-end
+  latency at a fixed ``rate``.
 * kill9: two workers with the library's defaults, an 8 s handler, SIGKILL of
   the worker running it 2 s in; time until it starts again, capped.
 
@@ -44,6 +46,7 @@ class Scale:
     drain_cap: float = 240.0
     idle: int = 20
     idle_gap: float = 1.0
+    idle_window: float = 5.0
     rate: float = 100.0
     steady: int = 2_000
     kill_handler: float = 8.0
@@ -65,6 +68,7 @@ class Scale:
             drain_cap=45.0,
             idle=4,
             idle_gap=0.6,
+            idle_window=2.0,
             steady=150,
             kill_handler=4.0,
             kill_after=1.0,
@@ -223,6 +227,7 @@ def latency(subject: Subject, servers: Servers, work: Path, scale: Scale) -> dic
             if run.wait_index(index, 60.0) is None:
                 return {"error": f"the worker never ran a job (see {run.dir})"}
             index += 1
+        idle = _idle_cost(run, scale.idle_window)
         pickups = []
         for _ in range(scale.idle):
             time.sleep(scale.idle_gap)
@@ -241,6 +246,7 @@ def latency(subject: Subject, servers: Servers, work: Path, scale: Scale) -> dic
         starts = records.starts(run.records)
         lat = [starts[index + k][0].t - t for k, t in enumerate(sent_at) if index + k in starts]
         return {
+            **idle,
             "idle_p50": statistics.median(pickups),
             "idle_max": max(pickups),
             "e2e_p50": _pct(lat, 50),
@@ -250,6 +256,19 @@ def latency(subject: Subject, servers: Servers, work: Path, scale: Scale) -> dic
         }
     finally:
         run.close()
+
+
+def _idle_cost(run: Run, window: float) -> dict[str, float]:
+    """An idle worker's CPU (share of one core) and its server's calls per second."""
+    time.sleep(1.0)  # past the backoff of the warm-up's last claim
+    cpu, calls, began = run.workers.cpu(), run.servers.calls(run.store), time.monotonic()
+    time.sleep(window)
+    elapsed = time.monotonic() - began
+    out = {"idle_cpu": (run.workers.cpu() - cpu) / elapsed}
+    after = run.servers.calls(run.store)
+    if calls is not None and after is not None:
+        out["idle_calls"] = (after - calls) / elapsed
+    return out
 
 
 def _pct(values: list[float], p: float) -> float | None:

@@ -100,9 +100,17 @@ class QueuePolicy:
         return QueuePolicy.from_dict({**self.to_dict(), **changes})
 
 
+# The most attempts one worker runs at once, per pool: each is an executor
+# process (a Python interpreter, tens of MB) or a thread; past these, a worker
+# exhausts its host's memory or thread limit before it does more work. More
+# throughput comes from more workers.
+MAX_CONCURRENCY: dict[Pool, int] = {"process": 256, "thread": 1024}
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
-    """How one worker process runs."""
+    """How one worker process runs. ``concurrency`` is at most
+    ``MAX_CONCURRENCY[pool]``: 256 executor processes, or 1024 threads."""
 
     queues: tuple[str, ...] = ("default",)
     concurrency: int = 4
@@ -131,6 +139,11 @@ class WorkerConfig:
         _positive("idle_poll_max", self.idle_poll_max)
         if self.pool not in ("process", "thread"):
             raise InvalidInput(f"pool must be 'process' or 'thread', got {self.pool!r}")
+        if self.concurrency > MAX_CONCURRENCY[self.pool]:
+            raise InvalidInput(
+                f"concurrency {self.concurrency} is more than a {self.pool} pool runs "
+                f"(at most {MAX_CONCURRENCY[self.pool]}): run more workers instead"
+            )
         _count("async_slots", self.async_slots)
         if self.max_jobs_per_executor is not None:
             _count("max_jobs_per_executor", self.max_jobs_per_executor)

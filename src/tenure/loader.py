@@ -30,6 +30,12 @@ def load_app(path: str) -> App:
                 f"cannot import {module_name!r}: no module named {exc.name!r}"
             ) from None
         raise InvalidInput(f"cannot import {module_name!r}: {exc}") from None
+    except SystemExit as exc:
+        # Not an exit of ours: a worker that cannot load its App says why, and
+        # fails (even on sys.exit(0): there is no App to run).
+        raise InvalidInput(
+            f"cannot import {module_name!r}: it called sys.exit({exc.code!r}) while being imported"
+        ) from None
     except Exception as exc:
         raise InvalidInput(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
     obj: Any = module

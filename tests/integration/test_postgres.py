@@ -33,14 +33,14 @@ def test_both_schemes_are_accepted_and_libpq_options_pass_through(scheme):
     b = from_url(f"{scheme}://u:p@db.example:5433/app?sslmode=require&schema=jobs&pool_size=3")
     assert isinstance(b, PostgresBackend)
     assert b.schema == "jobs" and b.pool_size == 3
-    assert b.conninfo == "postgresql://u:p@db.example:5433/app?sslmode=require"
+    assert b.conninfo == "postgresql://u:p@db.example:5433/app?sslmode=require&connect_timeout=5"
 
 
 @pytest.mark.parametrize(
     ("url", "message"),
     [
         ("postgresql:///nohost", "names no host"),
-        ("postgresql://h/db?pool_size=x", "bad option"),
+        ("postgresql://h/db?pool_size=x", "bad PostgreSQL URL option pool_size"),
         ("postgresql://h/db?schema=bad name", "invalid schema"),
     ],
 )

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from tenure.backends.base import Backend
 from tenure.config import DEFAULT_URL
+from tenure.core.urls import redacted
 from tenure.errors import InvalidInput
 
 # backend kind -> (URL schemes, module, class)
@@ -38,13 +39,13 @@ def from_url(url: str | None = None) -> Backend:
     url = resolve_url(url)
     if not isinstance(url, str) or "://" not in url:
         raise InvalidInput(
-            f"malformed backend URL {url!r}: expected scheme://…, "
+            f"malformed backend URL {_shown(url)}: expected scheme://…, "
             f"with scheme one of {', '.join(_schemes())}"
         )
     try:
         scheme = urlsplit(url).scheme.lower()
     except ValueError as exc:
-        raise InvalidInput(f"malformed backend URL {url!r}: {exc}") from None
+        raise InvalidInput(f"malformed backend URL {redacted(url)!r}: {exc}") from None
     schemes = _schemes()
     accepted = ", ".join(schemes)
     if scheme not in schemes and any(scheme in k[0] for k in KINDS.values()):
@@ -54,7 +55,7 @@ def from_url(url: str | None = None) -> Backend:
         )
     if scheme not in schemes:
         raise InvalidInput(
-            f"unknown backend scheme {scheme!r} in {url!r}; accepted schemes: {accepted}"
+            f"unknown backend scheme {scheme!r} in {redacted(url)!r}; accepted schemes: {accepted}"
         )
     _, module, name = KINDS[schemes[scheme]]
     try:
@@ -66,3 +67,11 @@ def from_url(url: str | None = None) -> Backend:
         ) from None
     backend: Backend = backend_class.from_url(url)
     return backend
+
+
+def _shown(value: object) -> str:
+    """What is not a URL, for a message: as given, unless it may hold a password
+    (a libpq ``key=value`` string, say)."""
+    if isinstance(value, str) and ("@" in value or "password" in value.lower()):
+        return "(not shown: it may hold a password)"
+    return repr(value)

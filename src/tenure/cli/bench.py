@@ -8,6 +8,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tenure.cli.common import CliState
+from tenure.core.urls import redacted
 
 
 @click.command()
@@ -58,7 +59,7 @@ def bench(ctx: click.Context, *, jobs: int, one: int, batch: int, concurrency: i
             progress.update(tasks[step], completed=done)  # type: ignore[arg-type]
 
         figures = Bench(config, report).run()
-    table = Table(title=f"tenure bench on {state.url}")
+    table = Table(title=f"tenure bench on {redacted(state.url)}")
     for column in ("figure", "measured", ""):
         table.add_column(column)
     for f in figures:

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tenure.cli.common import CliState
+from tenure.core.urls import redacted
 
 
 @click.command()
@@ -32,7 +33,7 @@ def chaos(ctx: click.Context, experiments: tuple[str, ...], runs: int) -> int:
     state = ctx.find_root().find_object(CliState)
     assert state is not None
     console = Console(highlight=False)
-    table = Table(title=f"tenure chaos on {state.url}")
+    table = Table(title=f"tenure chaos on {redacted(state.url)}")
     for column in ("experiment", "figure", "measured", "target", ""):
         table.add_column(column)
     broken = 0

@@ -14,6 +14,7 @@ from tenure import loader
 from tenure.app import App
 from tenure.cli.common import CliError, CliState
 from tenure.config import WorkerConfig
+from tenure.core.urls import redacted
 from tenure.errors import InvalidInput
 
 DEFAULTS = WorkerConfig()
@@ -36,7 +37,7 @@ LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=
     type=int,
     default=DEFAULTS.concurrency,
     show_default=True,
-    help="How many attempts run at once.",
+    help="How many attempts run at once (at most 256 with --pool process, 1024 with threads).",
 )
 @click.option(
     "--drain-timeout",
@@ -120,7 +121,8 @@ def _check_url(ctx: click.Context, app: App) -> None:
     explicit = root.get_parameter_source("url") == ParameterSource.COMMANDLINE
     if state is not None and explicit and state.url != app.url:
         raise CliError(
-            f"--url {state.url} differs from the url of the App ({app.url}); "
+            f"--url {redacted(state.url)} differs from the url of the App "
+            f"({redacted(app.url)}); "
             "a worker uses its App's url"
         )
 

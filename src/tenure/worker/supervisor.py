@@ -50,6 +50,7 @@ from tenure.app import App
 from tenure.backends.base import Backend, LeaseRef, WorkerInfo
 from tenure.backends.factory import from_url
 from tenure.config import QueuePolicy, WorkerConfig
+from tenure.core.urls import redacted
 from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost, StorageLost, TenureError
 from tenure.job import Job
 from tenure.loader import path_of
@@ -180,7 +181,7 @@ class Supervisor:
             asyncio.create_task(self._tick(stop_sweeping)),
         ]
         self._install_signals()
-        log.info("worker %s started on %s, queues %s", self.worker_id, self.app.url,
+        log.info("worker %s started on %s, queues %s", self.worker_id, redacted(self.app.url),
                  ", ".join(self.config.queues))  # fmt: skip
         cycling = asyncio.create_task(self._cycle_loop())
         try:

@@ -14,12 +14,13 @@ import contextlib
 import zlib
 from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import orjson
 import psycopg
 import psycopg_pool
-from psycopg import sql
+from psycopg import pq, sql
+from psycopg.conninfo import conninfo_to_dict
 
 from tenure.backends.base import (
     LeaseRef,
@@ -38,6 +39,7 @@ from tenure.core.names import check_name
 from tenure.core.payload import encode
 from tenure.core.retry import Decision, decide_for
 from tenure.core.states import Outcome, State
+from tenure.core.urls import MAX_PAYLOAD, UrlOptions, one_line, redacted, scrub
 from tenure.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -82,6 +84,12 @@ CYCLE_STATEMENTS = 64  # distinct limits whose cycle statement is kept (and prep
 COPY_FROM = 100  # jobs in a batch from which COPY (5 round trips, less server time) wins
 COPY_CHUNK = 200  # jobs per write of a COPY: the server stores one chunk while the next is made
 URL_OPTIONS = {"schema", "max_payload", "pool_size"}
+LIBPQ_OPTIONS = frozenset(o.keyword.decode() for o in pq.Conninfo.get_defaults())
+CONNECT_TIMEOUT = 5  # seconds; libpq's own default is to wait as long as TCP does
+MAX_CONNECT_TIMEOUT = 3600
+MAX_POOL_SIZE = 1000
+# Wake-ups are NOTIFY on the channel tenure.<schema>, an identifier: 63 bytes at most.
+MAX_SCHEMA_LENGTH = 63 - len("tenure.")
 DEFAULTS = QueuePolicy()
 
 __all__ = ["PostgresBackend"]
@@ -102,7 +110,13 @@ class PostgresBackend:
         pool_size: int = 8,
     ) -> None:
         check_name("schema", schema)
+        if len(schema) > MAX_SCHEMA_LENGTH:
+            raise InvalidInput(
+                f"schema name {schema!r} is too long: at most {MAX_SCHEMA_LENGTH} characters "
+                "(its wake-up channel, tenure.<schema>, is a PostgreSQL identifier)"
+            )
         self.url = conninfo
+        self.safe_url = redacted(conninfo)
         self.conninfo = conninfo
         self.schema = schema
         self.max_payload = max_payload
@@ -125,22 +139,36 @@ class PostgresBackend:
 
     @classmethod
     def from_url(cls, url: str) -> PostgresBackend:
+        """A backend (not open yet) for ``postgresql://user[:password]@host[:port]/db``.
+        tenure's options: ``schema`` (default ``tenure``), ``max_payload`` (bytes
+        of JSON), ``pool_size`` (connections); libpq's (``sslmode``,
+        ``connect_timeout``, default 5 s…) go to libpq, which must know them."""
+        options = UrlOptions(url, "PostgreSQL", URL_OPTIONS | LIBPQ_OPTIONS)
         parts = urlsplit(url)
-        if not parts.hostname and "host=" not in parts.query:
-            raise InvalidInput(f"PostgreSQL URL {url!r} names no host: postgresql://user@host/db")
-        params = parse_qsl(parts.query, keep_blank_values=True)
-        ours = {k: v for k, v in params if k in URL_OPTIONS}
-        libpq = [(k, v) for k, v in params if k not in URL_OPTIONS]  # sslmode & co. pass through
-        conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(libpq), ""))
+        if not parts.hostname and "host" not in options.values:
+            raise InvalidInput(
+                f"PostgreSQL URL {options.safe_url!r} names no host: postgresql://user@host/db"
+            )
+        libpq = {k: v for k, v in options.values.items() if k not in URL_OPTIONS}
+        libpq["connect_timeout"] = str(
+            options.integer("connect_timeout", CONNECT_TIMEOUT, low=1, high=MAX_CONNECT_TIMEOUT)
+        )
+        query = urlencode(libpq, quote_via=quote)  # libpq reads "+" as itself, not a space
+        conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, query, ""))
         try:
-            max_payload = int(ours.get("max_payload", DEFAULT_MAX_PAYLOAD))
-            pool_size = int(ours.get("pool_size", 8))
-        except ValueError as exc:
-            raise InvalidInput(f"bad option in PostgreSQL URL {url!r}: {exc}") from None
-        if max_payload < 1 or pool_size < 1:
-            raise InvalidInput(f"max_payload and pool_size must be >= 1 in {url!r}")
-        return cls(conninfo, schema=ours.get("schema", "tenure"), max_payload=max_payload,
-                   pool_size=pool_size)  # fmt: skip
+            conninfo_to_dict(conninfo)  # what libpq cannot read fails here, not at connect
+        except psycopg.Error as exc:
+            raise InvalidInput(
+                f"bad PostgreSQL URL {options.safe_url!r}: {one_line(scrub(str(exc), url))}"
+            ) from None
+        return cls(
+            conninfo,
+            schema=options.text("schema", "tenure"),
+            max_payload=options.integer(
+                "max_payload", DEFAULT_MAX_PAYLOAD, low=1, high=MAX_PAYLOAD
+            ),
+            pool_size=options.integer("pool_size", 8, low=1, high=MAX_POOL_SIZE),
+        )
 
     # -- plumbing ----------------------------------------------------------
 
@@ -154,7 +182,7 @@ class PostgresBackend:
             async with self._pool.connection() as conn:
                 yield conn
         except UNREACHABLE as exc:
-            raise BackendUnavailable(f"PostgreSQL is unavailable: {exc}") from exc
+            raise self._unavailable("PostgreSQL is unavailable", exc) from exc
 
     @contextlib.asynccontextmanager
     async def _tx(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -200,7 +228,7 @@ class PostgresBackend:
             if conn is not None:
                 await self._pool.putconn(conn)
             if isinstance(exc, UNREACHABLE):
-                raise BackendUnavailable(f"PostgreSQL is unavailable: {exc}") from exc
+                raise self._unavailable("PostgreSQL is unavailable", exc) from exc
             raise
         if len(self._held) < self._hold_at_most:
             self._held.append(conn)
@@ -208,9 +236,15 @@ class PostgresBackend:
             await self._pool.putconn(conn)
         return rows
 
+    def _unavailable(self, what: str, exc: BaseException) -> BackendUnavailable:
+        """BackendUnavailable for a driver's error, in one line and without the
+        password: libpq's messages may quote the connection string."""
+        return BackendUnavailable(f"{what}: {one_line(scrub(str(exc), self.conninfo))}")
+
     async def open(self) -> None:
         if self._pool is not None:
             return
+        await self._try_connect()
         pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
             self.conninfo,
             min_size=1,
@@ -225,13 +259,24 @@ class PostgresBackend:
             await pool.open(wait=True, timeout=10.0)
         except UNREACHABLE as exc:
             await pool.close()
-            raise BackendUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+            raise self._unavailable(f"cannot connect to {self.safe_url}", exc) from None
         self._pool = pool
         try:
             await self._migrate()
         except BaseException:
             await self.close()
             raise
+
+    async def _try_connect(self) -> None:
+        """One connection, made directly, before the pool's: the pool retries a
+        failed connection until its own timeout, logging every failure, and then
+        says only that it timed out. Made directly, a connection fails at once
+        (or within ``connect_timeout``) with the server's reason."""
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.conninfo, application_name="tenure")
+        except psycopg.Error as exc:
+            raise self._unavailable(f"cannot connect to {self.safe_url}", exc) from None
+        await conn.close()
 
     async def _migrate(self) -> None:
         """Apply pending migrations, once across the fleet (an advisory lock)."""
@@ -444,7 +489,7 @@ class PostgresBackend:
                     )
         except psycopg.OperationalError as exc:
             self._effects = None
-            raise BackendUnavailable(f"PostgreSQL is unavailable: {exc}") from exc
+            raise self._unavailable("PostgreSQL is unavailable", exc) from exc
 
     # -- the sweeper -------------------------------------------------------
 
@@ -598,7 +643,7 @@ class PostgresBackend:
         try:  # the lock before the row: a registered worker always has its lock
             await self.liveness.hold(info.id, lock_no)
         except psycopg.OperationalError as exc:
-            raise BackendUnavailable(f"cannot open the liveness connection: {exc}") from exc
+            raise self._unavailable("cannot open the liveness connection", exc) from exc
         async with self._tx() as conn:
             await conn.execute(self.q["register_worker"], {
                 "id": info.id, "lock_no": lock_no, "hostname": info.hostname, "pid": info.pid,

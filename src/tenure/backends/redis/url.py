@@ -6,28 +6,33 @@
 ``prefix`` (of every key, default ``tenure``), ``max_payload`` (bytes of JSON),
 ``pool_size`` (connections) and ``cluster`` (``yes``: the URL names a node of a
 Redis Cluster); the others go to redis-py (``socket_timeout``,
-``socket_connect_timeout``, ``ssl_*``…). Passwords never appear in messages.
+``socket_connect_timeout``, ``ssl_*``…), checked as strictly as tenure's own
+(``core/urls.py``). Passwords, in the URL or as ``?password=``, never appear in
+messages.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS
+from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS, to_bool
 
 from tenure.backends.redis.keys import DEFAULT_PREFIX, Keys
 from tenure.config import DEFAULT_MAX_PAYLOAD
+from tenure.core.urls import MAX_PAYLOAD, UrlOptions, redacted
 from tenure.errors import InvalidInput
 
 SCHEMES = ("redis", "rediss", "unix")
 OUR_OPTIONS = {"prefix", "max_payload", "pool_size", "cluster"}
-YES, NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 REDIS_OPTIONS = set(URL_QUERY_ARGUMENT_PARSERS) | {
     "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile",
     "ssl_password", "ssl_ciphers", "client_name", "username", "password",
 }  # fmt: skip
 DEFAULT_POOL_SIZE = 32
+MAX_POOL_SIZE = 1000
+MAX_DB = 2**31 - 1  # and the bound of redis-py's other integer options
+MAX_SECONDS = 86_400.0  # of redis-py's timeouts
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,49 +53,52 @@ def parse(url: str) -> Options:
     safe = redacted(url)
     try:
         parts = urlsplit(url)
-        options = dict(parse_qsl(parts.query, keep_blank_values=True))
     except ValueError as exc:
         raise InvalidInput(f"malformed Redis URL {safe!r}: {exc}") from None
     if parts.scheme not in SCHEMES:
         raise InvalidInput(f"not a Redis URL: {safe!r}; schemes: {', '.join(SCHEMES)}")
-    unknown = sorted(set(options) - OUR_OPTIONS - REDIS_OPTIONS)
-    if unknown:
-        raise InvalidInput(
-            f"unknown Redis URL option(s) {', '.join(unknown)}; accepted: "
-            f"{', '.join(sorted(OUR_OPTIONS | REDIS_OPTIONS))}"
-        )
-    try:
-        max_payload = int(options.get("max_payload", DEFAULT_MAX_PAYLOAD))
-        pool_size = int(options.get("pool_size", DEFAULT_POOL_SIZE))
-    except ValueError as exc:
-        raise InvalidInput(f"bad Redis URL option in {safe!r}: {exc}") from None
-    if max_payload < 1 or pool_size < 2:
-        raise InvalidInput(f"max_payload must be >= 1 and pool_size >= 2 in {safe!r}")
-    cluster = options.get("cluster", "no").lower()
-    if cluster not in YES + NO:
-        raise InvalidInput(f"cluster must be yes or no in {safe!r}")
-    if cluster in YES and parts.scheme == "unix":
+    options = UrlOptions(url, "Redis", OUR_OPTIONS | REDIS_OPTIONS)
+    _check_db(parts.path if parts.scheme != "unix" else "", options)
+    cluster = options.flag("cluster", False)
+    if cluster and parts.scheme == "unix":
         raise InvalidInput(f"a Redis Cluster is reached over TCP, not a unix socket: {safe!r}")
-    kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-            if k not in OUR_OPTIONS]  # fmt: skip
     return Options(
         url=url,
-        redis_url=urlunsplit(parts._replace(query=urlencode(kept))),
+        redis_url=urlunsplit(parts._replace(query=urlencode(_for_redis_py(options)))),
         safe_url=safe,
-        keys=Keys(options.get("prefix", DEFAULT_PREFIX)),
-        max_payload=max_payload,
-        pool_size=pool_size,
-        cluster=cluster in YES,
+        keys=Keys(options.text("prefix", DEFAULT_PREFIX)),
+        max_payload=options.integer("max_payload", DEFAULT_MAX_PAYLOAD, low=1, high=MAX_PAYLOAD),
+        pool_size=options.integer("pool_size", DEFAULT_POOL_SIZE, low=2, high=MAX_POOL_SIZE),
+        cluster=cluster,
     )
 
 
-def redacted(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-        return urlunsplit(parts._replace(netloc=netloc))
-    except ValueError:
-        return "<malformed URL>"
+def _check_db(path: str, options: UrlOptions) -> None:
+    """The database number, in the path (``/2``) or as ``?db=2``: redis-py takes
+    a path it cannot read as database 0, which would be someone else's keys."""
+    db = path.removeprefix("/")
+    if db and not (db.isascii() and db.isdigit() and int(db) <= MAX_DB):
+        raise InvalidInput(
+            f"the path of a Redis URL is a database number such as /0, not {path!r}, "
+            f"in {options.safe_url!r}"
+        )
+    options.integer("db", 0, low=0, high=MAX_DB)
+
+
+def _for_redis_py(options: UrlOptions) -> list[tuple[str, str]]:
+    """The options redis-py reads, each checked as strictly as tenure's own: its
+    booleans written as it reads them (it takes ``off`` or ``maybe`` as true)."""
+    kept = []
+    for name, given in options.values.items():
+        parser = URL_QUERY_ARGUMENT_PARSERS.get(name)
+        if name in OUR_OPTIONS:
+            continue
+        if parser is to_bool:
+            kept.append((name, "true" if options.flag(name, False) else "false"))
+            continue
+        if parser is int:
+            options.integer(name, 0, low=0, high=MAX_DB)
+        elif parser is float:
+            options.number(name, 0, low=0, high=MAX_SECONDS)
+        kept.append((name, given))
+    return kept

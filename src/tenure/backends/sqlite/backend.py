@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import orjson
 
@@ -33,6 +33,7 @@ from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.payload import encode
 from tenure.core.retry import Decision, decide_for
 from tenure.core.states import Outcome, State
+from tenure.core.urls import MAX_PAYLOAD, UrlOptions, redacted
 from tenure.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -45,6 +46,7 @@ from tenure.threads import DaemonThreads
 T = TypeVar("T")
 MIGRATIONS = load_migrations("tenure.backends.sqlite.migrations")
 URL_OPTIONS = {"durable", "busy_timeout", "max_payload"}
+MAX_BUSY_MS = 3_600_000
 
 
 @functools.lru_cache(maxsize=64)
@@ -69,7 +71,7 @@ def path_of_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost"):
         raise InvalidInput(
-            f"malformed SQLite URL {url!r}: use sqlite:///relative/path.db or "
+            f"malformed SQLite URL {redacted(url)!r}: use sqlite:///relative/path.db or "
             "sqlite:////absolute/path.db"
         )
     path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
@@ -113,23 +115,19 @@ class SQLiteBackend(Operators):
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteBackend:
+        """A backend (not open yet) for ``sqlite:///path?options``: ``durable``
+        (a boolean: fsync every commit), ``busy_timeout`` (ms, 0 to 1 hour) and
+        ``max_payload`` (bytes of JSON)."""
         path = path_of_url(url)
-        options = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
-        unknown = sorted(set(options) - URL_OPTIONS)
-        if unknown:
-            raise InvalidInput(
-                f"unknown SQLite URL option(s) {', '.join(unknown)}; "
-                f"accepted: {', '.join(sorted(URL_OPTIONS))}"
-            )
-        try:
-            durable = options.get("durable", "0") in ("1", "true", "yes")
-            busy = float(options.get("busy_timeout", "5000")) / 1000.0
-            max_payload = int(options.get("max_payload", str(DEFAULT_MAX_PAYLOAD)))
-        except ValueError as exc:
-            raise InvalidInput(f"bad SQLite URL option in {url!r}: {exc}") from None
-        if busy < 0 or max_payload < 1:
-            raise InvalidInput(f"busy_timeout and max_payload must be positive in {url!r}")
-        return cls(path, durable=durable, busy_timeout=busy, max_payload=max_payload)
+        options = UrlOptions(url, "SQLite", URL_OPTIONS)
+        return cls(
+            path,
+            durable=options.flag("durable", False),
+            busy_timeout=options.number("busy_timeout", 5000, low=0, high=MAX_BUSY_MS) / 1000,
+            max_payload=options.integer(
+                "max_payload", DEFAULT_MAX_PAYLOAD, low=1, high=MAX_PAYLOAD
+            ),
+        )
 
     # -- plumbing ----------------------------------------------------------
 
