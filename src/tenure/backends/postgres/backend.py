@@ -86,6 +86,14 @@ COPY_CHUNK = 200  # jobs per write of a COPY: the server stores one chunk while 
 URL_OPTIONS = {"schema", "max_payload", "pool_size"}
 LIBPQ_OPTIONS = frozenset(o.keyword.decode() for o in pq.Conninfo.get_defaults())
 CONNECT_TIMEOUT = 5  # seconds; libpq's own default is to wait as long as TCP does
+# While the server is down, a call fails after waiting this long for a
+# connection: the worker learns of the fault in seconds, not the pool's 30.
+POOL_WAIT = 5.0
+# The pool retries a broken connection with a delay that doubles each time:
+# after a long outage, tens of seconds. It gives up after this long, and the
+# next call starts a fresh attempt at once: a server back is used within
+# POOL_WAIT.
+RECONNECT_FOR = 2.0
 MAX_CONNECT_TIMEOUT = 3600
 MAX_POOL_SIZE = 1000
 # Wake-ups are NOTIFY on the channel tenure.<schema>, an identifier: 63 bytes at most.
@@ -254,6 +262,8 @@ class PostgresBackend:
             check=_check_if_dropped,
             configure=_configure,
             name=f"tenure-{self.schema}",
+            timeout=POOL_WAIT,
+            reconnect_timeout=RECONNECT_FOR,
         )
         try:
             await pool.open(wait=True, timeout=10.0)
