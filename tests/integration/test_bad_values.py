@@ -39,6 +39,10 @@ def infinite_progress() -> str:
     tenure.current_job().progress({{"done": float("inf")}})
     return "reported"
 
+@app.task(max_attempts=1)
+def surrogate_error() -> None:
+    raise ValueError("no file " + b"caf\\xe9".decode("utf-8", "surrogateescape") + "\\x00")
+
 @app.task(max_attempts=2)
 def retry_in_a_million_years() -> None:
     raise tenure.Retry(in_=1e12 * 31.6)
@@ -85,6 +89,18 @@ def test_progress_json_cannot_carry__is_refused_to_the_handler(values_app: App, 
     dead = values_app.get_job(job.id)
     assert (dead.state, dead.progress, dead.result) == (State.DEAD, None, None)
     assert dead.error is not None and "progress must be JSON: inf at ['done']" in dead.error
+
+
+@pytest.mark.parametrize("pool", ["thread", "process"])
+def test_an_error_whose_message_holds_a_lone_surrogate_or_nul__is_recorded_escaped(
+    values_app: App, pool: str
+) -> None:
+    job = values_app.enqueue("surrogate_error", {})
+    work(values_app, pool)
+    dead = values_app.get_job(job.id)
+    assert (dead.state, dead.dead_reason) == (State.DEAD, DeadReason.MAX_ATTEMPTS)
+    assert dead.error is not None and "ValueError: no file caf\\udce9\\x00" in dead.error
+    assert [a.outcome for a in dead.history] == ["error"]
 
 
 def test_a_retry_a_million_years_away__is_an_error_not_a_date_nobody_can_show(

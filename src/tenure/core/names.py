@@ -55,6 +55,17 @@ def is_text(value: str) -> bool:
     return True
 
 
+def as_text(value: str) -> str:
+    """``value`` as text any storage takes: a lone surrogate (a file name read
+    with surrogateescape, say) written as its escape, ``\\udcff``, and a NUL
+    (which PostgreSQL's text refuses) as ``\\x00``."""
+    if "\x00" in value:
+        value = value.replace("\x00", "\\x00")
+    if value.isascii():
+        return value
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def check_key(value: object) -> str | None:
     """Return a valid idempotency key (or None)."""
     if value is None:
