@@ -18,7 +18,7 @@ from tenure.config import (
     check_integer,
     check_seconds,
 )
-from tenure.core.names import check_key, check_name, shown
+from tenure.core.names import check_job_id, check_key, check_name, shown
 from tenure.core.payload import encode_args
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import InvalidInput
@@ -98,8 +98,8 @@ class JobSpec:
     ) -> list[JobSpec]:
         """One spec per argument dict, all with the same options (validated once,
         before any payload: a bad name is reported before a bad payload)."""
-        cls("", task, queue, b"{}", delay, run_at, priority, key, max_attempts,
-            timeout).check(max_payload)  # fmt: skip
+        _check_options((task, queue, delay, run_at, priority, max_attempts, timeout))
+        check_key(key)
         payloads = [encode_args({} if a is None else a, limit=max_payload) for a in args_list]
         shared = {"task": task, "queue": queue, "delay": delay, "run_at": run_at,
                   "priority": priority, "key": key, "max_attempts": max_attempts,
@@ -112,6 +112,7 @@ class JobSpec:
     def check(self, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
         """Raise InvalidInput unless every field is valid (backends check every spec)."""
         _check_options(self.options())
+        check_job_id(self.id)
         check_key(self.key)
         if not isinstance(self.args, bytes) or len(self.args) > max_payload:
             size = len(self.args) if isinstance(self.args, bytes) else "?"
@@ -154,6 +155,7 @@ def check_specs(specs: Sequence[JobSpec], max_payload: int) -> None:
         if not known:
             _check_options(options)
             seen.add(options)
+        check_job_id(spec.id)
         check_key(spec.key)
         if not isinstance(spec.args, bytes) or len(spec.args) > max_payload:
             spec.check(max_payload)  # raises with the details

@@ -98,9 +98,19 @@ def test_a_spec_with_an_option_out_of_bounds__is_refused_and_nothing_is_stored(
 ) -> None:
     with pytest.raises(InvalidInput):
         JobSpec.create("t", {}, **bad)
-    built_around_create = dataclasses.replace(spec(), **bad)
+    specs = [spec(), dataclasses.replace(spec(), **bad)]  # built around create's checks
     with pytest.raises(InvalidInput):
-        backend.enqueue([spec(), built_around_create])
+        backend.enqueue(specs)
+    assert all_jobs(backend) == []
+
+
+@pytest.mark.parametrize("job_id", [5, None, "", "01a2\udcff", "01a2\x00", "x" * 101])
+def test_a_spec_with_a_malformed_id__is_refused_and_nothing_is_stored(
+    backend: Any, job_id: Any
+) -> None:
+    specs = [spec(), dataclasses.replace(spec(), id=job_id)]
+    with pytest.raises(InvalidInput, match="invalid job id"):
+        backend.enqueue(specs)
     assert all_jobs(backend) == []
 
 
