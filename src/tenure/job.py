@@ -100,6 +100,10 @@ class JobSpec:
         before any payload: a bad name is reported before a bad payload)."""
         _check_options((task, queue, delay, run_at, priority, max_attempts, timeout))
         check_key(key)
+        if isinstance(args_list, dict | str | bytes) or not isinstance(args_list, Iterable):
+            raise InvalidInput(
+                f"enqueue_many takes a list of argument dicts, got {type(args_list).__name__}"
+            )
         payloads = [encode_args({} if a is None else a, limit=max_payload) for a in args_list]
         shared = {"task": task, "queue": queue, "delay": delay, "run_at": run_at,
                   "priority": priority, "key": key, "max_attempts": max_attempts,

@@ -18,7 +18,7 @@ from tenure.core.names import check_job_id, shown
 from tenure.core.payload import check, encode
 from tenure.core.states import State
 from tenure.errors import InvalidInput, Retry
-from tenure.job import Attempt, Job
+from tenure.job import Attempt, Job, JobSpec
 
 NAN, INF = float("nan"), float("inf")
 
@@ -125,3 +125,9 @@ def test_a_job_with_undated_times__renders_in_a_listing_and_alone() -> None:
     text = out.getvalue()
     assert text.count(" 1e+18 (epoch s)") == 3  # run at, twice; started
     assert "-1e+18 (epoch s)" in text and "inf (epoch s)" in text and "nan (epoch s)" in text
+
+
+@pytest.mark.parametrize("args_list", [5, None, {"a": 1}, "abc"])
+def test_enqueue_many_of_something_not_a_list_of_dicts__is_invalid_input(args_list: Any) -> None:
+    with pytest.raises(InvalidInput, match="a list of argument dicts"):
+        JobSpec.create_many("t", args_list)
