@@ -18,8 +18,8 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from tenure.backends.base import Backend, Page
 from tenure.backends.factory import from_url, resolve_url
-from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
-from tenure.core.names import check_name
+from tenure.config import DEFAULT_MAX_PAYLOAD, MAX_PAYLOAD_RANGE, QueuePolicy, check_integer
+from tenure.core.names import check_job_ids, check_name
 from tenure.core.states import State, parse_state
 from tenure.errors import InvalidInput
 from tenure.job import Job, JobSpec
@@ -104,13 +104,11 @@ class Queue:
 
     def retry_dead(self, job_ids: Iterable[str] | None = None) -> int:
         """Requeue dead jobs (all when ``job_ids`` is None) with their budgets reset."""
-        ids = None if job_ids is None else list(job_ids)
-        return self.app.call(self.app.backend.retry_dead(self.name, ids))
+        return self.app.call(self.app.backend.retry_dead(self.name, check_job_ids(job_ids)))
 
     def purge_dead(self, job_ids: Iterable[str] | None = None) -> int:
         """Delete dead jobs (all when ``job_ids`` is None)."""
-        ids = None if job_ids is None else list(job_ids)
-        return self.app.call(self.app.backend.purge_dead(self.name, ids))
+        return self.app.call(self.app.backend.purge_dead(self.name, check_job_ids(job_ids)))
 
 
 class App:
@@ -121,6 +119,7 @@ class App:
     """
 
     def __init__(self, url: str | None = None, *, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+        check_integer("max_payload", max_payload, *MAX_PAYLOAD_RANGE)
         self.url = resolve_url(url)
         self.max_payload = max_payload
         self.tasks: dict[str, Task[Any, Any]] = {}

@@ -3,20 +3,86 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
 
+from tenure.core.names import shown
 from tenure.errors import InvalidInput
 
 Delivery = Literal["at-least-once", "at-most-once"]
 Pool = Literal["process", "thread"]
 DELIVERIES: tuple[Delivery, ...] = ("at-least-once", "at-most-once")
 
+log = logging.getLogger("tenure")
+
 DEFAULT_URL = "sqlite:///tenure.db"
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
+# A payload crosses to an executor in one frame of at most 512 MiB, with its job.
+MAX_PAYLOAD_RANGE = (1, 256 * 1024 * 1024)
+
+# Bounds, once for every backend: each value stored must fit PostgreSQL's
+# integer and SQLite's and Redis' numbers alike, and render as a date.
+MAX_SECONDS = 10 * 365.25 * 86_400.0  # delays, deadlines, backoffs: ten years
+PRIORITY_RANGE = (-1_000_000, 1_000_000)
+ATTEMPTS_RANGE = (1, 1_000_000)  # max_attempts and max_stalls, of a queue or a job
+TIMEOUT_RANGE = (0.0, MAX_SECONDS)  # above 0
+LEASE_TTL_MAX = 3_600.0
+
+# The bounds of each numeric policy field, in seconds but for the counts. A
+# shorter lease expires before a heartbeat crosses the network, and costs the
+# worker its CPU; a longer one keeps a frozen worker's jobs away for over an
+# hour (heartbeats renew it: a long job never needs a long lease). A job
+# waits for a sweep to be recovered: one a minute at least.
+POLICY_BOUNDS: dict[str, tuple[float, float]] = {
+    "lease_ttl": (0.05, LEASE_TTL_MAX),
+    "heartbeat_interval": (0.01, LEASE_TTL_MAX / 2),
+    "sweep_interval": (0.01, 60.0),
+    "max_attempts": ATTEMPTS_RANGE,
+    "max_stalls": ATTEMPTS_RANGE,
+    "timeout": TIMEOUT_RANGE,
+    "backoff_base": (0.0, MAX_SECONDS),
+    "backoff_max": (0.0, MAX_SECONDS),
+    "backoff_jitter": (0.0, 1.0),
+}
+_COUNTS = frozenset({"max_attempts", "max_stalls"})
+_ABOVE = frozenset({"timeout"})  # bounds (lo, hi]: zero is not a deadline
+
+
+def _bound(x: float) -> str:
+    if x == MAX_SECONDS:
+        return "315576000 (ten years)"
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def check_number(
+    name: str, value: object, lo: float, hi: float, *, above: bool = False, kind: str = "a number"
+) -> None:
+    """InvalidInput unless ``value`` is a real number (not a bool) within
+    ``[lo, hi]`` (``(lo, hi]`` when ``above``). NaN, infinities and integers too
+    large for a float fall outside every range."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not (ok and (lo < value if above else lo <= value) and value <= hi):  # type: ignore[operator]
+        low = "(" if above else "["
+        raise InvalidInput(
+            f"{name} must be {kind} within {low}{_bound(lo)}, {_bound(hi)}], got {shown(value)}"
+        )
+
+
+def check_integer(name: str, value: object, lo: int | float, hi: int | float) -> None:
+    """InvalidInput unless ``value`` is an int (not a bool) within ``[lo, hi]``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise InvalidInput(
+            f"{name} must be an integer within [{_bound(lo)}, {_bound(hi)}], got {shown(value)}"
+        )
+
+
+def check_seconds(name: str, value: object, *, above: bool = False) -> None:
+    """A number of seconds within [0, ten years] (``(0, ten years]`` when ``above``)."""
+    check_number(name, value, 0.0, MAX_SECONDS, above=above, kind="a number of seconds")
 
 
 def _positive(name: str, value: object, *, allow_zero: bool = False) -> None:
@@ -36,12 +102,34 @@ def _count(name: str, value: object) -> None:
         raise InvalidInput(f"{name} must be an integer >= 1, got {value!r}")
 
 
+def _clamped(name: str, value: Any) -> Any:
+    """A stored number within its field's bounds (a timeout <= 0: none)."""
+    bounds = POLICY_BOUNDS.get(name)
+    if bounds is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    if name in _ABOVE and value <= bounds[0]:
+        return None
+    if name in _COUNTS and isinstance(value, float):
+        return value
+    return min(max(value, bounds[0]), bounds[1])  # NaN stays NaN: refused
+
+
 @dataclass(frozen=True, slots=True)
 class QueuePolicy:
     """A queue's policy, stored with the queue and read by every worker.
 
     Times are float seconds. ``timeout`` is the default deadline of one
     attempt (None: no deadline) for tasks that do not set their own.
+
+    Bounds, the same on every backend (booleans are not numbers):
+
+    - ``lease_ttl`` within [0.05, 3600]; ``heartbeat_interval`` at least 0.01
+      and at most half of ``lease_ttl``; ``sweep_interval`` within [0.01, 60];
+    - ``max_attempts`` and ``max_stalls`` integers within [1, 1000000];
+    - ``timeout`` (when set) within (0, ten years]; ``backoff_base`` and
+      ``backoff_max`` within [0, ten years]; ``backoff_jitter`` within [0, 1].
+
+    They are ``POLICY_BOUNDS``.
     """
 
     lease_ttl: float = 15.0
@@ -59,24 +147,22 @@ class QueuePolicy:
         self.validate()
 
     def validate(self) -> None:
-        _positive("lease_ttl", self.lease_ttl)
-        _positive("heartbeat_interval", self.heartbeat_interval)
-        _positive("sweep_interval", self.sweep_interval)
+        for name, (lo, hi) in POLICY_BOUNDS.items():
+            value = getattr(self, name)
+            if name in _COUNTS:
+                check_integer(name, value, lo, hi)
+            elif value is not None or name not in _ABOVE:
+                kind = "a number" if name == "backoff_jitter" else "a number of seconds"
+                check_number(name, value, lo, hi, above=name in _ABOVE, kind=kind)
         if self.heartbeat_interval * 2 > self.lease_ttl:
             raise InvalidInput(
                 f"heartbeat_interval ({self.heartbeat_interval}) must be at most half of "
                 f"lease_ttl ({self.lease_ttl}), so that one late heartbeat does not lose a lease"
             )
-        _count("max_attempts", self.max_attempts)
-        _count("max_stalls", self.max_stalls)
-        if self.delivery not in DELIVERIES:
-            raise InvalidInput(f"delivery must be one of {', '.join(DELIVERIES)}")
-        if self.timeout is not None:
-            _positive("timeout", self.timeout)
-        _positive("backoff_base", self.backoff_base, allow_zero=True)
-        _positive("backoff_max", self.backoff_max, allow_zero=True)
-        if not (isinstance(self.backoff_jitter, int | float) and 0 <= self.backoff_jitter <= 1):
-            raise InvalidInput(f"backoff_jitter must be within [0, 1], got {self.backoff_jitter!r}")
+        if not isinstance(self.delivery, str) or self.delivery not in DELIVERIES:
+            raise InvalidInput(
+                f"delivery must be one of {', '.join(DELIVERIES)}, got {self.delivery!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -93,8 +179,34 @@ class QueuePolicy:
 
     @classmethod
     def from_json(cls, data: str | bytes | None) -> QueuePolicy:
-        """The policy stored as JSON, or the defaults when nothing is stored."""
-        return cls() if data is None else cls.from_dict(orjson.loads(data))
+        """The policy stored as JSON, or the defaults when nothing is stored.
+
+        A stored policy is never refused: one written before the bounds were
+        (or by hand) would stop every worker of its queue, and could not even
+        be changed. A number out of bounds is brought within them; anything
+        else invalid, or unknown, gives way to the default, with a warning."""
+        if data is None:
+            return cls()
+        stored = orjson.loads(data)
+        try:
+            return cls.from_dict(stored)
+        except InvalidInput:
+            return cls._within_bounds(stored if isinstance(stored, dict) else {})
+
+    @classmethod
+    def _within_bounds(cls, stored: dict[str, Any]) -> QueuePolicy:
+        clamped = {name: _clamped(name, value) for name, value in stored.items()}
+        try:
+            return cls.from_dict(clamped)
+        except InvalidInput:
+            pass
+        policy = cls()
+        for name, value in clamped.items():  # each field that fits what came before it
+            try:
+                policy = policy.replace(**{name: value})
+            except InvalidInput as exc:
+                log.warning("stored policy: %s; ignored", exc)
+        return policy
 
     def replace(self, **changes: Any) -> QueuePolicy:
         return QueuePolicy.from_dict({**self.to_dict(), **changes})

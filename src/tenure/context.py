@@ -8,6 +8,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from tenure.core.payload import check as check_json
 from tenure.errors import TenureError
 
 # How a backend opens the handler's own transaction that also completes the job:
@@ -35,7 +36,9 @@ class JobContext:
     settled: bool = False  # the handler completed its job in its own transaction
 
     def progress(self, data: Any) -> None:
-        """Record a JSON progress report, fenced (raises LeaseLost if the job was recovered)."""
+        """Record a JSON progress report, fenced (raises LeaseLost if the job was
+        recovered, InvalidInput if ``data`` is not JSON)."""
+        check_json(data, what="progress")  # before the pipe, which would change it
         self._progress(data)
 
     def heartbeat(self) -> None:

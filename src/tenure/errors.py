@@ -45,14 +45,17 @@ class StorageLost(TenureError):
 
 
 class Retry(Exception):
-    """Raised by a handler to retry its job explicitly, optionally after ``in_`` seconds.
+    """Raised by a handler to retry its job explicitly, optionally after ``in_`` seconds
+    (at most ten years: ``tenure.config.MAX_SECONDS``).
 
     The attempt counts against ``max_attempts``.
     """
 
     def __init__(self, in_: float | None = None, reason: str = "") -> None:
-        if in_ is not None and in_ < 0:
-            raise InvalidInput(f"Retry(in_=...) must be >= 0 seconds, got {in_!r}")
+        if in_ is not None:
+            from tenure.config import check_seconds  # config needs this module first
+
+            check_seconds("Retry(in_=...)", in_)
         self.in_ = in_
         self.reason = reason
         super().__init__(reason or f"retry requested (in {in_} s)")

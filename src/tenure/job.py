@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -11,13 +10,19 @@ from typing import Any, TypeVar
 
 import orjson
 
-from tenure.config import DEFAULT_MAX_PAYLOAD
-from tenure.core.names import check_key, check_name
+from tenure.config import (
+    ATTEMPTS_RANGE,
+    DEFAULT_MAX_PAYLOAD,
+    MAX_SECONDS,
+    PRIORITY_RANGE,
+    check_integer,
+    check_seconds,
+)
+from tenure.core.names import check_job_id, check_key, check_name, shown
 from tenure.core.payload import encode_args
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import InvalidInput
 
-PRIORITY_RANGE = (-1_000_000, 1_000_000)
 STATES: dict[State | str, State] = {s.value: s for s in State}
 _T = TypeVar("_T")
 
@@ -93,8 +98,12 @@ class JobSpec:
     ) -> list[JobSpec]:
         """One spec per argument dict, all with the same options (validated once,
         before any payload: a bad name is reported before a bad payload)."""
-        cls("", task, queue, b"{}", delay, run_at, priority, key, max_attempts,
-            timeout).check(max_payload)  # fmt: skip
+        _check_options((task, queue, delay, run_at, priority, max_attempts, timeout))
+        check_key(key)
+        if isinstance(args_list, dict | str | bytes) or not isinstance(args_list, Iterable):
+            raise InvalidInput(
+                f"enqueue_many takes a list of argument dicts, got {type(args_list).__name__}"
+            )
         payloads = [encode_args({} if a is None else a, limit=max_payload) for a in args_list]
         shared = {"task": task, "queue": queue, "delay": delay, "run_at": run_at,
                   "priority": priority, "key": key, "max_attempts": max_attempts,
@@ -107,6 +116,7 @@ class JobSpec:
     def check(self, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
         """Raise InvalidInput unless every field is valid (backends check every spec)."""
         _check_options(self.options())
+        check_job_id(self.id)
         check_key(self.key)
         if not isinstance(self.args, bytes) or len(self.args) > max_payload:
             size = len(self.args) if isinstance(self.args, bytes) else "?"
@@ -149,6 +159,7 @@ def check_specs(specs: Sequence[JobSpec], max_payload: int) -> None:
         if not known:
             _check_options(options)
             seen.add(options)
+        check_job_id(spec.id)
         check_key(spec.key)
         if not isinstance(spec.args, bytes) or len(spec.args) > max_payload:
             spec.check(max_payload)  # raises with the details
@@ -158,25 +169,21 @@ def _check_options(options: tuple[Any, ...]) -> None:
     task, queue, delay, run_at, priority, max_attempts, timeout = options
     check_name("task", task)
     check_name("queue", queue)
-    if not _finite(delay) or delay < 0:
-        raise InvalidInput(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-    if run_at is not None and not _finite(run_at):
-        raise InvalidInput(f"run_at must be a finite epoch time in seconds, got {run_at!r}")
-    lo, hi = PRIORITY_RANGE
-    if not _integer(priority) or not lo <= priority <= hi:
-        raise InvalidInput(f"priority must be an integer within [{lo}, {hi}], got {priority!r}")
-    if max_attempts is not None and (not _integer(max_attempts) or max_attempts < 1):
-        raise InvalidInput(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
-    if timeout is not None and (not _finite(timeout) or timeout <= 0):
-        raise InvalidInput(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
-
-
-def _integer(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    check_seconds("delay", delay)
+    if run_at is not None:
+        # Judged by the caller's clock, which a margin of ten years forgives.
+        latest = time.time() + MAX_SECONDS
+        real = isinstance(run_at, int | float) and not isinstance(run_at, bool)
+        if not (real and 0 <= run_at <= latest):
+            raise InvalidInput(
+                "run_at must be an epoch time in seconds, from 0 to ten years from now, "
+                f"got {shown(run_at)}"
+            )
+    check_integer("priority", priority, *PRIORITY_RANGE)
+    if max_attempts is not None:
+        check_integer("max_attempts", max_attempts, *ATTEMPTS_RANGE)
+    if timeout is not None:
+        check_seconds("timeout", timeout, above=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -262,7 +262,7 @@ def test_policy_set_then_get__round_trips(tenure: Any) -> None:
     ("args", "fragment", "code"),
     [
         (["nope=1"], "unknown policy field(s): nope", 1),
-        (["lease_ttl=abc"], "lease_ttl must be a finite number", 1),
+        (["lease_ttl=abc"], "lease_ttl must be a number of seconds", 1),
         (["heartbeat_interval=10"], "at most half of lease_ttl", 1),
         (["delivery=sometimes"], "delivery must be one of", 1),
         (["lease_ttl"], "expected FIELD=VALUE", 2),

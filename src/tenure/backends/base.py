@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from tenure.config import QueuePolicy
-from tenure.core.names import check_name
+from tenure.core.names import check_name, is_text, shown
 from tenure.core.retry import Decision
 from tenure.core.states import Outcome, State, parse_state
 from tenure.errors import InvalidInput
@@ -70,15 +70,37 @@ class Page:
 
 
 LIST_LIMIT = 10_000
+CURSOR_MAX_LENGTH = 200
+SEQ_MAX = 2**63 - 1  # insertion numbers are 64-bit on every backend
 
 
 def check_listing(queue: str | None, state: object, limit: int) -> State | None:
     """Validate a listing's filters (shared by every backend's ``list``)."""
     if queue is not None:
         check_name("queue", queue)
-    if not isinstance(limit, int) or not 1 <= limit <= LIST_LIMIT:
-        raise InvalidInput(f"limit must be within [1, {LIST_LIMIT}], got {limit!r}")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= LIST_LIMIT:
+        raise InvalidInput(f"limit must be an integer within [1, {LIST_LIMIT}], got {shown(limit)}")
     return None if state is None else parse_state(state)
+
+
+def bad_cursor(after: object) -> InvalidInput:
+    return InvalidInput(f"bad cursor {shown(after)}: pass back a page's next_cursor")
+
+
+def check_cursor(after: object) -> str | None:
+    """A listing's ``after`` as a string each backend may parse (or None)."""
+    if after is None:
+        return None
+    if not isinstance(after, str) or len(after) > CURSOR_MAX_LENGTH or not is_text(after):
+        raise bad_cursor(after)
+    return after
+
+
+def cursor_seq(text: str) -> int:
+    """The insertion number a cursor of the SQL backends (its digits) names."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= SEQ_MAX):
+        raise bad_cursor(text)
+    return int(text)
 
 
 def claim_limit(queues: Sequence[str], limit: int) -> int:

@@ -60,14 +60,22 @@ def show(renderable: Table) -> None:
 
 
 def when(ts: float | None) -> str:
-    """An epoch time as local ISO time without microseconds; ``-`` for none."""
+    """An epoch time as local ISO time without microseconds; ``-`` for none.
+    A time no date can show (stored before times were bounded, or by hand)
+    is shown as its number, so that one such job does not break a listing."""
     if ts is None:
         return "-"
-    return datetime.fromtimestamp(ts).isoformat(sep=" ", timespec="seconds")
+    try:
+        return datetime.fromtimestamp(ts).isoformat(sep=" ", timespec="seconds")
+    except (OverflowError, ValueError, OSError, TypeError):
+        return f"{ts!r} (epoch s)"
 
 
 def seconds(duration: float | None) -> str:
-    return "-" if duration is None else f"{duration:.2f} s"
+    try:
+        return "-" if duration is None else f"{duration:.2f} s"
+    except (TypeError, ValueError):
+        return repr(duration)
 
 
 def to_json(value: Any) -> str:

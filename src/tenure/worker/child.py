@@ -26,10 +26,9 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-import orjson
-
 from tenure.context import JobContext, Transaction, running
-from tenure.errors import LeaseLost, TenureError
+from tenure.core.payload import check as check_json
+from tenure.errors import InvalidInput, LeaseLost, TenureError
 from tenure.worker.executor import Raised, Settled, outcome_of
 from tenure.worker.wire import Message, frame, read_frame, write_all
 
@@ -169,11 +168,10 @@ def _done(job: Message, ctx: JobContext, value: Any, exc: BaseException | None) 
             return {**message, "kind": kind, "error": tb, "retry_in": retry_in, "reason": reason}
         case _:
             pass
-    try:
-        orjson.dumps(value)
-    except TypeError as error:
-        text = f"bad result: the handler returned something that is not JSON: {error}"
-        return {**message, "kind": "error", "error": text}
+    try:  # here: on the pipe, a NaN would become null and a datetime a string
+        check_json(value, what="job result")
+    except InvalidInput as error:
+        return {**message, "kind": "error", "error": f"bad result: {error}"}
     return {**message, "kind": "returned", "value": value}
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tenure.backends.base import LeaseRef
 from tenure.context import JobContext, Transaction, running
+from tenure.core.names import as_text
 from tenure.errors import Fail, Retry
 from tenure.job import Job
 from tenure.portal import Portal
@@ -86,7 +87,7 @@ Link = Callable[[str, Job, Any], Coroutine[Any, Any, None]]
 
 
 def describe(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception(exc))
+    text = as_text("".join(traceback.format_exception(exc)))  # a message may hold surrogates
     return text if len(text) <= TRACEBACK_LIMIT else text[:TRACEBACK_LIMIT] + "\n[truncated]"
 
 
@@ -94,7 +95,7 @@ def raised(exc: BaseException) -> Raised:
     """Classify what a handler raised."""
     text = describe(exc)
     if isinstance(exc, Retry):
-        return Raised("retry", text, exc.in_, exc.reason)
+        return Raised("retry", text, exc.in_, as_text(str(exc.reason)))
     if isinstance(exc, Fail):
         return Raised("fail", text)
     if isinstance(exc, asyncio.CancelledError):

@@ -28,14 +28,16 @@ from tenure.backends.base import (
     Rescued,
     RescueReport,
     WorkerInfo,
+    check_cursor,
     check_listing,
     claim_limit,
+    cursor_seq,
 )
 from tenure.backends.postgres.liveness import Liveness, Wakeups, hung_up
 from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
 from tenure.backends.sqlfile import load_migrations, load_queries
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
-from tenure.core.names import check_name
+from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import Decision, decide_for
 from tenure.core.states import Outcome, State
@@ -558,6 +560,7 @@ class PostgresBackend:
     # -- operators ---------------------------------------------------------
 
     async def cancel(self, job_id: str) -> Job:
+        check_job_id(job_id)
         async with self._tx() as conn:
             cur = await conn.execute(self.q["cancel"], {"id": job_id})
             cancelled = await cur.fetchone() is not None
@@ -570,7 +573,7 @@ class PostgresBackend:
 
     async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         check_name("queue", queue)
-        ids = None if job_ids is None else list(job_ids)
+        ids = check_job_ids(job_ids)
         async with self._tx() as conn:
             cur = await conn.execute(
                 self.q["retry_dead"], {"queue": queue, "ids": ids}, prepare=False
@@ -581,7 +584,7 @@ class PostgresBackend:
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         check_name("queue", queue)
-        ids = None if job_ids is None else list(job_ids)
+        ids = check_job_ids(job_ids)
         async with self._tx() as conn:
             cur = await conn.execute(
                 self.q["purge_dead"], {"queue": queue, "ids": ids}, prepare=False
@@ -590,6 +593,7 @@ class PostgresBackend:
             return int(purged)
 
     async def get(self, job_id: str) -> Job:
+        check_job_id(job_id)
         async with self._tx() as conn:
             cur = await conn.execute(self.q["get_job"], {"id": job_id})
             row = await cur.fetchone()
@@ -607,10 +611,10 @@ class PostgresBackend:
         after: str | None = None,
     ) -> Page:
         state = check_listing(queue, state, limit)
-        if after is not None and not after.isdigit():
-            raise InvalidInput(f"bad cursor {after!r}: pass back a page's next_cursor")
+        after = check_cursor(after)
         params = {"queue": queue, "state": None if state is None else state.value,
-                  "after": None if after is None else int(after), "limit": limit + 1}  # fmt: skip
+                  "after": None if after is None else cursor_seq(after),
+                  "limit": limit + 1}  # fmt: skip
         rows = await self._rows("list_jobs", params)
         jobs = [job_from_row(r[1:]) for r in rows[:limit]]
         return Page(jobs, str(rows[limit - 1][0]) if len(rows) > limit else None)

@@ -31,8 +31,11 @@ from tenure.backends.base import (
     Page,
     RescueReport,
     WorkerInfo,
+    bad_cursor,
+    check_cursor,
     check_listing,
     claim_limit,
+    cursor_seq,
 )
 from tenure.backends.redis import codec
 from tenure.backends.redis.liveness import Liveness
@@ -42,7 +45,7 @@ from tenure.backends.redis.topology import Topology
 from tenure.backends.redis.url import Options, parse
 from tenure.backends.redis.wakeup import Wakeups
 from tenure.config import QueuePolicy
-from tenure.core.names import check_name
+from tenure.core.names import NAME_PATTERN, check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import Decision
 from tenure.core.states import Outcome, State
@@ -407,7 +410,7 @@ class RedisBackend:
     # -- operators ---------------------------------------------------------
 
     async def cancel(self, job_id: str) -> Job:
-        queue = await self._queue_of(job_id)
+        queue = await self._queue_of(check_job_id(job_id))
         code, *rest = await self.runner.call("cancel", [self.keys.queue(queue)], [job_id])
         if code == INVALID_TRANSITION:
             raise InvalidTransition(
@@ -419,16 +422,18 @@ class RedisBackend:
 
     async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         check_name("queue", queue)
-        if job_ids is not None and not job_ids:
+        ids = check_job_ids(job_ids)
+        if ids is not None and not ids:
             return 0
-        ids = [] if job_ids is None else list(job_ids)
+        ids = ids or []
         return int(await self.runner.call("retry_dead", [self.keys.queue(queue)], ids))
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         check_name("queue", queue)
-        if job_ids is not None and not job_ids:
+        ids = check_job_ids(job_ids)
+        if ids is not None and not ids:
             return 0
-        ids = [] if job_ids is None else list(job_ids)
+        ids = ids or []
         gone = await self.runner.call("purge_dead", [self.keys.queue(queue)], ids)
         if gone:
             await self.runner.command("HDEL", self.keys.jobs, *gone)
@@ -437,7 +442,7 @@ class RedisBackend:
         return len(gone)
 
     async def get(self, job_id: str) -> Job:
-        queue = await self._queue_of(job_id)
+        queue = await self._queue_of(check_job_id(job_id))
         keys = [self.keys.queue(queue)]
         flat, history = await self.runner.call("get", keys, [job_id], repeatable=True)
         if not flat:
@@ -485,7 +490,7 @@ class RedisBackend:
     async def get_policy(self, queue: str) -> QueuePolicy:
         check_name("queue", queue)
         raw = await self.runner.command("GET", self.keys.policy(queue), repeatable=True)
-        return DEFAULTS if raw is None else QueuePolicy.from_dict(orjson.loads(raw))
+        return DEFAULTS if raw is None else QueuePolicy.from_json(raw)
 
     async def set_policy(self, queue: str, policy: QueuePolicy) -> None:
         check_name("queue", queue)
@@ -570,9 +575,10 @@ def _runs(specs: Sequence[JobSpec]) -> list[tuple[str, list[JobSpec]]]:
 
 
 def _cursor(after: str | None) -> tuple[int, str] | None:
-    if after is None:
+    """A cursor of this backend: ``seq:queue``."""
+    if (after := check_cursor(after)) is None:
         return None
     seq, _, queue = after.partition(":")
-    if not seq.isdigit() or not queue:
-        raise InvalidInput(f"bad cursor {after!r}: pass back a page's next_cursor")
-    return int(seq), queue
+    if NAME_PATTERN.fullmatch(queue) is None:
+        raise bad_cursor(after)
+    return cursor_seq(seq), queue

@@ -90,7 +90,7 @@ def _queue_sweep(queue: str, reply: Sequence[Any]) -> QueueSweep:
         queue=queue,
         promoted=int(promoted),
         holders={h.decode() for h in holders},
-        policy=QueuePolicy.from_dict(orjson.loads(policy)) if policy else QueuePolicy(),
+        policy=QueuePolicy.from_json(policy) if policy else QueuePolicy(),
         expired=[codec.job(flat) for flat in expired],
     )
 

@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from tenure.backends.base import Page, WorkerInfo, check_listing
+from tenure.backends.base import Page, WorkerInfo, check_cursor, check_listing, cursor_seq
 from tenure.backends.rows import attempt_from_row, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.liveness import WorkerLocks
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
 from tenure.core.clock import Clock
-from tenure.core.names import check_name
+from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.states import State
-from tenure.errors import InvalidInput, InvalidTransition, JobNotFound
+from tenure.errors import InvalidTransition, JobNotFound
 from tenure.job import Job
 
 T = TypeVar("T")
@@ -45,7 +45,7 @@ class Operators:
     # -- operators ---------------------------------------------------------
 
     async def cancel(self, job_id: str) -> Job:
-        return await self._run(self._cancel, job_id)
+        return await self._run(self._cancel, check_job_id(job_id))
 
     def _cancel(self, job_id: str) -> Job:
         with self._tx() as conn:
@@ -58,11 +58,12 @@ class Operators:
 
     async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         check_name("queue", queue)
-        return await self._run(self._bulk, "retry_dead", queue, job_ids, (self.clock.now(),))
+        ids = check_job_ids(job_ids)
+        return await self._run(self._bulk, "retry_dead", queue, ids, (self.clock.now(),))
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         check_name("queue", queue)
-        return await self._run(self._bulk, "purge_dead", queue, job_ids, ())
+        return await self._run(self._bulk, "purge_dead", queue, check_job_ids(job_ids), ())
 
     def _bulk(
         self, verb: str, queue: str, job_ids: Sequence[str] | None, head: tuple[Any, ...]
@@ -78,6 +79,7 @@ class Operators:
             return moved
 
     async def get(self, job_id: str) -> Job:
+        check_job_id(job_id)
         return await self._run(lambda: self._get(self.conn, job_id))
 
     def _get(self, conn: sqlite3.Connection, job_id: str) -> Job:
@@ -101,11 +103,9 @@ class Operators:
             if value is not None:
                 where.append(clause)
                 params.append(value)
-        if after is not None:
-            if not after.isdigit():
-                raise InvalidInput(f"bad cursor {after!r}: pass back a page's next_cursor")
+        if (after := check_cursor(after)) is not None:
             where.append("seq < ?")
-            params.append(int(after))
+            params.append(cursor_seq(after))
         sql = Q["list_jobs"].replace("{where}", f"WHERE {' AND '.join(where)}" if where else "")
 
         def run() -> Page:
