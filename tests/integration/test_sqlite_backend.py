@@ -1,14 +1,27 @@
 """SQLite specifics: URLs, pragmas, migrations, liveness locks."""
 
 import asyncio
+import hashlib
 import multiprocessing
+import os
+import shutil
 import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from tenure import App
 from tenure.backends import from_url
 from tenure.backends.sqlite import SQLiteBackend
 from tenure.backends.sqlite.backend import MIGRATIONS, _claimable
+from tenure.cli import cli
 from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import JobSpec
 
@@ -234,3 +247,105 @@ def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
         [a] = new.get(job.id).history
         assert (a.worker, a.started_at, a.outcome) == ("w", start, "completed")
         assert a.ended_at is not None
+
+
+# -- who may use the file: readers, other programs, other users -------------
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory other users may enter (pytest's own are private to root)."""
+    where = Path(tempfile.mkdtemp(prefix="tenure-shared-"))
+    where.chmod(0o755)
+    yield where
+    shutil.rmtree(where)
+
+
+# Runs as root, imports what it needs, then becomes nobody: the interpreter
+# itself may sit where nobody may not read (pyenv under /root).
+AS_NOBODY = """
+import fcntl, os, pwd, socket, sys, time
+import tenure.cli, tenure.cli.output, tenure.backends.sqlite
+nobody = pwd.getpwnam("nobody")
+os.setgroups([])
+os.setgid(nobody.pw_gid)
+os.setuid(nobody.pw_uid)
+"""
+
+
+def as_nobody(code: str, **popen: Any) -> subprocess.Popen[str]:
+    if os.geteuid() != 0:
+        pytest.skip("becoming another user needs root")
+    return subprocess.Popen(
+        [sys.executable, "-c", AS_NOBODY + textwrap.dedent(code)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
+    )  # fmt: skip
+
+
+def foreign_db(path: Path) -> None:
+    """Another program's database, in its own journal mode."""
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+    db.execute("INSERT INTO notes (body) VALUES ('keep me')")
+    db.commit()
+    db.close()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["status"], ["jobs"], ["enqueue", "t", "--args", "{}"], ["policy", "set", "lease_ttl=30"]],
+    ids=["status", "jobs", "enqueue", "policy-set"],
+)
+def test_another_programs_database__is_refused_by_every_command_and_left_unchanged(
+    tmp_path, command
+):
+    path = tmp_path / "notes.db"
+    foreign_db(path)
+    before, files = digest(path), sorted(os.listdir(tmp_path))
+    result = CliRunner().invoke(cli, ["--url", f"sqlite:///{path}", *command])
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and f"{path} is not tenure's (tables notes)" in line
+    assert digest(path) == before and sorted(os.listdir(tmp_path)) == files
+
+
+def test_another_programs_database__is_adopted_only_when_the_url_says_so(tmp_path, open_backend):
+    path = tmp_path / "app.db"
+    foreign_db(path)
+    open_backend(f"sqlite:///{path}?adopt=1")
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT body FROM notes").fetchall() == [("keep me",)]
+    open_backend(f"sqlite:///{path}")  # tenure's tables are there now: no option needed
+
+
+def test_a_reader__neither_migrates_nor_converts_tenures_database(tmp_path, portal):
+    path = tmp_path / "old.db"
+    portal.run(from_url(f"sqlite:///{path}").open())  # its thread and connections end with it
+    db = sqlite3.connect(path)
+    db.execute("DELETE FROM schema_migrations WHERE version = ?", (len(MIGRATIONS),))
+    db.execute("PRAGMA journal_mode = DELETE")
+    db.commit()
+    db.close()
+    before = digest(path)
+    reader = from_url(f"sqlite:///{path}", read_only=True)
+    with pytest.raises(BackendUnavailable, match="a worker migrates it"):
+        portal.run(reader.open())
+    assert digest(path) == before
+
+
+def test_a_user_who_may_only_read_the_database__can_run_status(shared_dir):
+    path = shared_dir / "t.db"
+    with App(f"sqlite:///{path}") as app:
+        app.enqueue("t", {}, queue="mail")
+    path.chmod(0o444)  # root's, read-only; nobody may not write beside it either
+    before = digest(path)
+    argv = ["tenure", "--url", f"sqlite:///{path}", "status"]
+    status = as_nobody(f"sys.argv = {argv!r}\ntenure.cli.main()")
+    out, err = status.communicate(timeout=60)
+    assert status.returncode == 0, err
+    assert "mail" in out
+    assert digest(path) == before

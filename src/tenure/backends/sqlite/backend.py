@@ -11,6 +11,7 @@ process dies, and any other process's sweeper sees that.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -28,6 +29,7 @@ from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.liveness import WorkerLocks
 from tenure.backends.sqlite.operators import Operators
 from tenure.backends.sqlite.queries import Q
+from tenure.backends.sqlite.storage import APPLICATION_ID, StorageFile, check_tenures
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.payload import encode
@@ -38,13 +40,14 @@ from tenure.errors import (
     InvalidInput,
     JobNotFound,
     LeaseLost,
+    TenureError,
 )
 from tenure.job import Job, JobSpec, check_specs
 from tenure.threads import DaemonThreads
 
 T = TypeVar("T")
 MIGRATIONS = load_migrations("tenure.backends.sqlite.migrations")
-URL_OPTIONS = {"durable", "busy_timeout", "max_payload"}
+URL_OPTIONS = {"adopt", "durable", "busy_timeout", "max_payload"}
 
 
 @functools.lru_cache(maxsize=64)
@@ -92,8 +95,12 @@ class SQLiteBackend(Operators):
         busy_timeout: float = 5.0,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         clock: Clock = SYSTEM_CLOCK,
+        read_only: bool = False,
+        adopt: bool = False,
     ) -> None:
         self.path = path
+        self.read_only = read_only  # never creates, migrates or writes the file
+        self.adopt = adopt  # may add tenure's tables to a database of another program's
         self.url = f"sqlite:///{path}"
         self.durable = durable
         self.busy_timeout = busy_timeout
@@ -105,6 +112,9 @@ class SQLiteBackend(Operators):
         # its own, when the write lock is free (no thread hop; never a wait).
         self._fast: sqlite3.Connection | None = None
         self._closed = False
+        self._file = StorageFile(path)
+        self._full = False  # a write found the disk full once: keep the WAL small
+        self._small_wal: set[sqlite3.Connection] = set()  # connections that do
         self._thread = DaemonThreads(1, "tenure-sqlite")  # every connection use, in order
         memory = path == ":memory:"
         self._locks = WorkerLocks(None if memory else Path(f"{path}.workers"))
@@ -112,7 +122,7 @@ class SQLiteBackend(Operators):
         self._to_ring: list[str] = []
 
     @classmethod
-    def from_url(cls, url: str) -> SQLiteBackend:
+    def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteBackend:
         path = path_of_url(url)
         options = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
         unknown = sorted(set(options) - URL_OPTIONS)
@@ -123,13 +133,15 @@ class SQLiteBackend(Operators):
             )
         try:
             durable = options.get("durable", "0") in ("1", "true", "yes")
+            adopt = options.get("adopt", "0") in ("1", "true", "yes")
             busy = float(options.get("busy_timeout", "5000")) / 1000.0
             max_payload = int(options.get("max_payload", str(DEFAULT_MAX_PAYLOAD)))
         except ValueError as exc:
             raise InvalidInput(f"bad SQLite URL option in {url!r}: {exc}") from None
         if busy < 0 or max_payload < 1:
             raise InvalidInput(f"busy_timeout and max_payload must be positive in {url!r}")
-        return cls(path, durable=durable, busy_timeout=busy, max_payload=max_payload)
+        return cls(path, durable=durable, busy_timeout=busy, max_payload=max_payload,
+                   read_only=read_only, adopt=adopt)  # fmt: skip
 
     # -- plumbing ----------------------------------------------------------
 
@@ -137,7 +149,14 @@ class SQLiteBackend(Operators):
         try:
             return await self._thread.run(fn, *args)
         except (sqlite3.Error, OSError) as exc:
-            raise BackendUnavailable(f"SQLite database {self.path}: {exc}") from exc
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: sqlite3.Error | OSError) -> TenureError:
+        """The typed error for ``exc`` (see storage.py); a full disk is remembered."""
+        error = self._file.error(exc)
+        if isinstance(exc, sqlite3.Error) and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_FULL:
+            self._full = True
+        return error
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -157,22 +176,30 @@ class SQLiteBackend(Operators):
         except sqlite3.OperationalError as exc:
             if not main and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                 raise _Busy from None
-            raise BackendUnavailable(f"SQLite database {self.path} is unavailable: {exc}") from exc
+            raise
         try:
             yield conn
+            conn.commit()
         except BaseException:
-            conn.rollback()
+            with contextlib.suppress(sqlite3.Error):  # a failed commit may have ended it
+                conn.rollback()
             if main:
                 self._to_ring = []
             raise
-        try:
-            conn.commit()
-        except sqlite3.OperationalError as exc:
-            conn.rollback()
-            raise BackendUnavailable(f"SQLite commit failed on {self.path}: {exc}") from exc
-        finally:
-            to_ring, self._to_ring = (self._to_ring, []) if main else ([], self._to_ring)
+        to_ring, self._to_ring = (self._to_ring, []) if main else ([], self._to_ring)
         self.doorbells.ring(to_ring)
+        if self._full and conn not in self._small_wal:
+            self._keep_wal_small(conn)
+
+    def _keep_wal_small(self, conn: sqlite3.Connection) -> None:
+        """Writes pass again after the disk was full: from now on, checkpoint this
+        connection's WAL often. A checkpoint is what lets the WAL be reused from
+        its start; by default one comes every thousand pages (4 MB), and on a
+        small disk the WAL would fill again the space that came back, for good."""
+        self._small_wal.add(conn)
+        with contextlib.suppress(sqlite3.Error):  # PASSIVE: never waits for readers
+            conn.execute(f"PRAGMA wal_autocheckpoint = {SMALL_WAL_PAGES}")
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     async def open(self) -> None:
         await self._run(self._open)
@@ -186,29 +213,87 @@ class SQLiteBackend(Operators):
                 raise BackendUnavailable(
                     f"cannot open SQLite database {self.path}: directory {parent} does not exist"
                 )
+            if self.read_only and not Path(self.path).is_file():
+                raise BackendUnavailable(f"SQLite database {self.path} does not exist")
         try:
-            conn = self._connect(self.busy_timeout)
-            conn.execute("PRAGMA journal_mode = WAL")
-            self._conn = conn
-            self._migrate()
-            if not self.durable and self.path != ":memory:":
-                self._fast = self._connect(0.0)
-                self._fast.execute("PRAGMA wal_autocheckpoint = 0")  # the thread checkpoints
-        except sqlite3.Error as exc:
+            if self.read_only:
+                self._conn = self._open_to_read()
+            else:
+                self._open_to_write()
+            self._file.pin()
+        except (sqlite3.Error, OSError) as exc:
             self._disconnect()
-            raise BackendUnavailable(f"cannot open SQLite database {self.path}: {exc}") from exc
+            raise self._failed(exc) from exc
+        except BaseException:
+            self._disconnect()
+            raise
 
-    def _connect(self, busy_timeout: float) -> sqlite3.Connection:
+    def _open_to_write(self) -> None:
+        """Open, create or migrate tenure's database; another program's is left as it is."""
+        conn = self._conn = self._connect(self.path, self.busy_timeout)
+        check_tenures(conn, self.path, adopt=self.adopt)  # before anything is written
+        conn.execute("PRAGMA journal_mode = WAL")
+        self._migrate()
+        if not self.durable and self.path != ":memory:":
+            self._fast = self._connect(self.path, 0.0)
+            self._fast.execute("PRAGMA wal_autocheckpoint = 0")  # the thread checkpoints
+
+    def _open_to_read(self) -> sqlite3.Connection:
+        """Open tenure's database without writing anything to it (no migration, no
+        change of journal mode), for commands that only read."""
+        try:
+            conn, tenures = self._reader(immutable=False)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != SQLITE_READONLY_DIRECTORY:
+                raise
+            # A user who may not write beside the file cannot create the shared
+            # memory a WAL reader needs; no -wal file, no writer: read it as is.
+            conn, tenures = self._reader(immutable=True)
+        if not tenures:
+            conn.close()
+            raise BackendUnavailable(
+                f"SQLite database {self.path} is empty: nothing was ever stored in it"
+            )
+        version = _schema_version(conn)
+        if version != len(MIGRATIONS):
+            conn.close()
+            remedy = "upgrade tenure" if version > len(MIGRATIONS) else "a worker migrates it"
+            raise BackendUnavailable(
+                f"SQLite database {self.path} has schema version {version} and this tenure "
+                f"reads version {len(MIGRATIONS)}: {remedy}"
+            )
+        return conn
+
+    def _reader(self, *, immutable: bool) -> tuple[sqlite3.Connection, bool]:
+        """A read-only connection, and whether the file holds tenure's tables."""
+        conn = self._connect(self._file.read_only_uri(immutable=immutable), self.busy_timeout)
+        try:
+            return conn, check_tenures(conn, self.path)
+        except BaseException:
+            conn.close()
+            raise
+
+    def _connect(self, target: str, busy_timeout: float) -> sqlite3.Connection:
         conn = sqlite3.connect(
-            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            target,
+            timeout=busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+            uri=target.startswith("file:"),
         )
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        conn.execute(f"PRAGMA synchronous = {'FULL' if self.durable else 'NORMAL'}")
-        conn.execute("PRAGMA foreign_keys = ON")
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            conn.execute(f"PRAGMA synchronous = {'FULL' if self.durable else 'NORMAL'}")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _migrate(self) -> None:
         with self._tx() as conn:
+            if conn.execute("PRAGMA application_id").fetchone()[0] == 0:  # not another's id
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations"
                 " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
@@ -250,6 +335,7 @@ class SQLiteBackend(Operators):
             if conn is not None:
                 conn.close()
         self._fast = self._conn = None
+        self._small_wal.clear()
 
     # -- producers ---------------------------------------------------------
 
@@ -315,7 +401,7 @@ class SQLiteBackend(Operators):
             except _Busy:  # another process writes: its transaction is likely short
                 await asyncio.sleep(pause)
             except sqlite3.Error as exc:
-                raise BackendUnavailable(f"SQLite database {self.path}: {exc}") from exc
+                raise self._failed(exc) from exc
         return await self._run(self._complete_and_claim, None, *args)  # wait for the lock
 
     def _complete_and_claim(
@@ -359,6 +445,7 @@ class SQLiteBackend(Operators):
         return await self._run(self._heartbeat, worker_id, set(leases))
 
     def _heartbeat(self, worker_id: str, held: set[LeaseRef]) -> set[LeaseRef]:
+        self._file.check()  # once per interval: a deleted or replaced file stops the worker
         now = self.clock.now()
         with self._tx() as conn:
             presented = orjson.dumps([list(lease) for lease in held])
@@ -460,6 +547,7 @@ class SQLiteBackend(Operators):
         return await self._run(self._rescue, min_interval)
 
     def _rescue(self, min_interval: float) -> RescueReport:
+        self._file.check()
         now = self.clock.now()
         with self._tx() as conn:
             (last,) = conn.execute(Q["sweep_guard"]).fetchone()
@@ -512,6 +600,13 @@ class SQLiteBackend(Operators):
 # thread (SQLite's own busy handler sleeps 1 ms, then longer, per attempt).
 FAST_PATH_PAUSES = (0.0, 0.0002, 0.0005, 0.001)
 SEQ = len(JOB_COLUMNS)  # where take_leases returns a job's seq, after its columns
+SMALL_WAL_PAGES = 64  # the WAL's checkpoint interval once the disk was full
+SQLITE_READONLY_DIRECTORY = 1544  # sqlite3 names it from Python 3.11.4 only
+
+
+def _schema_version(conn: sqlite3.Connection) -> int:
+    (version,) = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+    return int(version)
 
 
 def _refused(conn: sqlite3.Connection, job_id: str, fence: int) -> NoReturn:
