@@ -10,6 +10,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tenure import App
+from tenure import App, Outcome
 from tenure.backends import from_url
+from tenure.backends.base import WorkerInfo
 from tenure.backends.sqlite import SQLiteBackend
 from tenure.backends.sqlite.backend import MIGRATIONS, _claimable
 from tenure.cli import cli
@@ -349,3 +352,92 @@ def test_a_user_who_may_only_read_the_database__can_run_status(shared_dir):
     assert status.returncode == 0, err
     assert "mail" in out
     assert digest(path) == before
+
+
+HOLDER = """
+import sys
+from tenure.backends import from_url
+from tenure.backends.base import WorkerInfo
+from tenure.portal import Portal
+
+portal = Portal()
+backend = from_url(sys.argv[1])
+portal.run(backend.open())
+portal.run(backend.register_worker(WorkerInfo("w1", "host", 1, ("default",))))
+print(len(portal.run(backend.claim("w1", ["default"], 1))), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_another_user__cannot_make_a_dead_worker_look_alive(shared_dir, open_backend):
+    """Holding a shared flock on a dead worker's lock file would make it look
+    alive to every sweeper; its attempts would wait for their lease to expire."""
+    url = f"sqlite:///{shared_dir / 't.db'}"
+    backend = open_backend(url)
+    backend.enqueue([JobSpec.create("t", {})])
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, url], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "1"
+    lock = shared_dir / "t.db.workers" / "w1.lock"
+    squatter = as_nobody(
+        f"""
+        try:
+            fd = os.open({str(lock)!r}, os.O_RDONLY)
+        except OSError as exc:
+            print("refused", exc, flush=True)
+            sys.exit()
+        print("opened", flush=True)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # as soon as the worker dies
+        sys.stdin.read()
+        """,
+        stdin=subprocess.PIPE,
+    )
+    try:
+        assert squatter.stdout is not None
+        said = squatter.stdout.readline()
+        holder.kill()
+        holder.communicate()
+        report = backend.rescue()
+        assert [r.outcome for r in report.rescued] == [Outcome.CRASHED], said
+        assert said.startswith("refused"), said
+    finally:
+        for process in (squatter, holder):
+            process.kill()
+            process.communicate()
+
+
+def test_another_user__cannot_ring_a_workers_bell(shared_dir, open_backend):
+    """What another user can find of a worker's wake-up socket (/proc/net/unix),
+    it cannot send to; the database's owner still wakes it at once."""
+    backend = open_backend(f"sqlite:///{shared_dir / 't.db'}")
+    worker_id = f"w-{uuid.uuid4().hex}"
+    backend.register_worker(WorkerInfo(worker_id, "host", 1, ("default",)))
+    flood = as_nobody(
+        f"""
+        found = sent = 0
+        refused = set()
+        ringer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        ringer.setblocking(False)
+        for line in open("/proc/net/unix").read().splitlines()[1:]:
+            name = line.split()[-1]
+            if {worker_id!r} not in name:
+                continue
+            found += 1
+            address = "\\0" + name[1:] if name.startswith("@") else name
+            for _ in range(1000):
+                try:
+                    ringer.sendto(b"!", address)
+                    sent += 1
+                except OSError as exc:
+                    refused.add(type(exc).__name__)
+        print(found, sent, sorted(refused))
+        """
+    )
+    out, err = flood.communicate(timeout=60)
+    found, sent, refused = out.split(maxsplit=2)
+    assert (found, sent) == ("1", "0"), (out, err)
+    assert "PermissionError" in refused
+    began = time.monotonic()
+    backend.enqueue([JobSpec.create("t", {})])  # rings every registered worker
+    backend.wait_for_jobs(["default"], 30.0)
+    assert time.monotonic() - began < 10.0  # woken, not timed out

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -117,8 +118,11 @@ class SQLiteBackend(Operators):
         self._small_wal: set[sqlite3.Connection] = set()  # connections that do
         self._thread = DaemonThreads(1, "tenure-sqlite")  # every connection use, in order
         memory = path == ":memory:"
-        self._locks = WorkerLocks(None if memory else Path(f"{path}.workers"))
-        self.doorbells = Doorbells(path)
+        workers = None if memory else os.path.abspath(f"{path}.workers")
+        self._locks = WorkerLocks(
+            None if workers is None else Path(workers), None if memory else Path(path)
+        )
+        self.doorbells = Doorbells(workers)
         self._to_ring: list[str] = []
 
     @classmethod
@@ -578,6 +582,7 @@ class SQLiteBackend(Operators):
             if not self._locks.alive(worker_id):
                 conn.execute(Q["deregister_worker"], (worker_id,))
                 self._locks.forget(worker_id)
+                self.doorbells.forget(worker_id)
                 dead.append(worker_id)
         return tuple(dead)
 
