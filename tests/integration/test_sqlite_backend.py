@@ -23,7 +23,8 @@ from tenure import App, Outcome
 from tenure.backends import from_url
 from tenure.backends.base import WorkerInfo
 from tenure.backends.sqlite import SQLiteBackend
-from tenure.backends.sqlite.backend import MIGRATIONS, _claimable
+from tenure.backends.sqlite.backend import _claimable
+from tenure.backends.sqlite.opening import MIGRATIONS
 from tenure.cli import cli
 from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import JobSpec
@@ -223,7 +224,7 @@ def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
     """Migration 2 (an attempt's row written when it ends) on a database of
     version 1 with an attempt running: its open row moves into its job; an open
     row that a worker not yet upgraded writes later is closed, not doubled."""
-    import tenure.backends.sqlite.backend as module
+    import tenure.backends.sqlite.opening as module
 
     monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:1])
     old = open_backend(sqlite_url)
