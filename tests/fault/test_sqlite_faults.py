@@ -165,8 +165,11 @@ def wait_for(what: str, predicate, timeout: float = 15.0):  # type: ignore[no-un
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-@pytest.mark.parametrize("fault", ["deleted", "replaced"])
-def test_a_worker_whose_database_is_deleted_or_replaced__stops_with_one_clear_line(
+FAULTS = {"deleted": "was deleted", "replaced": "was replaced", "overwritten": "not a database"}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_worker_whose_database_is_deleted_replaced_or_overwritten__stops_saying_so(
     tmp_path, open_backend, fault
 ):
     path = tmp_path / "t.db"
@@ -179,9 +182,12 @@ def test_a_worker_whose_database_is_deleted_or_replaced__stops_with_one_clear_li
         if fault == "deleted":
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
-        else:
+        elif fault == "replaced":
             shutil.copy(path, tmp_path / "copy.db")
             os.replace(tmp_path / "copy.db", path)
+        else:
+            with path.open("r+b") as f:
+                f.write(os.urandom(path.stat().st_size))
         code = wait_for("the worker to stop", worker.poll, timeout=10.0)
     finally:
         if worker.poll() is None:
@@ -189,6 +195,6 @@ def test_a_worker_whose_database_is_deleted_or_replaced__stops_with_one_clear_li
             worker.wait()
     assert code != 0
     lines = log.read_text().splitlines()
-    said = [line for line in lines if f"{path} was {fault}" in line]
+    said = [line for line in lines if str(path) in line and FAULTS[fault] in line]
     assert said, lines
     assert len(lines) < 20, lines  # a clear word, not a flood

@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from tenure.errors import BackendUnavailable, InvalidInput, StorageLost, TenureError
 
+HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
 # PRAGMA application_id of every file tenure creates ("tenu"): how a reader tells
 # tenure's database from another program's without reading its tables.
 APPLICATION_ID = 0x74656E75
@@ -76,6 +77,16 @@ class StorageFile:
             raise StorageLost(
                 f"SQLite database {self.path} was replaced by another file while open: "
                 "stopping rather than going on alone with the old one"
+            )
+        try:
+            with open(self.path, "rb") as f:
+                header = f.read(len(HEADER))
+        except OSError:
+            return
+        if header != HEADER:  # SQLite reads it only when its WAL lacks the first page
+            raise StorageLost(
+                f"SQLite database {self.path} was overwritten while open: the file is not a "
+                "database any more"
             )
 
     def error(self, exc: sqlite3.Error | OSError) -> TenureError:
