@@ -118,10 +118,17 @@ class App:
     ``postgresql://…`` or ``redis://…``; ``None`` reads ``$TENURE_URL``.
     """
 
-    def __init__(self, url: str | None = None, *, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        read_only: bool = False,
+    ) -> None:
         check_integer("max_payload", max_payload, *MAX_PAYLOAD_RANGE)
         self.url = resolve_url(url)
         self.max_payload = max_payload
+        self.read_only = read_only  # only reads: a SQLite file is never created or migrated
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._backend: Backend | None = None
         self._portal: Portal | None = None
@@ -242,7 +249,7 @@ class App:
                     self._pid = os.getpid()
                     self._backend = None
                     portal = Portal()
-                    backend = from_url(self.url)
+                    backend = from_url(self.url, read_only=self.read_only)
                     try:
                         portal.run(backend.open())
                     except BaseException:

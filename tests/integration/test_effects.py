@@ -21,8 +21,10 @@ SQL_BACKENDS = [kind for kind in BACKENDS if kind in ("sqlite", "postgres")]
 
 @pytest.fixture(params=SQL_BACKENDS)
 def sql_url(request, tmp_path):
-    """Storage of a SQL backend: job.transaction() is theirs (Redis has no such thing)."""
-    return fresh_storage_url(request.param, request, tmp_path)
+    """Storage of a SQL backend: job.transaction() is theirs (Redis has no such thing).
+    The handlers' tables come first, as in an application's own database."""
+    url = fresh_storage_url(request.param, request, tmp_path)
+    return f"{url}?adopt=1" if request.param == "sqlite" else url
 
 
 @pytest.fixture

@@ -1,14 +1,31 @@
 """SQLite specifics: URLs, pragmas, migrations, liveness locks."""
 
 import asyncio
+import hashlib
 import multiprocessing
+import os
+import shutil
 import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from tenure import App, Outcome
 from tenure.backends import from_url
+from tenure.backends.base import WorkerInfo
 from tenure.backends.sqlite import SQLiteBackend
-from tenure.backends.sqlite.backend import MIGRATIONS, _claimable
+from tenure.backends.sqlite.backend import _claimable
+from tenure.backends.sqlite.opening import MIGRATIONS
+from tenure.cli import cli
 from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import JobSpec
 
@@ -207,7 +224,7 @@ def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
     """Migration 2 (an attempt's row written when it ends) on a database of
     version 1 with an attempt running: its open row moves into its job; an open
     row that a worker not yet upgraded writes later is closed, not doubled."""
-    import tenure.backends.sqlite.backend as module
+    import tenure.backends.sqlite.opening as module
 
     monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:1])
     old = open_backend(sqlite_url)
@@ -234,3 +251,194 @@ def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
         [a] = new.get(job.id).history
         assert (a.worker, a.started_at, a.outcome) == ("w", start, "completed")
         assert a.ended_at is not None
+
+
+# -- who may use the file: readers, other programs, other users -------------
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory other users may enter (pytest's own are private to root)."""
+    where = Path(tempfile.mkdtemp(prefix="tenure-shared-"))
+    where.chmod(0o755)
+    yield where
+    shutil.rmtree(where)
+
+
+# Runs as root, imports what it needs, then becomes nobody: the interpreter
+# itself may sit where nobody may not read (pyenv under /root).
+AS_NOBODY = """
+import fcntl, os, pwd, socket, sys, time
+import tenure.cli, tenure.cli.output, tenure.backends.sqlite
+nobody = pwd.getpwnam("nobody")
+os.setgroups([])
+os.setgid(nobody.pw_gid)
+os.setuid(nobody.pw_uid)
+"""
+
+
+def as_nobody(code: str, **popen: Any) -> subprocess.Popen[str]:
+    if os.geteuid() != 0:
+        pytest.skip("becoming another user needs root")
+    return subprocess.Popen(
+        [sys.executable, "-c", AS_NOBODY + textwrap.dedent(code)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
+    )  # fmt: skip
+
+
+def foreign_db(path: Path) -> None:
+    """Another program's database, in its own journal mode."""
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+    db.execute("INSERT INTO notes (body) VALUES ('keep me')")
+    db.commit()
+    db.close()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["status"], ["jobs"], ["enqueue", "t", "--args", "{}"], ["policy", "set", "lease_ttl=30"]],
+    ids=["status", "jobs", "enqueue", "policy-set"],
+)
+def test_another_programs_database__is_refused_by_every_command_and_left_unchanged(
+    tmp_path, command
+):
+    path = tmp_path / "notes.db"
+    foreign_db(path)
+    before, files = digest(path), sorted(os.listdir(tmp_path))
+    result = CliRunner().invoke(cli, ["--url", f"sqlite:///{path}", *command])
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and f"{path} is not tenure's (tables notes)" in line
+    assert digest(path) == before and sorted(os.listdir(tmp_path)) == files
+
+
+def test_another_programs_database__is_adopted_only_when_the_url_says_so(tmp_path, open_backend):
+    path = tmp_path / "app.db"
+    foreign_db(path)
+    open_backend(f"sqlite:///{path}?adopt=1")
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT body FROM notes").fetchall() == [("keep me",)]
+    open_backend(f"sqlite:///{path}")  # tenure's tables are there now: no option needed
+
+
+def test_a_reader__neither_migrates_nor_converts_tenures_database(tmp_path, portal):
+    path = tmp_path / "old.db"
+    portal.run(from_url(f"sqlite:///{path}").open())  # its thread and connections end with it
+    db = sqlite3.connect(path)
+    db.execute("DELETE FROM schema_migrations WHERE version = ?", (len(MIGRATIONS),))
+    db.execute("PRAGMA journal_mode = DELETE")
+    db.commit()
+    db.close()
+    before = digest(path)
+    reader = from_url(f"sqlite:///{path}", read_only=True)
+    with pytest.raises(BackendUnavailable, match="a worker migrates it"):
+        portal.run(reader.open())
+    assert digest(path) == before
+
+
+def test_a_user_who_may_only_read_the_database__can_run_status(shared_dir):
+    path = shared_dir / "t.db"
+    with App(f"sqlite:///{path}") as app:
+        app.enqueue("t", {}, queue="mail")
+    path.chmod(0o444)  # root's, read-only; nobody may not write beside it either
+    before = digest(path)
+    argv = ["tenure", "--url", f"sqlite:///{path}", "status"]
+    status = as_nobody(f"sys.argv = {argv!r}\ntenure.cli.main()")
+    out, err = status.communicate(timeout=60)
+    assert status.returncode == 0, err
+    assert "mail" in out
+    assert digest(path) == before
+
+
+HOLDER = """
+import sys
+from tenure.backends import from_url
+from tenure.backends.base import WorkerInfo
+from tenure.portal import Portal
+
+portal = Portal()
+backend = from_url(sys.argv[1])
+portal.run(backend.open())
+portal.run(backend.register_worker(WorkerInfo("w1", "host", 1, ("default",))))
+print(len(portal.run(backend.claim("w1", ["default"], 1))), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_another_user__cannot_make_a_dead_worker_look_alive(shared_dir, open_backend):
+    """Holding a shared flock on a dead worker's lock file would make it look
+    alive to every sweeper; its attempts would wait for their lease to expire."""
+    url = f"sqlite:///{shared_dir / 't.db'}"
+    backend = open_backend(url)
+    backend.enqueue([JobSpec.create("t", {})])
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, url], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "1"
+    lock = shared_dir / "t.db.workers" / "w1.lock"
+    squatter = as_nobody(
+        f"""
+        try:
+            fd = os.open({str(lock)!r}, os.O_RDONLY)
+        except OSError as exc:
+            print("refused", exc, flush=True)
+            sys.exit()
+        print("opened", flush=True)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # as soon as the worker dies
+        sys.stdin.read()
+        """,
+        stdin=subprocess.PIPE,
+    )
+    try:
+        assert squatter.stdout is not None
+        said = squatter.stdout.readline()
+        holder.kill()
+        holder.communicate()
+        report = backend.rescue()
+        assert [r.outcome for r in report.rescued] == [Outcome.CRASHED], said
+        assert said.startswith("refused"), said
+    finally:
+        for process in (squatter, holder):
+            process.kill()
+            process.communicate()
+
+
+def test_another_user__cannot_ring_a_workers_bell(shared_dir, open_backend):
+    """What another user can find of a worker's wake-up socket (/proc/net/unix),
+    it cannot send to; the database's owner still wakes it at once."""
+    backend = open_backend(f"sqlite:///{shared_dir / 't.db'}")
+    worker_id = f"w-{uuid.uuid4().hex}"
+    backend.register_worker(WorkerInfo(worker_id, "host", 1, ("default",)))
+    flood = as_nobody(
+        f"""
+        found = sent = 0
+        refused = set()
+        ringer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        ringer.setblocking(False)
+        for line in open("/proc/net/unix").read().splitlines()[1:]:
+            name = line.split()[-1]
+            if {worker_id!r} not in name:
+                continue
+            found += 1
+            address = "\\0" + name[1:] if name.startswith("@") else name
+            for _ in range(1000):
+                try:
+                    ringer.sendto(b"!", address)
+                    sent += 1
+                except OSError as exc:
+                    refused.add(type(exc).__name__)
+        print(found, sent, sorted(refused))
+        """
+    )
+    out, err = flood.communicate(timeout=60)
+    found, sent, refused = out.split(maxsplit=2)
+    assert (found, sent) == ("1", "0"), (out, err)
+    assert "PermissionError" in refused
+    began = time.monotonic()
+    backend.enqueue([JobSpec.create("t", {})])  # rings every registered worker
+    backend.wait_for_jobs(["default"], 30.0)
+    assert time.monotonic() - began < 10.0  # woken, not timed out

@@ -34,8 +34,10 @@ def resolve_url(url: str | None) -> str:
     return url or os.environ.get("TENURE_URL") or DEFAULT_URL
 
 
-def from_url(url: str | None = None) -> Backend:
-    """Build (not open) the backend a URL names; InvalidInput for a bad URL."""
+def from_url(url: str | None = None, *, read_only: bool = False) -> Backend:
+    """Build (not open) the backend a URL names; InvalidInput for a bad URL.
+    ``read_only``: for a reader, which must not create, migrate or convert a
+    SQLite file (servers' backends take no such mode)."""
     url = resolve_url(url)
     if not isinstance(url, str) or "://" not in url:
         raise InvalidInput(
@@ -65,6 +67,9 @@ def from_url(url: str | None = None) -> Backend:
         raise InvalidInput(
             f"the {scheme}:// backend needs its driver: pip install 'tenure[{extra}]' ({exc})"
         ) from None
+    if read_only and schemes[scheme] == "sqlite":
+        reader: Backend = backend_class.from_url(url, read_only=True)
+        return reader
     backend: Backend = backend_class.from_url(url)
     return backend
 

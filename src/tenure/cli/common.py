@@ -29,17 +29,21 @@ class CliState:
     app: App | None = None
 
 
-def open_app(*, create: bool = False) -> App:
+def open_app(*, create: bool = False, write: bool = False) -> App:
     """The App of this invocation, opened on first use and closed when the command ends.
     Only a command that stores something (``create``) may create a SQLite database:
-    any other one, given a path where there is none (a typo), says so instead."""
+    any other one, given a path where there is none (a typo), says so instead. Only
+    a command that writes (``write``, or ``create``) may migrate one: the others
+    open it read-only, so that a user who may only read it can run them."""
     root = click.get_current_context().find_root()
     state = root.find_object(CliState)
     assert state is not None, "the tenure group sets its CliState"
+    write = write or create
     if state.app is None:
         if not create:
             _check_sqlite_file(state.url)
-        state.app = root.with_resource(App(state.url))
+        state.app = root.with_resource(App(state.url, read_only=not write))
+    assert not (write and state.app.read_only), "a command that writes opens its App so first"
     return state.app
 
 

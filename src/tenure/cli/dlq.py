@@ -56,7 +56,7 @@ def show(job_id: str, as_json: bool) -> None:
 @click.argument("job_ids", metavar="[ID]...", nargs=-1)
 def retry(queue: str | None, job_ids: tuple[str, ...]) -> None:
     """Requeue dead jobs with their budgets reset (all of them when no ID is given)."""
-    moved = _apply(open_app(), "retry", queue, job_ids)
+    moved = _apply(open_app(write=True), "retry", queue, job_ids)
     click.echo(f"retried {moved} dead job(s)")
 
 
@@ -69,7 +69,7 @@ def purge(queue: str | None, yes: bool, job_ids: tuple[str, ...]) -> None:
     if not job_ids and not yes:
         where = f"of queue {queue!r}" if queue else "of every queue"
         raise click.UsageError(f"purging every dead job {where} needs --yes")
-    purged = _apply(open_app(), "purge", queue, job_ids)
+    purged = _apply(open_app(write=True), "purge", queue, job_ids)
     click.echo(f"purged {purged} dead job(s)")
 
 

@@ -100,5 +100,5 @@ def job(job_id: str, as_json: bool) -> None:
 @click.argument("job_id", metavar="ID")
 def cancel(job_id: str) -> None:
     """Cancel a job that is scheduled or queued."""
-    cancelled = open_app().cancel(job_id)
+    cancelled = open_app(write=True).cancel(job_id)
     click.echo(f"{cancelled.id} {cancelled.state}")

@@ -196,13 +196,19 @@ class Supervisor:
             stop_keeping.set()
             await asyncio.gather(*background, return_exceptions=True)
             if self._storage_lost is None:
-                await self.backend.deregister_worker(self.worker_id)
+                await self._deregister()
             log.info("worker %s stopped after %d jobs", self.worker_id, self.processed)
 
     async def _register(self) -> None:
         info = WorkerInfo(self.worker_id, socket.gethostname(), os.getpid(), self.config.queues)
         await self.backend.register_worker(info)
         self._registered.set()
+
+    async def _deregister(self) -> None:
+        try:
+            await self.backend.deregister_worker(self.worker_id)
+        except TenureError as exc:  # storage down at the end: the fleet sees a death
+            log.warning("could not deregister (%s): the fleet will find this worker gone", exc)
 
     async def _register_again(self) -> None:
         """Storage lost sight of us: come back as a new worker (the old one is dead).

@@ -11,7 +11,9 @@ process dies, and any other process's sweeper sees that.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import os
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,11 +25,12 @@ import orjson
 
 from tenure.backends.base import LeaseRef, Rescued, RescueReport, claim_limit
 from tenure.backends.rows import JOB_COLUMNS, job_from_row
-from tenure.backends.sqlfile import load_migrations, split_statements
 from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.liveness import WorkerLocks
+from tenure.backends.sqlite.opening import Opening
 from tenure.backends.sqlite.operators import Operators
 from tenure.backends.sqlite.queries import Q
+from tenure.backends.sqlite.storage import StorageFile
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.payload import encode
@@ -39,13 +42,13 @@ from tenure.errors import (
     InvalidInput,
     JobNotFound,
     LeaseLost,
+    TenureError,
 )
 from tenure.job import Job, JobSpec, check_specs
 from tenure.threads import DaemonThreads
 
 T = TypeVar("T")
-MIGRATIONS = load_migrations("tenure.backends.sqlite.migrations")
-URL_OPTIONS = {"durable", "busy_timeout", "max_payload"}
+URL_OPTIONS = {"adopt", "durable", "busy_timeout", "max_payload"}
 MAX_BUSY_MS = 3_600_000
 
 
@@ -80,7 +83,7 @@ def path_of_url(url: str) -> str:
     return path
 
 
-class SQLiteBackend(Operators):
+class SQLiteBackend(Opening, Operators):
     """Jobs in one SQLite file (WAL mode). See the module docstring."""
 
     remote = False
@@ -94,8 +97,12 @@ class SQLiteBackend(Operators):
         busy_timeout: float = 5.0,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         clock: Clock = SYSTEM_CLOCK,
+        read_only: bool = False,
+        adopt: bool = False,
     ) -> None:
         self.path = path
+        self.read_only = read_only  # never creates, migrates or writes the file
+        self.adopt = adopt  # may add tenure's tables to a database of another program's
         self.url = f"sqlite:///{path}"
         self.durable = durable
         self.busy_timeout = busy_timeout
@@ -107,17 +114,24 @@ class SQLiteBackend(Operators):
         # its own, when the write lock is free (no thread hop; never a wait).
         self._fast: sqlite3.Connection | None = None
         self._closed = False
+        self._file = StorageFile(path)
+        self._full = False  # a write found the disk full once: keep the WAL small
+        self._small_wal: set[sqlite3.Connection] = set()  # connections that do
         self._thread = DaemonThreads(1, "tenure-sqlite")  # every connection use, in order
         memory = path == ":memory:"
-        self._locks = WorkerLocks(None if memory else Path(f"{path}.workers"))
-        self.doorbells = Doorbells(path)
+        workers = None if memory else os.path.abspath(f"{path}.workers")
+        self._locks = WorkerLocks(
+            None if workers is None else Path(workers), None if memory else Path(path)
+        )
+        self.doorbells = Doorbells(workers)
         self._to_ring: list[str] = []
 
     @classmethod
-    def from_url(cls, url: str) -> SQLiteBackend:
+    def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteBackend:
         """A backend (not open yet) for ``sqlite:///path?options``: ``durable``
-        (a boolean: fsync every commit), ``busy_timeout`` (ms, 0 to 1 hour) and
-        ``max_payload`` (bytes of JSON)."""
+        (a boolean: fsync every commit), ``busy_timeout`` (ms, 0 to 1 hour),
+        ``max_payload`` (bytes of JSON) and ``adopt`` (a boolean: add tenure's
+        tables to a database another program's tables are in)."""
         path = path_of_url(url)
         options = UrlOptions(url, "SQLite", URL_OPTIONS)
         return cls(
@@ -127,6 +141,8 @@ class SQLiteBackend(Operators):
             max_payload=options.integer(
                 "max_payload", DEFAULT_MAX_PAYLOAD, low=1, high=MAX_PAYLOAD
             ),
+            read_only=read_only,
+            adopt=options.flag("adopt", False),
         )
 
     # -- plumbing ----------------------------------------------------------
@@ -135,7 +151,14 @@ class SQLiteBackend(Operators):
         try:
             return await self._thread.run(fn, *args)
         except (sqlite3.Error, OSError) as exc:
-            raise BackendUnavailable(f"SQLite database {self.path}: {exc}") from exc
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: sqlite3.Error | OSError) -> TenureError:
+        """The typed error for ``exc`` (see storage.py); a full disk is remembered."""
+        error = self._file.error(exc)
+        if isinstance(exc, sqlite3.Error) and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_FULL:
+            self._full = True
+        return error
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -155,78 +178,33 @@ class SQLiteBackend(Operators):
         except sqlite3.OperationalError as exc:
             if not main and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                 raise _Busy from None
-            raise BackendUnavailable(f"SQLite database {self.path} is unavailable: {exc}") from exc
+            raise
         try:
             yield conn
+            conn.commit()
         except BaseException:
-            conn.rollback()
+            with contextlib.suppress(sqlite3.Error):  # a failed commit may have ended it
+                conn.rollback()
             if main:
                 self._to_ring = []
             raise
-        try:
-            conn.commit()
-        except sqlite3.OperationalError as exc:
-            conn.rollback()
-            raise BackendUnavailable(f"SQLite commit failed on {self.path}: {exc}") from exc
-        finally:
-            to_ring, self._to_ring = (self._to_ring, []) if main else ([], self._to_ring)
+        to_ring, self._to_ring = (self._to_ring, []) if main else ([], self._to_ring)
         self.doorbells.ring(to_ring)
+        if self._full and conn not in self._small_wal:
+            self._keep_wal_small(conn)
+
+    def _keep_wal_small(self, conn: sqlite3.Connection) -> None:
+        """Writes pass again after the disk was full: from now on, checkpoint this
+        connection's WAL often. A checkpoint is what lets the WAL be reused from
+        its start; by default one comes every thousand pages (4 MB), and on a
+        small disk the WAL would fill again the space that came back, for good."""
+        self._small_wal.add(conn)
+        with contextlib.suppress(sqlite3.Error):  # PASSIVE: never waits for readers
+            conn.execute(f"PRAGMA wal_autocheckpoint = {SMALL_WAL_PAGES}")
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     async def open(self) -> None:
         await self._run(self._open)
-
-    def _open(self) -> None:
-        if self._conn is not None:
-            return
-        if self.path != ":memory:":
-            parent = Path(self.path).resolve().parent
-            if not parent.is_dir():
-                raise BackendUnavailable(
-                    f"cannot open SQLite database {self.path}: directory {parent} does not exist"
-                )
-        try:
-            conn = self._connect(self.busy_timeout)
-            conn.execute("PRAGMA journal_mode = WAL")
-            self._conn = conn
-            self._migrate()
-            if not self.durable and self.path != ":memory:":
-                self._fast = self._connect(0.0)
-                self._fast.execute("PRAGMA wal_autocheckpoint = 0")  # the thread checkpoints
-        except sqlite3.Error as exc:
-            self._disconnect()
-            raise BackendUnavailable(f"cannot open SQLite database {self.path}: {exc}") from exc
-
-    def _connect(self, busy_timeout: float) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-        )
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        conn.execute(f"PRAGMA synchronous = {'FULL' if self.durable else 'NORMAL'}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        return conn
-
-    def _migrate(self) -> None:
-        with self._tx() as conn:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations"
-                " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-            )
-            done = {v for (v,) in conn.execute("SELECT version FROM schema_migrations")}
-            newest = max(done, default=0)
-            if newest > len(MIGRATIONS):
-                raise BackendUnavailable(
-                    f"SQLite database {self.path} has schema version {newest}, newer than this "
-                    f"tenure knows ({len(MIGRATIONS)}): upgrade tenure"
-                )
-            for version, name, script in MIGRATIONS:
-                if version in done:
-                    continue
-                for statement in split_statements(script):
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                    (version, name, self.clock.now()),
-                )
 
     async def close(self) -> None:
         if self._closed:
@@ -248,6 +226,7 @@ class SQLiteBackend(Operators):
             if conn is not None:
                 conn.close()
         self._fast = self._conn = None
+        self._small_wal.clear()
 
     # -- producers ---------------------------------------------------------
 
@@ -313,7 +292,7 @@ class SQLiteBackend(Operators):
             except _Busy:  # another process writes: its transaction is likely short
                 await asyncio.sleep(pause)
             except sqlite3.Error as exc:
-                raise BackendUnavailable(f"SQLite database {self.path}: {exc}") from exc
+                raise self._failed(exc) from exc
         return await self._run(self._complete_and_claim, None, *args)  # wait for the lock
 
     def _complete_and_claim(
@@ -357,6 +336,7 @@ class SQLiteBackend(Operators):
         return await self._run(self._heartbeat, worker_id, set(leases))
 
     def _heartbeat(self, worker_id: str, held: set[LeaseRef]) -> set[LeaseRef]:
+        self._file.check()  # once per interval: a deleted or replaced file stops the worker
         now = self.clock.now()
         with self._tx() as conn:
             presented = orjson.dumps([list(lease) for lease in held])
@@ -458,6 +438,7 @@ class SQLiteBackend(Operators):
         return await self._run(self._rescue, min_interval)
 
     def _rescue(self, min_interval: float) -> RescueReport:
+        self._file.check()
         now = self.clock.now()
         with self._tx() as conn:
             (last,) = conn.execute(Q["sweep_guard"]).fetchone()
@@ -488,6 +469,7 @@ class SQLiteBackend(Operators):
             if not self._locks.alive(worker_id):
                 conn.execute(Q["deregister_worker"], (worker_id,))
                 self._locks.forget(worker_id)
+                self.doorbells.forget(worker_id)
                 dead.append(worker_id)
         return tuple(dead)
 
@@ -510,6 +492,7 @@ class SQLiteBackend(Operators):
 # thread (SQLite's own busy handler sleeps 1 ms, then longer, per attempt).
 FAST_PATH_PAUSES = (0.0, 0.0002, 0.0005, 0.001)
 SEQ = len(JOB_COLUMNS)  # where take_leases returns a job's seq, after its columns
+SMALL_WAL_PAGES = 64  # the WAL's checkpoint interval once the disk was full
 
 
 def _refused(conn: sqlite3.Connection, job_id: str, fence: int) -> NoReturn:

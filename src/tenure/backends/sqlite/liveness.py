@@ -4,24 +4,64 @@ A worker holds ``<db>.workers/<worker_id>.lock`` locked for its whole life. The
 kernel releases the lock the moment the process dies, however it dies, so a
 sweeper in any other process can tell a dead worker from a slow one by trying
 the lock: if it can take it, the worker is gone.
+
+Anyone who can open a lock file can hold a shared lock on it and make a dead
+worker look alive, so the directory and its files belong to the database
+file's owner and give nobody else access; its group shares them only when the
+group may write the database (then its members run workers too). The wake-up
+sockets (doorbells.py) live in the same directory for the same reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from tenure.core.names import check_name
 
 
+@dataclass(frozen=True)
+class Access:
+    """Modes and owner for the directory beside a database and the files in it."""
+
+    directory: int
+    file: int
+    owner: tuple[int, int] | None  # (uid, gid) to give them, when it is not ours
+
+    @classmethod
+    def following(cls, database: Path | None) -> Access:
+        """The database's owner; its group only if the group may write it; others never."""
+        if database is None:
+            return cls(0o700, 0o600, None)
+        st = os.stat(database)
+        shared = st.st_mode & stat.S_IWGRP
+        owner = (st.st_uid, st.st_gid)
+        mine = owner == (os.geteuid(), os.getegid())
+        return cls(0o770 if shared else 0o700, 0o660 if shared else 0o600, None if mine else owner)
+
+    def apply(self, fd: int, mode: int) -> None:
+        """Give the open file or directory this mode (whatever the umask) and owner,
+        as far as we may: another user's stays as it is."""
+        with contextlib.suppress(PermissionError):
+            os.fchmod(fd, mode)
+            if self.owner is not None:  # only root gives files away; a member, to its group
+                uid, gid = self.owner
+                os.fchown(fd, uid if os.geteuid() == 0 else -1, gid)
+
+
 class WorkerLocks:
     """The liveness locks this process holds, and the test of others'."""
 
-    def __init__(self, directory: Path | None) -> None:
+    def __init__(self, directory: Path | None, database: Path | None = None) -> None:
         self.directory = directory  # None: an in-memory database, one process only
+        self.database = database  # whose owner and mode the directory follows
         self._held: dict[str, int] = {}
+        self._access: Access | None = None  # once the directory is prepared
 
     def _path(self, worker_id: str) -> Path:
         assert self.directory is not None
@@ -32,14 +72,29 @@ class WorkerLocks:
         """Take the worker's lock for as long as this process lives (or until release)."""
         if self.directory is None or worker_id in self._held:
             return
-        self.directory.mkdir(mode=0o755, exist_ok=True)
-        fd = os.open(self._path(worker_id), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        access = self._prepare(self.directory)
+        fd = os.open(self._path(worker_id), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, access.file)
         try:
+            access.apply(fd, access.file)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
             raise
         self._held[worker_id] = fd
+
+    def _prepare(self, directory: Path) -> Access:
+        """The directory, made (or, made by an older tenure, narrowed) to the database's access."""
+        if self._access is None:
+            access = Access.following(self.database)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(directory, access.directory)
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                access.apply(fd, access.directory)
+            finally:
+                os.close(fd)
+            self._access = access
+        return self._access
 
     def alive(self, worker_id: str) -> bool:
         """Whether some live process holds the worker's lock."""

@@ -1,0 +1,200 @@
+"""SQLite storage faults: a full disk, a database file deleted, replaced or
+overwritten under a running worker.
+
+A full disk is real: a small tmpfs the test mounts (it runs as root; where
+mounting is not allowed, those tests skip and say why).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tenure.backends.base import WorkerInfo
+from tenure.errors import BackendUnavailable, StorageLost
+from tenure.job import JobSpec
+from tests.conftest import SyncBackend
+
+
+@pytest.fixture
+def small_disk() -> Iterator[Path]:
+    """A 2 MB tmpfs of the test's own."""
+    where = Path(tempfile.mkdtemp(prefix="tenure-disk-"))
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        where.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], check=True)
+    where.rmdir()
+
+
+def fill(disk: Path) -> Path:
+    """Take every free byte of ``disk``."""
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+        try:
+            while True:
+                f.write(b"\0" * 512)
+        except OSError:
+            pass
+    return filler
+
+
+def one_job() -> list[JobSpec]:
+    return [JobSpec.create("t", {"pad": "x" * 500})]
+
+
+def test_a_full_disk__is_backend_unavailable_naming_it__and_writes_pass_once_space_returns(
+    small_disk, open_backend
+):
+    """Once the disk was full, the WAL is kept small: left to its default (a
+    checkpoint every 4 MB of it), it fills again whatever space came back, and
+    the worker never recovers."""
+    backend: SyncBackend = open_backend(f"sqlite:///{small_disk / 't.db'}")
+    backend.register_worker(WorkerInfo("w1", "host", 1, ("default",)))
+    backend.enqueue([JobSpec.create("t", {}) for _ in range(5)])
+    filler = fill(small_disk)
+    with pytest.raises(BackendUnavailable) as full:
+        for _ in range(1000):  # until the WAL has no room left either
+            backend.enqueue(one_job())
+    message = str(full.value)
+    assert "disk full" in message and str(small_disk) in message and "\n" not in message
+    with pytest.raises(BackendUnavailable, match="disk full"):
+        backend.claim("w1", ["default"], 1)  # the worker's own cycle, on its fast path
+    filler.unlink()
+    for _ in range(300):  # several times the disk's size of WAL, without checkpoints
+        backend.enqueue(one_job())
+        [job] = backend.claim("w1", ["default"], 1)
+        backend.complete(job.id, job.fence)
+        assert not backend.heartbeat("w1", [])
+
+
+def test_a_deleted_database__is_storage_lost_at_the_next_heartbeat(tmp_path, open_backend):
+    path = tmp_path / "t.db"
+    backend = open_backend(f"sqlite:///{path}")
+    backend.register_worker(WorkerInfo("w1", "host", 1, ("default",)))
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    with pytest.raises(StorageLost, match=f"{path} was deleted"):
+        backend.heartbeat("w1", [])
+    with pytest.raises(StorageLost, match="deleted"):
+        backend.rescue()
+
+
+def test_a_replaced_database__is_storage_lost(tmp_path, open_backend):
+    path = tmp_path / "t.db"
+    backend = open_backend(f"sqlite:///{path}")
+    backend.register_worker(WorkerInfo("w1", "host", 1, ("default",)))
+    other = tmp_path / "other.db"
+    open_backend(f"sqlite:///{other}")  # a tenure database too, just not this one
+    os.replace(other, path)
+    with pytest.raises(StorageLost, match=f"{path} was replaced"):
+        backend.heartbeat("w1", [])
+
+
+def test_a_database_overwritten_with_garbage__is_storage_lost(tmp_path, open_backend):
+    path = tmp_path / "t.db"
+    backend = open_backend(f"sqlite:///{path}")
+    backend.register_worker(WorkerInfo("w1", "host", 1, ("default",)))
+    backend.enqueue(one_job())
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    with path.open("r+b") as f:
+        f.write(os.urandom(path.stat().st_size))
+    with pytest.raises(StorageLost, match="not a database"):
+        backend.claim("w1", ["default"], 1)
+    with pytest.raises(StorageLost, match="not a database"):
+        backend.heartbeat("w1", [])
+
+
+# -- a real worker ----------------------------------------------------------
+#
+# These need both halves of the fix: the backend raises StorageLost, and the
+# worker stops on it (Supervisor, the lead's part of issue 21).
+
+WORKER_APP = """
+import tenure
+app = tenure.App({url!r})
+
+@app.task
+def noop() -> None:
+    pass
+"""
+
+
+def start_worker(tmp_path: Path, url: str) -> tuple[subprocess.Popen[bytes], Path]:
+    (tmp_path / "faulty_app.py").write_text(WORKER_APP.format(url=url))
+    log = tmp_path / "worker.log"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("TENURE_URL", None)
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "tenure.cli", "worker", "faulty_app:app", "--pool", "thread"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
+        )  # fmt: skip
+    return worker, log
+
+
+def wait_for(what: str, predicate, timeout: float = 15.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+FAULTS = {"deleted": "was deleted", "replaced": "was replaced", "overwritten": "not a database"}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_worker_whose_database_is_deleted_replaced_or_overwritten__stops_saying_so(
+    tmp_path, open_backend, fault
+):
+    path = tmp_path / "t.db"
+    url = f"sqlite:///{path}"
+    backend = open_backend(url)
+    backend.set_policy("default", backend.get_policy("default").replace(heartbeat_interval=0.2))
+    worker, log = start_worker(tmp_path, url)
+    try:
+        wait_for("the worker to register", backend.workers)
+        if fault == "deleted":
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        elif fault == "replaced":
+            shutil.copy(path, tmp_path / "copy.db")
+            os.replace(tmp_path / "copy.db", path)
+        else:
+            with path.open("r+b") as f:
+                f.write(os.urandom(path.stat().st_size))
+        code = wait_for("the worker to stop", worker.poll, timeout=10.0)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert code != 0
+    lines = log.read_text().splitlines()
+    said = [line for line in lines if str(path) in line and FAULTS[fault] in line]
+    assert said, lines
+    assert len(lines) < 20, lines  # a clear word, not a flood
