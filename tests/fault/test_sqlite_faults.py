@@ -198,3 +198,40 @@ def test_a_worker_whose_database_is_deleted_replaced_or_overwritten__stops_sayin
     said = [line for line in lines if str(path) in line and FAULTS[fault] in line]
     assert said, lines
     assert len(lines) < 20, lines  # a clear word, not a flood
+
+
+def test_a_worker_on_a_full_disk__says_it_once__and_carries_on_when_space_returns(
+    tmp_path, small_disk, open_backend
+):
+    url = f"sqlite:///{small_disk / 't.db'}"
+    backend = open_backend(url)
+    worker, log = start_worker(tmp_path, url)
+    try:
+        wait_for("the worker to register", backend.workers)
+        filler = fill(small_disk)
+        with pytest.raises(BackendUnavailable):  # until the WAL has no room left either
+            for _ in range(1000):
+                backend.enqueue([JobSpec.create("noop", {"pad": "x" * 500})])
+        wait_for("the worker to meet the fault", lambda: "failed" in log.read_text())
+        time.sleep(2)  # the fault lasts: the worker's calls keep failing, quietly
+        filler.unlink()
+        wait_for("an enqueue", lambda: _enqueued(backend))
+        wait_for("every job to run", lambda: not backend.counts("default")["queued"])
+        worker.terminate()
+        code = worker.wait(30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    text = log.read_text()
+    assert code == 0, text
+    assert "Traceback" not in text
+    assert len(text.splitlines()) < 25, text  # a clear word, not a flood
+
+
+def _enqueued(backend: SyncBackend) -> bool:
+    try:
+        backend.enqueue([JobSpec.create("noop", {})])
+    except BackendUnavailable:
+        return False
+    return True
