@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import logging
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import click
 from click.core import ParameterSource
 
 from tenure import loader
 from tenure.app import App
 from tenure.cli.common import CliError, CliState
+from tenure.cli.logs import LOG_FORMATS, LOG_LEVELS, stderr_logging
 from tenure.config import WorkerConfig
 from tenure.core.urls import redacted
 from tenure.errors import InvalidInput
 
 DEFAULTS = WorkerConfig()
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
 
 
 @click.command()
@@ -69,6 +63,13 @@ LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=
 )
 @click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
 @click.option("--log-level", type=LOG_LEVELS, default="info", show_default=True)
+@click.option(
+    "--log-format",
+    type=LOG_FORMATS,
+    default="text",
+    show_default=True,
+    help="Text lines, or JSON lines with each record's fields (job_id, task, queue, ...).",
+)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -82,6 +83,7 @@ def worker(
     max_jobs_per_executor: int | None,
     burst: bool,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run a worker for the App at MODULE:APP (e.g. myapp.tasks:app)."""
     from tenure.worker import run_worker  # producers' commands need not load the worker
@@ -97,7 +99,7 @@ def worker(
         async_slots=async_slots,
         max_jobs_per_executor=max_jobs_per_executor,
     )
-    with app, _logging(log_level.upper()):
+    with app, stderr_logging(log_level, log_format):
         run_worker(app, config, app_path)
 
 
@@ -129,25 +131,3 @@ def _check_url(ctx: click.Context, app: App) -> None:
 
 def _task_queues(app: App) -> tuple[str, ...]:
     return tuple(sorted({t.queue for t in app.tasks.values()})) or DEFAULTS.queues
-
-
-@contextmanager
-def _logging(level: str) -> Iterator[None]:
-    """INFO (or ``level``) to stderr, concise, for as long as the worker runs."""
-    root = logging.getLogger()
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S"))
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel(level)
-    # The pool warns at each of its reconnection attempts, several lines each,
-    # for as long as the server is down: the worker says the fault once itself.
-    pool = logging.getLogger("psycopg.pool")
-    old_pool_level = pool.level
-    pool.setLevel(max(logging.ERROR, logging.getLevelName(level)))
-    try:
-        yield
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(old_level)
-        pool.setLevel(old_pool_level)

@@ -74,8 +74,7 @@ class LeaseKeeper:
     def _stop(self, lost: set[LeaseRef]) -> None:
         for lease in lost:
             on_lost = self._held.pop(lease, None)
-            if on_lost is not None and on_lost is not _quiet:
-                log.warning("lease lost on job %s (fence %d): stopping its attempt", *lease)
+            if on_lost is not None:  # the holder says it, knowing the attempt
                 on_lost()
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -9,8 +9,8 @@ import logging
 
 from tenure.backends.base import Backend
 from tenure.config import QueuePolicy
-from tenure.core.retry import decide_for
-from tenure.core.states import Outcome
+from tenure.core.retry import Decision, decide_for
+from tenure.core.states import Outcome, State
 from tenure.errors import InvalidInput
 from tenure.job import Job
 from tenure.worker.completer import Completer
@@ -23,6 +23,7 @@ from tenure.worker.executor import (
     Stopped,
     TimedOut,
 )
+from tenure.worker.logfields import attempt_fields
 
 log = logging.getLogger("tenure.worker")
 
@@ -58,7 +59,8 @@ async def settle(
             await _fail(backend, job, policy, Outcome.TIMEOUT, text)
         case Settled(error):
             if error is not None:
-                log.warning("job %s completed in its transaction, then raised: %s", job.id, error)
+                log.warning("job %s completed in its transaction, then raised", job.id,
+                            extra=attempt_fields(job, traceback=error))  # fmt: skip
         case Crashed(reason):
             await _fail(backend, job, policy, Outcome.CRASHED, f"attempt {job.attempts}: {reason}")
         case Stopped():
@@ -68,7 +70,6 @@ async def settle(
 async def settle_unknown_task(backend: Backend, job: Job, policy: QueuePolicy) -> None:
     """A job for a task this worker does not know is dead-lettered at once."""
     text = f"unknown task {job.task!r}: no handler of that name is registered in this worker"
-    log.error("job %s: %s", job.id, text)
     await _fail(backend, job, policy, Outcome.ERROR, text, fatal=True)
 
 
@@ -79,6 +80,8 @@ async def hand_back(backend: Backend, job: Job, policy: QueuePolicy) -> None:
         await _fail(backend, job, policy, Outcome.CRASHED, text)
     else:
         await backend.release(job.id, job.fence)
+        log.info("job %s: attempt %d handed back (released)", job.id, job.attempts,
+                 extra=attempt_fields(job))  # fmt: skip
 
 
 async def _fail(
@@ -93,3 +96,19 @@ async def _fail(
 ) -> None:
     decision = decide_for(job, outcome, policy, retry_in=retry_in, fatal=fatal)
     await backend.fail(job.id, job.fence, outcome, error, decision)
+    _log_failure(job, outcome, error, decision)
+
+
+def _log_failure(job: Job, outcome: Outcome, error: str, decision: Decision) -> None:
+    """One record per attempt that ended other than ok: WARNING while the job
+    goes on, ERROR when it is dead-lettered; the traceback rides along."""
+    fields = attempt_fields(job, outcome=str(outcome), traceback=error)
+    summary = error.rstrip().rsplit("\n", 1)[-1]  # a traceback's last line: the exception
+    if decision.state is State.DEAD:
+        fields["dead_reason"] = str(decision.dead_reason)
+        log.error("job %s (%s) dead-lettered after attempt %d (%s): %s", job.id, job.task,
+                  job.attempts, decision.dead_reason, summary, extra=fields)  # fmt: skip
+    else:
+        fields["retry_in"] = decision.delay
+        log.warning("job %s (%s) attempt %d ended %s: %s; retrying in %.1f s", job.id, job.task,
+                    job.attempts, outcome, summary, decision.delay, extra=fields)  # fmt: skip

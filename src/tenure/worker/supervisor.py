@@ -58,6 +58,7 @@ from tenure.worker.completer import Completer
 from tenure.worker.executor import AttemptResult, Executor, Returned, ThreadExecutor
 from tenure.worker.faults import StorageFaults
 from tenure.worker.leases import LeaseKeeper
+from tenure.worker.logfields import attempt_fields
 from tenure.worker.outcome import hand_back, settle, settle_unknown_task
 from tenure.worker.periodic import every
 from tenure.worker.process import ProcessPool
@@ -409,6 +410,10 @@ class Supervisor:
             for job in jobs:
                 self._in_task(self._hand_back_unbegun(job))
             jobs = []
+        if jobs and log.isEnabledFor(logging.DEBUG):
+            for job in jobs:
+                log.debug("claimed job %s (%s), attempt %d", job.id, job.task, job.attempts,
+                          extra=attempt_fields(job, worker_id))  # fmt: skip
         for job in jobs:
             self._start(job)
         if slots:
@@ -460,6 +465,9 @@ class Supervisor:
         self._begin(job, policy)
 
     def _on_lease_lost(self, lease: LeaseRef) -> None:
+        if (job := self.running.get(lease)) is not None:
+            log.warning("job %s (%s): lease of attempt %d lost (fence %d): stopping it", job.id,
+                        job.task, job.attempts, job.fence, extra=attempt_fields(job))  # fmt: skip
         self._lost.add(lease)
         for i, (job, _) in enumerate(self._waiting):
             if (job.id, job.fence) == lease:  # never began: it just goes
@@ -535,12 +543,17 @@ class Supervisor:
         if isinstance(error, BackendUnavailable):
             self._in_task(self._settle_then_finish(job, policy, result))
             return
-        if isinstance(error, LeaseLost):
-            log.warning("job %s: %s", job.id, error)
+        if error is None:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("completed job %s (%s), attempt %d", job.id, job.task, job.attempts,
+                          extra=attempt_fields(job))  # fmt: skip
+        elif isinstance(error, LeaseLost):
+            log.warning("job %s: %s", job.id, error, extra=attempt_fields(job))
         elif isinstance(error, StorageLost):
             pass  # said once, by the cycle that failed
-        elif error is not None:
-            log.error("job %s: could not settle attempt %d", job.id, job.attempts, exc_info=error)
+        else:
+            log.error("job %s: could not settle attempt %d", job.id, job.attempts, exc_info=error,
+                      extra=attempt_fields(job))  # fmt: skip
         self._finish((job.id, job.fence))
 
     async def _settle_then_finish(
@@ -611,7 +624,6 @@ class Supervisor:
         for job in leftover.values():
             try:
                 await hand_back(self.backend, job, await self._policy(job.queue))
-                log.info("drain: handed back job %s", job.id)
             except LeaseLost:
                 pass
             except TenureError as exc:
@@ -626,7 +638,8 @@ class Supervisor:
         (an at-most-once job too: only an attempt that began cannot run again)."""
         try:
             await self.backend.release(job.id, job.fence)
-            log.info("handed back job %s (claimed, not begun)", job.id)
+            log.info("job %s: handed back (claimed, not begun)", job.id,
+                     extra=attempt_fields(job))  # fmt: skip
         except LeaseLost:
             pass
         except Exception:

@@ -11,11 +11,14 @@ import asyncio
 import logging
 
 from tenure.backends.base import Backend, RescueReport
+from tenure.core.states import Outcome
 from tenure.worker.faults import StorageFaults
 from tenure.worker.periodic import every
 
 log = logging.getLogger("tenure.sweeper")
 
+# Which of the sweeper's detectors recovered an attempt, by what it recorded.
+DETECTORS = {Outcome.CRASHED: "worker_gone", Outcome.STALLED: "lease_expired"}
 RETRY_PAST_GUARD = 0.01  # seconds past the guard's window (one landing in it is refused again)
 
 
@@ -33,8 +36,11 @@ class Sweeper:
             self.sweeps += 1
             self.rescued += len(report.rescued)
         for r in report.rescued:
-            log.warning("rescued job %s (attempt fence %d): %s -> %s", r.job_id, r.fence,
-                        r.outcome, r.state)  # fmt: skip
+            detector = DETECTORS.get(r.outcome, str(r.outcome))
+            log.warning("recovered job %s (fence %d): %s, by %s; now %s", r.job_id, r.fence,
+                        r.outcome, detector, r.state,
+                        extra={"job_id": r.job_id, "fence": r.fence, "outcome": str(r.outcome),
+                               "detector": detector, "state": str(r.state)})  # fmt: skip
         for w in report.dead_workers:
             log.warning("worker %s is gone; its leases were recovered", w)
         return report
