@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -83,23 +82,6 @@ def check_integer(name: str, value: object, lo: int | float, hi: int | float) ->
 def check_seconds(name: str, value: object, *, above: bool = False) -> None:
     """A number of seconds within [0, ten years] (``(0, ten years]`` when ``above``)."""
     check_number(name, value, 0.0, MAX_SECONDS, above=above, kind="a number of seconds")
-
-
-def _positive(name: str, value: object, *, allow_zero: bool = False) -> None:
-    ok = (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and (value >= 0 if allow_zero else value > 0)
-    )
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise InvalidInput(f"{name} must be a finite number {bound}, got {value!r}")
-
-
-def _count(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidInput(f"{name} must be an integer >= 1, got {value!r}")
 
 
 def _clamped(name: str, value: Any) -> Any:
@@ -217,6 +199,7 @@ class QueuePolicy:
 # exhausts its host's memory or thread limit before it does more work. More
 # throughput comes from more workers.
 MAX_CONCURRENCY: dict[Pool, int] = {"process": 256, "thread": 1024}
+MAX_ASYNC_SLOTS = 1024  # async attempts on one executor's loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,19 +228,20 @@ class WorkerConfig:
             raise InvalidInput("a worker needs at least one queue")
         for q in self.queues:
             check_name("queue", q)
-        _count("concurrency", self.concurrency)
-        _positive("drain_timeout", self.drain_timeout, allow_zero=True)
-        _positive("idle_poll_min", self.idle_poll_min)
-        _positive("idle_poll_max", self.idle_poll_max)
-        if self.pool not in ("process", "thread"):
+        if self.pool not in MAX_CONCURRENCY:
             raise InvalidInput(f"pool must be 'process' or 'thread', got {self.pool!r}")
-        if self.concurrency > MAX_CONCURRENCY[self.pool]:
+        most = MAX_CONCURRENCY[self.pool]
+        if isinstance(self.concurrency, int) and self.concurrency > most:
             raise InvalidInput(
                 f"concurrency {self.concurrency} is more than a {self.pool} pool runs "
-                f"(at most {MAX_CONCURRENCY[self.pool]}): run more workers instead"
+                f"(at most {most}): run more workers instead"
             )
-        _count("async_slots", self.async_slots)
+        check_integer("concurrency", self.concurrency, 1, most)
+        check_seconds("drain_timeout", self.drain_timeout)
+        check_seconds("idle_poll_min", self.idle_poll_min, above=True)
+        check_seconds("idle_poll_max", self.idle_poll_max, above=True)
+        check_integer("async_slots", self.async_slots, 1, MAX_ASYNC_SLOTS)
         if self.max_jobs_per_executor is not None:
-            _count("max_jobs_per_executor", self.max_jobs_per_executor)
+            check_integer("max_jobs_per_executor", self.max_jobs_per_executor, 1, 10**9)
         if self.idle_poll_min > self.idle_poll_max:
             raise InvalidInput("idle_poll_min must not exceed idle_poll_max")

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tenure.core.urls import one_line
 from tenure.errors import StorageLost, TenureError
 
 log = logging.getLogger("tenure.worker")
@@ -52,7 +53,7 @@ class StorageFaults:
         if isinstance(exc, StorageLost):
             self.on_lost(exc)
             return BACKOFF_MAX
-        cause = " ".join(str(exc).split())  # drivers' messages run over several lines
+        cause = one_line(str(exc))
         episode = self.episodes.get(what)
         if episode is None:
             episode = self.episodes[what] = Episode(self.clock())

@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from tenure.core.urls import one_line
 from tenure.errors import LivenessLost
 
 log = logging.getLogger("tenure.postgres")
@@ -157,7 +158,7 @@ class Wakeups:
                     async for notice in conn.notifies():
                         self._signal(notice.payload)
             except psycopg.Error as exc:
-                cause = " ".join(str(exc).split())
+                cause = one_line(str(exc))
                 log.log(logging.DEBUG if lost else logging.WARNING,
                         "LISTEN connection lost (%s); reconnecting", cause)  # fmt: skip
                 lost = True
