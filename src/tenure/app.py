@@ -22,6 +22,7 @@ from tenure.config import DEFAULT_MAX_PAYLOAD, MAX_PAYLOAD_RANGE, QueuePolicy, c
 from tenure.core.names import check_job_ids, check_name
 from tenure.core.states import State, parse_state
 from tenure.errors import InvalidInput
+from tenure.hooks import Hooks
 from tenure.job import Job, JobSpec
 from tenure.portal import Portal
 
@@ -130,6 +131,7 @@ class App:
         self.max_payload = max_payload
         self.read_only = read_only  # only reads: a SQLite file is never created or migrated
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.hooks = Hooks()  # users' code around attempts and at the worker's events
         self._backend: Backend | None = None
         self._portal: Portal | None = None
         self._pid = os.getpid()

@@ -113,3 +113,22 @@ def test_the_lease_keeper_renews_and_reports_a_lost_lease_to_its_attempt(make_ba
     renewed, lost, held = run(scenario())
     assert renewed == FakeClock().now() + 10.0 + 15.0
     assert lost and held == set()
+
+
+def test_a_sweep_that_dead_letters_a_job__tells_on_dead(make_backend, clock):
+    async def scenario():
+        backend = await make_backend()
+        await backend.change_policy("default", {"max_stalls": 1})
+        job = await claimed(backend)
+        told: list[str] = []
+
+        async def on_dead(job_id: str) -> None:
+            told.append(job_id)
+
+        sweeper = Sweeper(backend, interval=1.0, on_dead=on_dead)
+        clock.advance(15.0)
+        await sweeper.run_once()
+        return job, told, await backend.get(job.id)
+
+    job, told, got = run(scenario())
+    assert got.state is State.DEAD and told == [job.id]

@@ -29,6 +29,7 @@ from typing import Any
 from tenure.context import JobContext, Transaction, running
 from tenure.core.payload import check as check_json
 from tenure.errors import InvalidInput, LeaseLost, TenureError
+from tenure.hooks import Hooks
 from tenure.worker.executor import Raised, Settled, outcome_of
 from tenure.worker.wire import Message, frame, read_frame, write_all
 
@@ -56,6 +57,7 @@ class Executor:
         self._aio_tasks: dict[tuple[str, int], asyncio.Task[Any]] = {}  # by (job id, fence)
         self.tasks: dict[str, Any] = {}
         self.transaction: Transaction | None = None
+        self.hooks = Hooks()  # the App's, once loaded
 
     def send(self, message: Message) -> None:
         data = frame(message)
@@ -126,7 +128,7 @@ class Executor:
                 self.send({"op": "started", "id": job["id"], "fence": job["fence"]})
             ctx = self.context(job)
             try:
-                with running(ctx):
+                with running(ctx), self.hooks.around(ctx):
                     value = self.tasks[job["task"]].fn(**job["args"])
                 self.send(_done(job, ctx, value, None))
             except BaseException as exc:
@@ -145,7 +147,7 @@ class Executor:
             self.send({"op": "started", "id": job["id"], "fence": job["fence"]})
         ctx = self.context(job)
         try:
-            with running(ctx):
+            with running(ctx), self.hooks.around(ctx):
                 value = await self.tasks[job["task"]].fn(**job["args"])
             self.send(_done(job, ctx, value, None))
         except BaseException as exc:
@@ -189,6 +191,7 @@ def main(argv: list[str]) -> None:
 
         app = load_app(app_path)
         executor.tasks = app.tasks
+        executor.hooks = app.hooks
         executor.transaction = getattr(from_url(app.url), "transaction", None)
     except BaseException as exc:
         executor.send({"op": "fatal", "error": f"executor cannot load {app_path}: {exc}"})

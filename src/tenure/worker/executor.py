@@ -27,6 +27,7 @@ from tenure.backends.base import LeaseRef
 from tenure.context import JobContext, Transaction, running
 from tenure.core.names import as_text
 from tenure.errors import Fail, Retry
+from tenure.hooks import Hooks
 from tenure.job import Job
 from tenure.portal import Portal
 from tenure.threads import DaemonThreads
@@ -190,8 +191,11 @@ class ThreadExecutor:
         link: Link,
         slots: int,
         transaction: Transaction | None = None,
+        *,
+        hooks: Hooks | None = None,
     ) -> None:
         self.tasks = tasks
+        self.hooks = hooks or Hooks()
         self.link = link
         self.transaction = transaction
         self.slots = slots
@@ -256,7 +260,7 @@ class ThreadExecutor:
             self._threads.submit(functools.partial(self._work, attempt))
             return
         assert self._aio is not None
-        coroutine = _run_async(attempt.fn, attempt.ctx)
+        coroutine = _run_async(attempt.fn, attempt.ctx, self.hooks)
         handler = asyncio.run_coroutine_threadsafe(coroutine, self._aio.loop)
         attempt.handler = handler
         handler.add_done_callback(functools.partial(self._async_ended, attempt))
@@ -266,7 +270,7 @@ class ThreadExecutor:
     def _work(self, attempt: Attempt | None) -> None:
         """In a handler thread: run sync attempts, this one and those it hands its slot to."""
         while attempt is not None:
-            result = attempt.context.run(_run_sync, attempt.fn, attempt.ctx)
+            result = attempt.context.run(_run_sync, attempt.fn, attempt.ctx, self.hooks)
             attempt = self._after(attempt, result)
 
     def _async_ended(self, attempt: Attempt, f: Future[AttemptResult]) -> None:
@@ -401,23 +405,23 @@ class Mailbox:
             self._deliver_one(*ends.popleft())
 
 
-def _run_sync(fn: Callable[..., Any], ctx: JobContext) -> AttemptResult:
-    """In a handler thread: run the handler; what its end means."""
+def _run_sync(fn: Callable[..., Any], ctx: JobContext, hooks: Hooks) -> AttemptResult:
+    """In a handler thread: run the handler, wrapped in the attempt's hooks; what its end means."""
     try:
-        with running(ctx):
+        with running(ctx), hooks.around(ctx):
             return outcome_of(ctx, fn(**ctx.args), None)
     except BaseException as exc:
         return outcome_of(ctx, None, exc)
 
 
-async def _run_async(fn: Callable[..., Any], ctx: JobContext) -> AttemptResult:
+async def _run_async(fn: Callable[..., Any], ctx: JobContext, hooks: Hooks) -> AttemptResult:
     """On the handlers' loop: run the handler; what its end means. What it
     raises ends here, SystemExit and KeyboardInterrupt too: out of a task they
     would stop the loop every async attempt of the worker runs on. So does a
     CancelledError nobody asked for: the task would look stopped, and the
     attempt would never end."""
     try:
-        with running(ctx):
+        with running(ctx), hooks.around(ctx):
             return outcome_of(ctx, await fn(**ctx.args), None)
     except asyncio.CancelledError as exc:
         task = asyncio.current_task()

@@ -34,9 +34,9 @@ async def settle(
     policy: QueuePolicy,
     result: AttemptResult,
     completer: Completer | None = None,
-) -> None:
+) -> Decision | None:
     """Complete the job (through the batching ``completer`` when given), or
-    record the failure and apply the retry decision."""
+    record the failure and apply the retry decision, which it returns."""
     match result:
         case Returned(value):
             try:
@@ -44,44 +44,47 @@ async def settle(
                     await backend.complete(job.id, job.fence, value)
                 else:
                     await completer.complete(job.id, job.fence, value)
-                return
+                return None
             except InvalidInput as exc:  # the result is not JSON, or too large
-                await _fail(backend, job, policy, Outcome.ERROR, f"bad result: {exc}")
+                return await _fail(backend, job, policy, Outcome.ERROR, f"bad result: {exc}")
         case Raised("retry", tb, retry_in, reason):
             text = f"Retry requested: {reason}" if reason else "Retry requested"
-            await _fail(backend, job, policy, Outcome.ERROR, text, retry_in=retry_in)
+            return await _fail(backend, job, policy, Outcome.ERROR, text, retry_in=retry_in)
         case Raised("fail", tb):
-            await _fail(backend, job, policy, Outcome.ERROR, tb, fatal=True)
+            return await _fail(backend, job, policy, Outcome.ERROR, tb, fatal=True)
         case Raised(_, tb):
-            await _fail(backend, job, policy, Outcome.ERROR, tb)
+            return await _fail(backend, job, policy, Outcome.ERROR, tb)
         case TimedOut(after):
             text = f"attempt {job.attempts} exceeded its deadline of {after} s"
-            await _fail(backend, job, policy, Outcome.TIMEOUT, text)
+            return await _fail(backend, job, policy, Outcome.TIMEOUT, text)
         case Settled(error):
             if error is not None:
                 log.warning("job %s completed in its transaction, then raised", job.id,
                             extra=attempt_fields(job, traceback=error))  # fmt: skip
         case Crashed(reason):
-            await _fail(backend, job, policy, Outcome.CRASHED, f"attempt {job.attempts}: {reason}")
+            text = f"attempt {job.attempts}: {reason}"
+            return await _fail(backend, job, policy, Outcome.CRASHED, text)
         case Stopped():
-            await hand_back(backend, job, policy)
+            return await hand_back(backend, job, policy)
+    return None
 
 
-async def settle_unknown_task(backend: Backend, job: Job, policy: QueuePolicy) -> None:
+async def settle_unknown_task(backend: Backend, job: Job, policy: QueuePolicy) -> Decision:
     """A job for a task this worker does not know is dead-lettered at once."""
     text = f"unknown task {job.task!r}: no handler of that name is registered in this worker"
-    await _fail(backend, job, policy, Outcome.ERROR, text, fatal=True)
+    return await _fail(backend, job, policy, Outcome.ERROR, text, fatal=True)
 
 
-async def hand_back(backend: Backend, job: Job, policy: QueuePolicy) -> None:
+async def hand_back(backend: Backend, job: Job, policy: QueuePolicy) -> Decision | None:
     """Give a stopped attempt back without penalty; at-most-once jobs are never run twice."""
     if policy.delivery == "at-most-once":
         text = "stopped by a drain; an at-most-once job is never delivered twice"
-        await _fail(backend, job, policy, Outcome.CRASHED, text)
+        return await _fail(backend, job, policy, Outcome.CRASHED, text)
     else:
         await backend.release(job.id, job.fence)
         log.info("job %s: attempt %d handed back (released)", job.id, job.attempts,
                  extra=attempt_fields(job))  # fmt: skip
+        return None
 
 
 async def _fail(
@@ -93,10 +96,11 @@ async def _fail(
     *,
     retry_in: float | None = None,
     fatal: bool = False,
-) -> None:
+) -> Decision:
     decision = decide_for(job, outcome, policy, retry_in=retry_in, fatal=fatal)
     await backend.fail(job.id, job.fence, outcome, error, decision)
     _log_failure(job, outcome, error, decision)
+    return decision
 
 
 def _log_failure(job: Job, outcome: Outcome, error: str, decision: Decision) -> None:

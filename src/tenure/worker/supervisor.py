@@ -50,6 +50,8 @@ from tenure.app import App
 from tenure.backends.base import Backend, LeaseRef, WorkerInfo
 from tenure.backends.factory import from_url
 from tenure.config import QueuePolicy, WorkerConfig
+from tenure.core.retry import Decision
+from tenure.core.states import State
 from tenure.core.urls import redacted
 from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost, StorageLost, TenureError
 from tenure.job import Job
@@ -127,7 +129,9 @@ class Supervisor:
         c = self.config
         if c.pool == "thread":
             effects = getattr(from_url(self.app.url), "transaction", None)
-            return ThreadExecutor(self.app.tasks, self._link, c.concurrency, effects)
+            return ThreadExecutor(
+                self.app.tasks, self._link, c.concurrency, effects, hooks=self.app.hooks
+            )
         app_path = self.app_path or path_of(self.app)
         if app_path is None:
             raise InvalidInput(
@@ -170,7 +174,7 @@ class Supervisor:
         self.keeper = LeaseKeeper(
             self.backend, self.worker_id, self._heartbeat_interval(), self._register_again
         )
-        self.sweeper = Sweeper(self.backend, self._sweep_interval())
+        self.sweeper = Sweeper(self.backend, self._sweep_interval(), on_dead=self._dead)
         await self.sweeper.run_once(force=True)  # recovery never waits for a sweep interval
         stop_keeping, stop_sweeping = asyncio.Event(), asyncio.Event()
         background = [
@@ -182,6 +186,7 @@ class Supervisor:
             asyncio.create_task(self._tick(stop_sweeping)),
         ]
         self._install_signals()
+        await asyncio.to_thread(self.app.hooks.worker_started, self.worker_id)
         log.info("worker %s started on %s, queues %s", self.worker_id, redacted(self.app.url),
                  ", ".join(self.config.queues))  # fmt: skip
         cycling = asyncio.create_task(self._cycle_loop())
@@ -196,6 +201,7 @@ class Supervisor:
             stop_sweeping.set()
             stop_keeping.set()
             await asyncio.gather(*background, return_exceptions=True)
+            await asyncio.to_thread(self.app.hooks.worker_stopped, self.worker_id)
             if self._storage_lost is None:
                 await self._deregister()
             log.info("worker %s stopped after %d jobs", self.worker_id, self.processed)
@@ -511,7 +517,8 @@ class Supervisor:
             if lease in self._lost:
                 pass  # handed back, or recovered, while we waited: never run it
             elif job.task not in self.app.tasks:
-                await settle_unknown_task(self.backend, job, policy)
+                decision = await settle_unknown_task(self.backend, job, policy)
+                await self._after_failure(decision, job.id)
             else:
                 self._begin(job, policy)
                 return
@@ -589,7 +596,8 @@ class Supervisor:
             if lease in self._lost:
                 return  # recovered by the sweeper, or handed back: never settle
             try:
-                await settle(self.backend, job, policy, result, self.completer)
+                decision = await settle(self.backend, job, policy, result, self.completer)
+                await self._after_failure(decision, job.id)
                 self.faults.succeeded("settle")
                 return
             except (BackendUnavailable, StorageLost) as exc:
@@ -599,6 +607,20 @@ class Supervisor:
                 log.debug("job %s: could not settle; retrying in %.1f s", job.id, delay)
                 await asyncio.sleep(delay)
         log.error("job %s: gave up settling; its lease will expire and it will run again", job.id)
+
+    async def _after_failure(self, decision: Decision | None, job_id: str) -> None:
+        if decision is not None and decision.state is State.DEAD:
+            await self._dead(job_id)
+
+    async def _dead(self, job_id: str) -> None:
+        """Tell the on_dead hooks, off the loop: a slow hook must not delay a heartbeat."""
+        if self.app.hooks.deads:
+            try:
+                job = await self.backend.get(job_id)
+            except TenureError as exc:
+                log.warning("on_dead hooks not called for job %s: %s", job_id, exc)
+                return
+            await asyncio.to_thread(self.app.hooks.dead, job)
 
     # -- drain -------------------------------------------------------------
 
@@ -623,7 +645,8 @@ class Supervisor:
             return  # nothing can be handed back: others recover them from their leases
         for job in leftover.values():
             try:
-                await hand_back(self.backend, job, await self._policy(job.queue))
+                decision = await hand_back(self.backend, job, await self._policy(job.queue))
+                await self._after_failure(decision, job.id)
             except LeaseLost:
                 pass
             except TenureError as exc:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from tenure.backends.base import Backend, RescueReport
-from tenure.core.states import Outcome
+from tenure.core.states import Outcome, State
 from tenure.worker.faults import StorageFaults
 from tenure.worker.periodic import every
 
@@ -23,9 +24,15 @@ RETRY_PAST_GUARD = 0.01  # seconds past the guard's window (one landing in it is
 
 
 class Sweeper:
-    def __init__(self, backend: Backend, interval: float) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        interval: float,
+        on_dead: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         self.backend = backend
         self.interval = interval
+        self.on_dead = on_dead  # called with each job a sweep dead-letters
         self.sweeps = 0
         self.rescued = 0
 
@@ -41,6 +48,8 @@ class Sweeper:
                         r.outcome, detector, r.state,
                         extra={"job_id": r.job_id, "fence": r.fence, "outcome": str(r.outcome),
                                "detector": detector, "state": str(r.state)})  # fmt: skip
+            if r.state is State.DEAD and self.on_dead is not None:
+                await self.on_dead(r.job_id)
         for w in report.dead_workers:
             log.warning("worker %s is gone; its leases were recovered", w)
         return report
