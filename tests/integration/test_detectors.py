@@ -122,10 +122,7 @@ def test_a_sweep_that_dead_letters_a_job__tells_on_dead(make_backend, clock):
         job = await claimed(backend)
         told: list[str] = []
 
-        async def on_dead(job_id: str) -> None:
-            told.append(job_id)
-
-        sweeper = Sweeper(backend, interval=1.0, on_dead=on_dead)
+        sweeper = Sweeper(backend, interval=1.0, on_dead=told.append)
         clock.advance(15.0)
         await sweeper.run_once()
         return job, told, await backend.get(job.id)

@@ -174,7 +174,7 @@ class Supervisor:
         self.keeper = LeaseKeeper(
             self.backend, self.worker_id, self._heartbeat_interval(), self._register_again
         )
-        self.sweeper = Sweeper(self.backend, self._sweep_interval(), on_dead=self._dead)
+        self.sweeper = Sweeper(self.backend, self._sweep_interval(), on_dead=self._tell_dead)
         await self.sweeper.run_once(force=True)  # recovery never waits for a sweep interval
         stop_keeping, stop_sweeping = asyncio.Event(), asyncio.Event()
         background = [
@@ -610,17 +610,21 @@ class Supervisor:
 
     async def _after_failure(self, decision: Decision | None, job_id: str) -> None:
         if decision is not None and decision.state is State.DEAD:
-            await self._dead(job_id)
+            self._tell_dead(job_id)
+
+    def _tell_dead(self, job_id: str) -> None:
+        """Tell the on_dead hooks, in a task and a thread: a slow hook must delay
+        neither a heartbeat nor the end of the attempt."""
+        if self.app.hooks.deads:
+            self._in_task(self._dead(job_id))
 
     async def _dead(self, job_id: str) -> None:
-        """Tell the on_dead hooks, off the loop: a slow hook must not delay a heartbeat."""
-        if self.app.hooks.deads:
-            try:
-                job = await self.backend.get(job_id)
-            except TenureError as exc:
-                log.warning("on_dead hooks not called for job %s: %s", job_id, exc)
-                return
-            await asyncio.to_thread(self.app.hooks.dead, job)
+        try:
+            job = await self.backend.get(job_id)
+        except TenureError as exc:
+            log.warning("on_dead hooks not called for job %s: %s", job_id, exc)
+            return
+        await asyncio.to_thread(self.app.hooks.dead, job)
 
     # -- drain -------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from tenure.backends.base import Backend, RescueReport
 from tenure.core.states import Outcome, State
@@ -28,7 +28,7 @@ class Sweeper:
         self,
         backend: Backend,
         interval: float,
-        on_dead: Callable[[str], Awaitable[None]] | None = None,
+        on_dead: Callable[[str], None] | None = None,
     ) -> None:
         self.backend = backend
         self.interval = interval
@@ -49,7 +49,7 @@ class Sweeper:
                         extra={"job_id": r.job_id, "fence": r.fence, "outcome": str(r.outcome),
                                "detector": detector, "state": str(r.state)})  # fmt: skip
             if r.state is State.DEAD and self.on_dead is not None:
-                await self.on_dead(r.job_id)
+                self.on_dead(r.job_id)
         for w in report.dead_workers:
             log.warning("worker %s is gone; its leases were recovered", w)
         return report
