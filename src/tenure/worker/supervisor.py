@@ -78,6 +78,7 @@ MAX_AHEAD_PER_SLOT_COSTLY = 12
 # cycles are costly (PostgreSQL, 2 workers: cycles of 15 -> 38 jobs, 24k -> 35k jobs/s)
 BATCH_HORIZON = 0.005
 AVERAGING = 0.2  # weight of the newest sample in the moving averages of times
+EXIT_GRACE = 10.0  # seconds a stopping worker waits for its last tasks (hooks, settles)
 SETTLE_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 5.0, 5.0)
 
 
@@ -201,6 +202,8 @@ class Supervisor:
             stop_sweeping.set()
             stop_keeping.set()
             await asyncio.gather(*background, return_exceptions=True)
+            if self._background:  # on_dead hooks, a settle still retrying
+                await asyncio.wait(set(self._background), timeout=EXIT_GRACE)
             await asyncio.to_thread(self.app.hooks.worker_stopped, self.worker_id)
             if self._storage_lost is None:
                 await self._deregister()
