@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from tenure.config import QueuePolicy
 from tenure.errors import InvalidInput
 from tenure.job import Job, JobSpec
 
@@ -171,6 +172,13 @@ class Task(Generic[P, R]):
             text += f"; options go through {self.name}.with_options({shown}).enqueue(...)"
         return text
 
+    def policy(self, queue: QueuePolicy) -> QueuePolicy:
+        """The policy this task's jobs run under: the queue's, with the task's
+        ``timeout`` and ``max_attempts`` over it (a job's own options win over both)."""
+        if self.timeout is None and self.max_attempts is None:
+            return queue
+        return _with_defaults(queue, self.timeout, self.max_attempts)
+
     # -- specs -------------------------------------------------------------
 
     def spec(self, args: dict[str, Any] | None = None, **options: Any) -> JobSpec:
@@ -206,3 +214,12 @@ class Task(Generic[P, R]):
         }
         given = {k: v for k, v in options.items() if v is not None}
         return {**defaults, **self.options, **given}
+
+
+@functools.lru_cache(maxsize=256)
+def _with_defaults(
+    policy: QueuePolicy, timeout: float | None, max_attempts: int | None
+) -> QueuePolicy:
+    # Cached: a worker asks at every attempt, and a policy is refreshed, not changed.
+    defaults = {"timeout": timeout, "max_attempts": max_attempts}
+    return policy.replace(**{k: v for k, v in defaults.items() if v is not None})
