@@ -22,7 +22,13 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from tenure.backends.base import Backend, Page
 from tenure.backends.factory import from_url, resolve_url
-from tenure.config import DEFAULT_MAX_PAYLOAD, MAX_PAYLOAD_RANGE, QueuePolicy, check_integer
+from tenure.config import (
+    DEFAULT_MAX_PAYLOAD,
+    DEFAULT_URL,
+    MAX_PAYLOAD_RANGE,
+    QueuePolicy,
+    check_integer,
+)
 from tenure.core.names import check_job_ids, check_name
 from tenure.core.states import State, parse_state
 from tenure.errors import InvalidInput
@@ -115,6 +121,8 @@ class App:
         read_only: bool = False,
     ) -> None:
         check_integer("max_payload", max_payload, *MAX_PAYLOAD_RANGE)
+        if url is None and not os.environ.get("TENURE_URL"):
+            _say_default_once()
         self.url = resolve_url(url)
         self.max_payload = max_payload
         self.read_only = read_only  # only reads: a SQLite file is never created or migrated
@@ -371,6 +379,22 @@ class App:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+_said_default = False
+
+
+def _say_default_once() -> None:
+    """An App(None) without TENURE_URL would silently write to a new local
+    file: say so, once per process (a log record: tests turn warnings into errors)."""
+    global _said_default  # noqa: PLW0603 - once per process
+    if not _said_default:
+        _said_default = True
+        log.warning(
+            "App(None) and TENURE_URL is not set: using %s (%s); set TENURE_URL or pass a URL",
+            DEFAULT_URL,
+            os.path.join(os.getcwd(), "tenure.db"),
+        )
 
 
 def _close_at_exit(app: App) -> None:

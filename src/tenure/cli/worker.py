@@ -12,7 +12,7 @@ from click.core import ParameterSource
 
 from tenure import loader
 from tenure.app import App
-from tenure.cli.common import CliError, CliState
+from tenure.cli.common import CliError, CliState, cli_state
 from tenure.config import WorkerConfig
 from tenure.core.urls import redacted
 from tenure.errors import InvalidInput
@@ -23,7 +23,7 @@ LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=
 
 
 @click.command()
-@click.argument("app_path", metavar="MODULE:APP")
+@click.argument("app_path", metavar="[MODULE:APP]", required=False)
 @click.option(
     "--queue",
     "-q",
@@ -73,7 +73,7 @@ LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=
 def worker(
     ctx: click.Context,
     *,
-    app_path: str,
+    app_path: str | None,
     queues: tuple[str, ...],
     concurrency: int,
     drain_timeout: float,
@@ -83,9 +83,12 @@ def worker(
     burst: bool,
     log_level: str,
 ) -> None:
-    """Run a worker for the App at MODULE:APP (e.g. myapp.tasks:app)."""
+    """Run a worker for the App at MODULE:APP (e.g. myapp.tasks:app; default: --app)."""
     from tenure.worker import run_worker  # producers' commands need not load the worker
 
+    app_path = app_path or cli_state().app_path
+    if not app_path:
+        raise click.UsageError("Missing argument 'MODULE:APP' (or tenure --app / TENURE_APP).")
     app = load_app(app_path)
     _check_url(ctx, app)
     config = WorkerConfig(
