@@ -210,11 +210,12 @@ def test_dlq__list_show_retry_and_purge(tenure: Any, tmp_path: Path, url: str) -
     done_id = enqueue(tenure, "add", "--args", '{"a": 1, "b": 2}')
     failed = enqueue(tenure, "boom")
     unknown = enqueue(tenure, "not_a_task")
+    ok(tenure("policy", "set", "unknown_task_grace=0"))  # no rolling deploy to wait for
     assert run_worker(tmp_path, url).returncode == 0
 
     listed = as_json(tenure("dlq", "list", "--json"))["jobs"]
     assert {j["id"] for j in listed} == {failed, unknown}
-    assert {j["dead_reason"] for j in listed} == {"error"}
+    assert {j["dead_reason"] for j in listed} == {"error", "unknown_task"}
     table = ok(tenure("dlq", "list", "--queue", "default")).stdout
     assert failed in table
     assert "unknown task 'not_a_task'" in table
