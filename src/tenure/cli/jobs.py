@@ -45,10 +45,9 @@ def enqueue(task: str, args: dict[str, Any], **options: Any) -> None:
 @json_option
 def status(as_json: bool) -> None:
     """Show how many jobs each queue holds, by state, and which storage that is."""
-    state = cli_state()
-    if not as_json:  # first: it helps most when the storage cannot be reached
-        click.echo(f"storage: {redacted(state.url)} (from {state.url_origin})")
-    app = open_app()
+    app = open_app()  # checks the URL, and connects only when used
+    if not as_json:  # before the counts: it helps most when the storage cannot be reached
+        click.echo(f"storage: {redacted(app.url)} (from {cli_state().url_origin})")
     counts = {q: app.queue(q).counts() for q in app.queues()}
     if as_json:
         print_json(counts)
