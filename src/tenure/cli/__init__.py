@@ -66,8 +66,8 @@ class TenureGroup(click.Group):
 def cli(ctx: click.Context, url: str | None, app_path: str | None) -> None:
     """tenure: a job queue in which a job is never silently lost."""
     source = ctx.get_parameter_source("url")
-    given = {ParameterSource.COMMANDLINE: "--url", ParameterSource.ENVIRONMENT: "TENURE_URL"}
-    ctx.obj = CliState(url or None, given.get(source) if url else None, app_path or None)  # type: ignore[arg-type]
+    by = "--url" if source is ParameterSource.COMMANDLINE else "TENURE_URL"
+    ctx.obj = CliState(url or None, by if url else None, app_path or None)
 
 
 for command in (
