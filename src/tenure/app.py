@@ -1,4 +1,9 @@
-"""The application: a task registry and a synchronous facade over a backend.
+"""The application: a task registry, and its API over a backend.
+
+One async core, one thin sync facade: each method ``aname`` runs on the
+caller's event loop, against a backend the App opens on that loop at its first
+use there (no thread hop); its twin ``name`` runs the same coroutine on the
+App's portal, an event loop in a thread of its own, for synchronous code.
 
 ``App`` never imports ``tenure.worker``: producers stay light, and the worker
 runtime is built on top of the same App.
@@ -6,74 +11,39 @@ runtime is built on top of the same App.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
-import functools
-import inspect
+import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any, ParamSpec, TypeVar, overload
 
 from tenure.backends.base import Backend, Page
 from tenure.backends.factory import from_url, resolve_url
-from tenure.config import DEFAULT_MAX_PAYLOAD, MAX_PAYLOAD_RANGE, QueuePolicy, check_integer
+from tenure.config import (
+    DEFAULT_MAX_PAYLOAD,
+    DEFAULT_URL,
+    MAX_PAYLOAD_RANGE,
+    QueuePolicy,
+    check_integer,
+)
 from tenure.core.names import check_job_ids, check_name
 from tenure.core.states import State, parse_state
 from tenure.errors import InvalidInput
 from tenure.hooks import Hooks
 from tenure.job import Job, JobSpec
 from tenure.portal import Portal
+from tenure.task import Task
+
+__all__ = ["App", "Queue", "Task"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
-
-@dataclass(frozen=True)
-class Task(Generic[P, R]):
-    """A registered handler. Call it to run it here; ``enqueue`` it to run it on a worker."""
-
-    app: App
-    fn: Callable[P, R]
-    name: str
-    queue: str
-    timeout: float | None
-    max_attempts: int | None
-    priority: int
-
-    @functools.cached_property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn)
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self.fn(*args, **kwargs)
-
-    def enqueue(self, **kwargs: Any) -> Job:
-        """Enqueue one job of this task with ``kwargs`` as its arguments."""
-        return self.app.enqueue(self.name, kwargs)
-
-    def enqueue_many(self, args_list: Iterable[dict[str, Any]], **options: Any) -> list[Job]:
-        """Enqueue one job per argument dict, in one round trip."""
-        return self.app.enqueue_many(self.name, args_list, **options)
-
-    def spec(self, args: dict[str, Any] | None = None, **options: Any) -> JobSpec:
-        """The JobSpec of one job of this task; options override the task's defaults."""
-        [spec] = self.specs([args], **options)
-        return spec
-
-    def specs(self, args_list: Iterable[dict[str, Any] | None], **options: Any) -> list[JobSpec]:
-        """The JobSpecs of jobs of this task, one per argument dict, options as for spec()."""
-        defaults: dict[str, Any] = {
-            "queue": self.queue,
-            "timeout": self.timeout,
-            "max_attempts": self.max_attempts,
-            "priority": self.priority,
-        }
-        merged = {**defaults, **{k: v for k, v in options.items() if v is not None}}
-        return JobSpec.create_many(self.name, args_list, max_payload=self.app.max_payload,
-                                   **merged)  # fmt: skip
+log = logging.getLogger("tenure")
 
 
 class Queue:
@@ -84,32 +54,57 @@ class Queue:
         self.name = check_name("queue", name)
 
     def counts(self) -> dict[State, int]:
-        return self.app.call(self.app.backend.counts(self.name))
+        return self.app.call(self.acounts())
+
+    async def acounts(self) -> dict[State, int]:
+        return await (await self.app.abackend()).counts(self.name)
 
     def policy(self) -> QueuePolicy:
-        return self.app.call(self.app.backend.get_policy(self.name))
+        return self.app.call(self.apolicy())
+
+    async def apolicy(self) -> QueuePolicy:
+        return await (await self.app.abackend()).get_policy(self.name)
 
     def set_policy(self, **changes: Any) -> QueuePolicy:
         """Change some fields of the stored policy, atomically (a concurrent
         change of other fields is kept); every worker reads it."""
-        return self.app.call(self.app.backend.change_policy(self.name, changes))
+        return self.app.call(self.aset_policy(**changes))
+
+    async def aset_policy(self, **changes: Any) -> QueuePolicy:
+        return await (await self.app.abackend()).change_policy(self.name, changes)
 
     def jobs(
         self, state: State | str | None = None, limit: int = 50, after: str | None = None
     ) -> Page:
         return self.app.jobs(self.name, state, limit, after)
 
+    async def ajobs(
+        self, state: State | str | None = None, limit: int = 50, after: str | None = None
+    ) -> Page:
+        return await self.app.ajobs(self.name, state, limit, after)
+
     def dead(self, limit: int = 50, after: str | None = None) -> Page:
         """A page of the dead-letter queue, newest first."""
         return self.jobs(State.DEAD, limit, after)
 
+    async def adead(self, limit: int = 50, after: str | None = None) -> Page:
+        return await self.ajobs(State.DEAD, limit, after)
+
     def retry_dead(self, job_ids: Iterable[str] | None = None) -> int:
         """Requeue dead jobs (all when ``job_ids`` is None) with their budgets reset."""
-        return self.app.call(self.app.backend.retry_dead(self.name, check_job_ids(job_ids)))
+        return self.app.call(self.aretry_dead(job_ids))
+
+    async def aretry_dead(self, job_ids: Iterable[str] | None = None) -> int:
+        ids = check_job_ids(job_ids)
+        return await (await self.app.abackend()).retry_dead(self.name, ids)
 
     def purge_dead(self, job_ids: Iterable[str] | None = None) -> int:
         """Delete dead jobs (all when ``job_ids`` is None)."""
-        return self.app.call(self.app.backend.purge_dead(self.name, check_job_ids(job_ids)))
+        return self.app.call(self.apurge_dead(job_ids))
+
+    async def apurge_dead(self, job_ids: Iterable[str] | None = None) -> int:
+        ids = check_job_ids(job_ids)
+        return await (await self.app.abackend()).purge_dead(self.name, ids)
 
 
 class App:
@@ -127,13 +122,16 @@ class App:
         read_only: bool = False,
     ) -> None:
         check_integer("max_payload", max_payload, *MAX_PAYLOAD_RANGE)
+        if url is None and not os.environ.get("TENURE_URL"):
+            _say_default_once()
         self.url = resolve_url(url)
         self.max_payload = max_payload
         self.read_only = read_only  # only reads: a SQLite file is never created or migrated
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.hooks = Hooks()  # users' code around attempts and at the worker's events
-        self._backend: Backend | None = None
-        self._portal: Portal | None = None
+        self._backends: dict[asyncio.AbstractEventLoop, Backend] = {}  # one per event loop
+        self._opening: dict[asyncio.AbstractEventLoop, asyncio.Task[Backend]] = {}
+        self._portal: Portal | None = None  # the sync facade's loop
         self._pid = os.getpid()
         self._lock = threading.Lock()
         from_url(self.url)  # validate the URL now, connect on first use
@@ -204,24 +202,56 @@ class App:
         timeout: float | None = None,
     ) -> Job:
         """Enqueue one job of ``task`` (registered here or not) with ``args``."""
+        return self.call(self.aenqueue(task, args, queue=queue, delay=delay, run_at=run_at,
+                                       priority=priority, key=key, max_attempts=max_attempts,
+                                       timeout=timeout))  # fmt: skip
+
+    async def aenqueue(
+        self,
+        task: str,
+        args: dict[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        delay: float | None = None,
+        run_at: float | None = None,
+        priority: int | None = None,
+        key: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> Job:
         options = {"queue": queue, "delay": delay, "run_at": run_at, "priority": priority,
                    "key": key, "max_attempts": max_attempts, "timeout": timeout}  # fmt: skip
-        [job] = self.call(self.backend.enqueue(self._specs(task, [args], options)))
+        [job] = await self.astore(self._specs(task, [args], options))
         return job
 
     def enqueue_many(
         self, task: str, args_list: Iterable[dict[str, Any]], **options: Any
     ) -> list[Job]:
         """Enqueue one job per argument dict, in one transaction."""
+        return self.call(self.aenqueue_many(task, args_list, **options))
+
+    async def aenqueue_many(
+        self, task: str, args_list: Iterable[dict[str, Any]], **options: Any
+    ) -> list[Job]:
         specs = self._specs(task, args_list, options)
-        return self.call(self.backend.enqueue(specs)) if specs else []
+        return await self.astore(specs) if specs else []
+
+    async def astore(self, specs: Sequence[JobSpec]) -> list[Job]:
+        """Store jobs already specified (see ``Task.specs``), in one transaction."""
+        return await (await self.abackend()).enqueue(specs)
 
     def get_job(self, job_id: str) -> Job:
         """The job with its history; JobNotFound if absent."""
-        return self.call(self.backend.get(job_id))
+        return self.call(self.aget_job(job_id))
+
+    async def aget_job(self, job_id: str) -> Job:
+        return await (await self.abackend()).get(job_id)
 
     def cancel(self, job_id: str) -> Job:
-        return self.call(self.backend.cancel(job_id))
+        return self.call(self.acancel(job_id))
+
+    async def acancel(self, job_id: str) -> Job:
+        return await (await self.abackend()).cancel(job_id)
 
     def jobs(
         self,
@@ -231,55 +261,142 @@ class App:
         after: str | None = None,
     ) -> Page:
         """A page of jobs of every queue (or one), newest first."""
+        return self.call(self.ajobs(queue, state, limit, after))
+
+    async def ajobs(
+        self,
+        queue: str | None = None,
+        state: State | str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
         st = None if state is None else parse_state(state)
-        return self.call(self.backend.list(queue, st, limit, after))
+        return await (await self.abackend()).list(queue, st, limit, after)
 
     def queue(self, name: str = "default") -> Queue:
         return Queue(self, name)
 
     def queues(self) -> list[str]:
-        return self.call(self.backend.queues())
+        return self.call(self.aqueues())
+
+    async def aqueues(self) -> list[str]:
+        return await (await self.abackend()).queues()
 
     # -- plumbing ----------------------------------------------------------
 
+    async def abackend(self) -> Backend:
+        """The backend of the running event loop, opened there on first use (and
+        again in a forked child). Concurrent first uses wait for one opening."""
+        if self._pid != os.getpid():
+            self._forget()
+        loop = asyncio.get_running_loop()
+        backend = self._backends.get(loop)
+        if backend is not None:
+            return backend
+        opening = self._opening.get(loop)
+        if opening is None:
+            for gone in [lp for lp in self._backends if lp.is_closed()]:
+                del self._backends[gone]  # its connections went with its loop
+            opening = self._opening[loop] = loop.create_task(self._open(loop))
+        # Shielded: a caller cancelled does not cancel others' wait for the opening.
+        return await asyncio.shield(opening)
+
+    async def _open(self, loop: asyncio.AbstractEventLoop) -> Backend:
+        try:
+            backend = from_url(self.url, read_only=self.read_only)
+            try:
+                await backend.open()
+            except BaseException:
+                await backend.close()
+                raise
+            self._backends[loop] = backend
+            return backend
+        finally:
+            self._opening.pop(loop, None)
+
     @property
     def backend(self) -> Backend:
-        """The backend, opened on first use (and again in a forked child)."""
-        if self._backend is None or self._pid != os.getpid():
-            with self._lock:
-                if self._backend is None or self._pid != os.getpid():
-                    self._pid = os.getpid()
-                    self._backend = None
-                    portal = Portal()
-                    backend = from_url(self.url, read_only=self.read_only)
-                    try:
-                        portal.run(backend.open())
-                    except BaseException:
-                        portal.run(backend.close())
-                        portal.close()
-                        raise
-                    self._portal, self._backend = portal, backend
-                    _close_at_exit(self)
-        return self._backend
+        """The sync facade's backend (on the portal's loop), opened on first use."""
+        return self.call(self.abackend())
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run one of the backend's coroutines from synchronous code."""
-        self.backend  # noqa: B018 - opens the backend and the portal
-        assert self._portal is not None
-        return self._portal.run(coro)
+        """Run a coroutine on the App's portal, from synchronous code: the sync facade."""
+        with self._lock:
+            if self._pid != os.getpid():
+                self._forget()
+            if self._portal is None:
+                self._portal = Portal()
+                _close_at_exit(self)
+            portal = self._portal
+        try:
+            return portal.run(coro)
+        except BaseException:
+            if portal.loop not in self._backends:  # it failed to open: keep no thread
+                with self._lock:
+                    if self._portal is portal:
+                        self._portal = None
+                        portal.close()
+            raise
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's connections and threads are not ours to use."""
+        self._pid = os.getpid()
+        self._backends, self._opening, self._portal = {}, {}, None
 
     def close(self) -> None:
-        if self._backend is not None and self._portal is not None and self._pid == os.getpid():
-            self._portal.run(self._backend.close())
-            self._portal.close()
-        self._backend = None
-        self._portal = None
+        """Close the sync facade's backend, and those of event loops that are not
+        running (a running loop's closes with ``await app.aclose()``, or ``async
+        with app:``; one whose loop is closed is gone with it)."""
+        if self._pid != os.getpid():
+            self._forget()
+            return
+        with self._lock:
+            portal, self._portal = self._portal, None
+        for loop, backend in list(self._backends.items()):
+            if portal is not None and loop is portal.loop:
+                portal.run(backend.close())
+            elif not (loop.is_closed() or loop.is_running()):
+                loop.run_until_complete(backend.close())
+            else:
+                continue
+            del self._backends[loop]
+        self._backends = {lp: b for lp, b in self._backends.items() if not lp.is_closed()}
+        if portal is not None:
+            portal.close()
+
+    async def aclose(self) -> None:
+        """Close the backend of the running event loop."""
+        backend = self._backends.pop(asyncio.get_running_loop(), None)
+        if backend is not None:
+            await backend.close()
 
     def __enter__(self) -> App:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> App:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+_said_default = False
+
+
+def _say_default_once() -> None:
+    """An App(None) without TENURE_URL would silently write to a new local
+    file: say so, once per process (a log record: tests turn warnings into errors)."""
+    global _said_default  # noqa: PLW0603 - once per process
+    if not _said_default:
+        _said_default = True
+        log.warning(
+            "App(None) and TENURE_URL is not set: using %s (%s); set TENURE_URL or pass a URL",
+            DEFAULT_URL,
+            os.path.join(os.getcwd(), "tenure.db"),
+        )
 
 
 def _close_at_exit(app: App) -> None:

@@ -46,6 +46,7 @@ POLICY_BOUNDS: dict[str, tuple[float, float]] = {
     "backoff_base": (0.0, MAX_SECONDS),
     "backoff_max": (0.0, MAX_SECONDS),
     "backoff_jitter": (0.0, 1.0),
+    "unknown_task_grace": (0.0, MAX_SECONDS),
 }
 _COUNTS = frozenset({"max_attempts", "max_stalls"})
 _ABOVE = frozenset({"timeout"})  # bounds (lo, hi]: zero is not a deadline
@@ -109,7 +110,8 @@ class QueuePolicy:
       and at most half of ``lease_ttl``; ``sweep_interval`` within [0.01, 60];
     - ``max_attempts`` and ``max_stalls`` integers within [1, 1000000];
     - ``timeout`` (when set) within (0, ten years]; ``backoff_base`` and
-      ``backoff_max`` within [0, ten years]; ``backoff_jitter`` within [0, 1].
+      ``backoff_max`` within [0, ten years]; ``backoff_jitter`` within [0, 1];
+      ``unknown_task_grace`` within [0, ten years] (0: dead-letter at once).
 
     They are ``POLICY_BOUNDS``.
     """
@@ -124,6 +126,9 @@ class QueuePolicy:
     backoff_base: float = 1.0
     backoff_max: float = 300.0
     backoff_jitter: float = 0.2
+    # How long a job whose task a worker does not know keeps being handed back
+    # for a worker that knows it (a rolling deploy) before it is dead-lettered.
+    unknown_task_grace: float = 600.0
 
     def __post_init__(self) -> None:
         self.validate()

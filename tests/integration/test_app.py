@@ -1,5 +1,6 @@
 """The public API: App, tasks, queues, jobs."""
 
+import logging
 import os
 import subprocess
 import sys
@@ -149,3 +150,24 @@ def test_an_app_left_open__closes_cleanly_at_exit(backend_url):
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+
+
+def test_app_none_without_tenure_url__says_once_that_it_uses_a_local_file(
+    tmp_path, monkeypatch, caplog
+):
+    import tenure.app
+
+    monkeypatch.delenv("TENURE_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tenure.app, "_said_default", False)
+    with caplog.at_level(logging.WARNING, logger="tenure"):
+        first, second = App(None), App(None)
+    said = [r.getMessage() for r in caplog.records if "TENURE_URL is not set" in r.getMessage()]
+    assert said == [f"App(None) and TENURE_URL is not set: using sqlite:///tenure.db "
+                    f"({tmp_path / 'tenure.db'}); set TENURE_URL or pass a URL"]  # fmt: skip
+    assert first.url == second.url == "sqlite:///tenure.db"
+    monkeypatch.setattr(tenure.app, "_said_default", False)
+    monkeypatch.setenv("TENURE_URL", f"sqlite:///{tmp_path / 'env.db'}")
+    caplog.clear()
+    App(None)
+    assert not [r for r in caplog.records if "TENURE_URL" in r.getMessage()]

@@ -123,7 +123,7 @@ def test_enqueue_then_status__counts_jobs_per_queue_and_state(tenure: Any) -> No
 
 
 def test_status_on_empty_storage__says_there_are_no_queues(tenure: Any) -> None:
-    assert ok(tenure("status")).stdout.strip() == "no queues yet"
+    assert ok(tenure("status")).stdout.splitlines()[1:] == ["no queues yet"]
 
 
 def test_commands_that_store_nothing__do_not_create_a_mistyped_database(
@@ -210,11 +210,12 @@ def test_dlq__list_show_retry_and_purge(tenure: Any, tmp_path: Path, url: str) -
     done_id = enqueue(tenure, "add", "--args", '{"a": 1, "b": 2}')
     failed = enqueue(tenure, "boom")
     unknown = enqueue(tenure, "not_a_task")
+    ok(tenure("policy", "set", "unknown_task_grace=0"))  # no rolling deploy to wait for
     assert run_worker(tmp_path, url).returncode == 0
 
     listed = as_json(tenure("dlq", "list", "--json"))["jobs"]
     assert {j["id"] for j in listed} == {failed, unknown}
-    assert {j["dead_reason"] for j in listed} == {"error"}
+    assert {j["dead_reason"] for j in listed} == {"error", "unknown_task"}
     table = ok(tenure("dlq", "list", "--queue", "default")).stdout
     assert failed in table
     assert "unknown task 'not_a_task'" in table
@@ -374,3 +375,92 @@ def test_console_script__enqueues_reports_and_fails_in_one_line(url: str) -> Non
         assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
         assert failed.stderr.startswith("error: ")
         assert "Traceback" not in failed.stderr
+
+
+# -- the App: --app, TENURE_APP ---------------------------------------------
+
+
+@pytest.fixture
+def app_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Write an importable module holding an App on ``url``; its ``module:app`` path."""
+    names: list[str] = []
+    monkeypatch.chdir(tmp_path)  # the CLI imports from the current directory
+
+    def write(url: str) -> str:
+        name = f"tasks_{tmp_path.name.replace('-', '_')}_{len(names)}"
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(APP_MODULE.format(url=url)))
+        names.append(name)
+        return f"{name}:app"
+
+    yield write
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+def status_line(result: Result) -> str:
+    return ok(result).stdout.splitlines()[0]
+
+
+def test_app_option__its_url_applies_to_every_command(
+    app_module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TENURE_URL", raising=False)
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    path = app_module(url)
+    runner = CliRunner()
+    ok(runner.invoke(cli, ["--app", path, "enqueue", "add", "--args", '{"a": 1, "b": 2}']))
+    shown = ok(runner.invoke(cli, ["--app", path, "status"])).stdout
+    assert shown.splitlines()[0] == f"storage: {url} (from the App {path})"
+    assert "default" in shown
+    env = {"TENURE_APP": path}
+    assert as_json(runner.invoke(cli, ["jobs", "--json"], env=env))["jobs"][0]["task"] == "add"
+    done = runner.invoke(cli, ["worker", "--burst", "--pool", "thread"], env=env)
+    assert done.exit_code == 0, done.stderr
+    assert as_json(runner.invoke(cli, ["status", "--json"], env=env))["default"]["completed"] == 1
+    assert not (tmp_path / "tenure.db").exists()
+
+
+def test_url_precedence__url_then_tenure_url_then_the_app(
+    app_module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TENURE_URL", raising=False)
+    urls = {n: f"sqlite:///{tmp_path / n}.db" for n in ("flag", "env", "app")}
+    for url in urls.values():
+        with App(url) as made:  # created, so that reading commands open it
+            made.queues()
+    path = app_module(urls["app"])
+    runner = CliRunner()
+    env = {"TENURE_URL": urls["env"]}
+    line = status_line(
+        runner.invoke(cli, ["--app", path, "--url", urls["flag"], "status"], env=env)
+    )
+    assert line == f"storage: {urls['flag']} (from --url)"
+    line = status_line(runner.invoke(cli, ["--app", path, "status"], env=env))
+    assert line == f"storage: {urls['env']} (from TENURE_URL)"
+    line = status_line(runner.invoke(cli, ["--app", path, "status"]))
+    assert line == f"storage: {urls['app']} (from the App {path})"
+
+
+def test_status__masks_the_password_of_the_storage_it_names(
+    app_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TENURE_URL", raising=False)
+    path = app_module("redis://:s3cret@127.0.0.1:1/0")
+    result = CliRunner().invoke(cli, ["--app", path, "status"])
+    assert result.stdout.splitlines()[0].startswith("storage: redis://:***@127.0.0.1:1/0")
+    assert "s3cret" not in result.output
+
+
+def test_enqueue_with_app__applies_the_tasks_defaults_and_parameters(
+    app_module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TENURE_URL", raising=False)
+    path = app_module(f"sqlite:///{tmp_path / 'd.db'}")
+    runner = CliRunner()
+    bad = runner.invoke(cli, ["--app", path, "enqueue", "add", "--args", '{"a": 1, "delay": 3}'])
+    assert_one_line_error(bad, "arguments do not fit task 'add'", "with_options(delay=...)")
+
+
+def test_a_bad_app_path__is_one_line(app_module: Any) -> None:
+    result = CliRunner().invoke(cli, ["--app", "no_such_module:app", "status"])
+    assert_one_line_error(result, "--app: cannot import 'no_such_module'")

@@ -95,11 +95,12 @@ def test_retry__reschedules_explicitly(app):
     assert got.state is State.SCHEDULED and got.run_at > time.time() + 20
 
 
-def test_an_unknown_task__is_dead_lettered_naming_it(app):
+def test_an_unknown_task_without_grace__is_dead_lettered_at_once_naming_it(app):
+    app.queue().set_policy(unknown_task_grace=0)
     job = app.enqueue("nobody.handles.this", {})
     work(app)
     dead = app.get_job(job.id)
-    assert dead.dead_reason is DeadReason.ERROR and "nobody.handles.this" in dead.error
+    assert dead.dead_reason is DeadReason.UNKNOWN_TASK and "nobody.handles.this" in dead.error
     assert dead.attempts == 1
 
 

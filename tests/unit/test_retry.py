@@ -5,8 +5,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tenure.config import QueuePolicy
-from tenure.core.retry import backoff, decide
+from tenure.core.retry import backoff, decide, decide_unknown_task
 from tenure.core.states import DeadReason, Outcome, State
+from tenure.job import Attempt, Job
 
 POLICY = QueuePolicy(backoff_base=1.0, backoff_max=60.0, backoff_jitter=0.0)
 
@@ -110,3 +111,41 @@ def test_a_job_never_outlives_its_budgets(outcome, attempts, stalls, max_attempt
         assert d.state is State.DEAD
     else:
         assert d.state in (State.QUEUED, State.SCHEDULED)
+
+
+def _claimed(*ended: tuple[Outcome, float], now: float) -> Job:
+    """A job claimed at ``now`` after attempts that ended with these outcomes,
+    each started at the time given."""
+    history = [Attempt(i + 1, i + 1, "w", t, t + 0.01, o) for i, (o, t) in enumerate(ended)]
+    history.append(Attempt(len(ended) + 1, len(ended) + 1, "w", now, None, None))
+    return Job("j", "t", "default", {}, State.ACTIVE, 0, 0.0, 0.0, history=tuple(history))
+
+
+def test_an_unknown_task__is_handed_back_with_a_doubling_wait_within_the_grace():
+    policy = QueuePolicy(unknown_task_grace=600)
+    R = Outcome.RELEASED
+    first = decide_unknown_task(_claimed(now=100.0), policy)
+    assert (first.state, first.delay) == (State.SCHEDULED, 0.5)
+    third = decide_unknown_task(_claimed((R, 100.0), (R, 100.5), now=101.5), policy)
+    assert third.delay == 2.0
+    many = decide_unknown_task(_claimed(*[(R, 100.0 + i) for i in range(20)], now=150.0), policy)
+    assert many.delay == 30.0  # the longest wait
+    near_end = decide_unknown_task(_claimed((R, 100.0), now=699.0), policy)
+    assert near_end.delay == pytest.approx(1.0)  # never beyond the grace
+
+
+def test_an_unknown_task_past_its_grace__is_dead_with_reason_unknown_task():
+    R = Outcome.RELEASED
+    job = _claimed((R, 100.0), (R, 300.0), now=700.0)
+    dead = decide_unknown_task(job, QueuePolicy(unknown_task_grace=600))
+    assert (dead.state, dead.dead_reason) == (State.DEAD, DeadReason.UNKNOWN_TASK)
+    assert decide_unknown_task(_claimed(now=5.0), QueuePolicy(unknown_task_grace=0)).state is (
+        State.DEAD
+    )
+
+
+def test_the_grace_counts_from_the_first_of_the_hand_backs_in_a_row_only():
+    R, E = Outcome.RELEASED, Outcome.ERROR
+    # Released long ago, then an attempt that ran (a worker knew the task): a new grace.
+    job = _claimed((R, 0.0), (E, 1000.0), (R, 2000.0), now=2100.0)
+    assert decide_unknown_task(job, QueuePolicy(unknown_task_grace=600)).state is State.SCHEDULED

@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from tenure.config import QueuePolicy
+from tenure.config import QueuePolicy, check_seconds
 from tenure.core.names import check_name, is_text, shown
 from tenure.core.retry import Decision
 from tenure.core.states import Outcome, State, parse_state
@@ -94,6 +94,12 @@ def check_cursor(after: object) -> str | None:
     if not isinstance(after, str) or len(after) > CURSOR_MAX_LENGTH or not is_text(after):
         raise bad_cursor(after)
     return after
+
+
+def check_delay(delay: object) -> float:
+    """A delay in seconds, as a float (``release``'s; a spec's are checked with it)."""
+    check_seconds("delay", delay)
+    return float(delay)  # type: ignore[arg-type]  # checked: a real number
 
 
 def cursor_seq(text: str) -> int:
@@ -194,8 +200,11 @@ class Backend(Protocol):
         """Record an unsuccessful attempt and apply ``decision``:
         ``active -> queued | scheduled | dead``."""
 
-    async def release(self, job_id: str, fence: int) -> None:
-        """Hand the job back (drain): ``active -> queued``, the attempt does not count."""
+    async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
+        """Hand the job back (drain): ``active -> queued``, the attempt does not count.
+        With ``delay`` seconds (a worker that does not know the job's task),
+        ``active -> scheduled``, due then: offered to other workers, not at once
+        to this one again."""
 
     # -- the sweeper -------------------------------------------------------
 

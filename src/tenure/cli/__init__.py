@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from tenure.cli import bench, chaos, dlq, jobs, policy, worker
 from tenure.cli.common import CliState
@@ -48,16 +49,25 @@ class TenureGroup(click.Group):
 @click.option(
     "--url",
     envvar="TENURE_URL",
-    default=DEFAULT_URL,
-    show_default=True,
     metavar="URL",
-    help="Storage to use (env TENURE_URL): sqlite:///path.db, ...",
+    help="Storage to use: sqlite:///path.db, postgresql://..., redis://... "
+    f"(default: TENURE_URL, else the --app App's url, else {DEFAULT_URL}).",
+)
+@click.option(
+    "--app",
+    "app_path",
+    envvar="TENURE_APP",
+    metavar="MODULE:APP",
+    help="The App (env TENURE_APP), e.g. myapp.tasks:app: its url and its tasks' defaults "
+    "apply to every command, unless --url or TENURE_URL says otherwise.",
 )
 @click.version_option(package_name="tenure")
 @click.pass_context
-def cli(ctx: click.Context, url: str) -> None:
+def cli(ctx: click.Context, url: str | None, app_path: str | None) -> None:
     """tenure: a job queue in which a job is never silently lost."""
-    ctx.obj = CliState(url)
+    source = ctx.get_parameter_source("url")
+    by = "--url" if source is ParameterSource.COMMANDLINE else "TENURE_URL"
+    ctx.obj = CliState(url or None, by if url else None, app_path or None)
 
 
 for command in (

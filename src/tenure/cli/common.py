@@ -13,6 +13,8 @@ import orjson
 from tenure.app import App
 from tenure.backends.factory import resolve_url
 from tenure.backends.sqlite.backend import path_of_url
+from tenure.config import DEFAULT_MAX_PAYLOAD, DEFAULT_URL
+from tenure.errors import InvalidInput
 
 
 class CliError(click.ClickException):
@@ -23,10 +25,48 @@ class CliError(click.ClickException):
 
 @dataclass
 class CliState:
-    """The root context's object: the backend URL, and the App once opened."""
+    """The root context's object: where the URL comes from, and the App once opened.
 
-    url: str
-    app: App | None = None
+    The URL: ``--url``, else ``TENURE_URL``, else the url of the App that
+    ``--app`` (``TENURE_APP``) names, else the default ``sqlite:///tenure.db``.
+    """
+
+    given_url: str | None  # from --url or TENURE_URL
+    given_by: str | None  # which of them
+    app_path: str | None = None  # --app or TENURE_APP
+    app: App | None = None  # opened for this invocation
+    _loaded: App | None = None
+
+    def loaded(self) -> App | None:
+        """The App ``--app`` names, imported once; None without ``--app``."""
+        if self._loaded is None and self.app_path is not None:
+            from tenure import loader
+
+            try:
+                self._loaded = loader.load_app(self.app_path)
+            except InvalidInput as exc:
+                raise CliError(f"--app: {exc}") from None
+        return self._loaded
+
+    @property
+    def url(self) -> str:
+        if self.given_url is not None:
+            return self.given_url
+        loaded = self.loaded()
+        return loaded.url if loaded is not None else DEFAULT_URL
+
+    @property
+    def url_origin(self) -> str:
+        """Where the URL comes from, for a reader."""
+        if self.given_by is not None:
+            return self.given_by
+        return f"the App {self.app_path}" if self.loaded() is not None else "the default"
+
+
+def cli_state() -> CliState:
+    state = click.get_current_context().find_root().find_object(CliState)
+    assert state is not None, "the tenure group sets its CliState"
+    return state
 
 
 def open_app(*, create: bool = False, write: bool = False) -> App:
@@ -34,15 +74,21 @@ def open_app(*, create: bool = False, write: bool = False) -> App:
     Only a command that stores something (``create``) may create a SQLite database:
     any other one, given a path where there is none (a typo), says so instead. Only
     a command that writes (``write``, or ``create``) may migrate one: the others
-    open it read-only, so that a user who may only read it can run them."""
+    open it read-only, so that a user who may only read it can run them. With
+    ``--app``, the App's tasks (their defaults, their parameters) apply too."""
     root = click.get_current_context().find_root()
-    state = root.find_object(CliState)
-    assert state is not None, "the tenure group sets its CliState"
+    state = cli_state()
     write = write or create
     if state.app is None:
+        url = state.url
         if not create:
-            _check_sqlite_file(state.url)
-        state.app = root.with_resource(App(state.url, read_only=not write))
+            _check_sqlite_file(url)
+        loaded = state.loaded()
+        max_payload = loaded.max_payload if loaded is not None else DEFAULT_MAX_PAYLOAD
+        app = App(url, read_only=not write, max_payload=max_payload)
+        if loaded is not None:
+            app.tasks = loaded.tasks
+        state.app = root.with_resource(app)
     assert not (write and state.app.read_only), "a command that writes opens its App so first"
     return state.app
 

@@ -6,9 +6,10 @@ from typing import Any
 
 import click
 
-from tenure.cli.common import json_object, json_option, open_app
+from tenure.cli.common import cli_state, json_object, json_option, open_app
 from tenure.cli.output import counts_table, job_dict, print_job, print_jobs, print_json, show
 from tenure.core.states import State
+from tenure.core.urls import redacted
 
 STATES = click.Choice([s.value for s in State])
 LIMIT = click.IntRange(1, 10_000)
@@ -43,8 +44,10 @@ def enqueue(task: str, args: dict[str, Any], **options: Any) -> None:
 @click.command()
 @json_option
 def status(as_json: bool) -> None:
-    """Show how many jobs each queue holds, by state."""
-    app = open_app()
+    """Show how many jobs each queue holds, by state, and which storage that is."""
+    app = open_app()  # checks the URL, and connects only when used
+    if not as_json:  # before the counts: it helps most when the storage cannot be reached
+        click.echo(f"storage: {redacted(app.url)} (from {cli_state().url_origin})")
     counts = {q: app.queue(q).counts() for q in app.queues()}
     if as_json:
         print_json(counts)

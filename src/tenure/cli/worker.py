@@ -7,7 +7,7 @@ from click.core import ParameterSource
 
 from tenure import loader
 from tenure.app import App
-from tenure.cli.common import CliError, CliState
+from tenure.cli.common import CliError, CliState, cli_state
 from tenure.cli.logs import LOG_FORMATS, LOG_LEVELS, stderr_logging
 from tenure.config import WorkerConfig
 from tenure.core.urls import redacted
@@ -17,7 +17,7 @@ DEFAULTS = WorkerConfig()
 
 
 @click.command()
-@click.argument("app_path", metavar="MODULE:APP")
+@click.argument("app_path", metavar="[MODULE:APP]", required=False)
 @click.option(
     "--queue",
     "-q",
@@ -74,7 +74,7 @@ DEFAULTS = WorkerConfig()
 def worker(
     ctx: click.Context,
     *,
-    app_path: str,
+    app_path: str | None,
     queues: tuple[str, ...],
     concurrency: int,
     drain_timeout: float,
@@ -85,9 +85,12 @@ def worker(
     log_level: str,
     log_format: str,
 ) -> None:
-    """Run a worker for the App at MODULE:APP (e.g. myapp.tasks:app)."""
+    """Run a worker for the App at MODULE:APP (e.g. myapp.tasks:app; default: --app)."""
     from tenure.worker import run_worker  # producers' commands need not load the worker
 
+    app_path = app_path or cli_state().app_path
+    if not app_path:
+        raise click.UsageError("Missing argument 'MODULE:APP' (or tenure --app / TENURE_APP).")
     app = load_app(app_path)
     _check_url(ctx, app)
     config = WorkerConfig(

@@ -58,7 +58,7 @@ def decide(
 
     ``attempts`` and ``stalls`` are the job's counters before this decision
     (``attempts`` already counts the attempt that just ended). ``fatal`` means
-    the handler raised ``Fail`` or the task is unknown: no retry can help.
+    the handler raised ``Fail``: no retry can help.
     ``retry_in`` is an explicit wait asked for by ``Retry(in_=...)``. An
     at-most-once queue never delivers a job twice: every failure is final.
     """
@@ -98,3 +98,33 @@ def decide_for(
         retry_in=retry_in,
         fatal=fatal,
     )
+
+
+# The wait before a job whose task a worker does not know is offered again:
+# doubling from the first to the longest, so that old workers in a long rolling
+# deploy do not keep claiming it, and a new worker gets it within the longest.
+UNKNOWN_TASK_WAITS = (0.5, 30.0)
+
+
+def decide_unknown_task(job: Job, policy: QueuePolicy) -> Decision:
+    """The fate of a job claimed by a worker that does not know its task: handed
+    back (``scheduled`` after ``delay``, to be released: no attempt spent) while
+    the queue's ``unknown_task_grace`` lasts, then ``dead`` (``unknown_task``).
+
+    ``job`` comes with its history. The grace counts from the start of the first
+    of the attempts handed back in a row just before this one, in storage's clock."""
+    ended = [a for a in job.history if a.outcome is not None]
+    running = [a.started_at for a in job.history if a.outcome is None]
+    now = running[-1] if running else max((a.started_at for a in ended), default=0.0)
+    handed_back = 0
+    since = now
+    for attempt in reversed(ended):
+        if attempt.outcome is not Outcome.RELEASED:
+            break
+        handed_back += 1
+        since = attempt.started_at
+    left = policy.unknown_task_grace - (now - since)
+    if left <= 0:
+        return Decision(State.DEAD, dead_reason=DeadReason.UNKNOWN_TASK)
+    first, longest = UNKNOWN_TASK_WAITS
+    return Decision(State.SCHEDULED, delay=min(first * 2.0 ** min(handed_back, 16), longest, left))

@@ -12,7 +12,8 @@ Which component moves a job in and out of each state:
                rescues it when the lease expires or its worker dies.
 ``completed``  terminal; the lease holder completed it with a current fence.
 ``dead``       terminal until retried from the DLQ; a budget ran out, the handler
-               raised ``Fail``, or the task is unknown. ``dead_reason`` says which.
+               raised ``Fail``, or no worker knew the task for the queue's
+               ``unknown_task_grace``. ``dead_reason`` says which.
 ``cancelled``  terminal; a user cancelled it before it was claimed.
 """
 
@@ -46,11 +47,13 @@ class Outcome(StrEnum):
 class DeadReason(StrEnum):
     """Why a job is in the dead-letter queue."""
 
-    ERROR = "error"  # Fail raised, or the task is unknown: retrying cannot help
+    ERROR = "error"  # Fail raised: retrying cannot help
     CRASHED = "crashed"  # the handler's process died and max_stalls ran out
     STALLED = "stalled"  # the lease holder stopped proving it was alive, max_stalls ran out
     TIMEOUT = "timeout"  # the last attempt hit its deadline and max_attempts ran out
     MAX_ATTEMPTS = "max_attempts"  # the last attempt raised and max_attempts ran out
+    # no worker that claimed it knew its task, for the queue's unknown_task_grace
+    UNKNOWN_TASK = "unknown_task"
 
 
 # Outcomes that consume a stall as well as an attempt: the worker, not the

@@ -9,7 +9,7 @@ import logging
 
 from tenure.backends.base import Backend
 from tenure.config import QueuePolicy
-from tenure.core.retry import Decision, decide_for
+from tenure.core.retry import Decision, decide_for, decide_unknown_task
 from tenure.core.states import Outcome, State
 from tenure.errors import InvalidInput
 from tenure.job import Job
@@ -70,9 +70,22 @@ async def settle(
 
 
 async def settle_unknown_task(backend: Backend, job: Job, policy: QueuePolicy) -> Decision:
-    """A job for a task this worker does not know is dead-lettered at once."""
-    text = f"unknown task {job.task!r}: no handler of that name is registered in this worker"
-    return await _fail(backend, job, policy, Outcome.ERROR, text, fatal=True)
+    """A job for a task this worker does not know goes back, no attempt spent, for
+    a worker that knows it (a rolling deploy), for the queue's ``unknown_task_grace``;
+    then it is dead-lettered (``unknown_task``)."""
+    decision = decide_unknown_task(await backend.get(job.id), policy)
+    if decision.state is not State.DEAD:
+        log.info("job %s: no handler for task %r here; handed back for %.1f s", job.id,
+                 job.task, decision.delay, extra=attempt_fields(job))  # fmt: skip
+        await backend.release(job.id, job.fence, decision.delay)
+        return decision
+    text = (
+        f"unknown task {job.task!r}: no worker that claimed it had a handler of that name "
+        f"within the queue's unknown_task_grace ({policy.unknown_task_grace:g} s)"
+    )
+    await backend.fail(job.id, job.fence, Outcome.ERROR, text, decision)
+    _log_failure(job, Outcome.ERROR, text, decision)
+    return decision
 
 
 async def hand_back(backend: Backend, job: Job, policy: QueuePolicy) -> Decision | None:

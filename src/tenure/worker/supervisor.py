@@ -467,11 +467,12 @@ class Supervisor:
         self.running[lease] = job
         self.keeper.hold(lease, lambda: self._on_lease_lost(lease))
         policy = self.policies.get(job.queue)
-        if policy is None or job.task not in self.app.tasks:
+        task = self.app.tasks.get(job.task)
+        if policy is None or task is None:
             self._starting += 1
             self._in_task(self._start_slowly(job))
             return
-        self._begin(job, policy)
+        self._begin(job, task.policy(policy))
 
     def _on_lease_lost(self, lease: LeaseRef) -> None:
         if (job := self.running.get(lease)) is not None:
@@ -523,7 +524,7 @@ class Supervisor:
                 decision = await settle_unknown_task(self.backend, job, policy)
                 await self._after_failure(decision, job.id)
             else:
-                self._begin(job, policy)
+                self._begin(job, self.app.tasks[job.task].policy(policy))
                 return
         except LeaseLost as exc:
             log.warning("job %s: %s", job.id, exc)

@@ -29,6 +29,7 @@ from tenure.backends.base import (
     RescueReport,
     WorkerInfo,
     check_cursor,
+    check_delay,
     check_listing,
     claim_limit,
     cursor_seq,
@@ -460,8 +461,10 @@ class PostgresBackend:
         name, params = _failure(job_id, fence, outcome, error, decision)
         await self._settle(name, params)
 
-    async def release(self, job_id: str, fence: int) -> None:
-        await self._settle("release", {"id": job_id, "fence": fence})
+    async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
+        state = State.SCHEDULED if check_delay(delay) > 0 else State.QUEUED
+        params = {"id": job_id, "fence": fence, "state": state.value, "delay": float(delay)}
+        await self._settle("release", params)
 
     async def _settle(self, name: str, params: dict[str, Any]) -> None:
         """One fence-checked write; LeaseLost (or JobNotFound) when it touched nothing.
@@ -477,7 +480,7 @@ class PostgresBackend:
                     f"job {params['id']} is no longer held with fence {params['fence']}: "
                     "it was recovered or settled by someone else"
                 )
-            if name == "release" or params.get("state") == State.QUEUED:
+            if params.get("state") == State.QUEUED:
                 await self._notify(conn, [row[0]])
 
     @contextlib.contextmanager

@@ -235,13 +235,16 @@ done AS (
 SELECT queue FROM done
 
 -- name: release
--- active -> queued without penalty: the attempt is given back.
+-- active -> queued without penalty: the attempt is given back. With a delay (a
+-- worker that does not know the task), active -> scheduled, due in delay seconds.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
     UPDATE {schema}.jobs AS j
-    SET state = 'queued', attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL,
-        lease_expires_at = NULL
-    FROM {schema}.jobs AS o
+    SET state = %(state)s::text,
+        run_at = CASE WHEN %(state)s::text = 'scheduled' THEN clock.now + %(delay)s::float8
+                      ELSE j.run_at END,
+        attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
+    FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
               'released' AS outcome, NULL AS error

@@ -33,6 +33,7 @@ from tenure.backends.base import (
     WorkerInfo,
     bad_cursor,
     check_cursor,
+    check_delay,
     check_listing,
     claim_limit,
     cursor_seq,
@@ -397,8 +398,8 @@ class RedisBackend:
             "1" if decision.stall else "0",
         )  # fmt: skip
 
-    async def release(self, job_id: str, fence: int) -> None:
-        await self._settle("release", job_id, fence)
+    async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
+        await self._settle("release", job_id, fence, repr(float(check_delay(delay))))
 
     # -- the sweeper -------------------------------------------------------
 

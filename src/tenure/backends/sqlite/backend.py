@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
-from tenure.backends.base import LeaseRef, Rescued, RescueReport, claim_limit
+from tenure.backends.base import LeaseRef, Rescued, RescueReport, check_delay, claim_limit
 from tenure.backends.rows import JOB_COLUMNS, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.liveness import WorkerLocks
@@ -385,10 +385,13 @@ class SQLiteBackend(Opening, Operators):
         sql, params = _failure(job_id, fence, error, decision, now)
         self._settle(sql, params, job_id, fence, (outcome, error, now))
 
-    async def release(self, job_id: str, fence: int) -> None:
+    async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
         now = self.clock.now()
         ending = (Outcome.RELEASED, None, now)
-        await self._run(self._settle, Q["release"], (job_id, fence), job_id, fence, ending)
+        later = check_delay(delay) > 0
+        params = ("scheduled", now + delay) if later else ("queued", None)
+        await self._run(self._settle, Q["release"], (*params, job_id, fence), job_id, fence,
+                        ending)  # fmt: skip
 
     def _settle(
         self,
@@ -405,7 +408,8 @@ class SQLiteBackend(Opening, Operators):
                 conn.execute(Q["end_attempts"], (now, outcome, error, _listed(job_id, fence)))
             if conn.execute(sql, params).rowcount == 0:
                 _refused(conn, job_id, fence)
-            if ending is not None and (ending[0] is Outcome.RELEASED or sql is Q["requeue"]):
+            released = ending is not None and ending[0] is Outcome.RELEASED
+            if (released and params[0] == State.QUEUED) or sql is Q["requeue"]:
                 self._ring(conn)
 
     @contextmanager

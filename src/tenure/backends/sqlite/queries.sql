@@ -91,10 +91,11 @@ SET state = 'dead', dead_reason = ?, error = ?, stalls = stalls + ?, finished_at
 WHERE id = ? AND fence = ? AND state = 'active'
 
 -- name: release
--- active -> queued without penalty: the attempt is given back.
+-- active -> queued without penalty: the attempt is given back. With a run_at (a
+-- worker that does not know the task, handing it back for later), -> scheduled.
 UPDATE jobs
-SET state = 'queued', attempts = attempts - 1, worker = NULL, lease_ttl = NULL,
-    lease_expires_at = NULL
+SET state = ?, run_at = coalesce(?, run_at), attempts = attempts - 1, worker = NULL,
+    lease_ttl = NULL, lease_expires_at = NULL
 WHERE id = ? AND fence = ? AND state = 'active'
 
 -- name: end_attempts

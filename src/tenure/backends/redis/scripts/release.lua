@@ -1,8 +1,9 @@
 -- release: the drain hands the job back, active -> queued; the attempt does not
--- count (attempts - 1) and the job keeps its place in line.
+-- count (attempts - 1) and the job keeps its place in line. With a delay (a
+-- worker that does not know the task), active -> scheduled, due in delay seconds.
 --
 -- KEYS[1]  the queue's key prefix
--- ARGV     job id, fence
+-- ARGV     job id, fence, delay (seconds; '0': queued at once)
 -- Returns  OK (0), NOT_FOUND (1) or LEASE_LOST (2: stale fence, nothing changed)
 
 local p, id, fence = KEYS[1], ARGV[1], ARGV[2]
@@ -11,7 +12,12 @@ if not jk then return code end
 local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
 leave_active(p, {id}, {a[3]})
 redis.call('HINCRBY', jk, 'attempts', -1)
-queue_job(p, id, 'active')
-signal(p, 1)
-end_attempt(p, id, a, 'released', nil, clock())
+local now, delay = clock(), tonumber(ARGV[3]) or 0
+if delay > 0 then
+  schedule_job(p, id, now + delay, 'active')
+else
+  queue_job(p, id, 'active')
+  signal(p, 1)
+end
+end_attempt(p, id, a, 'released', nil, now)
 return OK
