@@ -10,8 +10,9 @@ sides that cannot fool each other.
 
 :func:`check` turns both into :class:`Row`s; a run is green only when every
 must-be-zero row is zero. Run it on a kept run directory with
-``python -m tests.fault.history RUN_DIR`` (the storage URL is in its
-``manifest.json``); it exits 1 when a must-be-zero row is not zero.
+``python -m tests.fault.history RUN_DIR`` (it reads ``jobs.jsonl``, what
+storage held at the end, or else storage at the URL in ``manifest.json``); it
+exits 1 when a must-be-zero row is not zero.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ import statistics
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from tenure.core.states import Outcome, State
+from tenure.core.states import DeadReason, Outcome, State
 from tenure.job import Attempt, Job
 
 SLACK = 0.1  # seconds between clocks that are the same clock read at different moments
@@ -319,7 +320,9 @@ class Checker:
             return
         got = (job.state, None if job.dead_reason is None else str(job.dead_reason))
         if got != wanted:
-            self.f.add(WRONG_END, job.id, f"{kind} job ended {got}, history {_outcomes(job)}")
+            error = (job.error or "").strip().rsplit("\n", 1)[-1][:200]
+            self.f.add(WRONG_END, job.id, f"{kind} job ended {got[0]} ({got[1]}), history "
+                       f"{_outcomes(job)}, error {error!r}")  # fmt: skip
 
     def _attempts(self, job: Job, mine: list[tuple[int, Execution]]) -> None:
         for a in job.history:
@@ -441,6 +444,27 @@ def stored_jobs(app: Any, queues: Iterable[str]) -> dict[str, Job]:
     return jobs
 
 
+def dump_jobs(jobs: dict[str, Job], path: Path) -> None:
+    """Keep what storage held, so that the run can be judged again without it."""
+    with path.open("wb") as f:
+        for job in jobs.values():
+            f.write(orjson.dumps(asdict(job)) + b"\n")
+
+
+def load_jobs(path: Path) -> dict[str, Job]:
+    jobs = {}
+    for raw in path.read_bytes().splitlines():
+        d = orjson.loads(raw)
+        d["state"] = State(d["state"])
+        d["dead_reason"] = None if d["dead_reason"] is None else DeadReason(d["dead_reason"])
+        d["history"] = tuple(
+            Attempt(**{**a, "outcome": None if a["outcome"] is None else Outcome(a["outcome"])})
+            for a in d["history"]
+        )
+        jobs[d["id"]] = Job(**d)
+    return jobs
+
+
 def main(argv: list[str]) -> int:
     from tenure.app import App
 
@@ -449,9 +473,14 @@ def main(argv: list[str]) -> int:
         return 2
     directory = Path(argv[0])
     run = load(directory)
-    url = orjson.loads((directory / "manifest.json").read_bytes())["url"]
-    with App(url) as app:
-        report = check(run, stored_jobs(app, run.deliveries))
+    kept = directory / "jobs.jsonl"
+    if kept.exists():  # what storage held at the end of the run
+        jobs = load_jobs(kept)
+    else:
+        url = orjson.loads((directory / "manifest.json").read_bytes())["url"]
+        with App(url) as app:
+            jobs = stored_jobs(app, run.deliveries)
+    report = check(run, jobs)
     print(report.table())
     return 1 if report.violations() else 0
 

@@ -56,7 +56,7 @@ def _done() -> dict[str, Any]:
 
 
 @app.task(name="soak.run")
-def run(tag: str, seconds: float, gil: int = 0) -> dict[str, Any]:
+def run(tag: str, kind: str, seconds: float, gil: int = 0) -> dict[str, Any]:
     """A healthy handler: sleeps, or holds the GIL in regex calls of ``gil`` size."""
     record("start")
     deadline = time.monotonic() + seconds
@@ -65,15 +65,15 @@ def run(tag: str, seconds: float, gil: int = 0) -> dict[str, Any]:
         if gil:
             _SLOW_PATTERN.match("a" * gil + "b")
         else:
-            time.sleep(min(deadline, next_tick) - now)
-        if time.monotonic() >= next_tick:
+            time.sleep(max(0.0, min(deadline, next_tick) - now))
+        if (now := time.monotonic()) >= next_tick:
             record("tick")
-            next_tick += TICK
+            next_tick = now + TICK
     return _done()
 
 
 @app.task(name="soak.arun")
-async def arun(tag: str, seconds: float) -> dict[str, Any]:
+async def arun(tag: str, kind: str, seconds: float) -> dict[str, Any]:
     """A healthy async handler."""
     record("start")
     deadline = time.monotonic() + seconds
@@ -84,7 +84,7 @@ async def arun(tag: str, seconds: float) -> dict[str, Any]:
 
 
 @app.task(name="soak.flaky")
-def flaky(tag: str, raises: int) -> dict[str, Any]:
+def flaky(tag: str, kind: str, raises: int) -> dict[str, Any]:
     """Raises in its first ``raises`` attempts, then succeeds."""
     record("start")
     if tenure.current_job().attempt <= raises:
@@ -94,7 +94,7 @@ def flaky(tag: str, raises: int) -> dict[str, Any]:
 
 
 @app.task(name="soak.fail")
-def fail(tag: str) -> None:
+def fail(tag: str, kind: str) -> None:
     """Gives up for good: the job is dead at once (``dead_reason`` error)."""
     record("start")
     record("end", "fail")

@@ -196,3 +196,13 @@ def test_a_run_directory__is_read_back_with_cut_lines_counted(tmp_path: Path):
     run = h.load(tmp_path)
     assert (len(run.requests), len(run.faults), len(run.events), run.unreadable) == (1, 1, 1, 1)
     assert run.faults[0].pids == (5,)
+
+
+def test_what_storage_held__is_kept_and_read_back_unchanged(tmp_path: Path):
+    jobs = {
+        "a": job(
+            "a", attempt(1, W1, 0.0, 0.6, "crashed"), attempt(2, W2, 1.0, 1.6, "completed"), key="k"
+        )
+    }
+    h.dump_jobs(jobs, tmp_path / "jobs.jsonl")
+    assert h.load_jobs(tmp_path / "jobs.jsonl") == jobs
