@@ -246,6 +246,9 @@ class Checker:
         rows += [self.f.row(name) for name in MUST_BE_ZERO]
         for kind, count in sorted(Counter(f.kind for f in self.run.faults).items()):
             rows.append(Row(f"faults: {kind}", count))
+            if kind in ("term", "kill-server"):  # how long the drain, or the outage, took
+                took = [f.ended - f.started for f in self.run.faults if f.kind == kind]
+                rows.append(Row(f"  {kind} lasted, max", max(took), unit=" s"))
             took = self.recoveries.get(kind)
             if took:
                 rows.append(Row(f"  recovery after {kind}, median", statistics.median(took),

@@ -16,6 +16,7 @@ checker.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import random
 import signal
@@ -30,17 +31,20 @@ from typing import Any
 
 import orjson
 
+from tenure.app import App
 from tenure.chaos.lab import process_gone
 from tests.servers import PostgresServer, RedisServer, ServerUnavailable, postgres_bin, wait_port
 
 REPO = Path(__file__).resolve().parents[2]
 APP_PATH = "tests.fault.soak_tasks:app"
-FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+FAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), "")
 
 
 def can_skew() -> str | None:
     """Why clocks cannot be skewed here, or None."""
-    return None if Path(FAKETIME).exists() else f"libfaketime not found ({FAKETIME})"
+    if FAKETIME:
+        return None
+    return "libfaketime not found (/usr/lib/*/faketime/libfaketime.so.1; make system-deps)"
 
 
 class Netns:
@@ -136,7 +140,8 @@ class SoakRedis(RedisServer):
     def start(self) -> None:
         binds = ["127.0.0.1", *([self.extra] if self.extra else [])]
         command = [self.binary, "--port", str(self.port), "--bind", *binds,
-                   "--dir", str(self.root), "--save", "", "--appendonly", "yes",
+                   "--protected-mode", "no", "--dir", str(self.root), "--save", "",
+                   "--appendonly", "yes",
                    "--appendfsync", self.appendfsync, "--daemonize", "no",
                    "--logfile", str(self.root / "server.log")]  # fmt: skip
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -185,7 +190,10 @@ class Fleet:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.started = 0
         self.skew_sign = 1
+        self.app = App(url)
         self.live = [self.spawn(slot) for slot in slots]
+        for proc in self.live:
+            self.wait_registered(proc)
 
     def spawn(self, slot: Slot) -> subprocess.Popen[bytes]:
         url = self.url
@@ -216,6 +224,20 @@ class Fleet:
 
     def replace(self, index: int) -> None:
         self.live[index] = self.spawn(self.slots[index])
+        self.wait_registered(self.live[index])
+
+    def wait_registered(self, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+        """Wait until ``proc`` is registered (or gone), so that the next fault does
+        not find it still starting: a worker that cannot reach storage at start exits."""
+
+        def registered() -> bool:
+            if proc.poll() is not None:
+                return True
+            with contextlib.suppress(Exception):  # storage may be restarting
+                return any(w.pid == proc.pid for w in self.app.call(self.app.backend.workers()))
+            return False
+
+        wait_until(registered, timeout, f"worker {proc.pid} to register")
 
     def close(self) -> None:
         for p in self.procs:
@@ -225,6 +247,7 @@ class Fleet:
                     os.killpg(p.pid, signal.SIGKILL)
         for p in self.procs:
             p.wait(30)
+        self.app.close()
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM every live worker and wait for it to drain and exit."""

@@ -252,8 +252,13 @@ def _url(backend: str, server: Any, directory: Path) -> str:
 
 
 def _schedule(config: SoakConfig, kinds: list[str], rng: random.Random, server: bool) -> list[str]:
+    """The faults in order: every kind in turn (shuffled rounds), and the server
+    kills spread evenly among them."""
     n = max(1, int(config.seconds / config.interval))
-    plan = [rng.choice(kinds) for _ in range(n)]
+    plan: list[str] = []
+    while len(plan) < n:
+        plan += rng.sample(kinds, len(kinds))
+    plan = plan[:n]
     if server:
         kills = min(n, max(config.server_kills, n // 5))
         for i in range(kills):
