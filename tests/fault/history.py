@@ -33,6 +33,9 @@ from tenure.job import Attempt, Job
 
 SLACK = 0.1  # seconds between clocks that are the same clock read at different moments
 EARLY = 0.05  # a delayed job may start this much before its delay (float rounding)
+# A fault explains only the ends recorded this soon after it is over: with the
+# soak's leases (2 s) every detector answers within a few seconds.
+RECOVERY_BOUND = 10.0
 
 # What a fault can explain: an attempt ended this way on its target is not a false stall.
 # A short SIGSTOP and a skewed clock explain nothing: under them, nothing may change.
@@ -220,8 +223,8 @@ class Checker:
         for fault in self.run.faults:
             if a.outcome not in EXPLAINS.get(fault.kind, frozenset()):
                 continue
-            if not fault.started <= a.ended_at + SLACK:
-                continue  # recorded before the fault began
+            if not fault.started <= a.ended_at + SLACK <= fault.ended + RECOVERY_BOUND:
+                continue  # recorded before the fault began, or long after it
             if fault.worker_pid is None:  # the server: what it held when it died
                 if a.started_at <= fault.started + SLACK:
                     return fault

@@ -91,6 +91,14 @@ def test_a_crashed_attempt_of_a_killed_worker__is_explained_and_timed():
     assert abs(report.as_dict()["  recovery after kill-worker, max"] - 0.3) < 1e-6
 
 
+def test_a_crash_recorded_long_after_its_workers_kill__is_not_explained_by_it():
+    run = run_of(("a", 1, 11, 0.0, None), ("a", 2, 22, 31.0, 31.5),
+                 faults=[h.Fault("kill-worker", T0 + 0.5, T0 + 0.5, worker_pid=101)])  # fmt: skip
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 30.0, "crashed"),
+                     attempt(2, W2, 31.0, 31.6, "completed"))}  # fmt: skip
+    assert failed(h.check(run, jobs)) == {h.HEALTHY: 1}
+
+
 def test_a_kill_of_another_worker__explains_nothing():
     run = run_of(("a", 1, 11, 0.0, None), ("a", 2, 22, 1.0, 1.5),
                  faults=[h.Fault("kill-worker", T0 + 0.5, T0 + 0.5, worker_pid=202)])  # fmt: skip
