@@ -32,6 +32,9 @@ from tenure.core.states import DeadReason, Outcome, State
 from tenure.job import Attempt, Job
 
 SLACK = 0.1  # seconds between clocks that are the same clock read at different moments
+# Storage stamps a recovery with its transaction's start (PostgreSQL now()), which
+# on a loaded server may come this long before the sweep looked at the worker.
+TX_SLACK = 1.0
 EARLY = 0.05  # a delayed job may start this much before its delay (float rounding)
 # A fault explains only the ends recorded this soon after it is over: with the
 # soak's leases (2 s) every detector answers within a few seconds.
@@ -223,7 +226,7 @@ class Checker:
         for fault in self.run.faults:
             if a.outcome not in EXPLAINS.get(fault.kind, frozenset()):
                 continue
-            if not fault.started <= a.ended_at + SLACK <= fault.ended + RECOVERY_BOUND:
+            if not fault.started <= a.ended_at + TX_SLACK <= fault.ended + RECOVERY_BOUND:
                 continue  # recorded before the fault began, or long after it
             if fault.worker_pid is None:  # the server: what it held when it died
                 if a.started_at <= fault.started + SLACK:

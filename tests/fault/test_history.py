@@ -99,6 +99,15 @@ def test_a_crash_recorded_long_after_its_workers_kill__is_not_explained_by_it():
     assert failed(h.check(run, jobs)) == {h.HEALTHY: 1}
 
 
+def test_a_kill_just_after_the_recorded_crash__explains_it_as_storage_stamps_early():
+    # PostgreSQL stamps the recovery with its transaction's start, before the kill it saw.
+    run = run_of(("a", 1, 11, 0.0, None), ("a", 2, 22, 1.0, 1.5),
+                 faults=[h.Fault("kill-worker", T0 + 0.9, T0 + 0.9, worker_pid=101)])  # fmt: skip
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.4, "crashed"),
+                     attempt(2, W2, 1.0, 1.6, "completed"))}  # fmt: skip
+    assert failed(h.check(run, jobs)) == {}
+
+
 def test_a_kill_of_another_worker__explains_nothing():
     run = run_of(("a", 1, 11, 0.0, None), ("a", 2, 22, 1.0, 1.5),
                  faults=[h.Fault("kill-worker", T0 + 0.5, T0 + 0.5, worker_pid=202)])  # fmt: skip
