@@ -101,6 +101,7 @@ class Run:
     faults: list[Fault] = field(default_factory=list)
     deliveries: dict[str, str] = field(default_factory=dict)  # queue -> delivery
     unreadable: int = 0  # side-channel lines cut short (a process killed mid-write)
+    wall_minus_mono: float | None = None  # the machine's clocks, to place handlers' ends
 
 
 @dataclass
@@ -164,10 +165,12 @@ SAME_FENCE = "same fence started twice"
 OVERLAP = "overlapping executions not explained by a fault"
 AMO_TWICE = "at-most-once double starts"
 HEALTHY = "healthy attempts recorded crashed/stalled"
+SETTLE_LAG = "attempts settled long after their handler returned"
 EARLY_START = "delayed jobs started early"
 KEY_DUPLICATE = "key= duplicates"
 MUST_BE_ZERO = (LOST, UNFINISHED, UNEXPECTED, WRONG_END, GHOST, DUPLICATE, REDELIVERED, STALE,
-                SAME_FENCE, OVERLAP, AMO_TWICE, HEALTHY, EARLY_START, KEY_DUPLICATE)  # fmt: skip
+                SAME_FENCE, OVERLAP, AMO_TWICE, HEALTHY, SETTLE_LAG, EARLY_START,
+                KEY_DUPLICATE)  # fmt: skip
 
 
 def worker_pid(worker_id: str | None) -> int | None:
@@ -343,6 +346,7 @@ class Checker:
                 self.f.add(HEALTHY, job.id, f"fence {a.fence} on {a.worker} {a.outcome} {at}")
             if fault is not None and a.ended_at is not None:
                 self.recoveries[fault.kind].append(max(0.0, a.ended_at - fault.started))
+            self._settled_in_time(job, a)
         for i, (f1, x1) in enumerate(mine):
             for f2, x2 in mine[i + 1 :]:
                 if x2.start >= x1.last:
@@ -352,6 +356,19 @@ class Checker:
                     outcome = earlier.outcome if earlier else "no history row"
                     self.f.add(OVERLAP, job.id, f"fence {f2} started {x1.last - x2.start:.2f} s "
                                f"before fence {f1} ({outcome}) stopped")  # fmt: skip
+
+    def _settled_in_time(self, job: Job, a: Attempt) -> None:
+        """An attempt whose handler returned is settled at once, or recovered at
+        lease expiry; not left held (and heartbeated) long after."""
+        x = self.runs.get((job.id, a.fence))
+        offset = self.run.wall_minus_mono
+        if x is None or x.end is None or offset is None:
+            return
+        returned = x.end.mono + offset
+        settled = a.ended_at if a.ended_at is not None else float("inf")
+        if settled - returned > RECOVERY_BOUND:
+            self.f.add(SETTLE_LAG, job.id, f"fence {a.fence} on {a.worker} returned at "
+                       f"{returned:.3f}, recorded {a.outcome} at {settled:.3f}")  # fmt: skip
 
     def _completion(self, job: Job, mine: list[tuple[int, Execution]]) -> None:
         done = [a for a in job.history if a.outcome is Outcome.COMPLETED]
@@ -416,6 +433,7 @@ def load(directory: Path) -> Run:
     run = Run()
     manifest = orjson.loads((directory / "manifest.json").read_bytes())
     run.deliveries = dict(manifest["deliveries"])
+    run.wall_minus_mono = manifest.get("wall_minus_mono")
     for line in _lines(directory / "requests.jsonl", run):
         run.requests.append(Request(**line))
     for line in _lines(directory / "faults.jsonl", run):

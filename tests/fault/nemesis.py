@@ -183,9 +183,11 @@ class Slot:
 class Fleet:
     """One live worker per slot, replaced when a fault ends it."""
 
-    def __init__(self, directory: Path, url: str, queues: list[str], *, slots: list[Slot],
+    def __init__(self, directory: Path, url: str, queues: list[str], *, process_only: list[str],
+                 slots: list[Slot],
                  concurrency: int, record: Callable[..., None]) -> None:  # fmt: skip
         self.directory, self.url, self.queues = directory, url, queues
+        self.process_only = process_only
         self.slots, self.concurrency, self.record = slots, concurrency, record
         self.procs: list[subprocess.Popen[bytes]] = []
         self.started = 0
@@ -208,7 +210,8 @@ class Fleet:
             env.update(LD_PRELOAD=FAKETIME, FAKETIME=f"{self.skew_sign * 300:+d}",
                        FAKETIME_DONT_FAKE_MONOTONIC="1")  # fmt: skip
         env["TENURE_URL"] = url
-        queues = [arg for q in self.queues for arg in ("--queue", q)]
+        served = [q for q in self.queues if slot.pool == "process" or q not in self.process_only]
+        queues = [arg for q in served for arg in ("--queue", q)]
         command = [*prefix, sys.executable, "-m", "tenure.cli", "--url", url, "worker", APP_PATH,
                    *queues, "--pool", slot.pool, "--concurrency", str(self.concurrency),
                    "--drain-timeout", "1", "--log-level", "warning"]  # fmt: skip

@@ -114,7 +114,9 @@ class Producer(threading.Thread):
     def one(self) -> None:
         task, kind, args, delay = self._plan()
         delivery = self.main if self.rng.random() < 0.8 else _other(self.main)
-        queue = self.queues[delivery]
+        # A handler that holds the GIL delays a thread-pool worker's heartbeats (README):
+        # such jobs go to a queue that only process-pool workers serve.
+        queue = self.queues["gil" if "gil" in args else delivery]
         choice = self.rng.random()
         if choice < 0.05:  # keyed: the second enqueue must return the first job
             key = f"k{self.serial}"
@@ -177,22 +179,25 @@ def soak(config: SoakConfig, directory: Path) -> SoakResult:
         server = server_for(config.backend, netns.host_ip if netns else None, config.appendfsync)
         url = _url(config.backend, server, directory)
         tag = uuid.uuid4().hex[:8]
-        queues = {d: f"soak.{tag}.{d}" for d in ("at-least-once", "at-most-once")}
+        queues = {d: f"soak.{tag}.{d}" for d in ("at-least-once", "at-most-once", "gil")}
+        deliveries = {queues[d]: d for d in ("at-least-once", "at-most-once")}
+        deliveries[queues["gil"]] = config.delivery
         with App(url) as app:
-            for delivery, queue in queues.items():
+            for queue, delivery in deliveries.items():
                 app.queue(queue).set_policy(
                     lease_ttl=config.lease_ttl, heartbeat_interval=config.heartbeat_interval,
                     sweep_interval=config.sweep_interval, max_attempts=3, max_stalls=3,
                     backoff_base=0.2, backoff_max=1.0, delivery=delivery)  # fmt: skip
-        manifest = {"url": url, "deliveries": {q: d for d, q in queues.items()},
-                    "config": asdict(config)}  # fmt: skip
+        manifest = {"url": url, "deliveries": deliveries, "config": asdict(config),
+                    "wall_minus_mono": time.time() - time.monotonic()}  # fmt: skip
         (directory / "manifest.json").write_bytes(orjson.dumps(manifest))
         nemesis = Nemesis(directory, rng, lease_ttl=config.lease_ttl,
                           sweep=config.sweep_interval, server=server)  # fmt: skip
         slots = [Slot("process", netns), Slot("thread"), Slot("process", skew=skew)]
         slots = (slots * config.workers)[: config.workers]
-        fleet = Fleet(directory, url, list(queues.values()), slots=slots,
-                      concurrency=config.concurrency, record=nemesis.record)  # fmt: skip
+        fleet = Fleet(directory, url, list(queues.values()), process_only=[queues["gil"]],
+                      slots=slots, concurrency=config.concurrency,
+                      record=nemesis.record)  # fmt: skip
         nemesis.fleet = fleet
         producer = Producer(url, queues, config.delivery, rng=random.Random(config.seed + 1),
                             directory=directory,

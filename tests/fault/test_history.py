@@ -145,6 +145,18 @@ def test_an_overlap_after_a_long_stop__is_explained_but_not_after_a_short_one():
         assert failed(h.check(run_of(*execs, faults=[stop]), jobs)) == want, kind
 
 
+def test_an_attempt_settled_long_after_its_handler_returned__is_flagged():
+    run = run_of(("a", 1, 11, 0.0, 1.0), ("a", 2, 22, 0.5, 0.9), wall_minus_mono=T0)
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.4, "stalled"), attempt(2, W1, 0.5, 30.0,
+                                                                     "released"),
+                     attempt(3, W2, 31.0, 31.5, "completed"))}  # fmt: skip
+    run.events.append(h.Event("start", "a", 3, 33, 31.0, tag="a"))
+    run.events.append(h.Event("end", "a", 3, 33, 31.4, tag="a", how="ok"))
+    stop = h.Fault("stop-long", T0 - 0.1, T0 + 0.45, worker_pid=101, pids=(101, 11))
+    run.faults.append(stop)
+    assert failed(h.check(run, jobs)) == {h.SETTLE_LAG: 1}
+
+
 def test_a_result_of_another_fence__is_a_stale_settle_accepted():
     run = run_of(("a", 1, 11, 0.0, 0.5))
     jobs = {"a": job("a", attempt(1, W1, 0.0, 0.6, "completed"), result={"fence": 7})}
