@@ -32,8 +32,10 @@ from tenure.core.states import DeadReason, Outcome, State
 from tenure.job import Attempt, Job
 
 SLACK = 0.1  # seconds between clocks that are the same clock read at different moments
-# Storage stamps a recovery with its transaction's start (PostgreSQL now()), which
-# on a loaded server may come this long before the sweep looked at the worker.
+# Storage's stamps and a worker's acts are this far apart on a loaded server: a
+# recovery is stamped with its transaction's start (PostgreSQL now()), before the
+# sweep looked at the worker; a claim sent just before its worker was killed is
+# run (and stamped) after the kill.
 TX_SLACK = 1.0
 EARLY = 0.05  # a delayed job may start this much before its delay (float rounding)
 # A fault explains only the ends recorded this soon after it is over: with the
@@ -235,8 +237,8 @@ class Checker:
                 if a.started_at <= fault.started + SLACK:
                     return fault
                 continue
-            if a.started_at > fault.ended + SLACK:
-                continue  # claimed after the fault was over
+            if a.started_at > fault.ended + TX_SLACK:
+                continue  # claimed after the fault was over (a claim sent before it may land late)
             if fault.kind == "kill-executor":
                 hit = (x.pid in fault.pids) if x else wpid == fault.worker_pid
             else:

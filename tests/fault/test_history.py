@@ -108,6 +108,13 @@ def test_a_kill_just_after_the_recorded_crash__explains_it_as_storage_stamps_ear
     assert failed(h.check(run, jobs)) == {}
 
 
+def test_a_claim_landing_just_after_its_worker_was_killed__is_explained_by_the_kill():
+    run = run_of(faults=[h.Fault("kill-worker", T0 + 0.5, T0 + 0.5, worker_pid=101)], more=["a"])
+    jobs = {"a": job("a", attempt(1, W1, 0.7, 0.9, "crashed"), state=State.DEAD,
+                     dead_reason=DeadReason.CRASHED)}  # fmt: skip
+    assert failed(h.check(run, jobs)) == {}
+
+
 def test_a_kill_of_another_worker__explains_nothing():
     run = run_of(("a", 1, 11, 0.0, None), ("a", 2, 22, 1.0, 1.5),
                  faults=[h.Fault("kill-worker", T0 + 0.5, T0 + 0.5, worker_pid=202)])  # fmt: skip
