@@ -35,9 +35,12 @@ pytest: $(BIN)/.installed
 system-deps:
 	scripts/system-deps.sh
 
-## Long fault soaks, kept out of `make test`.
-soak: $(BIN)/.installed
-	$(BIN)/python -m pytest -m soak $(PYTEST_ARGS)
+## make soak [SOAK_SECONDS=300]: long fault soaks, kept out of `make test`: the nemesis for
+## SOAK_SECONDS per backend and per delivery mode, and Redis with `appendfsync everysec`
+## (its loss window); prints the history checker's table of each run.
+SOAK_SECONDS ?= 300
+soak: $(BIN)/.installed system-deps
+	TENURE_SOAK_SECONDS=$(SOAK_SECONDS) $(BIN)/python -m pytest -m soak $(PYTEST_ARGS)
 
 ## make bench [QUICK=1]: tenure and its peers on the same servers (benchmarks/run.py, which
 ## creates benchmarks/.venv with the pinned peers); prints the table, writes benchmarks/results/.

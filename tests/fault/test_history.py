@@ -1,0 +1,244 @@
+"""The history checker on small made-up histories: each must-be-zero row
+fires on the fault it names, and stays zero on a healthy history (a checker
+that cannot fail proves nothing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tenure.core.states import DeadReason, Outcome, State
+from tenure.job import Attempt, Job
+from tests.fault import history as h
+
+W1, W2 = "host.101.aaaa", "host.202.bbbb"  # worker ids: host.pid.random
+T0 = 1_000.0  # wall; monotonic times below are wall - T0
+
+
+def attempt(fence: int, worker: str, start: float, end: float | None, outcome: str | None):
+    return Attempt(fence, fence, worker, T0 + start, None if end is None else T0 + end,
+                   None if outcome is None else Outcome(outcome))  # fmt: skip
+
+
+def job(job_id: str, *attempts: Attempt, kind: str = "ok", queue: str = "q", **kw: Any) -> Job:
+    done = attempts[-1].outcome is Outcome.COMPLETED if attempts else False
+    fields: dict[str, Any] = {
+        "id": job_id, "task": "soak.run", "queue": queue, "args": {"tag": job_id, "kind": kind},
+        "state": State.COMPLETED if done else State.QUEUED, "priority": 0, "run_at": T0,
+        "created_at": T0, "history": attempts, "fence": attempts[-1].fence if attempts else 0,
+        "result": {"fence": attempts[-1].fence} if done else None,
+        "finished_at": attempts[-1].ended_at if done else None,
+    }  # fmt: skip
+    fields.update(kw)
+    return Job(**fields)
+
+
+def run_of(*execs: tuple[str, int, int, float, float | None], **kw: Any) -> h.Run:
+    """A run whose handlers ran ``(job, fence, pid, start, end)`` (end None: killed)."""
+    events = []
+    for job_id, fence, pid, start, end in execs:
+        events.append(h.Event("start", job_id, fence, pid, start, tag=job_id))
+        if end is not None:
+            events.append(h.Event("end", job_id, fence, pid, end, tag=job_id, how="ok"))
+    tags = {e.job for e in events} | set(kw.pop("more", ()))
+    requests = [h.Request(t, "ok", "q", t, called_mono=0.0, acked_wall=T0) for t in sorted(tags)]
+    return h.Run(requests=requests, events=events, deliveries={"q": "at-least-once"}, **kw)
+
+
+def failed(report: h.Report) -> dict[str, float]:
+    return {r.name: r.value for r in report.violations()}
+
+
+def test_a_healthy_history__has_every_must_be_zero_row_at_zero():
+    run = run_of(("a", 1, 11, 0.0, 0.5), ("b", 1, 22, 0.1, 0.3))
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.6, "completed")),
+            "b": job("b", attempt(1, W2, 0.1, 0.4, "completed"))}  # fmt: skip
+    report = h.check(run, jobs)
+    assert failed(report) == {}
+    assert report.as_dict()["completed"] == 2
+    assert set(h.MUST_BE_ZERO) <= set(report.as_dict())
+
+
+def test_an_acknowledged_job_missing_from_storage__is_lost():
+    run = run_of(("a", 1, 11, 0.0, 0.5), more=["gone"])
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.6, "completed"))}
+    assert failed(h.check(run, jobs)) == {h.LOST: 1}
+
+
+def test_two_completed_attempts__are_a_duplicate_completion():
+    run = run_of(("a", 1, 11, 0.0, 0.5), ("a", 2, 22, 1.0, 1.5))
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.6, "completed"),
+                     attempt(2, W2, 1.0, 1.6, "completed"))}  # fmt: skip
+    assert failed(h.check(run, jobs)) == {h.DUPLICATE: 1, h.REDELIVERED: 1}
+
+
+def test_a_crashed_attempt_without_a_fault__is_a_healthy_attempt_recorded_crashed():
+    run = run_of(("a", 1, 11, 0.0, None), ("a", 2, 22, 1.0, 1.5))
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.8, "crashed"),
+                     attempt(2, W2, 1.0, 1.6, "completed"))}  # fmt: skip
+    assert failed(h.check(run, jobs)) == {h.HEALTHY: 1}
+
+
+def test_a_crashed_attempt_of_a_killed_worker__is_explained_and_timed():
+    run = run_of(("a", 1, 11, 0.0, None), ("a", 2, 22, 1.0, 1.5),
+                 faults=[h.Fault("kill-worker", T0 + 0.5, T0 + 0.5, worker_pid=101)])  # fmt: skip
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.8, "crashed"),
+                     attempt(2, W2, 1.0, 1.6, "completed"))}  # fmt: skip
+    report = h.check(run, jobs)
+    assert failed(report) == {}
+    assert abs(report.as_dict()["  recovery after kill-worker, max"] - 0.3) < 1e-6
+
+
+def test_a_crash_recorded_long_after_its_workers_kill__is_not_explained_by_it():
+    run = run_of(("a", 1, 11, 0.0, None), ("a", 2, 22, 31.0, 31.5),
+                 faults=[h.Fault("kill-worker", T0 + 0.5, T0 + 0.5, worker_pid=101)])  # fmt: skip
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 30.0, "crashed"),
+                     attempt(2, W2, 31.0, 31.6, "completed"))}  # fmt: skip
+    assert failed(h.check(run, jobs)) == {h.HEALTHY: 1}
+
+
+def test_a_kill_just_after_the_recorded_crash__explains_it_as_storage_stamps_early():
+    # PostgreSQL stamps the recovery with its transaction's start, before the kill it saw.
+    run = run_of(("a", 1, 11, 0.0, None), ("a", 2, 22, 1.0, 1.5),
+                 faults=[h.Fault("kill-worker", T0 + 0.9, T0 + 0.9, worker_pid=101)])  # fmt: skip
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.4, "crashed"),
+                     attempt(2, W2, 1.0, 1.6, "completed"))}  # fmt: skip
+    assert failed(h.check(run, jobs)) == {}
+
+
+def test_a_claim_landing_just_after_its_worker_was_killed__is_explained_by_the_kill():
+    run = run_of(faults=[h.Fault("kill-worker", T0 + 0.5, T0 + 0.5, worker_pid=101)], more=["a"])
+    jobs = {"a": job("a", attempt(1, W1, 0.7, 0.9, "crashed"), state=State.DEAD,
+                     dead_reason=DeadReason.CRASHED)}  # fmt: skip
+    assert failed(h.check(run, jobs)) == {}
+
+
+def test_a_kill_of_another_worker__explains_nothing():
+    run = run_of(("a", 1, 11, 0.0, None), ("a", 2, 22, 1.0, 1.5),
+                 faults=[h.Fault("kill-worker", T0 + 0.5, T0 + 0.5, worker_pid=202)])  # fmt: skip
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.8, "crashed"),
+                     attempt(2, W2, 1.0, 1.6, "completed"))}  # fmt: skip
+    assert failed(h.check(run, jobs)) == {h.HEALTHY: 1}
+
+
+def test_an_attempt_claimed_after_a_server_restart_and_recorded_crashed__is_flagged():
+    server = h.Fault("kill-server", T0 + 0.5, T0 + 1.5)
+    run = run_of(("a", 1, 11, 0.0, None), ("b", 1, 11, 2.0, 2.4), ("b", 2, 22, 3.0, 3.2),
+                 faults=[server])  # fmt: skip
+    jobs = {
+        # in flight at the kill: explained
+        "a": job(
+            "a",
+            attempt(1, W1, 0.0, 2.0, "crashed"),
+            state=State.DEAD,
+            dead_reason=DeadReason.CRASHED,
+        ),
+        "b": job("b", attempt(1, W1, 2.0, 2.5, "crashed"), attempt(2, W2, 3.0, 3.3, "completed")),
+    }
+    report = h.check(run, jobs)
+    assert failed(report) == {h.HEALTHY: 1}
+    [row] = [r for r in report.rows if r.name == h.HEALTHY]
+    assert row.examples[0].startswith("b:")
+
+
+def test_an_overlap_after_a_long_stop__is_explained_but_not_after_a_short_one():
+    execs = [("a", 1, 11, 0.0, 4.0), ("a", 2, 22, 3.0, 3.5)]
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 2.9, "stalled"),
+                     attempt(2, W2, 3.0, 3.6, "completed"))}  # fmt: skip
+    for kind, want in (("stop-long", {}), ("stop-short", {h.HEALTHY: 1, h.OVERLAP: 1})):
+        stop = h.Fault(kind, T0 + 0.5, T0 + 3.8, worker_pid=101, pids=(101, 11))
+        assert failed(h.check(run_of(*execs, faults=[stop]), jobs)) == want, kind
+
+
+def test_an_attempt_settled_long_after_its_handler_returned__is_flagged():
+    run = run_of(("a", 1, 11, 0.0, 1.0), ("a", 2, 22, 0.5, 0.9), wall_minus_mono=T0)
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.4, "stalled"), attempt(2, W1, 0.5, 30.0,
+                                                                     "released"),
+                     attempt(3, W2, 31.0, 31.5, "completed"))}  # fmt: skip
+    run.events.append(h.Event("start", "a", 3, 33, 31.0, tag="a"))
+    run.events.append(h.Event("end", "a", 3, 33, 31.4, tag="a", how="ok"))
+    stop = h.Fault("stop-long", T0 - 0.1, T0 + 0.45, worker_pid=101, pids=(101, 11))
+    run.faults.append(stop)
+    assert failed(h.check(run, jobs)) == {h.SETTLE_LAG: 1}
+
+
+def test_a_result_of_another_fence__is_a_stale_settle_accepted():
+    run = run_of(("a", 1, 11, 0.0, 0.5))
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.6, "completed"), result={"fence": 7})}
+    assert failed(h.check(run, jobs)) == {h.STALE: 1}
+
+
+def test_a_completion_whose_handler_ended_after_a_later_fence_started__is_stale():
+    run = run_of(("a", 1, 11, 0.0, 2.0), ("a", 2, 22, 1.0, 1.2))
+    jobs = {"a": job("a", attempt(2, W2, 1.0, 1.3, "error"), attempt(1, W1, 0.0, 2.1, "completed"),
+                     fence=1)}  # fmt: skip
+    assert h.STALE in failed(h.check(run, jobs))
+
+
+def test_a_fence_started_by_two_handlers__is_flagged():
+    run = run_of(("a", 1, 11, 0.0, 0.5), ("a", 1, 22, 0.1, 0.4))
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.6, "completed"))}
+    assert failed(h.check(run, jobs)) == {h.SAME_FENCE: 1}
+
+
+def test_an_at_most_once_job_started_twice__is_flagged():
+    run = run_of(("a", 1, 11, 0.0, None), ("a", 2, 22, 1.0, 1.5),
+                 faults=[h.Fault("kill-worker", T0 + 0.5, T0 + 0.5, worker_pid=101)])  # fmt: skip
+    run.deliveries = {"q": "at-most-once"}
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.8, "crashed"),
+                     attempt(2, W2, 1.0, 1.6, "completed"))}  # fmt: skip
+    assert failed(h.check(run, jobs)) == {h.AMO_TWICE: 1}
+
+
+def test_a_delayed_job_started_before_its_delay__is_flagged():
+    run = run_of(("a", 1, 11, 0.5, 0.6))
+    run.requests = [h.Request("a", "ok", "q", "a", called_mono=0.0, acked_wall=T0, delay=1.0)]
+    jobs = {"a": job("a", attempt(1, W1, 0.5, 0.7, "completed"))}
+    assert failed(h.check(run, jobs)) == {h.EARLY_START: 1}
+
+
+def test_two_unfinished_jobs_with_one_key__are_a_key_duplicate():
+    run = run_of(more=["a", "b"])
+    jobs = {"a": job("a", key="k", created_at=T0), "b": job("b", key="k", created_at=T0 + 1)}
+    assert failed(h.check(run, jobs)) == {h.KEY_DUPLICATE: 1, h.UNFINISHED: 2}
+
+
+def test_a_fail_job_that_completed__ends_wrong_for_its_kind():
+    run = run_of(("a", 1, 11, 0.0, 0.5))
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.6, "completed"), kind="fail")}
+    assert failed(h.check(run, jobs)) == {h.WRONG_END: 1}
+    dead = job("a", attempt(1, W1, 0.0, 0.6, "error"), kind="fail", state=State.DEAD,
+               dead_reason=DeadReason.ERROR)  # fmt: skip
+    assert failed(h.check(run, {"a": dead})) == {}
+
+
+def test_a_completion_no_handler_returned__is_a_ghost():
+    run = run_of(("a", 1, 11, 0.0, None))
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.6, "completed"))}
+    assert failed(h.check(run, jobs)) == {h.GHOST: 1}
+
+
+def test_a_run_directory__is_read_back_with_cut_lines_counted(tmp_path: Path):
+    (tmp_path / "manifest.json").write_bytes(
+        orjson.dumps({"url": "x", "deliveries": {"q": "at-least-once"}}))  # fmt: skip
+    request = {"tag": "a", "kind": "ok", "queue": "q", "job_id": "a", "called_mono": 0.0}
+    (tmp_path / "requests.jsonl").write_bytes(orjson.dumps(request) + b"\n")
+    fault = {"kind": "kill-worker", "started": 1.0, "ended": 1.0, "worker_pid": 5, "pids": [5]}
+    (tmp_path / "faults.jsonl").write_bytes(orjson.dumps(fault) + b"\n")
+    event = {"ev": "start", "job": "a", "fence": 1, "pid": 9, "mono": 0.1, "tag": "a"}
+    (tmp_path / "events.9.jsonl").write_bytes(orjson.dumps(event) + b'\n{"ev": "en')
+    run = h.load(tmp_path)
+    assert (len(run.requests), len(run.faults), len(run.events), run.unreadable) == (1, 1, 1, 1)
+    assert run.faults[0].pids == (5,)
+
+
+def test_what_storage_held__is_kept_and_read_back_unchanged(tmp_path: Path):
+    jobs = {
+        "a": job(
+            "a", attempt(1, W1, 0.0, 0.6, "crashed"), attempt(2, W2, 1.0, 1.6, "completed"), key="k"
+        )
+    }
+    h.dump_jobs(jobs, tmp_path / "jobs.jsonl")
+    assert h.load_jobs(tmp_path / "jobs.jsonl") == jobs
