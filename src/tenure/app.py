@@ -6,22 +6,25 @@ runtime is built on top of the same App.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import functools
 import inspect
 import os
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from tenure.backends.base import Backend, Page
 from tenure.backends.factory import from_url, resolve_url
 from tenure.config import DEFAULT_MAX_PAYLOAD, MAX_PAYLOAD_RANGE, QueuePolicy, check_integer
+from tenure.core.events import Event
 from tenure.core.names import check_job_ids, check_name
 from tenure.core.states import State, parse_state
 from tenure.errors import InvalidInput
+from tenure.events import Steps, follow, follow_sync
 from tenure.job import Job, JobSpec
 from tenure.portal import Portal
 
@@ -237,6 +240,29 @@ class App:
 
     def queues(self) -> list[str]:
         return self.call(self.backend.queues())
+
+    # -- lifecycle events --------------------------------------------------
+
+    def events(
+        self, queue: str | None = None, after: str | None = None, timeout: float | None = None
+    ) -> Iterator[Event]:
+        """Lifecycle events of ``queue`` (None: every queue) after the one whose
+        id is ``after`` (None: the oldest kept), in order; waits for new ones,
+        and ends after ``timeout`` seconds without one (None: never)."""
+        return follow_sync(Steps(self.backend, queue, after, timeout), self.call)
+
+    def aevents(
+        self, queue: str | None = None, after: str | None = None, timeout: float | None = None
+    ) -> AsyncIterator[Event]:
+        """``events``, for ``async for``: reads run on the App's portal."""
+        steps = Steps(self.backend, queue, after, timeout)
+
+        async def on_portal(coro: Coroutine[Any, Any, list[Event]]) -> list[Event]:
+            assert self._portal is not None
+            future = asyncio.run_coroutine_threadsafe(coro, self._portal.loop)
+            return await asyncio.wrap_future(future)
+
+        return follow(steps, on_portal)
 
     # -- plumbing ----------------------------------------------------------
 

@@ -47,8 +47,12 @@ POLICY_BOUNDS: dict[str, tuple[float, float]] = {
     "backoff_base": (0.0, MAX_SECONDS),
     "backoff_max": (0.0, MAX_SECONDS),
     "backoff_jitter": (0.0, 1.0),
+    # Events are kept for a minute at least (a reader that restarts resumes
+    # where it stopped), and up to a billion per queue.
+    "events_max_age": (60.0, MAX_SECONDS),
+    "events_max_count": (1, 1_000_000_000),
 }
-_COUNTS = frozenset({"max_attempts", "max_stalls"})
+_COUNTS = frozenset({"max_attempts", "max_stalls", "events_max_count"})
 _ABOVE = frozenset({"timeout"})  # bounds (lo, hi]: zero is not a deadline
 
 
@@ -127,9 +131,13 @@ class QueuePolicy:
       and at most half of ``lease_ttl``; ``sweep_interval`` within [0.01, 60];
     - ``max_attempts`` and ``max_stalls`` integers within [1, 1000000];
     - ``timeout`` (when set) within (0, ten years]; ``backoff_base`` and
-      ``backoff_max`` within [0, ten years]; ``backoff_jitter`` within [0, 1].
+      ``backoff_max`` within [0, ten years]; ``backoff_jitter`` within [0, 1];
+    - ``events_max_age`` within [60, ten years]; ``events_max_count`` an
+      integer within [1, 1000000000].
 
-    They are ``POLICY_BOUNDS``.
+    They are ``POLICY_BOUNDS``. ``events`` (a bool) says whether the queue's
+    transitions record lifecycle events; the sweep deletes those older than
+    ``events_max_age`` seconds or beyond the newest ``events_max_count``.
     """
 
     lease_ttl: float = 15.0
@@ -142,6 +150,9 @@ class QueuePolicy:
     backoff_base: float = 1.0
     backoff_max: float = 300.0
     backoff_jitter: float = 0.2
+    events: bool = True
+    events_max_age: float = 86_400.0
+    events_max_count: int = 100_000
 
     def __post_init__(self) -> None:
         self.validate()
@@ -159,6 +170,8 @@ class QueuePolicy:
                 f"heartbeat_interval ({self.heartbeat_interval}) must be at most half of "
                 f"lease_ttl ({self.lease_ttl}), so that one late heartbeat does not lose a lease"
             )
+        if not isinstance(self.events, bool):
+            raise InvalidInput(f"events must be true or false, got {shown(self.events)}")
         if not isinstance(self.delivery, str) or self.delivery not in DELIVERIES:
             raise InvalidInput(
                 f"delivery must be one of {', '.join(DELIVERIES)}, got {self.delivery!r}"

@@ -1,0 +1,111 @@
+"""Lifecycle events on SQLite: written by the transition's own transaction,
+read by id.
+
+Ids are the ``events`` table's AUTOINCREMENT key: one writer at a time holds
+the write lock, so ids commit in order and a reader that resumes after an id
+misses nothing. A waiting reader watches ``PRAGMA data_version`` (a counter in
+the WAL's shared memory that moves when another connection commits), not the
+table: SQLite cannot wake another process by itself, and the counter costs no
+read of the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+
+from tenure.backends.base import cursor_seq
+from tenure.backends.sqlite.queries import Q
+from tenure.config import QueuePolicy
+from tenure.core.clock import Clock
+from tenure.core.events import Event
+from tenure.errors import InvalidInput
+
+T = TypeVar("T")
+WATCH_INTERVAL = 0.05  # seconds between two looks at data_version while waiting
+TRIM_INTERVAL = 60.0  # seconds between two retention passes of one sweeper
+DEFAULTS = QueuePolicy()
+
+# One event to record: (queue, kind, job_id, data or None)
+Row = tuple[str, str, str, dict[str, Any] | None]
+
+
+def record(conn: sqlite3.Connection, now: float, rows: Sequence[Row]) -> None:
+    """Record events in the caller's transaction, for queues that keep them."""
+    if rows:
+        conn.execute(Q["record_events"], (now, orjson.dumps(rows)))
+
+
+def record_job(
+    conn: sqlite3.Connection,
+    now: float,
+    job_id: str,
+    events: Iterable[tuple[str, dict[str, Any] | None]],
+) -> None:
+    """Record events of one job (in its queue) in the caller's transaction."""
+    conn.execute(Q["record_job_events"], (now, job_id, orjson.dumps(list(events))))
+
+
+def event_from_row(row: tuple[Any, ...]) -> Event:
+    id_, queue, kind, job_id, at, data = row
+    return Event(str(id_), kind, job_id, queue, at, orjson.loads(data) if data else {})
+
+
+def event_cursor(after: str | None) -> int:
+    """The id after which to read; InvalidInput for what is not one of ours."""
+    if after is None:
+        return 0
+    if not isinstance(after, str):
+        raise InvalidInput(f"after must be an event id (a string), got {after!r}")
+    return cursor_seq(after)
+
+
+class EventReading:
+    """The event verbs of :class:`~tenure.backends.sqlite.SQLiteBackend` (a mixin)."""
+
+    clock: Clock
+    _last_trim: float
+
+    if TYPE_CHECKING:
+
+        async def _run(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+        @property
+        def conn(self) -> sqlite3.Connection: ...
+
+    async def read_events(
+        self, queue: str | None, after: str | None, limit: int, timeout: float = 0.0
+    ) -> list[Event]:
+        start = event_cursor(after)
+        deadline = time.monotonic() + timeout
+        while True:
+            events, version = await self._run(self._read_events, queue, start, limit)
+            if events or time.monotonic() >= deadline:
+                return events
+            while version == await self._run(self._data_version):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return []
+                await asyncio.sleep(min(WATCH_INTERVAL, left))
+
+    def _read_events(self, queue: str | None, after: int, limit: int) -> tuple[list[Event], int]:
+        conn = self.conn
+        version = self._data_version()
+        rows = conn.execute(Q["read_events"], (after, queue, limit)).fetchall()
+        return [event_from_row(r) for r in rows], version
+
+    def _data_version(self) -> int:
+        (version,) = self.conn.execute("PRAGMA data_version").fetchone()
+        return int(version)
+
+    def _trim_events(self, conn: sqlite3.Connection, now: float) -> None:
+        """Retention, once per TRIM_INTERVAL of this sweeper: a pass reads every event."""
+        if now - self._last_trim < TRIM_INTERVAL:
+            return
+        self._last_trim = now
+        conn.execute(Q["trim_events"], (now, DEFAULTS.events_max_age, DEFAULTS.events_max_count))
