@@ -8,7 +8,7 @@ CREATE TABLE events (
     kind   TEXT NOT NULL,
     job_id TEXT NOT NULL,
     at     REAL NOT NULL,
-    data   TEXT            -- JSON object; NULL: {}
+    data   TEXT            -- JSON object; NULL: no data
 );
 
 -- Whether the queue records events (its policy's "events", default true), read

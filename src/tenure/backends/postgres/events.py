@@ -1,0 +1,105 @@
+"""Lifecycle events on PostgreSQL: read in (xid, id) order, announced by NOTIFY.
+
+Ids from a sequence are taken in one order and committed in another: reading
+``id > after`` would skip an event whose transaction took a smaller id and
+committed later. So an event's id is ``<xid>-<n>``: the transaction that wrote
+it, then its place in the sequence; readers see only events of transactions
+older than every transaction still running (``pg_snapshot_xmin``), a part of
+the order that can no longer change. A long transaction anywhere on the server
+delays events (it never loses them). The writers announce at commit on the
+channel ``tenure:<schema>``, which a waiting reader LISTENs on; while events
+are held back behind a running transaction, it looks again shortly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import psycopg
+
+from tenure.backends.postgres.liveness import Wakeups
+from tenure.config import QueuePolicy
+from tenure.core.events import Event
+from tenure.core.names import check_name
+from tenure.errors import InvalidInput
+
+HELD_BACK_RETRY = 0.01  # seconds before a look again while events are held back
+TRIM_INTERVAL = 60.0  # seconds between two retention passes of one sweeper
+DEFAULTS = QueuePolicy()
+MAX_ID = 2**63 - 1
+
+
+def parse_event_id(after: str | None) -> tuple[str, int]:
+    """``(xid, n)`` of an event id ``<xid>-<n>``; InvalidInput otherwise."""
+    if after is None:
+        return "0", 0
+    xid, sep, n = after.partition("-") if isinstance(after, str) else ("", "", "")
+    digits = xid.isascii() and xid.isdigit() and n.isascii() and n.isdigit()
+    if (
+        not (sep and digits and len(xid) <= 20 and len(n) <= 19)
+        or int(xid) >= 2**64
+        or int(n) > MAX_ID
+    ):
+        raise InvalidInput(f"bad event id {after!r}: pass back an event's id")
+    return xid, int(n)
+
+
+class EventReading:
+    """The event verbs of :class:`~tenure.backends.postgres.PostgresBackend` (a mixin)."""
+
+    q: dict[str, bytes]
+    conninfo: str
+    events_channel: str
+    _event_wakeups: Wakeups | None
+    _last_trim: float
+
+    if TYPE_CHECKING:
+
+        def _conn(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
+
+    async def read_events(
+        self, queue: str | None, after: str | None, limit: int, timeout: float = 0.0
+    ) -> list[Event]:
+        if queue is not None:
+            check_name("queue", queue)
+        xid, n = parse_event_id(after)
+        deadline = time.monotonic() + timeout
+        if timeout > 0 and self._event_wakeups is None:
+            self._event_wakeups = Wakeups(self.conninfo, self.events_channel)
+        while True:
+            events, held = await self._read(queue, xid, n, limit)
+            left = deadline - time.monotonic()
+            if events or left <= 0:
+                return events
+            if held:
+                await asyncio.sleep(min(HELD_BACK_RETRY, left))
+            else:
+                assert self._event_wakeups is not None
+                await self._event_wakeups.wait([""], left)
+
+    async def _read(
+        self, queue: str | None, xid: str, n: int, limit: int
+    ) -> tuple[list[Event], bool]:
+        params = {"queue": queue, "xid": xid, "id": n, "limit": limit}
+        async with self._conn() as conn:
+            cur = await conn.execute(self.q["read_events"], params)
+            rows = await cur.fetchall()
+        events = [
+            Event(f"{x}-{i}", kind, job_id, q, at, (orjson.loads(data) if data else None) or {})
+            for x, i, q, kind, job_id, at, data, _ in rows
+            if x is not None
+        ]
+        return events, bool(rows and rows[0][-1])
+
+    async def _trim_events(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Retention, once per TRIM_INTERVAL of this sweeper: a pass reads every event."""
+        now = time.monotonic()
+        if now - self._last_trim < TRIM_INTERVAL:
+            return
+        self._last_trim = now
+        params = {"max_age": DEFAULTS.events_max_age, "max_count": DEFAULTS.events_max_count}
+        await conn.execute(self.q["trim_events"], params)
