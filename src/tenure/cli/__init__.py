@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from tenure.cli import bench, chaos, dlq, jobs, policy, worker
+from tenure.cli import bench, chaos, dlq, events, jobs, policy, worker
 from tenure.cli.common import CliState
 from tenure.cli.output import report
 from tenure.config import DEFAULT_URL
@@ -67,6 +67,7 @@ for command in (
     jobs.job,
     jobs.cancel,
     dlq.dlq,
+    events.events,
     policy.policy,
     worker.worker,
     chaos.chaos,

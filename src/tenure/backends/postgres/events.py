@@ -24,7 +24,7 @@ import psycopg
 from tenure.backends.postgres.liveness import Wakeups
 from tenure.config import QueuePolicy
 from tenure.core.events import Event
-from tenure.core.names import check_name
+from tenure.core.names import check_name, shown
 from tenure.errors import InvalidInput
 
 HELD_BACK_RETRY = 0.01  # seconds before a look again while events are held back
@@ -44,7 +44,7 @@ def parse_event_id(after: str | None) -> tuple[str, int]:
         or int(xid) >= 2**64
         or int(n) > MAX_ID
     ):
-        raise InvalidInput(f"bad event id {after!r}: pass back an event's id")
+        raise InvalidInput(f"bad event id {shown(after)}: pass back an event's id")
     return xid, int(n)
 
 

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from tenure.backends.base import cursor_seq
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
 from tenure.core.clock import Clock
 from tenure.core.events import Event
+from tenure.core.names import check_name, shown
 from tenure.errors import InvalidInput
 
 T = TypeVar("T")
@@ -60,9 +60,9 @@ def event_cursor(after: str | None) -> int:
     """The id after which to read; InvalidInput for what is not one of ours."""
     if after is None:
         return 0
-    if not isinstance(after, str):
-        raise InvalidInput(f"after must be an event id (a string), got {after!r}")
-    return cursor_seq(after)
+    if isinstance(after, str) and after.isascii() and after.isdigit() and len(after) <= 19:
+        return int(after)
+    raise InvalidInput(f"bad event id {shown(after)}: pass back an event's id")
 
 
 class EventReading:
@@ -81,6 +81,8 @@ class EventReading:
     async def read_events(
         self, queue: str | None, after: str | None, limit: int, timeout: float = 0.0
     ) -> list[Event]:
+        if queue is not None:
+            check_name("queue", queue)
         start = event_cursor(after)
         deadline = time.monotonic() + timeout
         while True:

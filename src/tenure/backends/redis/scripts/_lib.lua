@@ -147,6 +147,48 @@ end
 local ATTEMPT_FIELDS = {'started_at', 'attempts', 'worker', 'fence'}
 
 -- The running attempt's entry (a table to encode) from its ATTEMPT_FIELDS.
+-- Lifecycle events (tenure.core.events): one stream per queue, p .. 'events',
+-- whose entries are {k kind, j job id, d data (JSON, when there is any)}; the
+-- entry's id says when (Redis's clock, in ms). Trimmed to the queue's
+-- events_max_count (MAXLEN ~: whole nodes only, cheap); a queue whose policy
+-- says events = false records none. The policy is read once per queue and call.
+local EVENTS_MAX_COUNT = 100000  -- QueuePolicy.events_max_count's default
+local events_kept = {}
+local function events_of(p)
+  local kept = events_kept[p]
+  if kept == nil then
+    kept = EVENTS_MAX_COUNT
+    local raw = redis.call('GET', p .. 'policy')
+    if raw then
+      local policy = cjson.decode(raw)
+      if policy.events == false then
+        kept = false
+      elseif tonumber(policy.events_max_count) then
+        kept = tonumber(policy.events_max_count)
+      end
+    end
+    events_kept[p] = kept
+  end
+  return kept
+end
+
+local function record_event(p, kind, id, data)
+  local kept = events_of(p)
+  if not kept then return end
+  if data then
+    redis.call('XADD', p .. 'events', 'MAXLEN', '~', kept, '*', 'k', kind, 'j', id, 'd', data)
+  else
+    redis.call('XADD', p .. 'events', 'MAXLEN', '~', kept, '*', 'k', kind, 'j', id)
+  end
+end
+
+-- The events Python decided (a JSON array of [kind, data or null]) of job id.
+local function record_events(p, id, listed)
+  for _, e in ipairs(cjson.decode(listed)) do
+    record_event(p, e[1], id, e[2] ~= cjson.null and cjson.encode(e[2]) or nil)
+  end
+end
+
 local function attempt_entry(a)
   return {attempt = tonumber(a[2]), fence = tonumber(a[4]), worker = a[3] or nil,
     started_at = a[1]}
@@ -173,7 +215,7 @@ end
 
 -- Apply a decision of tenure.core.retry to an active job (fail, and the
 -- sweeper's recover): -> queued | scheduled | dead, and end the attempt.
-local function settle_failure(p, id, jk, outcome, err, state, delay, reason, stall, now)
+local function settle_failure(p, id, jk, outcome, err, state, delay, reason, stall, now, events)
   local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
   leave_active(p, {id}, {a[3]})
   if err then redis.call('HSET', jk, 'error', err) else redis.call('HDEL', jk, 'error') end
@@ -189,6 +231,7 @@ local function settle_failure(p, id, jk, outcome, err, state, delay, reason, sta
     signal(p, 1)
   end
   end_attempt(p, id, a, outcome, err, now)
+  record_events(p, id, events)
 end
 
 -- The job and its history, as get returns them, with the running attempt's
@@ -242,6 +285,7 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
   -- per queue: its lease TTL, and what its sets gain and lose, written after
   -- the loop in one call per set
   local out, taken = {}, {}
+  local worker_json = cjson.encode(worker)
   for i = 1, math.min(limit, #candidates) do
     local c = candidates[i]
     local p = keys[c.q]
@@ -274,6 +318,7 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
       t.leases[#t.leases + 1], t.leases[#t.leases + 2] = expires, id
     end
     redis.call('HSET', jk, unpack(fields))
+    record_event(p, 'started', id, '{"attempt":' .. attempts .. ',"worker":' .. worker_json .. '}')
     t.members[#t.members + 1], t.ids[#t.ids + 1] = c.member, id
     t.active[#t.active + 1], t.active[#t.active + 2] = string.sub(c.member, 17, 32), id
     out[#out + 1] = f
@@ -326,6 +371,7 @@ local function complete_jobs(p, args, first, last, now)
         redis.call('HDEL', p .. 'keys', a[7])
       end
       end_attempt(p, id, a, 'completed', nil, now)
+      record_event(p, 'completed', id, nil)
     end
     codes[#codes + 1] = code
   end

@@ -31,6 +31,7 @@ local out, queued = {now_s}, 0
 -- due is shared, so is the state: the jobs' sorted sets, filled here and added
 -- at the end in a few ZADDs (one call per set and chunk, not three per job)
 local state = due > now and 'scheduled' or 'queued'
+local enqueued = cjson.encode({task = task, state = state})  -- every new job's event data
 local by_due, by_seq = {}, {}  -- (score, member) pairs: ready or scheduled; all and state:*
 
 -- A retried enqueue sends ids stored already: one EXISTS over the call's job
@@ -84,6 +85,7 @@ for i = 1, n do
     by_seq[#by_seq + 1] = id
     if key then redis.call('HSET', p .. 'keys', key, id) end
     stored[id] = true
+    record_event(p, 'enqueued', id, enqueued)
     out[#out + 1] = due_s
   end
 end

@@ -14,4 +14,5 @@ redis.call('HINCRBY', jk, 'attempts', -1)
 queue_job(p, id, 'active')
 signal(p, 1)
 end_attempt(p, id, a, 'released', nil, clock())
+record_event(p, 'released', id, nil)
 return OK

@@ -19,6 +19,7 @@ for _, id in ipairs(ids) do
     redis.call('HDEL', jk, 'dead_reason', 'finished_at')
     queue_job(p, id, 'dead')
     if f[2] then redis.call('HSET', p .. 'keys', f[2], id) end
+    record_event(p, 'retried_from_dlq', id, nil)
     moved = moved + 1
   end
 end
