@@ -128,6 +128,7 @@ class SQLiteBackend(Opening, Operators, EventReading):
         self.doorbells = Doorbells(workers)
         self._to_ring: list[str] = []
         self._last_trim = 0.0  # when this sweeper last applied events' retention
+        self._events_off: set[str] = set()  # queues whose last claim found events off
 
     @classmethod
     def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteBackend:
@@ -332,7 +333,9 @@ class SQLiteBackend(Opening, Operators, EventReading):
         rank = {seq: i for i, (seq, _) in enumerate(rows)}  # back in claim order
         taken.sort(key=lambda row: rank[row[SEQ]])
         jobs = [job_from_row(row[:SEQ]) for row in taken]
-        if any(policies[q].events for q in policies):
+        off = {q for q, p in policies.items() if not p.events}
+        self._events_off = (self._events_off - policies.keys()) | off
+        if len(off) < len(policies):
             kind = EventKind.STARTED
             record(conn, now, [(j.queue, kind, j.id, {"attempt": j.attempts, "worker": worker_id})
                                for j in jobs])  # fmt: skip
@@ -384,7 +387,10 @@ class SQLiteBackend(Opening, Operators, EventReading):
         ) + b"]"  # fmt: skip
         conn.execute(Q["end_attempts"], (now, Outcome.COMPLETED, None, listed))
         done = conn.execute(Q["complete_each"], (now, listed)).fetchall()
-        record(conn, now, [(q, EventKind.COMPLETED, i, None) for i, _, q in done])
+        # A queue whose claims found its events off records none (its policy is
+        # read by every claim): completing costs nothing more there.
+        off = self._events_off
+        record(conn, now, [(q, EventKind.COMPLETED, i, None) for i, _, q in done if q not in off])
         return {(i, f) for i, f, _ in items} - {(i, f) for i, f, _ in done}
 
     async def fail(

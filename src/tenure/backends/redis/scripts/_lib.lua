@@ -153,19 +153,30 @@ local ATTEMPT_FIELDS = {'started_at', 'attempts', 'worker', 'fence'}
 -- events_max_count (MAXLEN ~: whole nodes only, cheap); a queue whose policy
 -- says events = false records none. The policy is read once per queue and call.
 local EVENTS_MAX_COUNT = 100000  -- QueuePolicy.events_max_count's default
+
+-- The queue's stored policy, decoded (false when none is stored), read once
+-- per queue and script call.
+local policies = {}
+local function policy_of(p)
+  local policy = policies[p]
+  if policy == nil then
+    local raw = redis.call('GET', p .. 'policy')
+    policy = raw and cjson.decode(raw) or false
+    policies[p] = policy
+  end
+  return policy
+end
+
 local events_kept = {}
 local function events_of(p)
   local kept = events_kept[p]
   if kept == nil then
+    local policy = policy_of(p)
     kept = EVENTS_MAX_COUNT
-    local raw = redis.call('GET', p .. 'policy')
-    if raw then
-      local policy = cjson.decode(raw)
-      if policy.events == false then
-        kept = false
-      elseif tonumber(policy.events_max_count) then
-        kept = tonumber(policy.events_max_count)
-      end
+    if policy and policy.events == false then
+      kept = false
+    elseif policy and tonumber(policy.events_max_count) then
+      kept = tonumber(policy.events_max_count)
     end
     events_kept[p] = kept
   end
@@ -247,10 +258,9 @@ end
 -- The queue's lease TTL (nil for an at-most-once queue) from its stored policy,
 -- else from the defaults the caller passes (config.py holds them, once).
 local function lease_ttl_of(p, default_ttl, default_delivery)
-  local raw = redis.call('GET', p .. 'policy')
+  local policy = policy_of(p)
   local ttl, delivery = tonumber(default_ttl), default_delivery
-  if raw then
-    local policy = cjson.decode(raw)
+  if policy then
     ttl = tonumber(policy.lease_ttl) or ttl
     delivery = policy.delivery or delivery
   end
