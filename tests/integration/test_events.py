@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
 import threading
 from collections.abc import Iterator
 from importlib import resources
@@ -16,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from tenure import App, Event, InvalidInput, QueuePolicy
+from tenure.chaos.lab import Lab
 from tenure.cli import cli
 from tests.conftest import fresh_storage_url
 from tests.servers import RedisServer
@@ -148,3 +151,38 @@ def test_tenure_events_with_a_bad_id__is_one_error_line(tmp_path: Path) -> None:
     assert result.output.strip().splitlines() == [
         "error: bad event id 'nope': pass back an event's id"
     ]
+
+
+# -- each detector, from a real fault of a real worker --------------------------------
+
+
+def _stalled(lab: Lab, job_id: str) -> list[Event]:
+    return [e for e in lab.app.events(queue=lab.queue, timeout=0)
+            if e.job_id == job_id and e.kind == "stalled"]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend_kind", ["sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("detector", ["executor_died", "deadline", "worker_gone", "lease_expired"])
+def test_a_real_fault__records_stalled_with_the_detector_that_saw_it(
+    request: pytest.FixtureRequest, tmp_path: Path, backend_kind: str, detector: str
+) -> None:
+    url = fresh_storage_url(backend_kind, request, tmp_path)
+    policy: dict[str, Any] = {"lease_ttl": 1.0, "heartbeat_interval": 0.2, "sweep_interval": 0.1}
+    if detector == "deadline":
+        policy["timeout"] = 0.5
+    with Lab(url, "events", **policy) as lab:
+        doomed = lab.worker("--concurrency", "1")
+        job = lab.enqueue("chaos.sleep", seconds=30)
+        _, executor = lab.wait("the handler to start", lambda: lab.running_on(job.id))
+        if detector == "executor_died":
+            os.kill(executor, signal.SIGKILL)
+        elif detector == "worker_gone":
+            os.killpg(doomed.pid, signal.SIGKILL)
+            lab.worker("--concurrency", "1")  # its sweeper recovers the job
+        elif detector == "lease_expired":
+            os.killpg(doomed.pid, signal.SIGSTOP)  # alive to storage, silent: the lease runs out
+            lab.worker("--concurrency", "1")
+        [stalled] = lab.wait("the stall's event", lambda: _stalled(lab, job.id) or None, timeout=30)
+        assert stalled.data == {"detector": detector}
+        if detector == "lease_expired":
+            os.killpg(doomed.pid, signal.SIGCONT)
