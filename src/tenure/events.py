@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from tenure.backends.base import Backend
 
 BATCH = 500  # events read per round trip
-MAX_WAIT = 5.0  # seconds one read waits, so that a deadline is kept to within it
+# Seconds one read waits at most: between reads a sync follower can be
+# interrupted, and a blocked read does not hold a connection for long.
+MAX_WAIT = 5.0
 
 
 def check_follow(queue: object, after: object, timeout: object) -> None:

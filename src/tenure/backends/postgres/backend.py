@@ -33,7 +33,7 @@ from tenure.backends.base import (
     claim_limit,
     cursor_seq,
 )
-from tenure.backends.postgres.events import EventReading
+from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
 from tenure.backends.postgres.liveness import Liveness, Wakeups, hung_up
 from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
 from tenure.backends.sqlfile import load_migrations, load_queries
@@ -85,7 +85,6 @@ RAW_QUERIES = {
 MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
 FENCE = 1 + JOB_COLUMNS.index("fence")  # in a row of complete_and_claim
 UNREACHABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout)  # -> BackendUnavailable
-TRIM_EVERY = 60.0  # seconds; see events.py
 HELD_FOR_CYCLES = 3  # a worker has up to 3 cycles in flight
 CYCLE_STATEMENTS = 64  # distinct limits whose cycle statement is kept (and prepared)
 COPY_FROM = 100  # jobs in a batch from which COPY (5 round trips, less server time) wins
@@ -153,7 +152,7 @@ class PostgresBackend(EventReading):
         self.liveness = Liveness(conninfo, self.namespace)
         self.wakeups = Wakeups(conninfo, self.channel)
         self._event_wakeups: Wakeups | None = None  # for readers of events, once one waits
-        self._last_trim = -TRIM_EVERY  # when this sweeper last applied events' retention
+        self._last_trim = -TRIM_INTERVAL  # when this sweeper last applied events' retention
 
     @classmethod
     def from_url(cls, url: str) -> PostgresBackend:

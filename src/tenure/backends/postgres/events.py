@@ -7,8 +7,9 @@ it, then its place in the sequence; readers see only events of transactions
 older than every transaction still running (``pg_snapshot_xmin``), a part of
 the order that can no longer change. A long transaction anywhere on the server
 delays events (it never loses them). The writers announce at commit on the
-channel ``tenure:<schema>``, which a waiting reader LISTENs on; while events
-are held back behind a running transaction, it looks again shortly.
+channel ``tenure:<schema>``, which a waiting reader LISTENs on (looking at
+least once a second all the same); while events are held back behind a
+running transaction, it looks again shortly.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from tenure.core.names import check_name, shown
 from tenure.errors import InvalidInput
 
 HELD_BACK_RETRY = 0.01  # seconds before a look again while events are held back
+# A waiting reader looks at least this often: an announcement made before its
+# LISTEN connection was up (or while it was down) is not lost for longer.
+SAFETY_POLL = 1.0
 TRIM_INTERVAL = 60.0  # seconds between two retention passes of one sweeper
 DEFAULTS = QueuePolicy()
 MAX_ID = 2**63 - 1
@@ -79,7 +83,7 @@ class EventReading:
                 await asyncio.sleep(min(HELD_BACK_RETRY, left))
             else:
                 assert self._event_wakeups is not None
-                await self._event_wakeups.wait([""], left)
+                await self._event_wakeups.wait([""], min(left, SAFETY_POLL))
 
     async def _read(
         self, queue: str | None, xid: str, n: int, limit: int
