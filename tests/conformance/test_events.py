@@ -19,6 +19,7 @@ from tests.conformance.helpers import (
     enqueue_one,
     register,
     rescue_until,
+    spec,
 )
 
 
@@ -204,3 +205,25 @@ def test_events_policy__must_be_a_bool(backend: Any) -> None:
 def test_a_bad_event_id__is_invalid_input(backend: Any) -> None:
     with pytest.raises(InvalidInput):
         events(backend, after="not an id")
+
+
+def test_a_batch__resumes_after_any_of_its_events_and_reads_in_pages(
+    backend: Any, worker: str
+) -> None:
+    """A batch's events may be stored together (one row, one entry): still one
+    event each, each resumable after, read a page at a time."""
+    jobs = backend.enqueue([spec() for _ in range(10)])
+    claimed = backend.claim(worker, ["default"], 10)
+    backend.complete_many([(j.id, j.fence, b"null") for j in claimed])
+    every = events(backend)
+    assert [e.kind for e in every] == ["enqueued"] * 10 + ["started"] * 10 + ["completed"] * 10
+    assert [e.job_id for e in every[:10]] == [j.id for j in jobs]
+    assert [e.data["attempt"] for e in every[10:20]] == [1] * 10
+    for cut in (3, 9, 14, 25):
+        assert events(backend, after=every[cut].id) == every[cut + 1 :]
+    pages, after = [], None
+    while page := list(backend.read_events(None, after, 4)):
+        pages.append(page)
+        after = page[-1].id
+    assert [len(p) for p in pages] == [4] * 7 + [2]
+    assert [e for p in pages for e in p] == every

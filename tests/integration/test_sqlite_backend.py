@@ -43,8 +43,7 @@ EXPECTED_TABLES = {
     "workers": ["id", "hostname", "pid", "queues", "started_at", "last_seen"],
     "sweeps": ["id", "last_at"],
     "schema_migrations": ["version", "name", "applied_at"],
-    "events": ["id", "queue", "kind", "job_id", "at", "data"],
-    "sqlite_sequence": ["name", "seq"],
+    "events": ["id", "n", "queue", "kind", "at", "jobs", "data"],
 }  # fmt: skip
 EXPECTED_INDEXES = {
     "jobs_key", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_worker", "jobs_queue_state",

@@ -1,9 +1,11 @@
 """Lifecycle events on SQLite: written by the transition's own transaction,
-read by id.
+read by number.
 
-Ids are the ``events`` table's AUTOINCREMENT key: one writer at a time holds
-the write lock, so ids commit in order and a reader that resumes after an id
-misses nothing. A waiting reader watches ``PRAGMA data_version`` (a counter in
+An event's id is its number. A row of the ``events`` table holds the events
+of one kind and queue that one statement recorded (a cycle's completions, its
+claims), numbered after the last event: one writer at a time holds the write
+lock, so numbers commit in order and a reader that resumes after one misses
+nothing. A waiting reader watches ``PRAGMA data_version`` (a counter in
 the WAL's shared memory that moves when another connection commits), not the
 table: SQLite cannot wake another process by itself, and the counter costs no
 read of the database.
@@ -35,10 +37,25 @@ DEFAULTS = QueuePolicy()
 Row = tuple[str, str, str, dict[str, Any] | None]
 
 
-def record(conn: sqlite3.Connection, now: float, rows: Sequence[Row]) -> None:
-    """Record events in the caller's transaction, for queues that keep them."""
-    if rows:
-        conn.execute(Q["record_events"], (now, orjson.dumps(rows)))
+def record(conn: sqlite3.Connection, now: float, events: Sequence[Row]) -> None:
+    """Record events in the caller's transaction, for queues that keep them: a
+    row for each run of events of one queue and kind."""
+    if not events:
+        return
+    rows: list[list[Any]] = []
+    last: tuple[str, str] | None = None
+    for queue, kind, job_id, data in events:
+        if (queue, kind) != last:
+            last = (queue, kind)
+            rows.append([queue, kind, [], [], 0])
+        row = rows[-1]
+        row[2].append(job_id)
+        row[3].append(data)
+        row[4] += 1
+    for row in rows:
+        if not any(row[3]):
+            row[3] = None
+    conn.execute(Q["record_events"], (now, orjson.dumps(rows)))
 
 
 def record_job(
@@ -51,9 +68,19 @@ def record_job(
     conn.execute(Q["record_job_events"], (now, job_id, orjson.dumps(list(events))))
 
 
-def event_from_row(row: tuple[Any, ...]) -> Event:
-    id_, queue, kind, job_id, at, data = row
-    return Event(str(id_), kind, job_id, queue, at, orjson.loads(data) if data else {})
+def events_of_rows(rows: Iterable[tuple[Any, ...]], after: int, limit: int) -> list[Event]:
+    """The events the rows hold, numbered after ``after``, up to ``limit``."""
+    events: list[Event] = []
+    for last, n, queue, kind, at, jobs, data in rows:
+        each = orjson.loads(data) if data else None
+        for k, job_id in enumerate(orjson.loads(jobs)):
+            number = last - n + 1 + k
+            if number > after:
+                found = each[k] if each else None
+                events.append(Event(str(number), kind, job_id, queue, at, found or {}))
+                if len(events) == limit:
+                    return events
+    return events
 
 
 def event_cursor(after: str | None) -> int:
@@ -99,7 +126,7 @@ class EventReading:
         conn = self.conn
         version = self._data_version()
         rows = conn.execute(Q["read_events"], (after, queue, limit)).fetchall()
-        return [event_from_row(r) for r in rows], version
+        return events_of_rows(rows, after, limit), version
 
     def _data_version(self) -> int:
         (version,) = self.conn.execute("PRAGMA data_version").fetchone()
