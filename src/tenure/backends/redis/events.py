@@ -5,19 +5,22 @@ script of the transition (``record_event`` in ``_lib.lua``): one hash slot, so
 events work on Redis Cluster, and a stream's ids (``<ms>-<n>``, Redis's clock)
 grow in the order its scripts ran.
 
-An event's id is ``<ms>-<n>@<queue>``: its stream's id, then its queue. One
-queue's reader reads its stream after ``<ms>-<n>``. A reader of every queue
-reads every stream at once (``XREAD`` with one id per stream) and merges them
-in the order ``(ms, n, queue)``. Two streams may hold the same ``<ms>-<n>``;
-the queue breaks the tie, so resuming after an id knows, for each stream,
-whether its entry of that ``<ms>-<n>`` was delivered. And a stream may still
-get an entry of the current millisecond: the reader asks Redis for the time
-before it reads, and delivers only entries of earlier milliseconds, later
-ones on its next read. A new entry's milliseconds are never below Redis's
-clock when it is written, so nothing is ever added behind a delivered id (on
-a Redis whose clock does not step back; on Cluster, each node has its own
-clock, and a node behind the others may add entries behind a delivered id of
-another node's queue: read one queue per reader there, or accept it).
+An entry holds the events of one kind that one script recorded for the queue
+(a cycle's completions, its claims), in order. An event's id is
+``<ms>-<n>.<k>@<queue>``: its entry's stream id, its place in the entry, its
+queue. The order of events is ``(ms, n, queue, k)``. One queue's reader reads
+its stream from the entry ``<ms>-<n>`` on, skipping what it delivered of it. A
+reader of every queue reads every stream at once (``XREAD`` with one id per
+stream) and merges them in that order: two streams may hold the same
+``<ms>-<n>``, and the queue in the id says, for each stream, whether its entry
+of that ``<ms>-<n>`` was delivered. A stream may still get an entry of the
+current millisecond: the reader asks Redis for the time before it reads, and
+delivers only entries of earlier milliseconds (later ones on its next read).
+A new entry's milliseconds are never below Redis's clock when it is written,
+so nothing is ever added behind a delivered id (on a Redis whose clock does
+not step back; on Cluster, each node has its own clock, and a node behind the
+others may add entries behind a delivered id of another node's queue: read
+one queue per reader there, or accept it).
 """
 
 from __future__ import annotations
@@ -44,18 +47,24 @@ TRIM_INTERVAL = 60.0  # seconds between two retention passes of one sweeper
 MAX_PART = 2**64 - 1
 
 
-def parse_event_id(after: str | None) -> tuple[StreamId, str] | None:
-    """``((ms, n), queue)`` of an event id; InvalidInput otherwise."""
+# Where a reader stands: the last event's entry, its queue, its place in the entry.
+Cursor = tuple[StreamId, str, int]
+
+
+def parse_event_id(after: str | None) -> Cursor | None:
+    """``((ms, n), queue, k)`` of an event id; InvalidInput otherwise."""
     if after is None:
         return None
     if isinstance(after, str):
         head, sep, queue = after.partition("@")
-        ms, dash, n = head.partition("-")
-        if (sep and dash and ms.isascii() and ms.isdigit() and n.isascii() and n.isdigit()
-                and len(ms) <= 20 and len(n) <= 20 and int(ms) <= MAX_PART
-                and int(n) <= MAX_PART):  # fmt: skip
+        entry, dot, k = head.partition(".")
+        ms, dash, n = entry.partition("-")
+        parts = (ms, n, k)
+        if (sep and dash and dot and all(x.isascii() and x.isdigit() and len(x) <= 20
+                                         for x in parts)
+                and max(int(x) for x in parts) <= MAX_PART):  # fmt: skip
             check_name("queue", queue)
-            return (int(ms), int(n)), queue
+            return (int(ms), int(n)), queue, int(k)
     raise InvalidInput(f"bad event id {shown(after)}: pass back an event's id")
 
 
@@ -67,13 +76,14 @@ def _before(sid: StreamId) -> str:
     return f"{ms - 1}-{MAX_PART}" if ms > 0 else "0-0"
 
 
-def start_of(queue: str, cursor: tuple[StreamId, str] | None) -> str:
-    """Where to read ``queue``'s stream from, after the event ``cursor``."""
+def start_of(queue: str, cursor: Cursor | None) -> str:
+    """Where to read ``queue``'s stream from, after the event ``cursor``: after
+    its entry for an earlier queue (delivered whole), from it for the same
+    queue (partly delivered) or a later one (not yet delivered)."""
     if cursor is None:
         return "0-0"
-    sid, last_queue = cursor
-    # (ms, n, queue) order: a later queue's entry of the same (ms, n) comes after
-    return f"{sid[0]}-{sid[1]}" if queue <= last_queue else _before(sid)
+    sid, last_queue, _ = cursor
+    return f"{sid[0]}-{sid[1]}" if queue < last_queue else _before(sid)
 
 
 class EventReader:
@@ -97,10 +107,10 @@ class EventReader:
         while True:
             queues = [queue] if queue is not None else await self._queues()
             starts = {q: start_of(q, cursor) for q in queues}
-            events, held = await self._read(starts, limit)
+            events, held = await self._read(starts, limit, cursor)
             if held:  # stored already: read again once their millisecond is over
                 await asyncio.sleep(HELD_BACK_RETRY)
-                events, held = await self._read(starts, limit)
+                events, held = await self._read(starts, limit, cursor)
                 if held and not events:
                     continue
             left = deadline - time.monotonic()
@@ -115,7 +125,9 @@ class EventReader:
         members = await self.runner.command("SMEMBERS", self.keys.queues, repeatable=True)
         return sorted(m.decode() for m in members)
 
-    async def _read(self, starts: dict[str, str], limit: int) -> tuple[list[Event], bool]:
+    async def _read(
+        self, starts: dict[str, str], limit: int, cursor: Cursor | None
+    ) -> tuple[list[Event], bool]:
         """Events that can be delivered now, in order, and whether some were held back."""
         if not starts:
             return [], False
@@ -133,7 +145,7 @@ class EventReader:
         for reply in replies:
             for key, entries in reply or ():
                 found[_queue_of(key)] = entries
-        return _merge(found, limit, now_ms)
+        return _merge(found, limit, now_ms, cursor)
 
     async def _block(self, starts: dict[str, str], timeout: float) -> None:
         """Until an entry comes to one of the streams, or ``timeout`` seconds."""
@@ -169,9 +181,12 @@ def _queue_of(key: bytes | str) -> str:
     return text[text.index("{") + 1 : text.rindex("}")]
 
 
-def _merge(found: dict[str, list[Any]], limit: int, now_ms: int) -> tuple[list[Event], bool]:
-    """Merge the streams' entries in (ms, n, queue) order, up to the first one not
-    final: of the current millisecond, or past the end of a stream cut at limit."""
+def _merge(
+    found: dict[str, list[Any]], limit: int, now_ms: int, cursor: Cursor | None
+) -> tuple[list[Event], bool]:
+    """Merge the streams' entries in (ms, n, queue, k) order, up to the first one
+    not final: of the current millisecond, or past the end of a stream cut at
+    limit. What the cursor says was delivered is skipped."""
     rows: list[tuple[StreamId, str, dict[bytes, bytes]]] = []
     cap: StreamId | None = None
     for queue, entries in found.items():
@@ -182,18 +197,20 @@ def _merge(found: dict[str, list[Any]], limit: int, now_ms: int) -> tuple[list[E
             last = rows[-1][0]
             cap = last if cap is None else min(cap, last)
     rows.sort(key=lambda r: (r[0], r[1]))
-    events, held = [], False
+    events: list[Event] = []
     for sid, queue, fields in rows:
         if sid[0] >= now_ms:
-            held = True
-            break
+            return events, True
         if cap is not None and sid > cap:
             break
-        data = fields.get(b"d")
-        events.append(Event(
-            f"{sid[0]}-{sid[1]}@{queue}", fields[b"k"].decode(), fields[b"j"].decode(), queue,
-            sid[0] / 1000, orjson.loads(data) if data else {},
-        ))  # fmt: skip
-        if len(events) == limit:
-            break
-    return events, held
+        skip = cursor[2] if cursor is not None and (sid, queue) == cursor[:2] else -1
+        data = orjson.loads(fields[b"d"]) if b"d" in fields else None
+        kind, at = fields[b"k"].decode(), sid[0] / 1000
+        for k, job_id in enumerate(orjson.loads(fields[b"j"])):
+            if k <= skip:
+                continue
+            id_ = f"{sid[0]}-{sid[1]}.{k}@{queue}"
+            events.append(Event(id_, kind, job_id, queue, at, (data[k] if data else None) or {}))
+            if len(events) == limit:
+                return events, False
+    return events, False

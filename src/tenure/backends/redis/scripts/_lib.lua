@@ -147,11 +147,14 @@ end
 local ATTEMPT_FIELDS = {'started_at', 'attempts', 'worker', 'fence'}
 
 -- The running attempt's entry (a table to encode) from its ATTEMPT_FIELDS.
--- Lifecycle events (tenure.core.events): one stream per queue, p .. 'events',
--- whose entries are {k kind, j job id, d data (JSON, when there is any)}; the
--- entry's id says when (Redis's clock, in ms). Trimmed to the queue's
--- events_max_count (MAXLEN ~: whole nodes only, cheap); a queue whose policy
--- says events = false records none. The policy is read once per queue and call.
+-- Lifecycle events (tenure.core.events): one stream per queue, p .. 'events'.
+-- An entry holds the events of one kind that one script recorded for the
+-- queue (a cycle's completions, its claims: an XADD per job cost the cycle a
+-- seventh more): {k kind, j JSON array of job ids, d JSON array of each
+-- event's data (absent: none has any)}; its id says when (Redis's clock, in
+-- ms). Trimmed to the queue's events_max_count entries (MAXLEN ~: whole nodes
+-- only, cheap); a queue whose policy says events = false records none. The
+-- policy is read once per queue and call.
 local EVENTS_MAX_COUNT = 100000  -- QueuePolicy.events_max_count's default
 
 -- The queue's stored policy, decoded (false when none is stored), read once
@@ -183,14 +186,23 @@ local function events_of(p)
   return kept
 end
 
-local function record_event(p, kind, id, data)
+-- One entry: the events of kind of the jobs ids (a list), with data, the JSON
+-- text of each event's data (a list), or nil when none has any.
+local function append_events(p, kind, ids, data)
+  if #ids == 0 then return end
   local kept = events_of(p)
   if not kept then return end
+  local jobs = cjson.encode(ids)
   if data then
-    redis.call('XADD', p .. 'events', 'MAXLEN', '~', kept, '*', 'k', kind, 'j', id, 'd', data)
+    redis.call('XADD', p .. 'events', 'MAXLEN', '~', kept, '*', 'k', kind, 'j', jobs,
+      'd', '[' .. table.concat(data, ',') .. ']')
   else
-    redis.call('XADD', p .. 'events', 'MAXLEN', '~', kept, '*', 'k', kind, 'j', id)
+    redis.call('XADD', p .. 'events', 'MAXLEN', '~', kept, '*', 'k', kind, 'j', jobs)
   end
+end
+
+local function record_event(p, kind, id, data)
+  append_events(p, kind, {id}, data and {data} or nil)
 end
 
 -- The events Python decided (a JSON array of [kind, data or null]) of job id.
@@ -302,7 +314,7 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     local t = taken[c.q]
     if not t then
       t = {ttl = lease_ttl_of(p, default_ttl, default_delivery), members = {}, ids = {},
-        active = {}, leases = {}}
+        active = {}, leases = {}, started = {}}
       taken[c.q] = t
     end
     local id = string.sub(c.member, 33)
@@ -328,7 +340,7 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
       t.leases[#t.leases + 1], t.leases[#t.leases + 2] = expires, id
     end
     redis.call('HSET', jk, unpack(fields))
-    record_event(p, 'started', id, '{"attempt":' .. attempts .. ',"worker":' .. worker_json .. '}')
+    t.started[#t.started + 1] = '{"attempt":' .. attempts .. ',"worker":' .. worker_json .. '}'
     t.members[#t.members + 1], t.ids[#t.ids + 1] = c.member, id
     t.active[#t.active + 1], t.active[#t.active + 2] = string.sub(c.member, 17, 32), id
     out[#out + 1] = f
@@ -341,6 +353,7 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     call_with('ZADD', state_key(p, 'active'), t.active)
     call_with('SADD', held_key(p, worker), t.ids)
     redis.call('SADD', p .. 'holders', worker)
+    append_events(p, 'started', t.ids, t.started)
   end
   -- A queue left empty has no claimable job: its wake-up tokens are stale (an
   -- enqueue pushes new ones), and an idle worker should not wake for nothing.
@@ -381,12 +394,12 @@ local function complete_jobs(p, args, first, last, now)
         redis.call('HDEL', p .. 'keys', a[7])
       end
       end_attempt(p, id, a, 'completed', nil, now)
-      record_event(p, 'completed', id, nil)
     end
     codes[#codes + 1] = code
   end
   leave_active(p, ids, workers)
   call_with('ZREM', state_key(p, 'active'), ids)
   call_with('ZADD', state_key(p, 'completed'), completed)
+  append_events(p, 'completed', ids, nil)
   return codes
 end

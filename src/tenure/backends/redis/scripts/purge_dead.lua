@@ -13,8 +13,8 @@ for _, id in ipairs(ids) do
     redis.call('DEL', job_key(p, id), history_key(p, id))
     redis.call('ZREM', state_key(p, 'dead'), id)
     redis.call('ZREM', p .. 'all', id)
-    record_event(p, 'purged', id, nil)
     gone[#gone + 1] = id
   end
 end
+append_events(p, 'purged', gone, nil)
 return gone
