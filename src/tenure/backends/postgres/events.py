@@ -1,9 +1,11 @@
 """Lifecycle events on PostgreSQL: read in (xid, id) order, announced by NOTIFY.
 
-Ids from a sequence are taken in one order and committed in another: reading
-``id > after`` would skip an event whose transaction took a smaller id and
-committed later. So an event's id is ``<xid>-<n>``: the transaction that wrote
-it, then its place in the sequence; readers see only events of transactions
+A row holds the events of one kind and queue that one statement recorded (a
+cycle's completions, its claims). Ids from a sequence are taken in one order
+and committed in another: reading ``id > after`` would skip an event whose
+transaction took a smaller id and committed later. So an event's id is
+``<xid>-<n>.<k>``: the transaction that wrote its row, the row's place in the
+sequence, the event's place in the row; readers see only rows of transactions
 older than every transaction still running (``pg_snapshot_xmin``), a part of
 the order that can no longer change. A long transaction anywhere on the server
 delays events (it never loses them). The writers announce at commit on the
@@ -37,19 +39,22 @@ DEFAULTS = QueuePolicy()
 MAX_ID = 2**63 - 1
 
 
-def parse_event_id(after: str | None) -> tuple[str, int]:
-    """``(xid, n)`` of an event id ``<xid>-<n>``; InvalidInput otherwise."""
+# Where a reader stands: the row of the last event (xid, id), its place in it.
+Cursor = tuple[str, int, int]
+
+
+def parse_event_id(after: str | None) -> Cursor:
+    """``(xid, id, k)`` of an event id ``<xid>-<id>.<k>``; InvalidInput otherwise."""
     if after is None:
-        return "0", 0
-    xid, sep, n = after.partition("-") if isinstance(after, str) else ("", "", "")
-    digits = xid.isascii() and xid.isdigit() and n.isascii() and n.isdigit()
-    if (
-        not (sep and digits and len(xid) <= 20 and len(n) <= 19)
-        or int(xid) >= 2**64
-        or int(n) > MAX_ID
-    ):
-        raise InvalidInput(f"bad event id {shown(after)}: pass back an event's id")
-    return xid, int(n)
+        return "0", 0, -1
+    if isinstance(after, str):
+        xid, sep, rest = after.partition("-")
+        n, dot, k = rest.partition(".")
+        parts = (xid, n, k)
+        if (sep and dot and all(x.isascii() and x.isdigit() and len(x) <= 20 for x in parts)
+                and int(xid) < 2**64 and int(n) <= MAX_ID and int(k) <= MAX_ID):  # fmt: skip
+            return xid, int(n), int(k)
+    raise InvalidInput(f"bad event id {shown(after)}: pass back an event's id")
 
 
 class EventReading:
@@ -70,12 +75,12 @@ class EventReading:
     ) -> list[Event]:
         if queue is not None:
             check_name("queue", queue)
-        xid, n = parse_event_id(after)
+        cursor = parse_event_id(after)
         deadline = time.monotonic() + timeout
         if timeout > 0 and self._event_wakeups is None:
             self._event_wakeups = Wakeups(self.conninfo, self.events_channel)
         while True:
-            events, held = await self._read(queue, xid, n, limit)
+            events, held = await self._read(queue, cursor, limit)
             left = deadline - time.monotonic()
             if events or left <= 0:
                 return events
@@ -86,17 +91,25 @@ class EventReading:
                 await self._event_wakeups.wait([""], min(left, SAFETY_POLL))
 
     async def _read(
-        self, queue: str | None, xid: str, n: int, limit: int
+        self, queue: str | None, cursor: Cursor, limit: int
     ) -> tuple[list[Event], bool]:
+        xid, n, skip = cursor
         params = {"queue": queue, "xid": xid, "id": n, "limit": limit}
         async with self._conn() as conn:
             cur = await conn.execute(self.q["read_events"], params)
             rows = await cur.fetchall()
-        events = [
-            Event(f"{x}-{i}", kind, job_id, q, at, (orjson.loads(data) if data else None) or {})
-            for x, i, q, kind, job_id, at, data, _ in rows
-            if x is not None
-        ]
+        events: list[Event] = []
+        for x, i, q, kind, jobs, at, data, _ in rows:
+            if x is None:
+                continue
+            each = orjson.loads(data) if data else None
+            for k, job_id in enumerate(orjson.loads(jobs)):
+                if (x, i) == (xid, n) and k <= skip:
+                    continue
+                found = each[k] if each else None
+                events.append(Event(f"{x}-{i}.{k}", kind, job_id, q, at, found or {}))
+                if len(events) == limit:
+                    return events, False
         return events, bool(rows and rows[0][-1])
 
     async def _trim_events(self, conn: psycopg.AsyncConnection[Any]) -> None:

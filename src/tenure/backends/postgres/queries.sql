@@ -97,14 +97,16 @@ ended AS (
 
 -- name: record_events
 -- (A part of statements, written into them.) The events of `recorded_input`
--- (queue, kind, job_id, data; in order) for the queues that record them, and
--- their announcement at commit. Returns the number recorded.
+-- (queue, kind, job_id, data; in the order of ord) for the queues that record
+-- them, a row per kind and queue, and their announcement at commit.
 recorded AS (
-    INSERT INTO {schema}.events (queue, kind, job_id, data)
-    SELECT r.queue, r.kind, r.job_id, r.data
+    INSERT INTO {schema}.events (queue, kind, jobs, data)
+    SELECT r.queue, r.kind, json_agg(r.job_id ORDER BY r.ord),
+           CASE WHEN bool_or(r.data IS NOT NULL) THEN json_agg(r.data ORDER BY r.ord) END
     FROM recorded_input AS r LEFT JOIN {schema}.queues AS q ON q.name = r.queue
     WHERE coalesce(q.events, true)  -- a queue this statement records has the defaults
-    ORDER BY r.ord
+    GROUP BY r.queue, r.kind
+    ORDER BY min(r.ord)
     RETURNING 1
 ),
 announced AS (
@@ -517,19 +519,21 @@ SELECT id, hostname, pid, queues::text, started_at, last_seen FROM {schema}.work
 ORDER BY started_at
 
 -- name: read_events
--- Events after (%(xid)s, %(id)s) in (xid, id) order, of %(queue)s (NULL: every
--- queue), from transactions older than every one still running: that part of
--- the order is final. The last column says how many are held back (written by
--- a transaction that committed while an older one runs), so that the reader
--- looks again soon rather than waiting for the next announcement.
+-- The rows of events from (%(xid)s, %(id)s) on (the row of the last event
+-- read: the reader skips what it delivered of it) in (xid, id) order, of
+-- %(queue)s (NULL: every queue), from transactions older than every one still
+-- running: that part of the order is final. The last column says whether some
+-- are held back (written by a transaction that committed while an older one
+-- runs), so that the reader looks again soon rather than waiting for the next
+-- announcement.
 WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
-SELECT xid::text, id, queue, kind, job_id, at, data::text,
+SELECT xid::text, id, queue, kind, jobs::text, at, data::text,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.events AS h
-                              WHERE (h.xid, h.id) > (%(xid)s::xid8, %(id)s::bigint)
+                              WHERE (h.xid, h.id) >= (%(xid)s::xid8, %(id)s::bigint)
                                 AND h.xid >= horizon.xmin LIMIT 1) AS held)
 FROM horizon LEFT JOIN LATERAL (
     SELECT * FROM {schema}.events AS e
-    WHERE (e.xid, e.id) > (%(xid)s::xid8, %(id)s::bigint) AND e.xid < horizon.xmin
+    WHERE (e.xid, e.id) >= (%(xid)s::xid8, %(id)s::bigint) AND e.xid < horizon.xmin
       AND (%(queue)s::text IS NULL OR e.queue = %(queue)s)
     ORDER BY e.xid, e.id
     LIMIT %(limit)s

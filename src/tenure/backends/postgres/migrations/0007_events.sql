@@ -1,5 +1,7 @@
 -- Lifecycle events (tenure.core.events), written by the statement of the
--- transition they record. Ids from a sequence commit out of order, so a reader
+-- transition they record: a row per statement, kind and queue (a worker's
+-- cycle completes and starts tens of jobs: a row each cost the cycle a tenth
+-- more), its events in order. Ids from a sequence commit out of order, so a reader
 -- orders events by (xid, id): the writing transaction, then the order within
 -- it, and reads only those of transactions older than every one still running
 -- (pg_snapshot_xmin): that part of the order is final, and resuming after any
@@ -9,9 +11,9 @@ CREATE TABLE {schema}.events (
     id     bigint GENERATED ALWAYS AS IDENTITY,
     queue  text NOT NULL,
     kind   text NOT NULL,
-    job_id text NOT NULL,
     at     double precision NOT NULL DEFAULT extract(epoch FROM now())::float8,
-    data   json,  -- NULL: no data
+    jobs   json NOT NULL,  -- each event's job id
+    data   json,           -- each event's data (null: none); NULL: none has any
     PRIMARY KEY (xid, id)
 );
 
