@@ -227,3 +227,19 @@ def test_a_batch__resumes_after_any_of_its_events_and_reads_in_pages(
         after = page[-1].id
     assert [len(p) for p in pages] == [4] * 7 + [2]
     assert [e for p in pages for e in p] == every
+
+
+def test_a_sweep__keeps_the_newest_events_max_count_events_of_a_queue(backend: Any) -> None:
+    backend.change_policy("default", {"events_max_count": 2})
+    jobs = [enqueue_one(backend) for _ in range(40)]
+    other = enqueue_one(backend, queue="other")
+    assert backend.rescue().swept
+    kept = [e.job_id for e in events(backend, "default")]
+    # Redis trims whole nodes of its streams (MAXLEN ~): at least the newest two
+    assert kept[-2:] == [j.id for j in jobs[-2:]]
+    assert len(kept) == 2 or backend_url_is_redis(backend)
+    assert [e.job_id for e in events(backend, "other")] == [other.id]
+
+
+def backend_url_is_redis(backend: Any) -> bool:
+    return str(backend.url).startswith("redis")

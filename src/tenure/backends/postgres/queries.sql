@@ -546,11 +546,13 @@ DELETE FROM {schema}.events AS d
 USING (
     SELECT e.xid, e.id FROM (
         SELECT e.xid, e.id, e.at,
-               row_number() OVER (PARTITION BY e.queue ORDER BY e.xid DESC, e.id DESC) AS newer,
+               sum(json_array_length(e.jobs))
+                   OVER (PARTITION BY e.queue ORDER BY e.xid DESC, e.id DESC)
+               - json_array_length(e.jobs) AS newer,
                coalesce((q.policy->>'events_max_age')::float8, %(max_age)s) AS max_age,
                coalesce((q.policy->>'events_max_count')::bigint, %(max_count)s) AS max_count
         FROM {schema}.events AS e LEFT JOIN {schema}.queues AS q ON q.name = e.queue
     ) AS e
-    WHERE e.at < extract(epoch FROM now())::float8 - e.max_age OR e.newer > e.max_count
+    WHERE e.at < extract(epoch FROM now())::float8 - e.max_age OR e.newer >= e.max_count
 ) AS old
 WHERE d.xid = old.xid AND d.id = old.id

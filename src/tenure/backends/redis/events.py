@@ -164,7 +164,8 @@ class EventReader:
         return True
 
     async def trim(self, queues: list[str], policies: dict[str, QueuePolicy]) -> None:
-        """Retention by age (MINID ~); by count, every append trims (MAXLEN ~)."""
+        """Retention by age (MINID, exact: once a minute); by count, every
+        append trims (MAXLEN ~: whole nodes, cheap)."""
         if not queues:
             return
         [(seconds, micros)] = await self.runner.pipeline([Call.command("TIME")])
@@ -172,7 +173,7 @@ class EventReader:
         calls = []
         for q in queues:
             oldest = now_ms - int(policies.get(q, QueuePolicy()).events_max_age * 1000)
-            calls.append(Call.command("XTRIM", self.stream(q), "MINID", "~", max(oldest, 0)))
+            calls.append(Call.command("XTRIM", self.stream(q), "MINID", max(oldest, 0)))
         await self.runner.pipeline(calls)
 
 
