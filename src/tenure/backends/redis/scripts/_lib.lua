@@ -146,7 +146,6 @@ end
 -- the entry and the end rewrote it, two calls per job more than needed.
 local ATTEMPT_FIELDS = {'started_at', 'attempts', 'worker', 'fence'}
 
--- The running attempt's entry (a table to encode) from its ATTEMPT_FIELDS.
 -- Lifecycle events (tenure.core.events): one stream per queue, p .. 'events'.
 -- An entry holds the events of one kind that one script recorded for the
 -- queue (a cycle's completions, its claims: an XADD per job cost the cycle a
@@ -212,6 +211,7 @@ local function record_events(p, id, listed)
   end
 end
 
+-- The running attempt's entry (a table to encode) from its ATTEMPT_FIELDS.
 local function attempt_entry(a)
   return {attempt = tonumber(a[2]), fence = tonumber(a[4]), worker = a[3] or nil,
     started_at = a[1]}
