@@ -3,6 +3,7 @@
 from tenure.app import App, Queue, Task
 from tenure.config import QueuePolicy, WorkerConfig
 from tenure.context import JobContext, current_job
+from tenure.core.events import Event
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import (
     BackendUnavailable,
@@ -21,6 +22,7 @@ __all__ = [
     "Attempt",
     "BackendUnavailable",
     "DeadReason",
+    "Event",
     "Fail",
     "InvalidInput",
     "InvalidTransition",

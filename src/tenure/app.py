@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
 from tenure.backends.base import Backend, Page
@@ -29,9 +29,11 @@ from tenure.config import (
     QueuePolicy,
     check_integer,
 )
+from tenure.core.events import Event
 from tenure.core.names import check_job_ids, check_name
 from tenure.core.states import State, parse_state
 from tenure.errors import InvalidInput
+from tenure.events import Steps, follow, follow_sync
 from tenure.hooks import Hooks
 from tenure.job import Job, JobSpec
 from tenure.portal import Portal
@@ -282,6 +284,24 @@ class App:
     async def aqueues(self) -> list[str]:
         return await (await self.abackend()).queues()
 
+    # -- lifecycle events --------------------------------------------------
+
+    def events(
+        self, queue: str | None = None, after: str | None = None, timeout: float | None = None
+    ) -> Iterator[Event]:
+        """Lifecycle events of ``queue`` (None: every queue) after the one whose
+        id is ``after`` (None: the oldest kept), in order; waits for new ones,
+        and ends after ``timeout`` seconds without one (None: never)."""
+        return follow_sync(Steps(self.backend, queue, after, timeout), self.call)
+
+    async def aevents(
+        self, queue: str | None = None, after: str | None = None, timeout: float | None = None
+    ) -> AsyncIterator[Event]:
+        """``events``, for ``async for``, on the caller's event loop."""
+        steps = Steps(await self.abackend(), queue, after, timeout)
+        async for event in follow(steps, _awaited):
+            yield event
+
     # -- plumbing ----------------------------------------------------------
 
     async def abackend(self) -> Backend:
@@ -409,3 +429,7 @@ def _close_at_exit(app: App) -> None:
             alive.close()
 
     atexit.register(close)
+
+
+async def _awaited(coro: Coroutine[Any, Any, T]) -> T:
+    return await coro

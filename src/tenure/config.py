@@ -47,8 +47,12 @@ POLICY_BOUNDS: dict[str, tuple[float, float]] = {
     "backoff_max": (0.0, MAX_SECONDS),
     "backoff_jitter": (0.0, 1.0),
     "unknown_task_grace": (0.0, MAX_SECONDS),
+    # Events are kept for a minute at least (a reader that restarts resumes
+    # where it stopped), and up to a billion per queue.
+    "events_max_age": (60.0, MAX_SECONDS),
+    "events_max_count": (1, 1_000_000_000),
 }
-_COUNTS = frozenset({"max_attempts", "max_stalls"})
+_COUNTS = frozenset({"max_attempts", "max_stalls", "events_max_count"})
 _ABOVE = frozenset({"timeout"})  # bounds (lo, hi]: zero is not a deadline
 
 
@@ -111,9 +115,13 @@ class QueuePolicy:
     - ``max_attempts`` and ``max_stalls`` integers within [1, 1000000];
     - ``timeout`` (when set) within (0, ten years]; ``backoff_base`` and
       ``backoff_max`` within [0, ten years]; ``backoff_jitter`` within [0, 1];
-      ``unknown_task_grace`` within [0, ten years] (0: dead-letter at once).
+      ``unknown_task_grace`` within [0, ten years] (0: dead-letter at once);
+    - ``events_max_age`` within [60, ten years]; ``events_max_count`` an
+      integer within [1, 1000000000].
 
-    They are ``POLICY_BOUNDS``.
+    They are ``POLICY_BOUNDS``. ``events`` (a bool) says whether the queue's
+    transitions record lifecycle events; the sweep deletes those older than
+    ``events_max_age`` seconds or beyond the newest ``events_max_count``.
     """
 
     lease_ttl: float = 15.0
@@ -129,6 +137,9 @@ class QueuePolicy:
     # How long a job whose task a worker does not know keeps being handed back
     # for a worker that knows it (a rolling deploy) before it is dead-lettered.
     unknown_task_grace: float = 600.0
+    events: bool = True
+    events_max_age: float = 86_400.0
+    events_max_count: int = 100_000
 
     def __post_init__(self) -> None:
         self.validate()
@@ -146,6 +157,8 @@ class QueuePolicy:
                 f"heartbeat_interval ({self.heartbeat_interval}) must be at most half of "
                 f"lease_ttl ({self.lease_ttl}), so that one late heartbeat does not lose a lease"
             )
+        if not isinstance(self.events, bool):
+            raise InvalidInput(f"events must be true or false, got {shown(self.events)}")
         if not isinstance(self.delivery, str) or self.delivery not in DELIVERIES:
             raise InvalidInput(
                 f"delivery must be one of {', '.join(DELIVERIES)}, got {self.delivery!r}"

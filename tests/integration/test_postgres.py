@@ -1,5 +1,6 @@
 """PostgreSQL specifics: URLs, schemas, migrations, bulk enqueue, wake-ups."""
 
+import contextlib
 import dataclasses
 import multiprocessing
 import time
@@ -56,14 +57,14 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
         "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM information_schema.tables"
         " WHERE table_schema = 'tenure'", db)  # fmt: skip
     assert tables.split(",") == [
-        "attempts", "jobs", "queues", "schema_migrations", "sweeps", "workers",
+        "attempts", "events", "jobs", "queues", "schema_migrations", "sweeps", "workers",
     ]  # fmt: skip
     query = "SELECT string_agg(indexname, ',') FROM pg_indexes WHERE schemaname = 'tenure'"
     indexes = postgres_server.psql(query, db)
     assert set(indexes.split(",")) == {
         "jobs_pkey", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_key", "jobs_queue_state",
         "jobs_seq", "attempts_pkey", "queues_pkey", "workers_pkey", "sweeps_pkey",
-        "schema_migrations_pkey",
+        "schema_migrations_pkey", "events_pkey",
     }  # fmt: skip
     versions = postgres_server.psql("SELECT count(*) FROM tenure.schema_migrations", db)
     assert int(versions) == len(MIGRATIONS)
@@ -98,6 +99,15 @@ def test_a_large_batch_goes_by_copy__reads_back_as_given_and_is_stored_once(
     assert sum(sum(backend.counts(q).values()) for q in ("q0", "q1", "q2", "default")) == len(specs)
 
 
+@contextlib.contextmanager
+def _events_table(server, db):
+    """The events table, while a test writes with this tenure into an older schema."""
+    [script] = [text for _, name, text in MIGRATIONS if name == "events"]
+    server.psql(script.replace("{schema}", "tenure"), db)
+    yield
+    server.psql("DROP TABLE tenure.events; ALTER TABLE tenure.queues DROP COLUMN events", db)
+
+
 def test_upgrading_a_schema_with_jobs__keeps_their_payloads(
     pg_url, open_backend, postgres_server, monkeypatch
 ):
@@ -106,8 +116,9 @@ def test_upgrading_a_schema_with_jobs__keeps_their_payloads(
 
     monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:2])
     old = open_backend(pg_url)
-    [job] = old.enqueue([JobSpec.create("t", {"n": [1, 2.5], "s": "é"})])
     db = pg_url.rsplit("/", 1)[1]
+    with _events_table(postgres_server, db):
+        [job] = old.enqueue([JobSpec.create("t", {"n": [1, 2.5], "s": "é"})])
     postgres_server.psql(
         f"UPDATE tenure.jobs SET result = '{{\"ok\": true}}', progress = '3' WHERE id = '{job.id}'",
         db,
@@ -135,8 +146,9 @@ def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
 
     monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:3])
     old = open_backend(pg_url)
-    first, second = old.enqueue([JobSpec.create("t"), JobSpec.create("t")])
     db = pg_url.rsplit("/", 1)[1]
+    with _events_table(postgres_server, db):  # what this tenure's enqueue writes to
+        first, second = old.enqueue([JobSpec.create("t"), JobSpec.create("t")])
     # What a claim of version 3 left: the job active, an open row of its attempt.
     claimed = (
         "UPDATE tenure.jobs SET state = 'active', fence = 1, attempts = 1, worker = 'w',"

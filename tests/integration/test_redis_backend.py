@@ -306,7 +306,7 @@ def _answers(b: SyncBackend) -> bool:
 
 QUEUE_KEY = re.compile(
     r"tenure:\{(?P<q>[^}]+)\}:(job:.+|history:.+|ready|scheduled|leases|state:[a-z]+|all|seq|"
-    r"keys|held:.+|holders|signal|policy)"
+    r"keys|held:.+|holders|signal|policy|events)"
 )
 FLEET_KEY = re.compile(r"tenure:\{@\}:(queues|jobs|workers|worker:.+|sweep)")
 

@@ -43,6 +43,7 @@ EXPECTED_TABLES = {
     "workers": ["id", "hostname", "pid", "queues", "started_at", "last_seen"],
     "sweeps": ["id", "last_at"],
     "schema_migrations": ["version", "name", "applied_at"],
+    "events": ["id", "n", "queue", "kind", "at", "jobs", "data"],
 }  # fmt: skip
 EXPECTED_INDEXES = {
     "jobs_key", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_worker", "jobs_queue_state",
@@ -228,7 +229,12 @@ def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
 
     monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:1])
     old = open_backend(sqlite_url)
+    [events] = [text for _, name, text in MIGRATIONS if name == "events"]
+    with sqlite3.connect(tmp_path / "tenure.db") as db:  # what this tenure's enqueue writes to
+        db.executescript(events)
     first, second = old.enqueue([JobSpec.create("t"), JobSpec.create("t")])
+    with sqlite3.connect(tmp_path / "tenure.db") as db:
+        db.executescript("DROP TABLE events; ALTER TABLE queues DROP COLUMN events")
     claimed = (
         "UPDATE jobs SET state = 'active', fence = 1, attempts = 1, worker = 'w',"
         " lease_ttl = 30, lease_expires_at = 1e10 WHERE id = '{id}';"

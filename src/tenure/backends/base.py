@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from tenure.config import QueuePolicy, check_seconds
+from tenure.core.events import Event
 from tenure.core.names import check_name, is_text, shown
 from tenure.core.retry import Decision
 from tenure.core.states import Outcome, State, parse_state
@@ -254,6 +255,18 @@ class Backend(Protocol):
         """Change some fields of the queue's stored policy, atomically: a
         concurrent change of other fields is kept, and the merged policy is
         validated as a whole. Returns the policy stored."""
+
+    # -- lifecycle events --------------------------------------------------
+
+    async def read_events(
+        self, queue: str | None, after: str | None, limit: int, timeout: float = 0.0
+    ) -> builtins.list[Event]:
+        """Up to ``limit`` events of ``queue`` (None: every queue) after the event
+        whose id is ``after`` (None: from the oldest kept), in id order. When
+        there are none yet, waits up to ``timeout`` seconds for some, without
+        polling storage for them. Events are written by the transitions' own
+        transactions: a reader sees an event once, and never one whose
+        transition did not happen."""
 
     # -- workers -----------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tenure.cli import bench, chaos, dlq, jobs, policy, worker
+from tenure.cli import bench, chaos, dlq, events, jobs, policy, worker
 from tenure.cli.common import CliState
 from tenure.cli.output import report
 from tenure.config import DEFAULT_URL
@@ -77,6 +77,7 @@ for command in (
     jobs.job,
     jobs.cancel,
     dlq.dlq,
+    events.events,
     policy.policy,
     worker.worker,
     chaos.chaos,

@@ -34,10 +34,12 @@ from tenure.backends.base import (
     claim_limit,
     cursor_seq,
 )
+from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
 from tenure.backends.postgres.liveness import Liveness, Wakeups, hung_up
 from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
 from tenure.backends.sqlfile import load_migrations, load_queries
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
+from tenure.core.events import EventKind, failure_events
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import Decision, decide_for
@@ -73,10 +75,12 @@ def _without_comments(text: str) -> str:
 
 _LOADED = {n: _without_comments(t) for n, t in load_queries("tenure.backends.postgres").items()}
 END_ATTEMPT = _LOADED.pop("end_attempt")  # a part of statements, not one
+RECORD_EVENTS = _LOADED.pop("record_events")  # likewise
 RAW_QUERIES = {
     name: text.replace("{job_columns}", SELECT_COLUMNS)
     .replace("{done_columns}", DONE_COLUMNS)
     .replace("{end_attempt}", END_ATTEMPT)
+    .replace("{record_events}", RECORD_EVENTS)
     for name, text in _LOADED.items()
 }
 MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
@@ -106,7 +110,7 @@ DEFAULTS = QueuePolicy()
 __all__ = ["PostgresBackend"]
 
 
-class PostgresBackend:
+class PostgresBackend(EventReading):
     """Jobs in PostgreSQL, under their own schema (default ``tenure``)."""
 
     remote = True
@@ -134,6 +138,7 @@ class PostgresBackend:
         self.pool_size = pool_size
         self.namespace = zlib.crc32(f"tenure:{schema}".encode()) & 0x7FFFFFFF
         self.channel = f"tenure.{schema}"
+        self.events_channel = f"tenure:{schema}"  # events announced (events.py)
         self.q = {  # rendered once: psycopg then caches each query's conversion
             n: sql.SQL(t).format(schema=sql.Identifier(schema)).as_bytes(None)
             for n, t in RAW_QUERIES.items()
@@ -147,6 +152,8 @@ class PostgresBackend:
         self._effects: psycopg.Connection[Any] | None = None  # handlers' own transactions
         self.liveness = Liveness(conninfo, self.namespace)
         self.wakeups = Wakeups(conninfo, self.channel)
+        self._event_wakeups: Wakeups | None = None  # for readers of events, once one waits
+        self._last_trim = -TRIM_INTERVAL  # when this sweeper last applied events' retention
 
     @classmethod
     def from_url(cls, url: str) -> PostgresBackend:
@@ -323,6 +330,8 @@ class PostgresBackend:
             self._effects.close()
             self._effects = None
         await self.wakeups.close()
+        if self._event_wakeups is not None:
+            await self._event_wakeups.close()
         await self.liveness.close()
         if self._pool is not None:
             while self._held:
@@ -349,10 +358,11 @@ class PostgresBackend:
              s.timeout] for s in specs
         ]).decode()  # fmt: skip
         args = _text_array(s.args.decode() for s in specs)
-        columns = {"jobs": jobs, "args": args, "channel": self.channel}
+        columns = {"jobs": jobs, "args": args, "channel": self.channel,
+                   "events_channel": self.events_channel}  # fmt: skip
         async with self._conn() as conn:
             cur = await conn.execute(self.q["insert_jobs"], columns)
-            now, ids, _ = await cur.fetchone() or (0.0, None, None)
+            now, ids, _, _ = await cur.fetchone() or (0.0, None, None, None)
             inserted = set(ids or ())
             kept = await self._kept(conn, [s for s in specs if s.id not in inserted])
         if any(s.id not in inserted and s.id not in kept for s in specs):
@@ -377,6 +387,8 @@ class PostgresBackend:
                     await copy.write(_copy_rows(chunk, made))
                     jobs += made
             await self._notify(conn, {j.queue for j in jobs if j.state is State.QUEUED})
+            ids = {"ids": [j.id for j in jobs], "events_channel": self.events_channel}
+            await conn.execute(self.q["record_enqueued"], ids)
         return jobs
 
     async def _kept(
@@ -422,7 +434,8 @@ class PostgresBackend:
             "fences": "{" + ",".join([str(f) for _, f, _ in items]) + "}",
             "results": _text_array(r.decode() for _, _, r in items),
             "queues": _text_array(queues), "worker": worker_id,
-            "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl})  # fmt: skip
+            "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl,
+            "events_channel": self.events_channel})  # fmt: skip
         jobs = [job_from_row(r[1:]) for r in rows if r[0] is not None]
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
         return {(i, f) for i, f, _ in items} - done, jobs
@@ -458,17 +471,20 @@ class PostgresBackend:
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
     ) -> None:
-        name, params = _failure(job_id, fence, outcome, error, decision)
+        name, params = _failure(job_id, fence, outcome, error, decision, rescued=False)
         await self._settle(name, params)
 
     async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
         state = State.SCHEDULED if check_delay(delay) > 0 else State.QUEUED
-        params = {"id": job_id, "fence": fence, "state": state.value, "delay": float(delay)}
+        events = orjson.dumps([[EventKind.RELEASED, None]]).decode()
+        params = {"id": job_id, "fence": fence, "state": state.value, "delay": float(delay),
+                  "events": events}  # fmt: skip
         await self._settle("release", params)
 
     async def _settle(self, name: str, params: dict[str, Any]) -> None:
         """One fence-checked write; LeaseLost (or JobNotFound) when it touched nothing.
         A job queued again wakes the idle workers of its queue."""
+        params["events_channel"] = self.events_channel
         async with self._conn() as conn:
             cur = await conn.execute(self.q[name], params)
             row = await cur.fetchone()
@@ -497,7 +513,8 @@ class PostgresBackend:
             conn = self._effects
             with conn.transaction():
                 yield conn
-                params = {"id": job_id, "fence": fence, "result": payload}
+                params = {"id": job_id, "fence": fence, "result": payload,
+                          "events_channel": self.events_channel}  # fmt: skip
                 if conn.execute(self.q["complete"], params).fetchone() is None:
                     raise LeaseLost(
                         f"job {job_id} is no longer held with fence {fence}: rolled back"
@@ -531,6 +548,7 @@ class PostgresBackend:
             cur = await conn.execute(self.q["promote_due"])
             promoted = [q for (q,) in await cur.fetchall()]
             await self._notify(conn, {*promoted, *(self._queue_of(r, jobs) for r in rescued)})
+            await self._trim_events(conn)
         return RescueReport(True, tuple(rescued), len(promoted), dead_workers)
 
     @staticmethod
@@ -545,8 +563,8 @@ class PostgresBackend:
             f"its worker {job.worker} is gone" if outcome is Outcome.CRASHED
             else f"the lease of worker {job.worker} expired"
         )  # fmt: skip
-        name, params = _failure(job.id, job.fence, outcome, error, decision)
-        await conn.execute(self.q[name], params)
+        name, params = _failure(job.id, job.fence, outcome, error, decision, rescued=True)
+        await conn.execute(self.q[name], {**params, "events_channel": self.events_channel})
         return Rescued(job.id, job.fence, outcome, decision.state)
 
     async def _policies(
@@ -565,7 +583,8 @@ class PostgresBackend:
     async def cancel(self, job_id: str) -> Job:
         check_job_id(job_id)
         async with self._tx() as conn:
-            cur = await conn.execute(self.q["cancel"], {"id": job_id})
+            params = {"id": job_id, "events_channel": self.events_channel}
+            cur = await conn.execute(self.q["cancel"], params)
             cancelled = await cur.fetchone() is not None
         job = await self.get(job_id)
         if not cancelled:
@@ -578,9 +597,8 @@ class PostgresBackend:
         check_name("queue", queue)
         ids = check_job_ids(job_ids)
         async with self._tx() as conn:
-            cur = await conn.execute(
-                self.q["retry_dead"], {"queue": queue, "ids": ids}, prepare=False
-            )
+            params = {"queue": queue, "ids": ids, "events_channel": self.events_channel}
+            cur = await conn.execute(self.q["retry_dead"], params, prepare=False)
             rows = await cur.fetchall()
             await self._notify(conn, [queue] if rows else [])
         return len(rows)
@@ -589,10 +607,9 @@ class PostgresBackend:
         check_name("queue", queue)
         ids = check_job_ids(job_ids)
         async with self._tx() as conn:
-            cur = await conn.execute(
-                self.q["purge_dead"], {"queue": queue, "ids": ids}, prepare=False
-            )
-            [(purged,)] = await cur.fetchall()
+            params = {"queue": queue, "ids": ids, "events_channel": self.events_channel}
+            cur = await conn.execute(self.q["purge_dead"], params, prepare=False)
+            [(purged, _)] = await cur.fetchall()
             return int(purged)
 
     async def get(self, job_id: str) -> Job:
@@ -743,11 +760,18 @@ async def _check_if_dropped(conn: psycopg.AsyncConnection[Any]) -> None:
 
 
 def _failure(
-    job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
+    job_id: str,
+    fence: int,
+    outcome: Outcome,
+    error: str | None,
+    decision: Decision,
+    *,
+    rescued: bool,
 ) -> tuple[str, dict[str, Any]]:
-    """The fence-checked write that applies a retry decision."""
+    """The fence-checked write that applies a retry decision, and its events."""
+    events = orjson.dumps(failure_events(outcome, decision, rescued=rescued)).decode()
     params = {"id": job_id, "fence": fence, "outcome": outcome.value, "error": error,
-              "stall": int(decision.stall)}  # fmt: skip
+              "stall": int(decision.stall), "events": events}  # fmt: skip
     if decision.state is State.DEAD:
         return "bury", {**params, "dead_reason": decision.dead_reason}
     return "requeue", {**params, "state": decision.state.value, "delay": decision.delay}

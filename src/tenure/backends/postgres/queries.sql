@@ -36,15 +36,22 @@ inserted AS (
     FROM input, clock
     ORDER BY ord
     ON CONFLICT DO NOTHING
-    RETURNING id, queue, state, run_at, created_at
+    RETURNING id, queue, task, state, run_at, created_at, seq
 ),
 woken AS (
     SELECT pg_notify(%(channel)s, q)
     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'queued') AS d(q)
-)
+),
+recorded_input AS (
+    SELECT i.queue, 'enqueued' AS kind, i.id AS job_id,
+           json_build_object('task', i.task, 'state', i.state) AS data, i.seq AS ord
+    FROM inserted AS i
+),
+{record_events}
 -- One row: the server's clock (every new job's created_at; its run_at is that
 -- plus its delay, unless given) and the ids of the jobs inserted.
-SELECT clock.now, array_agg(inserted.id), (SELECT count(*) FROM woken)
+SELECT clock.now, array_agg(inserted.id), (SELECT count(*) FROM woken),
+       (SELECT n FROM announced)
 FROM clock LEFT JOIN inserted ON true GROUP BY clock.now
 
 -- name: begin_copy
@@ -56,6 +63,16 @@ WITH ensured AS (
     ON CONFLICT (name) DO NOTHING
 )
 SELECT extract(epoch FROM now())::float8
+
+-- name: record_enqueued
+-- The enqueued events of jobs stored by COPY (%(ids)s), in the same transaction.
+WITH recorded_input AS (
+    SELECT queue, 'enqueued' AS kind, id AS job_id,
+           json_build_object('task', task, 'state', state) AS data, seq AS ord
+    FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[])
+),
+{record_events}
+SELECT n FROM announced
 
 -- name: copy_jobs
 -- Rows in COPY's text format, in order (seq follows it); a third less of the
@@ -76,6 +93,25 @@ ended AS (
     FROM done, clock
     ON CONFLICT (job_id, fence) DO UPDATE
     SET ended_at = excluded.ended_at, outcome = excluded.outcome, error = excluded.error
+)
+
+-- name: record_events
+-- (A part of statements, written into them.) The events of `recorded_input`
+-- (queue, kind, job_id, data; in the order of ord) for the queues that record
+-- them, a row per kind and queue, and their announcement at commit.
+recorded AS (
+    INSERT INTO {schema}.events (queue, kind, jobs, data)
+    SELECT r.queue, r.kind, json_agg(r.job_id ORDER BY r.ord),
+           CASE WHEN bool_or(r.data IS NOT NULL) THEN json_agg(r.data ORDER BY r.ord) END
+    FROM recorded_input AS r LEFT JOIN {schema}.queues AS q ON q.name = r.queue
+    WHERE coalesce(q.events, true)  -- a queue this statement records has the defaults
+    GROUP BY r.queue, r.kind
+    ORDER BY min(r.ord)
+    RETURNING 1
+),
+announced AS (
+    SELECT count(pg_notify(%(events_channel)s, '')) AS n
+    FROM (SELECT 1 FROM recorded LIMIT 1) AS any_recorded
 )
 
 -- name: find_unfinished_by_keys
@@ -117,7 +153,7 @@ done AS (
         lease_ttl = NULL, lease_expires_at = NULL
     FROM input, clock
     WHERE j.id = input.id AND j.fence = input.fence AND j.state = (SELECT 'active')
-    RETURNING j.id, j.fence
+    RETURNING j.id, j.fence, j.queue
 ),
 candidates AS (
     SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name)
@@ -153,10 +189,17 @@ claimed AS (
     FROM picked, clock
     WHERE j.id = picked.id
     RETURNING j.*, picked.rank
-)
-SELECT rank, {job_columns} FROM claimed
+),
+recorded_input AS (
+    SELECT queue, 'completed' AS kind, id AS job_id, NULL::json AS data, 0 AS ord FROM done
+    UNION ALL
+    SELECT queue, 'started', id, json_build_object('attempt', attempts, 'worker', worker), rank
+    FROM claimed
+),
+{record_events}
+SELECT rank, {job_columns} FROM claimed, announced  -- announced: one row, always
 UNION ALL
-SELECT NULL, {done_columns} FROM done
+SELECT NULL, {done_columns} FROM done, announced
 ORDER BY 1 NULLS LAST
 
 -- name: heartbeat
@@ -187,17 +230,33 @@ seen AS (
 SELECT id, fence FROM held
 
 -- name: progress
-UPDATE {schema}.jobs SET progress = %(data)s::json
-WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
-RETURNING queue
+WITH done AS (
+    UPDATE {schema}.jobs SET progress = %(data)s::json
+    WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
+    RETURNING id, queue
+),
+recorded_input AS (
+    SELECT queue, 'progress' AS kind, id AS job_id,
+           json_build_object('progress', %(data)s::json) AS data, 0 AS ord
+    FROM done
+),
+{record_events}
+SELECT queue FROM done, announced
 
 -- name: complete
 -- The job keeps its attempt's worker and start (see complete_and_claim).
-UPDATE {schema}.jobs
-SET state = 'completed', result = %(result)s::json,
-    finished_at = extract(epoch FROM now())::float8, lease_ttl = NULL, lease_expires_at = NULL
-WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
-RETURNING queue
+WITH done AS (
+    UPDATE {schema}.jobs
+    SET state = 'completed', result = %(result)s::json,
+        finished_at = extract(epoch FROM now())::float8, lease_ttl = NULL, lease_expires_at = NULL
+    WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
+    RETURNING id, queue
+),
+recorded_input AS (
+    SELECT queue, 'completed' AS kind, id AS job_id, NULL::json AS data, 0 AS ord FROM done
+),
+{record_events}
+SELECT queue FROM done, announced
 
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core;
@@ -215,8 +274,13 @@ done AS (
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
               %(outcome)s::text AS outcome, %(error)s::text AS error
 ),
-{end_attempt}
-SELECT queue FROM done
+{end_attempt},
+recorded_input AS (
+    SELECT done.queue, e.value->>0 AS kind, done.id AS job_id, e.value->1 AS data, e.ord
+    FROM done, json_array_elements(%(events)s::json) WITH ORDINALITY AS e(value, ord)
+),
+{record_events}
+SELECT queue FROM done, announced
 
 -- name: bury
 -- active -> dead, as decided by tenure.core.
@@ -231,8 +295,13 @@ done AS (
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
               %(outcome)s::text AS outcome, %(error)s::text AS error
 ),
-{end_attempt}
-SELECT queue FROM done
+{end_attempt},
+recorded_input AS (
+    SELECT done.queue, e.value->>0 AS kind, done.id AS job_id, e.value->1 AS data, e.ord
+    FROM done, json_array_elements(%(events)s::json) WITH ORDINALITY AS e(value, ord)
+),
+{record_events}
+SELECT queue FROM done, announced
 
 -- name: release
 -- active -> queued without penalty: the attempt is given back. With a delay (a
@@ -249,8 +318,13 @@ done AS (
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
               'released' AS outcome, NULL AS error
 ),
-{end_attempt}
-SELECT queue FROM done
+{end_attempt},
+recorded_input AS (
+    SELECT done.queue, e.value->>0 AS kind, done.id AS job_id, e.value->1 AS data, e.ord
+    FROM done, json_array_elements(%(events)s::json) WITH ORDINALITY AS e(value, ord)
+),
+{record_events}
+SELECT queue FROM done, announced
 
 -- name: job_exists
 SELECT 1 FROM {schema}.jobs WHERE id = %(id)s
@@ -304,9 +378,16 @@ WHERE id IN (SELECT id FROM {schema}.jobs
 RETURNING queue
 
 -- name: cancel
-UPDATE {schema}.jobs SET state = 'cancelled', finished_at = extract(epoch FROM now())::float8
-WHERE id = %(id)s AND state IN ('scheduled', 'queued')
-RETURNING id
+WITH done AS (
+    UPDATE {schema}.jobs SET state = 'cancelled', finished_at = extract(epoch FROM now())::float8
+    WHERE id = %(id)s AND state IN ('scheduled', 'queued')
+    RETURNING id, queue
+),
+recorded_input AS (
+    SELECT queue, 'cancelled' AS kind, id AS job_id, NULL::json AS data, 0 AS ord FROM done
+),
+{record_events}
+SELECT id FROM done, announced
 
 -- name: retry_dead
 -- dead -> queued with budgets reset. A dead job whose key= now belongs to an
@@ -326,13 +407,21 @@ chosen AS (
     UNION ALL
     SELECT * FROM (SELECT DISTINCT ON (key) id FROM candidates
                    WHERE key IS NOT NULL ORDER BY key, seq) AS oldest
-)
-UPDATE {schema}.jobs AS j
-SET state = 'queued', attempts = 0, stalls = 0, dead_reason = NULL, finished_at = NULL,
-    run_at = extract(epoch FROM now())::float8
-FROM chosen
-WHERE j.id = chosen.id
-RETURNING j.id
+),
+done AS (
+    UPDATE {schema}.jobs AS j
+    SET state = 'queued', attempts = 0, stalls = 0, dead_reason = NULL, finished_at = NULL,
+        run_at = extract(epoch FROM now())::float8
+    FROM chosen
+    WHERE j.id = chosen.id
+    RETURNING j.id, j.queue, j.seq
+),
+recorded_input AS (
+    SELECT queue, 'retried_from_dlq' AS kind, id AS job_id, NULL::json AS data, seq AS ord
+    FROM done
+),
+{record_events}
+SELECT id FROM done, announced
 
 -- name: purge_dead
 -- The dead jobs deleted, with their attempts; returns how many jobs.
@@ -340,12 +429,16 @@ WITH purged AS (
     DELETE FROM {schema}.jobs
     WHERE queue = %(queue)s AND state = 'dead'
       AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
-    RETURNING id
+    RETURNING id, queue, seq
 ),
 history AS (
     DELETE FROM {schema}.attempts AS a USING purged WHERE a.job_id = purged.id
-)
-SELECT count(*) FROM purged
+),
+recorded_input AS (
+    SELECT queue, 'purged' AS kind, id AS job_id, NULL::json AS data, seq AS ord FROM purged
+),
+{record_events}
+SELECT count(*), (SELECT n FROM announced) FROM purged
 
 -- name: get_job
 SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s
@@ -427,3 +520,42 @@ DELETE FROM {schema}.workers WHERE id = %(id)s
 -- name: list_workers
 SELECT id, hostname, pid, queues::text, started_at, last_seen FROM {schema}.workers
 ORDER BY started_at
+
+-- name: read_events
+-- The rows of events from (%(xid)s, %(id)s) on (the row of the last event
+-- read: the reader skips what it delivered of it) in (xid, id) order, of
+-- %(queue)s (NULL: every queue), from transactions older than every one still
+-- running: that part of the order is final. The last column says whether some
+-- are held back (written by a transaction that committed while an older one
+-- runs), so that the reader looks again soon rather than waiting for the next
+-- announcement.
+WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
+SELECT xid::text, id, queue, kind, jobs::text, at, data::text,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.events AS h
+                              WHERE (h.xid, h.id) >= (%(xid)s::xid8, %(id)s::bigint)
+                                AND h.xid >= horizon.xmin LIMIT 1) AS held)
+FROM horizon LEFT JOIN LATERAL (
+    SELECT * FROM {schema}.events AS e
+    WHERE (e.xid, e.id) >= (%(xid)s::xid8, %(id)s::bigint) AND e.xid < horizon.xmin
+      AND (%(queue)s::text IS NULL OR e.queue = %(queue)s)
+    ORDER BY e.xid, e.id
+    LIMIT %(limit)s
+) AS e ON true
+
+-- name: trim_events
+-- Retention, per queue's policy: events older than its events_max_age, or
+-- beyond its newest events_max_count (defaults %(max_age)s, %(max_count)s).
+DELETE FROM {schema}.events AS d
+USING (
+    SELECT e.xid, e.id FROM (
+        SELECT e.xid, e.id, e.at,
+               sum(json_array_length(e.jobs))
+                   OVER (PARTITION BY e.queue ORDER BY e.xid DESC, e.id DESC)
+               - json_array_length(e.jobs) AS newer,
+               coalesce((q.policy->>'events_max_age')::float8, %(max_age)s) AS max_age,
+               coalesce((q.policy->>'events_max_count')::bigint, %(max_count)s) AS max_count
+        FROM {schema}.events AS e LEFT JOIN {schema}.queues AS q ON q.name = e.queue
+    ) AS e
+    WHERE e.at < extract(epoch FROM now())::float8 - e.max_age OR e.newer >= e.max_count
+) AS old
+WHERE d.xid = old.xid AND d.id = old.id

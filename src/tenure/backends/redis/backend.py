@@ -39,6 +39,7 @@ from tenure.backends.base import (
     cursor_seq,
 )
 from tenure.backends.redis import codec
+from tenure.backends.redis.events import EventReader
 from tenure.backends.redis.liveness import Liveness
 from tenure.backends.redis.rescue import rescue
 from tenure.backends.redis.scripts import INVALID_TRANSITION, OK, Arg, Call, Runner, check
@@ -46,6 +47,7 @@ from tenure.backends.redis.topology import Topology
 from tenure.backends.redis.url import Options, parse
 from tenure.backends.redis.wakeup import Wakeups
 from tenure.config import QueuePolicy
+from tenure.core.events import Event, failure_events
 from tenure.core.names import NAME_PATTERN, check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import Decision
@@ -77,6 +79,7 @@ class RedisBackend:
         self._topology: Topology | None = None
         self._runner: Runner | None = None
         self._liveness: Liveness | None = None
+        self._events: EventReader | None = None
         self._wakeups: dict[tuple[str, ...], Wakeups] = {}
         self._queue_of_id: OrderedDict[str, str] = OrderedDict()
         self._warned_durability = False
@@ -113,6 +116,7 @@ class RedisBackend:
             raise BackendUnavailable(f"Redis at {self._safe_url}: {exc}") from exc
         self._topology, self._runner = topology, runner
         self._liveness = Liveness(self.keys, runner)
+        self._events = EventReader(runner, self.keys)
 
     async def close(self) -> None:
         if self._liveness is not None:
@@ -121,7 +125,7 @@ class RedisBackend:
             await wakeups.close()
         if self._topology is not None:
             await self._topology.close()
-        self._topology = self._runner = self._liveness = None
+        self._topology = self._runner = self._liveness = self._events = None
         self._wakeups = {}
 
     def _remember(self, queue_of_id: Mapping[str, str]) -> None:
@@ -396,6 +400,7 @@ class RedisBackend:
             "fail", job_id, fence, Outcome(outcome).value, "" if error is None else "=" + error,
             decision.state.value, repr(float(decision.delay)), reason,
             "1" if decision.stall else "0",
+            orjson.dumps(failure_events(outcome, decision, rescued=False)),
         )  # fmt: skip
 
     async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
@@ -406,7 +411,20 @@ class RedisBackend:
     async def rescue(self, min_interval: float = 0.0) -> RescueReport:
         if self._liveness is None:
             raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
-        return await rescue(self.runner, self.keys, self._liveness, min_interval)
+        report = await rescue(self.runner, self.keys, self._liveness, min_interval)
+        if report.swept and self._events is not None and self._events.trim_due():
+            queues = await self.queues()
+            await self._events.trim(queues, {q: await self.get_policy(q) for q in queues})
+        return report
+
+    # -- lifecycle events --------------------------------------------------
+
+    async def read_events(
+        self, queue: str | None, after: str | None, limit: int, timeout: float = 0.0
+    ) -> builtins.list[Event]:
+        if self._events is None:
+            raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
+        return await self._events.read(queue, after, limit, timeout)
 
     # -- operators ---------------------------------------------------------
 

@@ -26,6 +26,7 @@ import orjson
 from tenure.backends.base import LeaseRef, Rescued, RescueReport, check_delay, claim_limit
 from tenure.backends.rows import JOB_COLUMNS, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
+from tenure.backends.sqlite.events import EventReading, record, record_job
 from tenure.backends.sqlite.liveness import WorkerLocks
 from tenure.backends.sqlite.opening import Opening
 from tenure.backends.sqlite.operators import Operators
@@ -33,6 +34,7 @@ from tenure.backends.sqlite.queries import Q
 from tenure.backends.sqlite.storage import StorageFile
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.clock import SYSTEM_CLOCK, Clock
+from tenure.core.events import EventKind, failure_events
 from tenure.core.payload import encode
 from tenure.core.retry import Decision, decide_for
 from tenure.core.states import Outcome, State
@@ -83,7 +85,7 @@ def path_of_url(url: str) -> str:
     return path
 
 
-class SQLiteBackend(Opening, Operators):
+class SQLiteBackend(Opening, Operators, EventReading):
     """Jobs in one SQLite file (WAL mode). See the module docstring."""
 
     remote = False
@@ -125,6 +127,8 @@ class SQLiteBackend(Opening, Operators):
         )
         self.doorbells = Doorbells(workers)
         self._to_ring: list[str] = []
+        self._last_trim = 0.0  # when this sweeper last applied events' retention
+        self._events_off: set[str] = set()  # queues whose last claim found events off
 
     @classmethod
     def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteBackend:
@@ -237,6 +241,7 @@ class SQLiteBackend(Opening, Operators):
     def _enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
         now = self.clock.now()
         jobs: list[Job] = []
+        new: list[tuple[str, str, str, dict[str, Any] | None]] = []
         with self._tx() as conn:
             for queue in {s.queue for s in specs}:
                 conn.execute(Q["ensure_queue"], (queue,))
@@ -257,8 +262,11 @@ class SQLiteBackend(Opening, Operators):
                 )  # fmt: skip
                 if cur.rowcount:
                     jobs.append(spec.stored(state, run_at, now))
+                    new.append((spec.queue, EventKind.ENQUEUED, spec.id,
+                                {"task": spec.task, "state": state}))  # fmt: skip
                 else:  # its id is stored already: that job
                     jobs.append(job_from_row(conn.execute(Q["get_job"], (spec.id,)).fetchone()))
+            record(conn, now, new)
             if any(j.state is State.QUEUED for j in jobs):
                 self._ring(conn)
         return jobs
@@ -324,7 +332,14 @@ class SQLiteBackend(Opening, Operators):
         taken = conn.execute(Q["take_leases"], (worker_id, now, orjson.dumps(leases))).fetchall()
         rank = {seq: i for i, (seq, _) in enumerate(rows)}  # back in claim order
         taken.sort(key=lambda row: rank[row[SEQ]])
-        return [job_from_row(row[:SEQ]) for row in taken]
+        jobs = [job_from_row(row[:SEQ]) for row in taken]
+        off = {q for q, p in policies.items() if not p.events}
+        self._events_off = (self._events_off - policies.keys()) | off
+        if len(off) < len(policies):
+            kind = EventKind.STARTED
+            record(conn, now, [(j.queue, kind, j.id, {"attempt": j.attempts, "worker": worker_id})
+                               for j in jobs])  # fmt: skip
+        return jobs
 
     def _policies(
         self, conn: sqlite3.Connection, queues: Collection[str]
@@ -347,7 +362,8 @@ class SQLiteBackend(Opening, Operators):
     async def progress(self, job_id: str, fence: int, data: Any) -> None:
         payload = encode(data, what="progress", limit=self.max_payload)
         params = (payload, job_id, fence)
-        await self._run(self._settle, Q["set_progress"], params, job_id, fence, None)
+        events = [(EventKind.PROGRESS, {"progress": orjson.Fragment(payload)})]
+        await self._run(self._settle, Q["set_progress"], params, (job_id, fence), None, events)
 
     async def complete(self, job_id: str, fence: int, result: Any = None) -> None:
         payload = encode(result, what="job result", limit=self.max_payload)
@@ -371,7 +387,11 @@ class SQLiteBackend(Opening, Operators):
         ) + b"]"  # fmt: skip
         conn.execute(Q["end_attempts"], (now, Outcome.COMPLETED, None, listed))
         done = conn.execute(Q["complete_each"], (now, listed)).fetchall()
-        return {(i, f) for i, f, _ in items} - set(done)
+        # A queue whose claims found its events off records none (its policy is
+        # read by every claim): completing costs nothing more there.
+        off = self._events_off
+        record(conn, now, [(q, EventKind.COMPLETED, i, None) for i, _, q in done if q not in off])
+        return {(i, f) for i, f, _ in items} - {(i, f) for i, f, _ in done}
 
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
@@ -383,31 +403,37 @@ class SQLiteBackend(Opening, Operators):
     ) -> None:
         now = self.clock.now()
         sql, params = _failure(job_id, fence, error, decision, now)
-        self._settle(sql, params, job_id, fence, (outcome, error, now))
+        events = failure_events(outcome, decision, rescued=False)
+        self._settle(sql, params, (job_id, fence), (outcome, error, now), events)
 
     async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
         now = self.clock.now()
         ending = (Outcome.RELEASED, None, now)
         later = check_delay(delay) > 0
         params = ("scheduled", now + delay) if later else ("queued", None)
-        await self._run(self._settle, Q["release"], (*params, job_id, fence), job_id, fence,
-                        ending)  # fmt: skip
+        events = [(EventKind.RELEASED, None)]
+        await self._run(
+            self._settle, Q["release"], (*params, job_id, fence), (job_id, fence), ending, events
+        )
 
     def _settle(
         self,
         sql: str,
         params: tuple[Any, ...],
-        job_id: str,
-        fence: int,
+        lease: LeaseRef,
         ending: tuple[Outcome, str | None, float] | None,
+        events: Sequence[tuple[str, dict[str, Any] | None]],
     ) -> None:
-        """Run one fence-checked write; end the attempt in history when ``ending`` is given."""
+        """Run one fence-checked write, then record its ``events``; end the
+        attempt in history when ``ending`` is given."""
+        job_id, fence = lease
         with self._tx() as conn:
             if ending is not None:  # first: it reads the attempt from the job
                 outcome, error, now = ending
                 conn.execute(Q["end_attempts"], (now, outcome, error, _listed(job_id, fence)))
             if conn.execute(sql, params).rowcount == 0:
                 _refused(conn, job_id, fence)
+            record_job(conn, self.clock.now() if ending is None else ending[2], job_id, events)
             released = ending is not None and ending[0] is Outcome.RELEASED
             if (released and params[0] == State.QUEUED) or sql is Q["requeue"]:
                 self._ring(conn)
@@ -462,6 +488,7 @@ class SQLiteBackend(Opening, Operators):
             promoted = conn.execute(Q["promote_due"], (now,)).rowcount
             if promoted or rescued:
                 self._ring(conn)
+            self._trim_events(conn, now)
         return RescueReport(
             swept=True, rescued=tuple(rescued), promoted=promoted, dead_workers=dead_workers
         )
@@ -488,6 +515,7 @@ class SQLiteBackend(Opening, Operators):
         sql, params = _failure(job.id, job.fence, error, decision, now)
         conn.execute(Q["end_attempts"], (now, outcome, error, _listed(job.id, job.fence)))
         conn.execute(sql, params)
+        record_job(conn, now, job.id, failure_events(outcome, decision, rescued=True))
         return Rescued(job.id, job.fence, outcome, decision.state)
 
 

@@ -14,10 +14,12 @@ import orjson
 from tenure.backends.base import Page, WorkerInfo, check_cursor, check_listing, cursor_seq
 from tenure.backends.rows import attempt_from_row, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
+from tenure.backends.sqlite.events import record, record_job
 from tenure.backends.sqlite.liveness import WorkerLocks
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
 from tenure.core.clock import Clock
+from tenure.core.events import EventKind
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.states import State
 from tenure.errors import InvalidTransition, JobNotFound
@@ -48,12 +50,14 @@ class Operators:
         return await self._run(self._cancel, check_job_id(job_id))
 
     def _cancel(self, job_id: str) -> Job:
+        now = self.clock.now()
         with self._tx() as conn:
-            if conn.execute(Q["cancel"], (self.clock.now(), job_id)).rowcount == 0:
+            if conn.execute(Q["cancel"], (now, job_id)).rowcount == 0:
                 job = self._get(conn, job_id)
                 raise InvalidTransition(
                     f"job {job_id} is {job.state}: only scheduled or queued jobs can be cancelled"
                 )
+            record_job(conn, now, job_id, [(EventKind.CANCELLED, None)])
             return self._get(conn, job_id)
 
     async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
@@ -68,15 +72,17 @@ class Operators:
     def _bulk(
         self, verb: str, queue: str, job_ids: Sequence[str] | None, head: tuple[Any, ...]
     ) -> int:
+        kind = EventKind.RETRIED_FROM_DLQ if verb == "retry_dead" else EventKind.PURGED
         with self._tx() as conn:
             if job_ids is None:
-                moved = conn.execute(Q[f"{verb}_all"], (*head, queue)).rowcount
+                ids = [i for (i,) in conn.execute(Q[f"{verb}_all"], (*head, queue))]
             else:
                 one = Q[f"{verb}_one"]
-                moved = sum(conn.execute(one, (*head, queue, i)).rowcount for i in job_ids)
-            if moved and verb == "retry_dead":
+                ids = [i for j in job_ids for (i,) in conn.execute(one, (*head, queue, j))]
+            if ids and verb == "retry_dead":
                 self._ring(conn)
-            return moved
+            record(conn, self.clock.now(), [(queue, kind, i, None) for i in ids])
+            return len(ids)
 
     async def get(self, job_id: str) -> Job:
         check_job_id(job_id)

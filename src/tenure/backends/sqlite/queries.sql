@@ -73,7 +73,7 @@ SET state = 'completed', result = t.value -> 2, finished_at = ?1, worker = NULL,
     lease_ttl = NULL, lease_expires_at = NULL
 FROM json_each(?2) AS t
 WHERE jobs.id = t.value ->> 0 AND jobs.fence = t.value ->> 1 AND jobs.state = 'active'
-RETURNING jobs.id, jobs.fence
+RETURNING jobs.id, jobs.fence, jobs.queue
 
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core.
@@ -140,17 +140,19 @@ WHERE id = ? AND state IN ('scheduled', 'queued')
 UPDATE OR IGNORE jobs
 SET state = 'queued', attempts = 0, stalls = 0, dead_reason = NULL, finished_at = NULL, run_at = ?
 WHERE queue = ? AND state = 'dead'
+RETURNING id
 
 -- name: retry_dead_one
 UPDATE OR IGNORE jobs
 SET state = 'queued', attempts = 0, stalls = 0, dead_reason = NULL, finished_at = NULL, run_at = ?
 WHERE queue = ? AND state = 'dead' AND id = ?
+RETURNING id
 
 -- name: purge_dead_all
-DELETE FROM jobs WHERE queue = ? AND state = 'dead'
+DELETE FROM jobs WHERE queue = ? AND state = 'dead' RETURNING id
 
 -- name: purge_dead_one
-DELETE FROM jobs WHERE queue = ? AND state = 'dead' AND id = ?
+DELETE FROM jobs WHERE queue = ? AND state = 'dead' AND id = ? RETURNING id
 
 -- name: get_job
 SELECT {job_columns} FROM jobs WHERE id = ?
@@ -197,3 +199,45 @@ SELECT id FROM workers
 
 -- name: list_workers
 SELECT id, hostname, pid, queues, started_at, last_seen FROM workers ORDER BY started_at
+
+-- name: record_events
+-- Lifecycle events at time ?1, for those of the queues that record them: ?2 a
+-- JSON array of rows [queue, kind, [job ids], [data] or null, n] (see the
+-- migration 0003), numbered after the last event, in order.
+INSERT INTO events (id, n, queue, kind, at, jobs, data)
+SELECT (SELECT coalesce(max(id), 0) FROM events) + sum(t.value ->> 4) OVER (ORDER BY t.key),
+       t.value ->> 4, t.value ->> 0, t.value ->> 1, ?1, t.value ->> 2, t.value ->> 3
+FROM json_each(?2) AS t JOIN queues ON queues.name = t.value ->> 0
+WHERE queues.events
+
+-- name: record_job_events
+-- The events of job ?2 at time ?1, in its queue if that records them: ?3 a JSON
+-- array of [kind, data object or null], in order; a row each.
+INSERT INTO events (id, n, queue, kind, at, jobs, data)
+SELECT (SELECT coalesce(max(id), 0) FROM events) + row_number() OVER (ORDER BY t.key), 1,
+       jobs.queue, t.value ->> 0, ?1, json_array(jobs.id),
+       CASE WHEN t.value ->> 1 IS NOT NULL THEN json_array(json(t.value -> 1)) END
+FROM jobs JOIN queues ON queues.name = jobs.queue, json_each(?3) AS t
+WHERE jobs.id = ?2 AND queues.events
+
+-- name: read_events
+-- The rows holding events after number ?1, oldest first, of queue ?2 (NULL:
+-- every queue).
+SELECT id, n, queue, kind, at, jobs, data FROM events
+WHERE id > ?1 AND (?2 IS NULL OR queue = ?2)
+ORDER BY id LIMIT ?3
+
+-- name: trim_events
+-- Retention, per queue's policy: events older than its events_max_age, or
+-- beyond its newest events_max_count (?1 now; ?2, ?3 the defaults). The
+-- newest row stays: the next event's number follows it.
+DELETE FROM events WHERE id IN (
+    SELECT id FROM (
+        SELECT e.id, e.at,
+               sum(e.n) OVER (PARTITION BY e.queue ORDER BY e.id DESC) - e.n AS newer,
+               coalesce(q.policy ->> '$.events_max_age', ?2) AS max_age,
+               coalesce(q.policy ->> '$.events_max_count', ?3) AS max_count
+        FROM events AS e LEFT JOIN queues AS q ON q.name = e.queue
+    ) WHERE (at < ?1 - max_age OR newer >= max_count)
+        AND id < (SELECT max(id) FROM events)
+)

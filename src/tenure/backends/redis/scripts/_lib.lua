@@ -146,6 +146,71 @@ end
 -- the entry and the end rewrote it, two calls per job more than needed.
 local ATTEMPT_FIELDS = {'started_at', 'attempts', 'worker', 'fence'}
 
+-- Lifecycle events (tenure.core.events): one stream per queue, p .. 'events'.
+-- An entry holds the events of one kind that one script recorded for the
+-- queue (a cycle's completions, its claims: an XADD per job cost the cycle a
+-- seventh more): {k kind, j JSON array of job ids, d JSON array of each
+-- event's data (absent: none has any)}; its id says when (Redis's clock, in
+-- ms). Trimmed to the queue's events_max_count entries (MAXLEN ~: whole nodes
+-- only, cheap); a queue whose policy says events = false records none. The
+-- policy is read once per queue and call.
+local EVENTS_MAX_COUNT = 100000  -- QueuePolicy.events_max_count's default
+
+-- The queue's stored policy, decoded (false when none is stored), read once
+-- per queue and script call.
+local policies = {}
+local function policy_of(p)
+  local policy = policies[p]
+  if policy == nil then
+    local raw = redis.call('GET', p .. 'policy')
+    policy = raw and cjson.decode(raw) or false
+    policies[p] = policy
+  end
+  return policy
+end
+
+local events_kept = {}
+local function events_of(p)
+  local kept = events_kept[p]
+  if kept == nil then
+    local policy = policy_of(p)
+    kept = EVENTS_MAX_COUNT
+    if policy and policy.events == false then
+      kept = false
+    elseif policy and tonumber(policy.events_max_count) then
+      kept = tonumber(policy.events_max_count)
+    end
+    events_kept[p] = kept
+  end
+  return kept
+end
+
+-- One entry: the events of kind of the jobs ids (a list), with data, the JSON
+-- text of each event's data (a list), or nil when none has any.
+local function append_events(p, kind, ids, data)
+  if #ids == 0 then return end
+  local kept = events_of(p)
+  if not kept then return end
+  local jobs = cjson.encode(ids)
+  if data then
+    redis.call('XADD', p .. 'events', 'MAXLEN', '~', kept, '*', 'k', kind, 'j', jobs,
+      'd', '[' .. table.concat(data, ',') .. ']')
+  else
+    redis.call('XADD', p .. 'events', 'MAXLEN', '~', kept, '*', 'k', kind, 'j', jobs)
+  end
+end
+
+local function record_event(p, kind, id, data)
+  append_events(p, kind, {id}, data and {data} or nil)
+end
+
+-- The events Python decided (a JSON array of [kind, data or null]) of job id.
+local function record_events(p, id, listed)
+  for _, e in ipairs(cjson.decode(listed)) do
+    record_event(p, e[1], id, e[2] ~= cjson.null and cjson.encode(e[2]) or nil)
+  end
+end
+
 -- The running attempt's entry (a table to encode) from its ATTEMPT_FIELDS.
 local function attempt_entry(a)
   return {attempt = tonumber(a[2]), fence = tonumber(a[4]), worker = a[3] or nil,
@@ -173,7 +238,7 @@ end
 
 -- Apply a decision of tenure.core.retry to an active job (fail, and the
 -- sweeper's recover): -> queued | scheduled | dead, and end the attempt.
-local function settle_failure(p, id, jk, outcome, err, state, delay, reason, stall, now)
+local function settle_failure(p, id, jk, outcome, err, state, delay, reason, stall, now, events)
   local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
   leave_active(p, {id}, {a[3]})
   if err then redis.call('HSET', jk, 'error', err) else redis.call('HDEL', jk, 'error') end
@@ -189,6 +254,7 @@ local function settle_failure(p, id, jk, outcome, err, state, delay, reason, sta
     signal(p, 1)
   end
   end_attempt(p, id, a, outcome, err, now)
+  record_events(p, id, events)
 end
 
 -- The job and its history, as get returns them, with the running attempt's
@@ -204,10 +270,9 @@ end
 -- The queue's lease TTL (nil for an at-most-once queue) from its stored policy,
 -- else from the defaults the caller passes (config.py holds them, once).
 local function lease_ttl_of(p, default_ttl, default_delivery)
-  local raw = redis.call('GET', p .. 'policy')
+  local policy = policy_of(p)
   local ttl, delivery = tonumber(default_ttl), default_delivery
-  if raw then
-    local policy = cjson.decode(raw)
+  if policy then
     ttl = tonumber(policy.lease_ttl) or ttl
     delivery = policy.delivery or delivery
   end
@@ -242,13 +307,14 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
   -- per queue: its lease TTL, and what its sets gain and lose, written after
   -- the loop in one call per set
   local out, taken = {}, {}
+  local worker_json = cjson.encode(worker)
   for i = 1, math.min(limit, #candidates) do
     local c = candidates[i]
     local p = keys[c.q]
     local t = taken[c.q]
     if not t then
       t = {ttl = lease_ttl_of(p, default_ttl, default_delivery), members = {}, ids = {},
-        active = {}, leases = {}}
+        active = {}, leases = {}, started = {}}
       taken[c.q] = t
     end
     local id = string.sub(c.member, 33)
@@ -274,6 +340,7 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
       t.leases[#t.leases + 1], t.leases[#t.leases + 2] = expires, id
     end
     redis.call('HSET', jk, unpack(fields))
+    t.started[#t.started + 1] = '{"attempt":' .. attempts .. ',"worker":' .. worker_json .. '}'
     t.members[#t.members + 1], t.ids[#t.ids + 1] = c.member, id
     t.active[#t.active + 1], t.active[#t.active + 2] = string.sub(c.member, 17, 32), id
     out[#out + 1] = f
@@ -286,6 +353,7 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     call_with('ZADD', state_key(p, 'active'), t.active)
     call_with('SADD', held_key(p, worker), t.ids)
     redis.call('SADD', p .. 'holders', worker)
+    append_events(p, 'started', t.ids, t.started)
   end
   -- A queue left empty has no claimable job: its wake-up tokens are stale (an
   -- enqueue pushes new ones), and an idle worker should not wake for nothing.
@@ -332,5 +400,6 @@ local function complete_jobs(p, args, first, last, now)
   leave_active(p, ids, workers)
   call_with('ZREM', state_key(p, 'active'), ids)
   call_with('ZADD', state_key(p, 'completed'), completed)
+  append_events(p, 'completed', ids, nil)
   return codes
 end

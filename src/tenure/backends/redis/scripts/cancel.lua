@@ -20,5 +20,6 @@ redis.call('HSET', jk, 'state', 'cancelled', 'finished_at', num(clock()))
 redis.call('HDEL', jk, 'rank')
 set_state(p, id, f[3], f[1], 'cancelled')
 release_key(p, jk, id)
+record_event(p, 'cancelled', id, nil)
 local job = job_with_history(p, id)
 return {OK, job[1], job[2]}

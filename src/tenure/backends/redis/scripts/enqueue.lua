@@ -31,6 +31,8 @@ local out, queued = {now_s}, 0
 -- due is shared, so is the state: the jobs' sorted sets, filled here and added
 -- at the end in a few ZADDs (one call per set and chunk, not three per job)
 local state = due > now and 'scheduled' or 'queued'
+local enqueued = cjson.encode({task = task, state = state})  -- every new job's event data
+local new_ids, new_data = {}, {}
 local by_due, by_seq = {}, {}  -- (score, member) pairs: ready or scheduled; all and state:*
 
 -- A retried enqueue sends ids stored already: one EXISTS over the call's job
@@ -84,6 +86,7 @@ for i = 1, n do
     by_seq[#by_seq + 1] = id
     if key then redis.call('HSET', p .. 'keys', key, id) end
     stored[id] = true
+    new_ids[#new_ids + 1], new_data[#new_data + 1] = id, enqueued
     out[#out + 1] = due_s
   end
 end
@@ -97,5 +100,6 @@ for set, t in pairs(adds) do
   end
 end
 redis.call('SET', p .. 'seq', int(last))
+append_events(p, 'enqueued', new_ids, new_data)
 signal(p, queued)
 return out

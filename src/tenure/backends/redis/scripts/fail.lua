@@ -4,7 +4,8 @@
 -- KEYS[1]  the queue's key prefix
 -- ARGV     job id, fence, outcome, error ('' = none, else '=' .. error),
 --          state (queued | scheduled | dead), delay (seconds, for scheduled),
---          dead_reason (''), stall ('1' when the attempt spends a stall)
+--          dead_reason (''), stall ('1' when the attempt spends a stall), its
+--          events (JSON: [[kind, data or null], ...], see tenure.core.events)
 -- Returns  OK (0), NOT_FOUND (1) or LEASE_LOST (2: stale fence, nothing changed)
 
 local p, id, fence = KEYS[1], ARGV[1], ARGV[2]
@@ -13,5 +14,5 @@ if not jk then return code end
 local err = opt(ARGV[4])
 if err then err = string.sub(err, 2) end
 settle_failure(p, id, jk, ARGV[3], err, ARGV[5], tonumber(ARGV[6]), opt(ARGV[7]),
-  ARGV[8] == '1', clock())
+  ARGV[8] == '1', clock(), ARGV[9])
 return OK

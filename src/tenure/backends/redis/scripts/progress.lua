@@ -8,4 +8,5 @@ local p, id, fence = KEYS[1], ARGV[1], ARGV[2]
 local jk, code = held_job(p, id, fence)
 if not jk then return code end
 redis.call('HSET', jk, 'progress', ARGV[3])
+record_event(p, 'progress', id, '{"progress":' .. ARGV[3] .. '}')
 return OK

@@ -16,4 +16,5 @@ for _, id in ipairs(ids) do
     gone[#gone + 1] = id
   end
 end
+append_events(p, 'purged', gone, nil)
 return gone

@@ -20,4 +20,5 @@ else
   signal(p, 1)
 end
 end_attempt(p, id, a, 'released', nil, now)
+record_event(p, 'released', id, nil)
 return OK

@@ -10,7 +10,7 @@ local p = KEYS[1]
 local ids = ARGV
 if #ids == 0 then ids = redis.call('ZRANGE', state_key(p, 'dead'), 0, -1) end
 local now = num(clock())
-local moved = 0
+local moved, retried = 0, {}
 for _, id in ipairs(ids) do
   local jk = job_key(p, id)
   local f = redis.call('HMGET', jk, 'state', 'key')
@@ -20,7 +20,9 @@ for _, id in ipairs(ids) do
     queue_job(p, id, 'dead')
     if f[2] then redis.call('HSET', p .. 'keys', f[2], id) end
     moved = moved + 1
+    retried[moved] = id
   end
 end
+append_events(p, 'retried_from_dlq', retried, nil)
 signal(p, moved)
 return moved

@@ -1,0 +1,122 @@
+"""Lifecycle events on PostgreSQL: read in (xid, id) order, announced by NOTIFY.
+
+A row holds the events of one kind and queue that one statement recorded (a
+cycle's completions, its claims). Ids from a sequence are taken in one order
+and committed in another: reading ``id > after`` would skip an event whose
+transaction took a smaller id and committed later. So an event's id is
+``<xid>-<n>.<k>``: the transaction that wrote its row, the row's place in the
+sequence, the event's place in the row; readers see only rows of transactions
+older than every transaction still running (``pg_snapshot_xmin``), a part of
+the order that can no longer change. A long transaction anywhere on the server
+delays events (it never loses them). The writers announce at commit on the
+channel ``tenure:<schema>``, which a waiting reader LISTENs on (looking at
+least once a second all the same); while events are held back behind a
+running transaction, it looks again shortly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import psycopg
+
+from tenure.backends.postgres.liveness import Wakeups
+from tenure.config import QueuePolicy
+from tenure.core.events import Event
+from tenure.core.names import check_name, shown
+from tenure.errors import InvalidInput
+
+HELD_BACK_RETRY = 0.01  # seconds before a look again while events are held back
+# A waiting reader looks at least this often: an announcement made before its
+# LISTEN connection was up (or while it was down) is not lost for longer.
+SAFETY_POLL = 1.0
+TRIM_INTERVAL = 60.0  # seconds between two retention passes of one sweeper
+DEFAULTS = QueuePolicy()
+MAX_ID = 2**63 - 1
+
+
+# Where a reader stands: the row of the last event (xid, id), its place in it.
+Cursor = tuple[str, int, int]
+
+
+def parse_event_id(after: str | None) -> Cursor:
+    """``(xid, id, k)`` of an event id ``<xid>-<id>.<k>``; InvalidInput otherwise."""
+    if after is None:
+        return "0", 0, -1
+    if isinstance(after, str):
+        xid, sep, rest = after.partition("-")
+        n, dot, k = rest.partition(".")
+        parts = (xid, n, k)
+        if (sep and dot and all(x.isascii() and x.isdigit() and len(x) <= 20 for x in parts)
+                and int(xid) < 2**64 and int(n) <= MAX_ID and int(k) <= MAX_ID):  # fmt: skip
+            return xid, int(n), int(k)
+    raise InvalidInput(f"bad event id {shown(after)}: pass back an event's id")
+
+
+class EventReading:
+    """The event verbs of :class:`~tenure.backends.postgres.PostgresBackend` (a mixin)."""
+
+    q: dict[str, bytes]
+    conninfo: str
+    events_channel: str
+    _event_wakeups: Wakeups | None
+    _last_trim: float
+
+    if TYPE_CHECKING:
+
+        def _conn(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
+
+    async def read_events(
+        self, queue: str | None, after: str | None, limit: int, timeout: float = 0.0
+    ) -> list[Event]:
+        if queue is not None:
+            check_name("queue", queue)
+        cursor = parse_event_id(after)
+        deadline = time.monotonic() + timeout
+        if timeout > 0 and self._event_wakeups is None:
+            self._event_wakeups = Wakeups(self.conninfo, self.events_channel)
+        while True:
+            events, held = await self._read(queue, cursor, limit)
+            left = deadline - time.monotonic()
+            if events or left <= 0:
+                return events
+            if held:
+                await asyncio.sleep(min(HELD_BACK_RETRY, left))
+            else:
+                assert self._event_wakeups is not None
+                await self._event_wakeups.wait([""], min(left, SAFETY_POLL))
+
+    async def _read(
+        self, queue: str | None, cursor: Cursor, limit: int
+    ) -> tuple[list[Event], bool]:
+        xid, n, skip = cursor
+        params = {"queue": queue, "xid": xid, "id": n, "limit": limit}
+        async with self._conn() as conn:
+            cur = await conn.execute(self.q["read_events"], params)
+            rows = await cur.fetchall()
+        events: list[Event] = []
+        for x, i, q, kind, jobs, at, data, _ in rows:
+            if x is None:
+                continue
+            each = orjson.loads(data) if data else None
+            for k, job_id in enumerate(orjson.loads(jobs)):
+                if (x, i) == (xid, n) and k <= skip:
+                    continue
+                found = each[k] if each else None
+                events.append(Event(f"{x}-{i}.{k}", kind, job_id, q, at, found or {}))
+                if len(events) == limit:
+                    return events, False
+        return events, bool(rows and rows[0][-1])
+
+    async def _trim_events(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Retention, once per TRIM_INTERVAL of this sweeper: a pass reads every event."""
+        now = time.monotonic()
+        if now - self._last_trim < TRIM_INTERVAL:
+            return
+        self._last_trim = now
+        params = {"max_age": DEFAULTS.events_max_age, "max_count": DEFAULTS.events_max_count}
+        await conn.execute(self.q["trim_events"], params)

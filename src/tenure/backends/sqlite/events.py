@@ -1,0 +1,140 @@
+"""Lifecycle events on SQLite: written by the transition's own transaction,
+read by number.
+
+An event's id is its number. A row of the ``events`` table holds the events
+of one kind and queue that one statement recorded (a cycle's completions, its
+claims), numbered after the last event: one writer at a time holds the write
+lock, so numbers commit in order and a reader that resumes after one misses
+nothing. A waiting reader watches ``PRAGMA data_version`` (a counter in
+the WAL's shared memory that moves when another connection commits), not the
+table: SQLite cannot wake another process by itself, and the counter costs no
+read of the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+
+from tenure.backends.sqlite.queries import Q
+from tenure.config import QueuePolicy
+from tenure.core.clock import Clock
+from tenure.core.events import Event
+from tenure.core.names import check_name, shown
+from tenure.errors import InvalidInput
+
+T = TypeVar("T")
+WATCH_INTERVAL = 0.05  # seconds between two looks at data_version while waiting
+TRIM_INTERVAL = 60.0  # seconds between two retention passes of one sweeper
+DEFAULTS = QueuePolicy()
+
+# One event to record: (queue, kind, job_id, data or None)
+Row = tuple[str, str, str, dict[str, Any] | None]
+
+
+def record(conn: sqlite3.Connection, now: float, events: Sequence[Row]) -> None:
+    """Record events in the caller's transaction, for queues that keep them: a
+    row for each run of events of one queue and kind."""
+    if not events:
+        return
+    rows: list[list[Any]] = []
+    last: tuple[str, str] | None = None
+    for queue, kind, job_id, data in events:
+        if (queue, kind) != last:
+            last = (queue, kind)
+            rows.append([queue, kind, [], [], 0])
+        row = rows[-1]
+        row[2].append(job_id)
+        row[3].append(data)
+        row[4] += 1
+    for row in rows:
+        if not any(row[3]):
+            row[3] = None
+    conn.execute(Q["record_events"], (now, orjson.dumps(rows)))
+
+
+def record_job(
+    conn: sqlite3.Connection,
+    now: float,
+    job_id: str,
+    events: Iterable[tuple[str, dict[str, Any] | None]],
+) -> None:
+    """Record events of one job (in its queue) in the caller's transaction."""
+    conn.execute(Q["record_job_events"], (now, job_id, orjson.dumps(list(events))))
+
+
+def events_of_rows(rows: Iterable[tuple[Any, ...]], after: int, limit: int) -> list[Event]:
+    """The events the rows hold, numbered after ``after``, up to ``limit``."""
+    events: list[Event] = []
+    for last, n, queue, kind, at, jobs, data in rows:
+        each = orjson.loads(data) if data else None
+        for k, job_id in enumerate(orjson.loads(jobs)):
+            number = last - n + 1 + k
+            if number > after:
+                found = each[k] if each else None
+                events.append(Event(str(number), kind, job_id, queue, at, found or {}))
+                if len(events) == limit:
+                    return events
+    return events
+
+
+def event_cursor(after: str | None) -> int:
+    """The id after which to read; InvalidInput for what is not one of ours."""
+    if after is None:
+        return 0
+    if isinstance(after, str) and after.isascii() and after.isdigit() and len(after) <= 19:
+        return int(after)
+    raise InvalidInput(f"bad event id {shown(after)}: pass back an event's id")
+
+
+class EventReading:
+    """The event verbs of :class:`~tenure.backends.sqlite.SQLiteBackend` (a mixin)."""
+
+    clock: Clock
+    _last_trim: float
+
+    if TYPE_CHECKING:
+
+        async def _run(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+        @property
+        def conn(self) -> sqlite3.Connection: ...
+
+    async def read_events(
+        self, queue: str | None, after: str | None, limit: int, timeout: float = 0.0
+    ) -> list[Event]:
+        if queue is not None:
+            check_name("queue", queue)
+        start = event_cursor(after)
+        deadline = time.monotonic() + timeout
+        while True:
+            events, version = await self._run(self._read_events, queue, start, limit)
+            if events or time.monotonic() >= deadline:
+                return events
+            while version == await self._run(self._data_version):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return []
+                await asyncio.sleep(min(WATCH_INTERVAL, left))
+
+    def _read_events(self, queue: str | None, after: int, limit: int) -> tuple[list[Event], int]:
+        conn = self.conn
+        version = self._data_version()
+        rows = conn.execute(Q["read_events"], (after, queue, limit)).fetchall()
+        return events_of_rows(rows, after, limit), version
+
+    def _data_version(self) -> int:
+        (version,) = self.conn.execute("PRAGMA data_version").fetchone()
+        return int(version)
+
+    def _trim_events(self, conn: sqlite3.Connection, now: float) -> None:
+        """Retention, once per TRIM_INTERVAL of this sweeper: a pass reads every event."""
+        if now - self._last_trim < TRIM_INTERVAL:
+            return
+        self._last_trim = now
+        conn.execute(Q["trim_events"], (now, DEFAULTS.events_max_age, DEFAULTS.events_max_count))

@@ -1,0 +1,93 @@
+"""Lifecycle events: what storage records with every transition, in the same
+transaction (or script) as the transition itself, so that none is lost and
+none is invented. Pure: which events a transition emits, and their shape.
+
+A failed attempt emits up to two events: ``stalled`` (with the detector that
+noticed, when the worker rather than the handler failed, or the deadline hit)
+then the job's fate, ``retrying`` (with the delay) or ``dead`` (with the
+``dead_reason``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from tenure.core.retry import Decision
+from tenure.core.states import Outcome, State
+
+
+class EventKind(StrEnum):
+    """The kinds of lifecycle event, one per transition (see docs/observability.md)."""
+
+    ENQUEUED = "enqueued"
+    STARTED = "started"
+    PROGRESS = "progress"
+    COMPLETED = "completed"
+    RETRYING = "retrying"
+    STALLED = "stalled"
+    DEAD = "dead"
+    RELEASED = "released"
+    CANCELLED = "cancelled"
+    RETRIED_FROM_DLQ = "retried_from_dlq"
+    PURGED = "purged"
+
+
+class Detector(StrEnum):
+    """Who noticed that an attempt would not end by itself."""
+
+    WORKER_GONE = "worker_gone"  # the sweeper: the worker's liveness lock is free
+    LEASE_EXPIRED = "lease_expired"  # the sweeper: the lease was not renewed in time
+    EXECUTOR_DIED = "executor_died"  # the supervisor: the handler's process exited
+    DEADLINE = "deadline"  # the supervisor: the attempt ran past its timeout
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One lifecycle event, as storage recorded it.
+
+    ``id`` is opaque and ordered: events come in id order, and passing an
+    event's id back as ``after=`` resumes right after it. ``at`` is the
+    storage's clock, in epoch seconds.
+    """
+
+    id: str
+    kind: str
+    job_id: str
+    queue: str
+    at: float
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "job_id": self.job_id, "queue": self.queue,
+                "at": self.at, "data": self.data}  # fmt: skip
+
+
+def detector(outcome: Outcome, *, rescued: bool) -> Detector | None:
+    """The detector of an attempt that ended with ``outcome``: the sweeper's
+    (``rescued``) or the supervisor's; None for an error of the handler."""
+    if outcome is Outcome.CRASHED:
+        return Detector.WORKER_GONE if rescued else Detector.EXECUTOR_DIED
+    if outcome is Outcome.STALLED:
+        return Detector.LEASE_EXPIRED
+    if outcome is Outcome.TIMEOUT:
+        return Detector.DEADLINE
+    return None
+
+
+def failure_events(
+    outcome: Outcome, decision: Decision, *, rescued: bool
+) -> list[tuple[str, dict[str, Any]]]:
+    """The events of a failed attempt, in order: ``(kind, data)``."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    found = detector(outcome, rescued=rescued)
+    if found is not None:
+        events.append((EventKind.STALLED, {"detector": found.value}))
+    if decision.state is State.DEAD:
+        reason = decision.dead_reason.value if decision.dead_reason else None
+        events.append((EventKind.DEAD, {"dead_reason": reason, "outcome": outcome.value}))
+    else:
+        data = {"delay": decision.delay, "outcome": outcome.value}
+        events.append((EventKind.RETRYING, data))
+    return events
