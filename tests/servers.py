@@ -47,9 +47,11 @@ def postgres_bin(name: str) -> str | None:
 
 
 class PostgresServer:
-    """One PostgreSQL cluster; ``new_database()`` gives each test a clean database."""
+    """One PostgreSQL cluster; ``new_database()`` gives each test a clean database.
+    It listens on ``listen`` (loopback, and others a test's network namespaces reach)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, listen: tuple[str, ...] = ("127.0.0.1",)) -> None:
+        self.listen = listen
         initdb, self.pg_ctl = postgres_bin("initdb"), postgres_bin("pg_ctl")
         if not initdb or not self.pg_ctl:
             raise ServerUnavailable("PostgreSQL binaries (initdb, pg_ctl) not found")
@@ -75,7 +77,7 @@ class PostgresServer:
 
     def start(self) -> None:
         options = " ".join([
-            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1",
+            f"-p {self.port} -k {self.root} -c listen_addresses={','.join(self.listen)}",
             "-c fsync=off -c full_page_writes=off -c max_connections=300",
         ])  # fmt: skip
         self._run([self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-o", options,
@@ -119,7 +121,14 @@ class PostgresServer:
 class RedisServer:
     """One redis-server; tests flush it before use."""
 
-    def __init__(self, *, appendonly: bool = False, appendfsync: str = "everysec") -> None:
+    def __init__(
+        self,
+        *,
+        appendonly: bool = False,
+        appendfsync: str = "everysec",
+        listen: tuple[str, ...] = ("127.0.0.1",),
+    ) -> None:
+        self.listen = listen
         binary = shutil.which("redis-server")
         if not binary:
             raise ServerUnavailable("redis-server not found")
@@ -132,7 +141,9 @@ class RedisServer:
         self.start()
 
     def start(self) -> None:
-        command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+        # Bound beyond loopback on purpose: protected mode would refuse those clients.
+        command = [self.binary, "--port", str(self.port), "--bind", *self.listen,
+                   "--protected-mode", "no" if len(self.listen) > 1 else "yes",
                    "--dir", str(self.root), "--save", "",
                    "--appendonly", "yes" if self.appendonly else "no",
                    "--appendfsync", self.appendfsync, "--daemonize", "no",

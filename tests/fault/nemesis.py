@@ -33,7 +33,7 @@ import orjson
 
 from tenure.app import App
 from tenure.chaos.lab import process_gone
-from tests.servers import PostgresServer, RedisServer, ServerUnavailable, postgres_bin, wait_port
+from tests.servers import PostgresServer, RedisServer, ServerUnavailable, postgres_bin
 
 REPO = Path(__file__).resolve().parents[2]
 APP_PATH = "tests.fault.soak_tasks:app"
@@ -96,23 +96,17 @@ class SoakPostgres(PostgresServer):
 
     def __init__(self, extra: str | None) -> None:
         self.extra = extra
-        super().__init__()
+        super().__init__(listen=("127.0.0.1", *([extra] if extra else [])))
 
     def start(self) -> None:
-        if self.extra:
+        if self.extra:  # its clients come from the namespace's subnet
             hba = self.data / "pg_hba.conf"
             subnet = self.extra.rsplit(".", 1)[0] + ".0/24"
             line = f"host all all {subnet} trust\n"
             if line not in hba.read_text():
                 with hba.open("a") as f:
                     f.write(line)
-        listen = ",".join(["127.0.0.1", *([self.extra] if self.extra else [])])
-        options = (f"-p {self.port} -k {self.root} -c listen_addresses={listen} "
-                   "-c fsync=off -c full_page_writes=off -c max_connections=300")  # fmt: skip
-        assert self.pg_ctl
-        self._run([self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-o", options,
-                   "-w", "-t", "60", "start"])  # fmt: skip
-        wait_port(self.port)
+        super().start()
 
     def kill9(self) -> None:
         """SIGKILL the postmaster and every backend at once, as a crash would
@@ -134,22 +128,8 @@ class SoakRedis(RedisServer):
     """A Redis of the run's own with an append-only file, bound to ``extra`` too."""
 
     def __init__(self, extra: str | None, appendfsync: str) -> None:
-        self.extra = extra
-        super().__init__(appendonly=True, appendfsync=appendfsync)
-
-    def start(self) -> None:
-        binds = ["127.0.0.1", *([self.extra] if self.extra else [])]
-        command = [self.binary, "--port", str(self.port), "--bind", *binds,
-                   "--protected-mode", "no", "--dir", str(self.root), "--save", "",
-                   "--appendonly", "yes",
-                   "--appendfsync", self.appendfsync, "--daemonize", "no",
-                   "--logfile", str(self.root / "server.log")]  # fmt: skip
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_port(self.port)
-        except ServerUnavailable:
-            self.proc.kill()
-            raise
+        listen = ("127.0.0.1", *([extra] if extra else []))
+        super().__init__(appendonly=True, appendfsync=appendfsync, listen=listen)
 
     def kill9(self) -> None:
         self.kill()
