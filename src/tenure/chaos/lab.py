@@ -90,6 +90,11 @@ class Lab:
             return None
         return history[n - 1]
 
+    def ready(self, worker: subprocess.Popen[bytes]) -> bool:
+        """Whether ``worker`` has registered with storage (it claims from then on)."""
+        known = self.app.call(self.app.backend.workers())
+        return any(f".{worker.pid}." in w.id for w in known)
+
     def running_on(self, job_id: str) -> tuple[subprocess.Popen[bytes], int] | None:
         """The worker running the job, and its executor's pid, once the handler started."""
         job = self.job(job_id)
