@@ -559,3 +559,12 @@ USING (
     WHERE e.at < extract(epoch FROM now())::float8 - e.max_age OR e.newer >= e.max_count
 ) AS old
 WHERE d.xid = old.xid AND d.id = old.id
+
+-- name: caller_schema
+-- Whether the database of a caller's connection has tenure's schema, asked
+-- without touching it (a missing table would abort the caller's transaction).
+SELECT EXISTS (SELECT FROM pg_catalog.pg_tables
+               WHERE schemaname = %(schema)s AND tablename = 'schema_migrations')
+
+-- name: caller_schema_version
+SELECT coalesce(max(version), 0) FROM {schema}.schema_migrations
