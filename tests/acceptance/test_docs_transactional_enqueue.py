@@ -40,4 +40,3 @@ def test_the_postgres_example__commits_one_job_and_rolls_back_the_other(
     assert code.count("postgresql://app@db/shop") == 1
     code = code.replace("postgresql://app@db/shop", postgres_server.new_database())
     assert run(code, tmp_path) == ["queued", "1"]
-
