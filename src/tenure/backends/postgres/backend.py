@@ -366,7 +366,7 @@ class PostgresBackend(EventReading):
         the caller's transaction (within.py)."""
         jobs = orjson.dumps([
             [s.id, s.queue, s.task, s.priority, s.delay, s.run_at, s.key, s.max_attempts,
-             s.timeout] for s in specs
+             s.timeout, s.traceparent] for s in specs
         ]).decode()  # fmt: skip
         args = _text_array(s.args.decode() for s in specs)
         columns = {"jobs": jobs, "args": args, "channel": self.channel,
@@ -729,19 +729,24 @@ def _copy_rows(specs: Sequence[JobSpec], jobs: Sequence[Job]) -> bytes:
             args = args.replace("\\", "\\\\")
         if "\t" in args or "\n" in args or "\r" in args:  # not from orjson: it writes none
             args = args.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-        values = (j.state, j.priority, j.run_at, j.created_at, j.max_attempts, j.timeout)
+        values = (j.state, j.priority, j.run_at, j.created_at, j.max_attempts, j.timeout,
+                  j.traceparent)  # fmt: skip
         if values != shared:
             shared = values
             tail = (
                 f"\t{j.state.value}\t{j.priority}\t{j.run_at!r}\t{j.created_at!r}"
-                f"\t{_copy_value(j.max_attempts)}\t{_copy_value(j.timeout)}\n"
+                f"\t{_copy_value(j.max_attempts)}\t{_copy_value(j.timeout)}"
+                f"\t{j.traceparent or COPY_NULL}\n"
             )
         rows.append(f"{j.id}\t{j.queue}\t{j.task}\t{args}{tail}")
     return "".join(rows).encode()
 
 
+COPY_NULL = "\\N"
+
+
 def _copy_value(value: int | float | None) -> str:
-    return "\\N" if value is None else repr(value)
+    return COPY_NULL if value is None else repr(value)
 
 
 def _prepare(name: str) -> bool | None:

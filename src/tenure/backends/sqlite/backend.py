@@ -268,7 +268,7 @@ class SQLiteBackend(Opening, Operators, EventReading):
             cur = db.execute(
                 Q["insert_job"],
                 (spec.id, spec.queue, spec.task, spec.args, state, spec.priority, run_at, now,
-                 spec.key, spec.max_attempts, spec.timeout),
+                 spec.key, spec.max_attempts, spec.timeout, spec.traceparent),
             )  # fmt: skip
             if cur.rowcount:
                 jobs.append(spec.stored(state, run_at, now))
