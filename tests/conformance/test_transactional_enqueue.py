@@ -139,9 +139,8 @@ def test_an_idle_worker__runs_a_job_enqueued_in_a_transaction_once_it_commits(
         loop.close()
 
 
+@pytest.mark.parametrize("sql_url", ["postgres"], indirect=True)
 def test_a_postgres_async_connection__enqueues_in_its_transaction(app: App, sql_url: str) -> None:
-    if not sql_url.startswith("postgres"):
-        pytest.skip("an async connection of the caller's is psycopg's")
 
     @app.task
     def ship(order: str) -> None: ...
@@ -205,11 +204,10 @@ def test_a_connection_in_autocommit_outside_a_transaction__is_refused(
     assert app.queue().counts()[State.QUEUED] == 0
 
 
+@pytest.mark.parametrize("sql_url", ["sqlite"], indirect=True)
 def test_a_sqlite_connection_to_another_file__is_refused(
     app: App, sql_url: str, tmp_path: Path
 ) -> None:
-    if not sql_url.startswith("sqlite"):
-        pytest.skip("SQLite only")
     other = sqlite3.connect(tmp_path / "other.db")
     try:
         with pytest.raises(InvalidInput, match="not to this App's SQLite database"):
@@ -230,11 +228,10 @@ def test_a_database_not_migrated_yet__is_refused_and_the_transaction_goes_on(
     assert conn.execute("SELECT count(*) FROM orders").fetchone()[0] == 1
 
 
+@pytest.mark.parametrize("sql_url", ["postgres"], indirect=True)
 def test_postgres_refuses_a_failed_transaction_and_the_wrong_twin(
     app: App, sql_url: str, connect: Connect
 ) -> None:
-    if not sql_url.startswith("postgres"):
-        pytest.skip("PostgreSQL only")
     conn = connect()
     with pytest.raises(psycopg.errors.UndefinedTable):
         conn.execute("SELECT * FROM no_such_table")
