@@ -56,7 +56,7 @@ class Lab:
     def worker(self, *args: str) -> subprocess.Popen[bytes]:
         """Start ``tenure worker`` for the chaos tasks on this lab's queue."""
         env = {**os.environ, "TENURE_URL": self.url}
-        command = [sys.executable, "-m", "tenure.cli", "--url", self.url, "worker", APP_PATH,
+        command = [sys.executable, "-m", "tenure.cli", "worker", APP_PATH,
                    "--queue", self.queue, "--log-level", "error", *args]  # fmt: skip
         log = (self.logs / f"worker-{len(self.workers)}.log").open("wb")
         with log:
