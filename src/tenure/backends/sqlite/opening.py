@@ -9,12 +9,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tenure.backends.sqlfile import load_migrations, split_statements
+from tenure.backends.sqlfile import load_migrations, newest, split_statements
 from tenure.backends.sqlite.storage import APPLICATION_ID, StorageFile, check_tenures
 from tenure.core.clock import Clock
 from tenure.errors import BackendUnavailable, TenureError
 
 MIGRATIONS = load_migrations("tenure.backends.sqlite.migrations")
+VERSION = newest(MIGRATIONS)
 SQLITE_READONLY_DIRECTORY = 1544  # sqlite3 names it from Python 3.11.4 only
 
 
@@ -88,12 +89,12 @@ class Opening:
                 f"SQLite database {self.path} is empty: nothing was ever stored in it"
             )
         version = _schema_version(conn)
-        if version != len(MIGRATIONS):
+        if version != VERSION:
             conn.close()
-            remedy = "upgrade tenure" if version > len(MIGRATIONS) else "a worker migrates it"
+            remedy = "upgrade tenure" if version > VERSION else "a worker migrates it"
             raise BackendUnavailable(
                 f"SQLite database {self.path} has schema version {version} and this tenure "
-                f"reads version {len(MIGRATIONS)}: {remedy}"
+                f"reads version {VERSION}: {remedy}"
             )
         return conn
 
@@ -132,11 +133,11 @@ class Opening:
                 " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
             )
             done = {v for (v,) in conn.execute("SELECT version FROM schema_migrations")}
-            newest = max(done, default=0)
-            if newest > len(MIGRATIONS):
+            stored = max(done, default=0)
+            if stored > VERSION:
                 raise BackendUnavailable(
-                    f"SQLite database {self.path} has schema version {newest}, newer than this "
-                    f"tenure knows ({len(MIGRATIONS)}): upgrade tenure"
+                    f"SQLite database {self.path} has schema version {stored}, newer than this "
+                    f"tenure knows ({VERSION}): upgrade tenure"
                 )
             for version, name, script in MIGRATIONS:
                 if version in done:
