@@ -59,7 +59,7 @@ class LeaseKeeper:
             await self.on_liveness_lost()
             self._lost_liveness = False
         try:
-            lost = await self.backend.heartbeat(self.worker_id, self.held)
+            lost = set((await self.backend.heartbeat(self.worker_id, self.held)).lost)
         except LivenessLost as exc:
             log.error("%s: stopping every attempt and registering again", exc)
             lost = self.held

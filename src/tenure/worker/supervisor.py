@@ -150,7 +150,7 @@ class Supervisor:
         if op == "progress":
             await self.backend.progress(job.id, job.fence, data)
         elif op == "heartbeat":
-            if await self.backend.heartbeat(self.worker_id, {(job.id, job.fence)}):
+            if (await self.backend.heartbeat(self.worker_id, {(job.id, job.fence)})).lost:
                 raise LeaseLost(f"job {job.id} is no longer held with fence {job.fence}")
         else:
             raise InvalidInput(f"unknown request {op!r} from an executor")
