@@ -286,6 +286,9 @@ class App:
         return self.call(self.acancel(job_id))
 
     async def acancel(self, job_id: str) -> Job:
+        """Cancel a job: a scheduled or queued one at once; an active one is
+        marked ``cancel_requested`` and stopped by its worker within about a
+        heartbeat (docs/aborting.md). InvalidTransition for a finished job."""
         return await (await self.abackend()).cancel(job_id)
 
     def jobs(
