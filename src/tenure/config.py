@@ -54,9 +54,14 @@ POLICY_BOUNDS: dict[str, tuple[float, float]] = {
     # where it stopped), and up to a billion per queue.
     "events_max_age": (60.0, MAX_SECONDS),
     "events_max_count": (1, 1_000_000_000),
+    # Finished jobs are kept for these many seconds (None: forever); 0 prunes
+    # them at the next sweep.
+    "keep_completed": (0.0, MAX_SECONDS),
+    "keep_dead": (0.0, MAX_SECONDS),
 }
 _COUNTS = frozenset({"max_attempts", "max_stalls", "events_max_count"})
 _ABOVE = frozenset({"timeout"})  # bounds (lo, hi]: zero is not a deadline
+_OPTIONAL = frozenset({"timeout", "keep_completed", "keep_dead"})  # None: no limit
 
 
 def _bound(x: float) -> str:
@@ -121,11 +126,18 @@ class QueuePolicy:
       ``unknown_task_grace`` within [0, ten years] (0: dead-letter at once);
     - ``cancel_grace`` within [0, 3600];
     - ``events_max_age`` within [60, ten years]; ``events_max_count`` an
-      integer within [1, 1000000000].
+      integer within [1, 1000000000];
+    - ``keep_completed`` and ``keep_dead`` (when set) within [0, ten years].
 
     They are ``POLICY_BOUNDS``. ``events`` (a bool) says whether the queue's
     transitions record lifecycle events; the sweep deletes those older than
     ``events_max_age`` seconds or beyond the newest ``events_max_count``.
+
+    Retention: the sweep deletes a job that finished (by storage's clock)
+    ``keep_completed`` seconds ago when it is ``completed`` or ``cancelled``,
+    ``keep_dead`` seconds ago when it is ``dead``, with its history; 0 deletes
+    it at the next sweep, None keeps it forever. A dead job retried from the
+    DLQ is unfinished again, and is kept until it finishes again.
     """
 
     lease_ttl: float = 15.0
@@ -148,6 +160,8 @@ class QueuePolicy:
     events: bool = True
     events_max_age: float = 86_400.0
     events_max_count: int = 100_000
+    keep_completed: float | None = 86_400.0  # a day
+    keep_dead: float | None = 14 * 86_400.0  # two weeks: time to look at the DLQ
 
     def __post_init__(self) -> None:
         self.validate()
@@ -157,7 +171,7 @@ class QueuePolicy:
             value = getattr(self, name)
             if name in _COUNTS:
                 check_integer(name, value, lo, hi)
-            elif value is not None or name not in _ABOVE:
+            elif value is not None or name not in _OPTIONAL:
                 kind = "a number" if name == "backoff_jitter" else "a number of seconds"
                 check_number(name, value, lo, hi, above=name in _ABOVE, kind=kind)
         if self.heartbeat_interval * 2 > self.lease_ttl:

@@ -32,7 +32,7 @@ from tenure.backends.redis.backend import ENQUEUE_CHUNK, ENQUEUE_WINDOW
 from tenure.backends.redis.scripts import NAMES, SCRIPTS, Runner
 from tenure.config import QueuePolicy
 from tenure.core.retry import Decision
-from tenure.core.states import Outcome, State
+from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import BackendUnavailable, InvalidInput, LivenessLost
 from tenure.job import JobSpec
 from tenure.portal import Portal
@@ -305,7 +305,8 @@ def _answers(b: SyncBackend) -> bool:
 # -- the key layout ------------------------------------------------------------
 
 QUEUE_KEY = re.compile(
-    r"tenure:\{(?P<q>[^}]+)\}:(job:.+|history:.+|ready|scheduled|leases|state:[a-z]+|all|seq|"
+    r"tenure:\{(?P<q>[^}]+)\}:(job:.+|history:.+|ready|scheduled|leases|state:[a-z]+|all|"
+    r"retained:(completed|dead)|seq|"
     r"keys|held:.+|holders|signal|policy|events)"
 )
 FLEET_KEY = re.compile(r"tenure:\{@\}:(queues|jobs|workers|worker:.+|sweep)")
@@ -349,6 +350,52 @@ def test_every_script_call__names_keys_of_one_slot_only(
     assert {name for name, _ in seen} >= {"enqueue", "cycle", "heartbeat", "complete", "sweep"}
     for name, keys in seen:
         assert len({key_slot(k.encode()) for k in keys}) == 1, (name, keys)
+
+
+def mentions(url: str, needles: set[str]) -> dict[str, set[str]]:
+    """Each key whose name or content (every member, field and value; not the
+    events stream, which has its own retention) mentions one of ``needles``."""
+    found: dict[str, set[str]] = {}
+    with redis_sync.Redis.from_url(url, decode_responses=True) as r:
+        for key in r.keys("*"):
+            kind = r.type(key)
+            if kind == "zset":
+                text = r.zrange(key, 0, -1)
+            elif kind == "hash":
+                text = [x for pair in r.hgetall(key).items() for x in pair]
+            elif kind == "set":
+                text = list(r.smembers(key))
+            elif kind == "list":
+                text = r.lrange(key, 0, -1)
+            elif kind == "string":
+                text = [r.get(key) or ""]
+            else:
+                continue
+            hits = {n for n in needles if n in key or any(n in t for t in text)}
+            if hits:
+                found[key] = hits
+    return found
+
+
+def test_a_pruned_job__leaves_no_key_and_no_index_entry(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    b = open_backend(redis_url)
+    b.change_policy("default", {"keep_completed": 0, "keep_dead": 0})
+    w = register(b, "w1")
+    done, dead, cancelled = b.enqueue([spec(key="a"), spec(key="b"), spec(key="c", delay=60)])
+    for job in b.claim(w, ["default"], 2):
+        if job.id == done.id:
+            b.complete(job.id, job.fence, {"big": "x" * 1000})
+        else:
+            fatal = Decision(State.DEAD, dead_reason=DeadReason.ERROR)
+            b.fail(job.id, job.fence, Outcome.ERROR, "boom", fatal)
+    b.cancel(cancelled.id)
+    ids = {done.id, dead.id, cancelled.id}
+    assert set(mentions(redis_url, ids)) >= {f"tenure:{{default}}:job:{i}" for i in ids}
+    assert b.prune(1000) == 3
+    assert mentions(redis_url, ids) == {}
+    assert b.counts("default") == dict.fromkeys(State, 0)
 
 
 # -- bulk enqueue ----------------------------------------------------------------

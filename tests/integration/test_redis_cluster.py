@@ -26,6 +26,7 @@ from tests.conformance.test_enqueue import *  # noqa: F403
 from tests.conformance.test_operators import *  # noqa: F403
 from tests.conformance.test_races import *  # noqa: F403
 from tests.conformance.test_rescue import *  # noqa: F403
+from tests.conformance.test_retention import *  # noqa: F403
 from tests.conformance.test_settle import *  # noqa: F403
 from tests.conformance.test_state_machine import *  # noqa: F403
 from tests.conftest import SyncBackend, server_or_skip

@@ -47,6 +47,7 @@ EXPECTED_TABLES = {
 }  # fmt: skip
 EXPECTED_INDEXES = {
     "jobs_key", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_worker", "jobs_queue_state",
+    "jobs_finished",
 }  # fmt: skip
 
 

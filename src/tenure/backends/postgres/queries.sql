@@ -473,6 +473,40 @@ recorded_input AS (
 {record_events}
 SELECT count(*), (SELECT n FROM announced) FROM purged
 
+-- name: all_policies
+SELECT name, policy::text FROM {schema}.queues
+
+-- name: prune
+-- Retention: up to %(limit)s finished jobs, each of a rule (%(queues)s,
+-- %(states)s, %(keeps)s: a queue, a finished state, the seconds its jobs are
+-- kept) and finished at least that long ago, oldest first within a rule;
+-- each rule's jobs read through jobs_finished (the IN names its predicate),
+-- locked with SKIP LOCKED (a job that a retry from the DLQ holds is left
+-- alone), deleted with their attempts. Returns how many jobs.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+victims AS (
+    SELECT v.id
+    FROM unnest(%(queues)s::text[], %(states)s::text[], %(keeps)s::float8[])
+        AS r(queue, state, keep)
+    CROSS JOIN clock
+    CROSS JOIN LATERAL (
+        SELECT id FROM {schema}.jobs
+        WHERE queue = r.queue AND state = r.state
+          AND state IN ('completed', 'cancelled', 'dead')
+          AND finished_at <= clock.now - r.keep
+        ORDER BY finished_at
+        LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+    ) AS v
+    LIMIT %(limit)s
+),
+pruned AS (
+    DELETE FROM {schema}.jobs AS j USING victims WHERE j.id = victims.id RETURNING j.id
+),
+history AS (
+    DELETE FROM {schema}.attempts AS a USING pruned WHERE a.job_id = pruned.id
+)
+SELECT count(*) FROM pruned
+
 -- name: get_job
 SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s
 

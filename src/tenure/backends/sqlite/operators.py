@@ -16,6 +16,7 @@ from tenure.backends.base import (
     WorkerInfo,
     check_cursor,
     check_listing,
+    check_prune_limit,
     cursor_seq,
     not_cancellable,
 )
@@ -25,6 +26,7 @@ from tenure.backends.sqlite.events import record, record_job
 from tenure.backends.sqlite.liveness import WorkerLocks
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
+from tenure.core import retention
 from tenure.core.clock import Clock
 from tenure.core.events import EventKind
 from tenure.core.names import check_job_id, check_job_ids, check_name
@@ -88,6 +90,20 @@ class Operators:
                 self._ring(conn)
             record(conn, self.clock.now(), [(queue, kind, i, None) for i in ids])
             return len(ids)
+
+    async def prune(self, limit: int) -> int:
+        return await self._run(self._prune, check_prune_limit(limit))
+
+    def _prune(self, limit: int) -> int:
+        now = self.clock.now()
+        left = limit
+        with self._tx() as conn:
+            policies = {q: QueuePolicy.from_json(p) for q, p in conn.execute(Q["all_policies"])}
+            for queue, state, keep in retention.rules(policies):
+                left -= conn.execute(Q["prune"], (queue, state, now - keep, left)).rowcount
+                if left == 0:
+                    break
+        return limit - left
 
     async def get(self, job_id: str) -> Job:
         check_job_id(job_id)
