@@ -27,7 +27,7 @@ import redis as redis_sync
 from redis.crc import key_slot
 
 from tenure.backends.base import Renewal, WorkerInfo
-from tenure.backends.redis import RedisBackend
+from tenure.backends.redis import RedisBackend, retention
 from tenure.backends.redis.backend import ENQUEUE_CHUNK, ENQUEUE_WINDOW
 from tenure.backends.redis.scripts import NAMES, SCRIPTS, Runner
 from tenure.config import QueuePolicy
@@ -396,6 +396,29 @@ def test_a_pruned_job__leaves_no_key_and_no_index_entry(
     assert b.prune(1000) == 3
     assert mentions(redis_url, ids) == {}
     assert b.counts("default") == dict.fromkeys(State, 0)
+
+
+def test_a_prune__goes_in_script_calls_of_at_most_script_max_jobs(
+    redis_url: str, open_backend: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(retention, "SCRIPT_MAX", 4)
+    b = open_backend(redis_url)
+    b.change_policy("default", {"keep_completed": 0})
+    w = register(b, "w1")
+    b.enqueue([spec() for _ in range(10)])
+    assert b.complete_many([(j.id, j.fence, b"1") for j in b.claim(w, ["default"], 10)]) == set()
+    calls: list[int] = []
+    call = Runner.call
+
+    async def spy(self: Runner, name: str, keys: Any, args: Any = (), **kw: Any) -> Any:
+        if name == "prune":
+            calls.append(int(args[0]))
+        return await call(self, name, keys, args, **kw)
+
+    monkeypatch.setattr(Runner, "call", spy)
+    assert (b.prune(7), b.prune(7)) == (7, 3)
+    assert calls == [4, 3, 4]  # the second prune finds 3 of 4 in its first call: done
+    assert b.counts("default")[State.COMPLETED] == 0
 
 
 # -- bulk enqueue ----------------------------------------------------------------

@@ -634,8 +634,9 @@ class PostgresBackend(EventReading):
                 return 0
             queues, states, keeps = zip(*rules, strict=True)
             params = {"queues": list(queues), "states": [str(s) for s in states],
-                      "keeps": list(keeps), "limit": limit}  # fmt: skip
-            cur = await conn.execute(self.q["prune"], params, prepare=False)
+                      "keeps": list(keeps)}  # fmt: skip
+            query = self.q["prune"].replace(b"{limit}", b"%d" % limit)
+            cur = await conn.execute(query, params, prepare=False)
             [(pruned,)] = await cur.fetchall()
         return int(pruned)
 

@@ -2,10 +2,10 @@
 
 A queue's finished jobs are indexed by when they finished (``retained:*``),
 so a prune reads only the jobs it deletes. One prune deletes at most ``limit``
-jobs in all, however many queues have some due: a first pipeline counts those
-due in each queue (O(log n) each), a second deletes them, each queue's share
-in one script call. Redis runs a pipeline's calls back to back, so their sum,
-not each one, is how long other clients wait.
+jobs in all, however many queues have some due: a pipeline first counts those
+due in each queue (O(log n) each). Then each queue's share goes in script
+calls of at most SCRIPT_MAX jobs, one round trip each: Redis serves nobody
+else while a script runs, nor between the calls of one pipeline.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from tenure.backends.redis.scripts import Call, Runner
 from tenure.config import QueuePolicy
 
 DEFAULTS = QueuePolicy()
+SCRIPT_MAX = 250  # jobs per prune.lua call: about a millisecond of Redis (docs/benchmarks.md)
 
 
 def _keep(seconds: float | None) -> str:
@@ -39,10 +40,14 @@ async def prune(runner: Runner, keys: Keys, limit: int) -> list[str]:
     # Where one script may reach the fleet's id index too, it drops the ids
     # itself: nothing is left behind if this process dies just after.
     index = [] if runner.topology.cluster else [keys.jobs]
-    replies = await runner.pipeline(
-        [Call.script("prune", [keys.queue(q), *index], [n, *defaults]) for q, n in shares]
-    )
-    gone = [i.decode() for _, ids in replies for i in ids]
+    gone: list[str] = []
+    for queue, share in shares:
+        wanted = share
+        while wanted > 0:
+            n = min(wanted, SCRIPT_MAX)
+            _, ids = await runner.call("prune", [keys.queue(queue), *index], [n, *defaults])
+            gone += [i.decode() for i in ids]
+            wanted = wanted - n if len(ids) == n else 0  # fewer: none due is left
     if runner.topology.cluster and gone:
         await runner.command("HDEL", keys.jobs, *gone)
     return gone
