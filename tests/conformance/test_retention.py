@@ -91,6 +91,22 @@ def test_a_cancelled_job__is_kept_for_keep_completed(backend: Any) -> None:
     assert nonzero_counts(backend) == {State.CANCELLED: 1}
 
 
+def test_a_job_cancelled_while_active__is_kept_for_keep_completed_then_pruned_with_its_history(
+    backend: Any, kept_worker: str
+) -> None:
+    enqueue_one(backend)
+    job = claim_one(backend, kept_worker)
+    backend.cancel(job.id)  # marks it; its worker hands it back
+    backend.release(job.id, job.fence)
+    assert backend.get(job.id).state is State.CANCELLED
+    assert history_rows(backend, job) == 1
+    assert backend.prune(1000) == 0
+    age(backend, [job.id], DEFAULTS.keep_completed + 60)  # type: ignore[operator]
+    assert backend.prune(1000) == 1
+    assert gone(backend, job)
+    assert nonzero_counts(backend) == {}
+
+
 def test_keep_none__keeps_forever_and_keep_zero__prunes_at_once(
     backend: Any, kept_worker: str
 ) -> None:

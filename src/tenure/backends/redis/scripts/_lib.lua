@@ -247,6 +247,7 @@ end
 local function end_cancelled(p, id, jk, now)
   redis.call('HSET', jk, 'state', 'cancelled', 'finished_at', num(now))
   set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'cancelled')
+  redis.call('ZADD', p .. RETAINED.cancelled, num(now), id)
   release_key(p, jk, id)
 end
 
