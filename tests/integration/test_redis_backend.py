@@ -306,7 +306,7 @@ def _answers(b: SyncBackend) -> bool:
 
 QUEUE_KEY = re.compile(
     r"tenure:\{(?P<q>[^}]+)\}:(job:.+|history:.+|ready|scheduled|leases|state:[a-z]+|all|"
-    r"retained:(completed|dead)|seq|"
+    r"retained:(completed|dead|backfill)|seq|"
     r"keys|held:.+|holders|signal|policy|events)"
 )
 FLEET_KEY = re.compile(r"tenure:\{@\}:(queues|jobs|workers|worker:.+|sweep)")
@@ -396,6 +396,31 @@ def test_a_pruned_job__leaves_no_key_and_no_index_entry(
     assert b.prune(1000) == 3
     assert mentions(redis_url, ids) == {}
     assert b.counts("default") == dict.fromkeys(State, 0)
+
+
+def test_jobs_finished_before_retention_existed__are_indexed_by_prunes_and_pruned(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    """Such jobs have no entry in retained:*; prune.lua finds them, 250 a call."""
+    b = open_backend(redis_url)
+    w = register(b, "w1")
+    b.enqueue([spec() for _ in range(260)] + [spec(delay=60)])
+    claimed = b.claim(w, ["default"], 260)
+    assert b.complete_many([(j.id, j.fence, b"1") for j in claimed[:259]]) == set()
+    last = claimed[259]
+    b.fail(
+        last.id, last.fence, Outcome.ERROR, "x", Decision(State.DEAD, dead_reason=DeadReason.ERROR)
+    )
+    [scheduled] = [j for j in b.list(state=State.SCHEDULED).jobs]
+    b.cancel(scheduled.id)
+    p = "tenure:{default}:"
+    for kept in ("retained:completed", "retained:dead"):
+        admin(redis_url, "DEL", p + kept)  # as an older tenure left them
+    b.change_policy("default", {"keep_completed": 0, "keep_dead": 0})
+    assert b.prune(1000) == 261  # two script calls, each indexing up to 250 first
+    assert b.prune(1000) == 0
+    assert b.counts("default") == dict.fromkeys(State, 0)
+    assert admin(redis_url, "HGET", p + "retained:backfill", "done") == b"1"
 
 
 def test_a_prune__goes_in_script_calls_of_at_most_script_max_jobs(

@@ -4,7 +4,8 @@
 -- each with its history and every index entry: state:<state>, all,
 -- retained:*, and the fleet's id index when KEYS[2] names it. Records no
 -- event. Cost: the jobs deleted (the retained:* sets are sorted by
--- finished_at), whatever the queue's size.
+-- finished_at), whatever the queue's size, and once per queue a walk of the
+-- jobs that finished before those sets existed (below), 250 a call.
 --
 -- KEYS[1]  the queue's key prefix
 -- KEYS[2]  optional: the fleet's id index (<prefix>:{@}:jobs), where one script
@@ -26,6 +27,39 @@ local function keep_of(field, default)
   if value == cjson.null then return nil end
   if type(value) ~= 'number' or value ~= value then return opt(default) end
   return math.min(math.max(value, 0), TEN_YEARS)
+end
+
+-- Jobs that finished before the retained:* sets existed have no entry in
+-- them: each call indexes up to BACKFILL of them, walking each finished
+-- state's set by seq from where the last call stopped (retained:backfill,
+-- state -> last seq walked; 'done' once every set was walked: jobs that
+-- finish later are indexed as they finish).
+local BACKFILL = 250
+local walked = p .. 'retained:backfill'
+if not redis.call('HGET', walked, 'done') then
+  local budget, ended = BACKFILL, 0
+  for _, state in ipairs({'completed', 'cancelled', 'dead'}) do
+    local from = redis.call('HGET', walked, state)
+    if from == 'end' then
+      ended = ended + 1
+    elseif budget > 0 then
+      local found = redis.call('ZRANGE', state_key(p, state), from and '(' .. from or '-inf',
+        '+inf', 'BYSCORE', 'LIMIT', 0, budget, 'WITHSCORES')
+      local n = #found / 2
+      for i = 1, #found, 2 do
+        local at = redis.call('HGET', job_key(p, found[i]), 'finished_at')
+        if at then redis.call('ZADD', p .. RETAINED[state], 'NX', at, found[i]) end
+      end
+      if n < budget then
+        redis.call('HSET', walked, state, 'end')
+        ended = ended + 1
+      else
+        redis.call('HSET', walked, state, found[#found])
+      end
+      budget = budget - n
+    end
+  end
+  if ended == 3 then redis.call('HSET', walked, 'done', '1') end
 end
 
 local now = clock()
