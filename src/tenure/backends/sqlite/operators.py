@@ -35,6 +35,7 @@ from tenure.errors import JobNotFound
 from tenure.job import Job
 
 T = TypeVar("T")
+PRUNE_TX = 250  # jobs per transaction of a prune: a few ms (docs/benchmarks.md)
 
 
 class Operators:
@@ -95,15 +96,24 @@ class Operators:
         return await self._run(self._prune, check_prune_limit(limit))
 
     def _prune(self, limit: int) -> int:
-        now = self.clock.now()
-        left = limit
-        with self._tx() as conn:
-            policies = {q: QueuePolicy.from_json(p) for q, p in conn.execute(Q["all_policies"])}
-            for queue, state, keep in retention.rules(policies):
-                left -= conn.execute(Q["prune"], (queue, state, now - keep, left)).rowcount
-                if left == 0:
-                    break
-        return limit - left
+        """In transactions of at most PRUNE_TX jobs: each holds the database's
+        one write lock, which the workers' cycles wait for."""
+        pruned = 0
+        while pruned < limit:
+            want = min(PRUNE_TX, limit - pruned)
+            left = want
+            now = self.clock.now()
+            with self._tx() as conn:
+                found = conn.execute(Q["all_policies"])
+                policies = {q: QueuePolicy.from_json(p) for q, p in found}
+                for queue, state, keep in retention.rules(policies):
+                    left -= conn.execute(Q["prune"], (queue, state, now - keep, left)).rowcount
+                    if left == 0:
+                        break
+            pruned += want - left
+            if left:
+                break
+        return pruned
 
     async def get(self, job_id: str) -> Job:
         check_job_id(job_id)
