@@ -38,6 +38,7 @@ from tenure.events import Steps, follow, follow_sync
 from tenure.hooks import Hooks
 from tenure.job import Job, JobSpec
 from tenure.portal import Portal
+from tenure.results import check_timeout, wait_result
 from tenure.task import Task
 
 __all__ = ["App", "Queue", "Task"]
@@ -281,6 +282,18 @@ class App:
 
     async def aget_job(self, job_id: str) -> Job:
         return await (await self.abackend()).get(job_id)
+
+    def result(self, job_id: str, timeout: float | None = None) -> Any:
+        """The result of job ``job_id`` (its handler's return value, as JSON
+        decodes it) once it completes, waiting for it; ``JobFailed`` if it is
+        dead, ``JobCancelled`` if cancelled, ``TimeoutError`` after ``timeout``
+        seconds (None: wait for ever), ``JobNotFound``. Woken by the queue's
+        lifecycle events (see ``tenure.results``)."""
+        return self.call(self.aresult(job_id, timeout))
+
+    async def aresult(self, job_id: str, timeout: float | None = None) -> Any:
+        check_timeout(timeout)
+        return await wait_result(await self.abackend(), job_id, timeout)
 
     def cancel(self, job_id: str) -> Job:
         return self.call(self.acancel(job_id))

@@ -90,6 +90,17 @@ class EventReading:
                 assert self._event_wakeups is not None
                 await self._event_wakeups.wait([""], min(left, SAFETY_POLL))
 
+    async def events_now(self, queue: str) -> str:
+        # Just before the horizon in (xid, id) order, with the whole of that
+        # (never complete) row skipped: what transactions older than the
+        # horizon recorded comes before, what any other records, after.
+        check_name("queue", queue)
+        async with self._conn() as conn:
+            cur = await conn.execute(self.q["events_horizon"])
+            row = await cur.fetchone()
+        assert row is not None
+        return f"{int(row[0]) - 1}-{MAX_ID}.{MAX_ID}"
+
     async def _read(
         self, queue: str | None, cursor: Cursor, limit: int
     ) -> tuple[list[Event], bool]:
