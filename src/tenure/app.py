@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterat
 from typing import Any, ParamSpec, TypeVar, overload
 
 from tenure.backends.base import Backend, CallerTransactions, Page
-from tenure.backends.factory import from_url, resolve_url
+from tenure.backends.factory import check_shared, from_url, resolve_url
 from tenure.config import (
     DEFAULT_MAX_PAYLOAD,
     DEFAULT_URL,
@@ -141,6 +141,7 @@ class App:
         # Validates the URL now (connects on first use); never opened, it enqueues
         # on a caller's connection (conn=), and describes the storage.
         self._described = from_url(self.url)
+        check_shared(self.url)
 
     # -- tasks -------------------------------------------------------------
 
