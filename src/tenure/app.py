@@ -38,7 +38,7 @@ from tenure.events import Steps, follow, follow_sync
 from tenure.hooks import Hooks
 from tenure.job import Job, JobSpec
 from tenure.portal import Portal
-from tenure.results import check_timeout, wait_result
+from tenure.results import check_timeout, stop_watches, wait_result
 from tenure.task import Task
 
 __all__ = ["App", "Queue", "Task"]
@@ -424,9 +424,9 @@ class App:
             portal, self._portal = self._portal, None
         for loop, backend in list(self._backends.items()):
             if portal is not None and loop is portal.loop:
-                portal.run(backend.close())
+                portal.run(_closed(backend))
             elif not (loop.is_closed() or loop.is_running()):
-                loop.run_until_complete(backend.close())
+                loop.run_until_complete(_closed(backend))
             else:
                 continue
             del self._backends[loop]
@@ -438,7 +438,7 @@ class App:
         """Close the backend of the running event loop."""
         backend = self._backends.pop(asyncio.get_running_loop(), None)
         if backend is not None:
-            await backend.close()
+            await _closed(backend)
 
     def __enter__(self) -> App:
         return self
@@ -479,6 +479,11 @@ def _close_at_exit(app: App) -> None:
             alive.close()
 
     atexit.register(close)
+
+
+async def _closed(backend: Backend) -> None:
+    await stop_watches(backend)  # results' readers of events end before their connections
+    await backend.close()
 
 
 async def _awaited(coro: Coroutine[Any, Any, T]) -> T:

@@ -18,7 +18,8 @@ from tenure import App, DeadReason, InvalidInput, JobCancelled, JobFailed, JobNo
 from tenure.core.retry import Decision
 from tenure.core.states import Outcome, State
 from tenure.job import new_job_id
-from tests.conformance.helpers import claim_one, enqueue_one
+from tenure.results import _WATCHES, Watch
+from tests.conformance.helpers import claim_one, enqueue_one, spec
 
 LEAD = 0.05  # seconds the waiter gets to begin waiting before the job ends
 
@@ -63,8 +64,10 @@ def after_lead(action: Callable[[], None], lead: float = LEAD) -> float:
     return began
 
 
-def complete(backend: Any, worker: str, result: bytes) -> Callable[[], None]:
-    claimed = claim_one(backend, worker)
+def complete(
+    backend: Any, worker: str, result: bytes, queue: str = "default"
+) -> Callable[[], None]:
+    claimed = claim_one(backend, worker, (queue,))
     return lambda: backend.complete_many([(claimed.id, claimed.fence, result)])
 
 
@@ -179,7 +182,10 @@ def test_result_on_a_queue_with_events_off__still_wakes_by_reading_again(
 def test_result__wakes_within_a_second_of_completion(
     app: App, backend: Any, worker: str, backend_url: str
 ) -> None:
-    """Wake-up latency, from the completion's write to the waiter's return."""
+    """Wake-up latency, from the completion's write to the waiter's return,
+    while a waiter of another queue reads its events beside."""
+    other = enqueue_one(backend, queue="other")
+    beside = Waiter(app, other.id, timeout=30)
     latencies = []
     for i in range(8):
         job = enqueue_one(backend, args={"i": i})
@@ -189,6 +195,8 @@ def test_result__wakes_within_a_second_of_completion(
         began = after_lead(done, LEAD + random.random() * 0.05)
         assert waiter.join() == i
         latencies.append(waiter.returned_at - began)
+    complete(backend, worker, b"null", "other")()
+    assert beside.join() is None
     p50, worst = statistics.median(latencies) * 1000, max(latencies) * 1000
     kind = backend_url.split(":", 1)[0]
     print(f"\nresult wake-up on {kind}: p50 {p50:.1f} ms, max {worst:.1f} ms")
@@ -214,3 +222,35 @@ def test_events_now__reads_after_it_every_event_recorded_later_and_none_before(
 def test_events_now__of_a_bad_queue_name__is_invalid_input(backend: Any) -> None:
     with pytest.raises(InvalidInput):
         backend.events_now("no spaces allowed")
+
+
+def test_many_waiters_of_one_queue__share_one_reader_of_its_events(
+    app: App, backend: Any, worker: str
+) -> None:
+    jobs = backend.enqueue([spec(args={"i": i}) for i in range(30)])
+    claimed = backend.claim(worker, ["default"], 30)
+
+    async def main() -> list[Any]:
+        async with app:
+            mine = await app.abackend()
+            waiting = [asyncio.ensure_future(app.aresult(j.id, timeout=10)) for j in jobs]
+            # All wait (none finds its job finished at once), unless one fails.
+            while len(waiters(mine)) < 30 and not any(w.done() for w in waiting):
+                await asyncio.sleep(0.01)
+            assert list(watches(mine)) == ["default"]
+            items = [(j.id, j.fence, str(j.args["i"]).encode()) for j in claimed]
+            await asyncio.to_thread(backend.complete_many, items)
+            results = await asyncio.gather(*waiting)
+            assert watches(mine) == {}  # the last waiter out stopped the reader
+            return results
+
+    assert asyncio.run(main()) == list(range(30))
+
+
+def watches(backend: Any) -> dict[str, Watch]:
+    return _WATCHES.get(backend, {})
+
+
+def waiters(backend: Any) -> dict[str, Any]:
+    watch = watches(backend).get("default")
+    return {} if watch is None else watch.waiters
