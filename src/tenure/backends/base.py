@@ -315,6 +315,12 @@ class Backend(Protocol):
         transactions: a reader sees an event once, and never one whose
         transition did not happen."""
 
+    async def events_now(self, queue: str) -> str:
+        """An event id to read ``queue``'s events after from now on: every event
+        recorded after this call comes after it (a few recorded just before may
+        too). It need not be an event's own id. Costs one cheap round trip and
+        no read of the events themselves."""
+
     # -- workers -----------------------------------------------------------
 
     async def register_worker(self, info: WorkerInfo) -> None:

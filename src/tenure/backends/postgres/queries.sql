@@ -575,6 +575,11 @@ FROM horizon LEFT JOIN LATERAL (
     LIMIT %(limit)s
 ) AS e ON true
 
+-- name: events_horizon
+-- The oldest transaction still running: every transaction older has ended, so
+-- an event recorded from now on is written by this one or a younger one.
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text
+
 -- name: trim_events
 -- Retention, per queue's policy: events older than its events_max_age, or
 -- beyond its newest events_max_count (defaults %(max_age)s, %(max_count)s).

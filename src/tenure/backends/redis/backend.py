@@ -433,6 +433,11 @@ class RedisBackend:
             raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
         return await self._events.read(queue, after, limit, timeout)
 
+    async def events_now(self, queue: str) -> str:
+        if self._events is None:
+            raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
+        return await self._events.now(queue)
+
     # -- operators ---------------------------------------------------------
 
     async def cancel(self, job_id: str) -> Job:

@@ -241,6 +241,11 @@ SELECT id, n, queue, kind, at, jobs, data FROM events
 WHERE id > ?1 AND (?2 IS NULL OR queue = ?2)
 ORDER BY id LIMIT ?3
 
+-- name: last_event
+-- The number of the newest event: the next one is numbered after it (the
+-- retention pass keeps the newest row for that reason).
+SELECT coalesce(max(id), 0) FROM events
+
 -- name: trim_events
 -- Retention, per queue's policy: events older than its events_max_age, or
 -- beyond its newest events_max_count (?1 now; ?2, ?3 the defaults). The
