@@ -161,7 +161,11 @@ SELECT min(run_at) FROM (
             ORDER BY run_at LIMIT 1) AS run_at
     FROM priorities WHERE p IS NOT NULL
     UNION ALL
-    SELECT min(run_at) FROM jobs WHERE state = 'scheduled' AND queue = ?1 AND run_at <= ?2
+    -- through jobs_scheduled: the due ones only (by queue and state, SQLite
+    -- read every scheduled job of the queue)
+    SELECT * FROM (SELECT run_at FROM jobs INDEXED BY jobs_scheduled
+                   WHERE state = 'scheduled' AND run_at <= ?2 AND queue = ?1
+                   ORDER BY run_at LIMIT 1)
 )
 
 -- name: cancel
