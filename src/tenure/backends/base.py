@@ -141,9 +141,14 @@ def cursor_seq(text: str) -> int:
     return int(text)
 
 
-def latest(*times: float | None) -> float | None:
-    """The latest of the times known (None: none is)."""
-    return max((t for t in times if t is not None), default=None)
+def last_proof(outcome: Outcome, renewed: float | None, heartbeat: float | None) -> float | None:
+    """When a recovered attempt was last proven alive (``Rescued.proven_at``),
+    from its lease's last renewal and its worker's last heartbeat (None when
+    storage no longer knew the worker): the later of the two for a gone worker
+    (``crashed``), the renewal for an expired lease."""
+    if outcome is not Outcome.CRASHED or heartbeat is None:
+        return renewed
+    return heartbeat if renewed is None else max(renewed, heartbeat)
 
 
 def claim_limit(queues: Sequence[str], limit: int) -> int:

@@ -33,7 +33,7 @@ from tenure.backends.base import (
     check_listing,
     claim_limit,
     cursor_seq,
-    latest,
+    last_proof,
 )
 from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
 from tenure.backends.postgres.liveness import Liveness, Wakeups, hung_up
@@ -548,9 +548,7 @@ class PostgresBackend(EventReading):
                 found = [(job_from_row(r[:-1]), r[-1]) for r in await cur.fetchall()]
                 policies = await self._policies(conn, {j.queue for j, _ in found})
                 for job, renewed in found:
-                    proven = renewed
-                    if outcome is Outcome.CRASHED:  # its last heartbeat, if it was buried now
-                        proven = latest(renewed, last_seen.get(job.worker or ""))
+                    proven = last_proof(outcome, renewed, last_seen.get(job.worker or ""))
                     policy = policies[job.queue]
                     rescued.append(
                         await self._recover(conn, job, outcome, policy, proven=proven, now=now)

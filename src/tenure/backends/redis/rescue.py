@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from tenure.backends.base import Rescued, RescueReport, latest
+from tenure.backends.base import Rescued, RescueReport, last_proof
 from tenure.backends.redis import codec
 from tenure.backends.redis.keys import Keys
 from tenure.backends.redis.liveness import STALE_AFTER, Liveness
@@ -84,9 +84,9 @@ async def rescue(
     buried = tuple(w for w, removed in zip(gone, replies, strict=False) if int(removed))
     by_queue = {s.queue: s for s in sweeps}
     for queue, jobs in zip(dead_holders, replies[len(gone) :], strict=True):
-        by_queue[queue].orphaned = [_found(flat, last_seen) for flat in jobs]
+        by_queue[queue].orphaned = [_found(flat) for flat in jobs]
 
-    rescued = await _recover(runner, keys, sweeps, now)
+    rescued = await _recover(runner, keys, sweeps, now, last_seen)
     promoted = sum(s.promoted for s in sweeps)
     return RescueReport(swept=True, rescued=rescued, promoted=promoted, dead_workers=buried)
 
@@ -102,19 +102,15 @@ def _queue_sweep(queue: str, reply: Sequence[Any]) -> QueueSweep:
     )
 
 
-def _found(flat: Sequence[bytes], last_seen: dict[str, float] | None = None) -> Found:
+def _found(flat: Sequence[bytes]) -> Found:
     """A candidate from its hash (a flat HGETALL reply), with when its lease was
-    last renewed (its expiry less the TTL it was renewed with; its claim, for an
-    at-most-once job) or, from ``last_seen``, its worker's last heartbeat if later."""
+    last renewed: its expiry less the TTL it was renewed with (its claim, for an
+    at-most-once job)."""
     f = codec.fields(flat)
-    job = codec.job(flat)
     expires, ttl, started = f.get("lease_expires_at"), f.get("lease_ttl"), f.get("started_at")
-    proven = float(started) if started is not None else None
     if expires is not None and ttl is not None:
-        proven = float(expires) - float(ttl)
-    if last_seen is not None and job.worker is not None:
-        proven = latest(proven, last_seen.get(job.worker))
-    return job, proven
+        return codec.job(flat), float(expires) - float(ttl)
+    return codec.job(flat), None if started is None else float(started)
 
 
 def _judge(registry: Sequence[Any], alive: set[str] | None) -> tuple[list[str], set[str]]:
@@ -138,7 +134,7 @@ def _judge(registry: Sequence[Any], alive: set[str] | None) -> tuple[list[str], 
 
 
 async def _recover(
-    runner: Runner, keys: Keys, sweeps: list[QueueSweep], now: float
+    runner: Runner, keys: Keys, sweeps: list[QueueSweep], now: float, last_seen: dict[str, float]
 ) -> tuple[Rescued, ...]:
     calls, plans = [], []
     for s in sweeps:
@@ -149,7 +145,8 @@ async def _recover(
             continue
         args: list[Any] = [len(candidates)]
         plan = {}
-        for job, proven, outcome in candidates:
+        for job, renewed, outcome in candidates:
+            proven = last_proof(outcome, renewed, last_seen.get(job.worker or ""))
             decision = decide_for(job, outcome, s.policy)
             rescued = plan[job.id] = Rescued.of(job, outcome, decision.state, proven, now)
             error = f"attempt {job.attempts} {outcome}: " + (

@@ -29,7 +29,7 @@ from tenure.backends.base import (
     RescueReport,
     check_delay,
     claim_limit,
-    latest,
+    last_proof,
 )
 from tenure.backends.rows import JOB_COLUMNS, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
@@ -491,9 +491,7 @@ class SQLiteBackend(Opening, Operators, EventReading):
                 found = [(job_from_row(r[:-1]), r[-1]) for r in rows]
                 policies = self._policies(conn, {j.queue for j, _ in found}) if found else {}
                 for job, renewed in found:
-                    proven = renewed
-                    if outcome is Outcome.CRASHED:  # its last heartbeat, if it was buried now
-                        proven = latest(renewed, last_seen.get(job.worker or ""))
+                    proven = last_proof(outcome, renewed, last_seen.get(job.worker or ""))
                     policy = policies[job.queue]
                     rescued.append(
                         self._recover(conn, job, outcome, policy, now=now, proven=proven)
