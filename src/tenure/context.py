@@ -34,6 +34,7 @@ class JobContext:
     _heartbeat: Callable[[], None] = field(repr=False)
     _transaction: Transaction | None = field(default=None, repr=False)
     settled: bool = False  # the handler completed its job in its own transaction
+    traceparent: str | None = field(default=None, repr=False)  # its enqueue's trace context
 
     def progress(self, data: Any) -> None:
         """Record a JSON progress report, fenced (raises LeaseLost if the job was

@@ -4,7 +4,7 @@
 -- name: job_columns
 id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
 max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-dead_reason, progress, finished_at, recovered_from
+dead_reason, progress, finished_at, traceparent, recovered_from
 
 -- name: ensure_queue
 INSERT OR IGNORE INTO queues (name, policy) VALUES (?, NULL)
@@ -16,8 +16,8 @@ WHERE queue = ? AND key = ? AND state IN ('scheduled', 'queued', 'active')
 -- name: insert_job
 -- Nothing if the id is stored already (a retried enqueue).
 INSERT INTO jobs (id, queue, task, args, state, priority, run_at, created_at, key,
-                  max_attempts, timeout)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  max_attempts, timeout, traceparent)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO NOTHING
 
 -- name: promote_due
