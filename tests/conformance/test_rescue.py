@@ -266,7 +266,7 @@ def test_expired_lease__is_reported_with_its_holder_and_its_last_renewal(
 ) -> None:
     enqueue_one(backend, task="mail", queue="default")
     job = claim_one(backend, short_lease)
-    assert backend.heartbeat(short_lease, {(job.id, job.fence)}) == set()
+    assert backend.heartbeat(short_lease, {(job.id, job.fence)}).lost == set()
     renewed = backend.get(job.id).lease_expires_at - SHORT_LEASE.lease_ttl
     rescued = rescue_until(backend, job.id)
     assert (rescued.queue, rescued.task, rescued.worker) == ("default", "mail", short_lease)
@@ -284,7 +284,7 @@ def test_gone_worker__is_reported_with_its_last_heartbeat(
     enqueue_one(backend, task="mail")
     job = claim_one(doomed, "doomed")
     claimed_at = job.lease_expires_at - QueuePolicy().lease_ttl
-    assert doomed.heartbeat("doomed", ()) == set()  # alive, its lease not renewed
+    assert doomed.heartbeat("doomed", ()).lost == set()  # alive, its lease not renewed
     [last_seen] = [w.last_seen for w in backend.workers() if w.id == "doomed"]
     assert last_seen > claimed_at
     doomed.close()  # as a kill -9 would: no deregister
