@@ -27,10 +27,13 @@ from tenure.backends.base import (
     Page,
     Rescued,
     RescueReport,
+    Tick,
     WorkerInfo,
     check_cursor,
     check_delay,
     check_listing,
+    check_schedules,
+    check_tick,
     claim_limit,
     cursor_seq,
 )
@@ -353,15 +356,8 @@ class PostgresBackend(EventReading):
         if len(specs) >= COPY_FROM and all(s.key is None for s in specs):
             with contextlib.suppress(psycopg.errors.UniqueViolation):  # an id stored already
                 return await self._copy(specs)
-        jobs = orjson.dumps([
-            [s.id, s.queue, s.task, s.priority, s.delay, s.run_at, s.key, s.max_attempts,
-             s.timeout] for s in specs
-        ]).decode()  # fmt: skip
-        args = _text_array(s.args.decode() for s in specs)
-        columns = {"jobs": jobs, "args": args, "channel": self.channel,
-                   "events_channel": self.events_channel}  # fmt: skip
         async with self._conn() as conn:
-            cur = await conn.execute(self.q["insert_jobs"], columns)
+            cur = await conn.execute(self.q["insert_jobs"], self._columns(specs))
             now, ids, _, _ = await cur.fetchone() or (0.0, None, None, None)
             inserted = set(ids or ())
             kept = await self._kept(conn, [s for s in specs if s.id not in inserted])
@@ -370,6 +366,38 @@ class PostgresBackend(EventReading):
             # (the jobs inserted now are found by id, the key is free).
             return await self.enqueue(specs)
         return [s.stored_at(now) if s.id in inserted else kept[s.id] for s in specs]
+
+    def _columns(self, specs: Sequence[JobSpec]) -> dict[str, Any]:
+        """The parameters of insert_jobs for these specs."""
+        jobs = orjson.dumps([
+            [s.id, s.queue, s.task, s.priority, s.delay, s.run_at, s.key, s.max_attempts,
+             s.timeout] for s in specs
+        ]).decode()  # fmt: skip
+        args = _text_array(s.args.decode() for s in specs)
+        return {"jobs": jobs, "args": args, "channel": self.channel,
+                "events_channel": self.events_channel}  # fmt: skip
+
+    async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        at = check_tick(schedule, at)
+        check_specs([spec], self.max_payload)
+        advance = {"queue": spec.queue, "name": schedule, "tick": at, "job_id": spec.id}
+        async with self._tx() as conn:
+            cur = await conn.execute(self.q["advance_tick"], advance)
+            if await cur.fetchone() is None:
+                return None
+            cur = await conn.execute(self.q["insert_jobs"], self._columns([spec]))
+            now, ids, _, _ = await cur.fetchone() or (0.0, None, None, None)
+            if spec.id not in (ids or ()):  # an unfinished job holds its key already
+                return (await self._kept(conn, [spec]))[spec.id]
+        return spec.stored_at(now)
+
+    async def last_ticks(
+        self, schedules: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], Tick]:
+        pairs = check_schedules(schedules)
+        params = {"queues": [q for q, _ in pairs], "names": [n for _, n in pairs]}
+        rows = await self._rows("last_ticks", params)
+        return {(q, n): Tick(at, job_id) for q, n, at, job_id in rows}
 
     async def _copy(self, specs: Sequence[JobSpec]) -> list[Job]:
         """A batch without key=: COPY, in one transaction (UniqueViolation if an

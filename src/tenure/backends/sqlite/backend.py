@@ -23,7 +23,16 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
-from tenure.backends.base import LeaseRef, Rescued, RescueReport, check_delay, claim_limit
+from tenure.backends.base import (
+    LeaseRef,
+    Rescued,
+    RescueReport,
+    Tick,
+    check_delay,
+    check_schedules,
+    check_tick,
+    claim_limit,
+)
 from tenure.backends.rows import JOB_COLUMNS, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.events import EventReading, record, record_job
@@ -239,37 +248,59 @@ class SQLiteBackend(Opening, Operators, EventReading):
         return await self._run(self._enqueue, specs)
 
     def _enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
+        with self._tx() as conn:
+            return self._inserting(conn, specs)
+
+    def _inserting(self, conn: sqlite3.Connection, specs: Sequence[JobSpec]) -> list[Job]:
         now = self.clock.now()
         jobs: list[Job] = []
         new: list[tuple[str, str, str, dict[str, Any] | None]] = []
-        with self._tx() as conn:
-            for queue in {s.queue for s in specs}:
-                conn.execute(Q["ensure_queue"], (queue,))
-            for spec in specs:
-                if spec.key is not None:
-                    row = conn.execute(
-                        Q["find_unfinished_by_key"], (spec.queue, spec.key)
-                    ).fetchone()
-                    if row is not None:
-                        jobs.append(job_from_row(row))
-                        continue
-                run_at = spec.run_at if spec.run_at is not None else now + spec.delay
-                state = State.SCHEDULED if run_at > now else State.QUEUED
-                cur = conn.execute(
-                    Q["insert_job"],
-                    (spec.id, spec.queue, spec.task, spec.args, state, spec.priority, run_at, now,
-                     spec.key, spec.max_attempts, spec.timeout),
-                )  # fmt: skip
-                if cur.rowcount:
-                    jobs.append(spec.stored(state, run_at, now))
-                    new.append((spec.queue, EventKind.ENQUEUED, spec.id,
-                                {"task": spec.task, "state": state}))  # fmt: skip
-                else:  # its id is stored already: that job
-                    jobs.append(job_from_row(conn.execute(Q["get_job"], (spec.id,)).fetchone()))
-            record(conn, now, new)
-            if any(j.state is State.QUEUED for j in jobs):
-                self._ring(conn)
+        for queue in {s.queue for s in specs}:
+            conn.execute(Q["ensure_queue"], (queue,))
+        for spec in specs:
+            if spec.key is not None:
+                row = conn.execute(Q["find_unfinished_by_key"], (spec.queue, spec.key)).fetchone()
+                if row is not None:
+                    jobs.append(job_from_row(row))
+                    continue
+            run_at = spec.run_at if spec.run_at is not None else now + spec.delay
+            state = State.SCHEDULED if run_at > now else State.QUEUED
+            cur = conn.execute(
+                Q["insert_job"],
+                (spec.id, spec.queue, spec.task, spec.args, state, spec.priority, run_at, now,
+                 spec.key, spec.max_attempts, spec.timeout),
+            )  # fmt: skip
+            if cur.rowcount:
+                jobs.append(spec.stored(state, run_at, now))
+                new.append((spec.queue, EventKind.ENQUEUED, spec.id,
+                            {"task": spec.task, "state": state}))  # fmt: skip
+            else:  # its id is stored already: that job
+                jobs.append(job_from_row(conn.execute(Q["get_job"], (spec.id,)).fetchone()))
+        record(conn, now, new)
+        if any(j.state is State.QUEUED for j in jobs):
+            self._ring(conn)
         return jobs
+
+    async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        at = check_tick(schedule, at)
+        check_specs([spec], self.max_payload)
+        return await self._run(self._enqueue_tick, schedule, at, spec)
+
+    def _enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        with self._tx() as conn:
+            advance = (spec.queue, schedule, at, spec.id)
+            if conn.execute(Q["advance_tick"], advance).rowcount == 0:
+                return None
+            [job] = self._inserting(conn, [spec])
+            return job
+
+    async def last_ticks(
+        self, schedules: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], Tick]:
+        pairs = check_schedules(schedules)
+        listed = orjson.dumps(pairs)
+        rows = await self._run(lambda: self.conn.execute(Q["last_ticks"], (listed,)).fetchall())
+        return {(q, n): Tick(at, job_id) for q, n, at, job_id in rows}
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         await self.doorbells.wait(timeout)
