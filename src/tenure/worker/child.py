@@ -92,6 +92,7 @@ class Executor:
             attempt=job["attempt"],
             fence=job["fence"],
             args=job["args"],
+            key=job.get("key"),
             _progress=lambda data: self._ask({"op": "progress", **ids, "data": data}),
             _heartbeat=lambda: self._ask({"op": "heartbeat", **ids}),
             _transaction=self.transaction,

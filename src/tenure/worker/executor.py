@@ -357,6 +357,7 @@ class ThreadExecutor:
             attempt=job.attempts,
             fence=job.fence,
             args=job.args,
+            key=job.key,
             _progress=lambda data: call("progress", data),
             _heartbeat=lambda: call("heartbeat", None),
             _transaction=self.transaction,
