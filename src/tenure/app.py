@@ -29,7 +29,7 @@ from collections.abc import (
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
-from tenure.backends.base import Backend, Page
+from tenure.backends.base import Backend, Page, Tick
 from tenure.backends.factory import from_url, resolve_url
 from tenure.config import (
     DEFAULT_MAX_PAYLOAD,
@@ -340,6 +340,16 @@ class App:
 
     async def aqueues(self) -> list[str]:
         return await (await self.abackend()).queues()
+
+    def last_ticks(self) -> dict[str, Tick]:
+        """By schedule name, the last tick of each of this App's schedules that
+        storage made a job for (a schedule never ticked is absent)."""
+        return self.call(self.alast_ticks())
+
+    async def alast_ticks(self) -> dict[str, Tick]:
+        names = {(s.queue, s.name): s.name for s in self.schedules.values()}
+        found = await (await self.abackend()).last_ticks(list(names))
+        return {names[pair]: tick for pair, tick in found.items()}
 
     # -- lifecycle events --------------------------------------------------
 

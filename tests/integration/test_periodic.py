@@ -3,6 +3,7 @@ real workers ticking together."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -179,3 +180,61 @@ def test_four_workers__make_one_job_per_tick_and_miss_none(tmp_path: Path, url: 
 
 def ticks(app: tenure.App) -> list[float]:
     return sorted(tick_of(j.key) or 0.0 for j in app.jobs(limit=1000).jobs)
+
+
+# -- tenure periodic ---------------------------------------------------------
+
+CLI_TASKS = """
+import tenure
+
+app = tenure.App({url!r})
+
+
+@app.periodic(cron="0 6 * * MON", tz="Europe/Paris", kwargs={{"to": "ops"}})
+@app.task(queue="reports")
+def weekly(to: str) -> None: ...
+
+
+@app.periodic(every=30, missed="skip", name="heartbeat")
+@app.task
+def ping() -> None: ...
+"""
+
+
+def test_tenure_periodic__lists_schedules_with_next_and_last_tick(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from tenure.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TENURE_URL", raising=False)
+    (tmp_path / "cli_tasks.py").write_text(CLI_TASKS.format(url=url))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cli_tasks", raising=False)
+    app = declare(url)
+    spec = app.tasks["report"].spec({"to": "ops"}, queue="reports")
+    tick = 1_700_000_000.0
+    job = app.call(app.backend.enqueue_tick("weekly", tick, spec))
+    app.close()
+
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["--app", "cli_tasks:app", "periodic", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = {r["schedule"]: r for r in json.loads(listed.stdout)}
+    assert rows["weekly"] | {"next_tick": None} == {
+        "schedule": "weekly", "task": "weekly", "queue": "reports", "cron": "0 6 * * MON",
+        "every": None, "tz": "Europe/Paris", "missed": "once", "next_tick": None,
+        "last_tick": tick, "last_job": job.id,
+    }  # fmt: skip
+    assert rows["heartbeat"]["every"] == 30.0 and rows["heartbeat"]["last_tick"] is None
+    assert rows["heartbeat"]["next_tick"] % 30 == 0 and rows["heartbeat"]["missed"] == "skip"
+
+    shown = runner.invoke(cli, ["--app", "cli_tasks:app", "periodic"]).stdout
+    assert "every 0:00:30" in shown and "cron 0 6 * * MON (Europe/Paris)" in shown
+    assert job.id in shown
+
+    bare = runner.invoke(cli, ["--url", url, "periodic"])
+    assert bare.exit_code == 1
+    assert bare.stderr.strip().startswith("error: tenure periodic lists the schedules an App")
