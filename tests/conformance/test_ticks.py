@@ -25,7 +25,7 @@ def tick_spec(tick: float, name: str = "nightly", **kw: Any) -> Any:
     return spec("report", {"kind": "daily"}, key=f"{name}@{tick}", run_at=tick, **kw)
 
 
-def test_enqueue_tick__stores_the_job_and_the_tick(backend: Any) -> None:
+def test_enqueue_tick__stores_the_job_and_moves_the_last_tick(backend: Any) -> None:
     s = tick_spec(T0)
     job = backend.enqueue_tick("nightly", T0, s)
     assert job is not None
@@ -33,6 +33,9 @@ def test_enqueue_tick__stores_the_job_and_the_tick(backend: Any) -> None:
     assert backend.get(job.id).args == {"kind": "daily"}
     found = backend.last_ticks([("default", "nightly")])
     assert found == {("default", "nightly"): Tick(T0, job.id)}
+    later = backend.enqueue_tick("nightly", T0 + 86_400, tick_spec(T0 + 86_400))
+    found = backend.last_ticks([("default", "nightly")])
+    assert found == {("default", "nightly"): Tick(T0 + 86_400, later.id)}
 
 
 def test_enqueue_tick_of_the_same_or_an_earlier_tick__stores_nothing(backend: Any) -> None:
@@ -54,15 +57,6 @@ def test_a_tick_whose_job_completed__makes_no_second_job(backend: Any, worker: s
     assert backend.enqueue_tick("nightly", T0, tick_spec(T0)) is None
     assert backend.counts("default")[State.COMPLETED] == 1
     assert len(all_jobs(backend)) == 1
-
-
-def test_a_later_tick__moves_the_last_tick_forward(backend: Any) -> None:
-    backend.enqueue_tick("nightly", T0, tick_spec(T0))
-    later = backend.enqueue_tick("nightly", T0 + 86_400, tick_spec(T0 + 86_400))
-    assert later is not None
-    assert backend.last_ticks([("default", "nightly")]) == {
-        ("default", "nightly"): Tick(T0 + 86_400, later.id)
-    }
 
 
 def test_schedules_tick_apart__by_name_and_by_queue(backend: Any) -> None:
