@@ -107,26 +107,30 @@ def test_concurrent_tickers__make_one_job_per_tick(
     backend: Any, backend_url: str, open_backend: Callable[[str], Any], portal: Portal
 ) -> None:
     """Several backends (each what one worker holds: its own connections) tick
-    the same ticks at once, each at its own pace; every tick gets one job."""
+    the same ticks at once; every tick gets one job, and only one."""
     tickers = [open_backend(backend_url).inner for _ in range(TICKERS)]
 
-    async def tick_all(b: Any, seed: int) -> list[str]:
+    async def tick_all(b: Any, seed: int, together: asyncio.Barrier) -> list[str]:
         rng, made = random.Random(seed), []
         for n in range(TICKS):
             tick = T0 + n
-            if rng.random() < 0.5:
-                await asyncio.sleep(rng.random() * 0.002)
+            await together.wait()  # all at each tick (else the first winner stays ahead)
+            await asyncio.sleep(rng.random() * 0.001)  # and in a new order each time
             job = await b.enqueue_tick("racy", tick, tick_spec(tick, "racy"))
             if job is not None:
                 made.append(job.key)
         return made
 
     async def race() -> list[list[str]]:
-        return list(await asyncio.gather(*(tick_all(b, i) for i, b in enumerate(tickers))))
+        together = asyncio.Barrier(TICKERS)
+        return list(
+            await asyncio.gather(*(tick_all(b, i, together) for i, b in enumerate(tickers)))
+        )
 
     made = portal.run(race())
     keys = Counter(k for per_ticker in made for k in per_ticker)
     assert keys == Counter(f"racy@{T0 + n}" for n in range(TICKS))
+    assert sum(1 for per_ticker in made if per_ticker) >= 2, "no contention happened"
     stored = all_jobs(backend)
     assert sorted(j.key for j in stored) == sorted(keys)
     assert backend.last_ticks([("default", "racy")])["default", "racy"].at == T0 + TICKS - 1
