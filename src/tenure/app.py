@@ -29,7 +29,7 @@ from collections.abc import (
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
-from tenure.backends.base import Backend, Page, Tick
+from tenure.backends.base import Backend, CallerTransactions, Page, Tick
 from tenure.backends.factory import from_url, resolve_url
 from tenure.config import (
     DEFAULT_MAX_PAYLOAD,
@@ -42,6 +42,7 @@ from tenure.core.events import Event
 from tenure.core.names import check_job_ids, check_name, shown
 from tenure.core.schedules import Schedule
 from tenure.core.states import State, parse_state
+from tenure.core.urls import redacted
 from tenure.errors import InvalidInput
 from tenure.events import Steps, follow, follow_sync
 from tenure.hooks import Hooks
@@ -147,7 +148,9 @@ class App:
         self._portal: Portal | None = None  # the sync facade's loop
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        from_url(self.url)  # validate the URL now, connect on first use
+        # Validates the URL now (connects on first use); never opened, it enqueues
+        # on a caller's connection (conn=), and describes the storage.
+        self._described = from_url(self.url)
 
     # -- tasks -------------------------------------------------------------
 
@@ -259,11 +262,16 @@ class App:
         key: str | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        conn: Any = None,
     ) -> Job:
-        """Enqueue one job of ``task`` (registered here or not) with ``args``."""
-        return self.call(self.aenqueue(task, args, queue=queue, delay=delay, run_at=run_at,
-                                       priority=priority, key=key, max_attempts=max_attempts,
-                                       timeout=timeout))  # fmt: skip
+        """Enqueue one job of ``task`` (registered here or not) with ``args``.
+        With ``conn``, a connection of the caller's to this App's database (a
+        psycopg ``Connection``, a ``sqlite3.Connection``), in its transaction:
+        the job exists if and only if the caller commits."""
+        options = {"queue": queue, "delay": delay, "run_at": run_at, "priority": priority,
+                   "key": key, "max_attempts": max_attempts, "timeout": timeout}  # fmt: skip
+        [job] = self.store(self._specs(task, [args], options), conn)
+        return job
 
     async def aenqueue(
         self,
@@ -277,27 +285,52 @@ class App:
         key: str | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        conn: Any = None,
     ) -> Job:
+        """``enqueue`` on the running event loop; ``conn``: a psycopg
+        ``AsyncConnection`` (or a ``sqlite3.Connection``)."""
         options = {"queue": queue, "delay": delay, "run_at": run_at, "priority": priority,
                    "key": key, "max_attempts": max_attempts, "timeout": timeout}  # fmt: skip
-        [job] = await self.astore(self._specs(task, [args], options))
+        [job] = await self.astore(self._specs(task, [args], options), conn)
         return job
 
     def enqueue_many(
-        self, task: str, args_list: Iterable[dict[str, Any]], **options: Any
+        self, task: str, args_list: Iterable[dict[str, Any]], *, conn: Any = None, **options: Any
     ) -> list[Job]:
-        """Enqueue one job per argument dict, in one transaction."""
-        return self.call(self.aenqueue_many(task, args_list, **options))
+        """Enqueue one job per argument dict, in one transaction (``conn``'s if given)."""
+        specs = self._specs(task, args_list, options)
+        return self.store(specs, conn) if specs else []
 
     async def aenqueue_many(
-        self, task: str, args_list: Iterable[dict[str, Any]], **options: Any
+        self, task: str, args_list: Iterable[dict[str, Any]], *, conn: Any = None, **options: Any
     ) -> list[Job]:
         specs = self._specs(task, args_list, options)
-        return await self.astore(specs) if specs else []
+        return await self.astore(specs, conn) if specs else []
 
-    async def astore(self, specs: Sequence[JobSpec]) -> list[Job]:
-        """Store jobs already specified (see ``Task.specs``), in one transaction."""
-        return await (await self.abackend()).enqueue(specs)
+    def store(self, specs: Sequence[JobSpec], conn: Any = None) -> list[Job]:
+        """Store jobs already specified (see ``Task.specs``), in one transaction:
+        ``conn``'s, on the caller's thread, when given."""
+        if conn is None:
+            return self.call(self.astore(specs))
+        return self.callers(conn).enqueue(conn, specs)
+
+    async def astore(self, specs: Sequence[JobSpec], conn: Any = None) -> list[Job]:
+        """``store`` on the running event loop."""
+        if conn is None:
+            return await (await self.abackend()).enqueue(specs)
+        return await self.callers(conn).aenqueue(conn, specs)
+
+    def callers(self, conn: object) -> CallerTransactions:
+        """What enqueues in ``conn``'s transaction; InvalidInput unless ``conn``
+        is a connection of the kind this App's storage takes."""
+        callers: CallerTransactions | None = getattr(self._described, "callers", None)
+        if callers is None:
+            raise InvalidInput(
+                f"conn= enqueues in a transaction of the App's own database, on PostgreSQL "
+                f"or SQLite; this App's storage ({redacted(self.url)}) has none to share"
+            )
+        callers.check_kind(conn)
+        return callers
 
     def get_job(self, job_id: str) -> Job:
         """The job with its history; JobNotFound if absent."""

@@ -36,6 +36,7 @@ class JobContext:
     _transaction: Transaction | None = field(default=None, repr=False)
     key: str | None = None  # the job's idempotency key, if it has one
     settled: bool = False  # the handler completed its job in its own transaction
+    traceparent: str | None = field(default=None, repr=False)  # its enqueue's trace context
 
     @property
     def tick(self) -> float | None:

@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tenure.traces import attempt_span
+
 if TYPE_CHECKING:
     from tenure.context import JobContext
     from tenure.job import Job
@@ -78,7 +80,13 @@ class Hooks:
 
     @contextlib.contextmanager
     def around(self, job: JobContext) -> Iterator[None]:
-        """Enter every ``around_attempt`` hook, run the body, exit them in reverse."""
+        """Enter every ``around_attempt`` hook, run the body, exit them in reverse;
+        all in the attempt's trace span (traces.py), when traced."""
+        with attempt_span(job), self._around(job):
+            yield
+
+    @contextlib.contextmanager
+    def _around(self, job: JobContext) -> Iterator[None]:
         entered: list[AbstractContextManager[Any]] = []
         for hook in self.arounds:
             try:

@@ -22,6 +22,7 @@ from tenure.core.names import check_job_id, check_key, check_name, shown
 from tenure.core.payload import encode_args
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import InvalidInput
+from tenure.traces import TRACEPARENT, current_traceparent
 
 STATES: dict[State | str, State] = {s.value: s for s in State}
 _T = TypeVar("_T")
@@ -60,6 +61,7 @@ class JobSpec:
     key: str | None = None
     max_attempts: int | None = None  # None: the queue's policy decides
     timeout: float | None = None  # None: the queue's policy decides
+    traceparent: str | None = None  # the enqueue's trace context (W3C), if traced
 
     @classmethod
     def create(
@@ -98,7 +100,7 @@ class JobSpec:
     ) -> list[JobSpec]:
         """One spec per argument dict, all with the same options (validated once,
         before any payload: a bad name is reported before a bad payload)."""
-        _check_options((task, queue, delay, run_at, priority, max_attempts, timeout))
+        _check_options((task, queue, delay, run_at, priority, max_attempts, timeout, None))
         check_key(key)
         if isinstance(args_list, dict | str | bytes) or not isinstance(args_list, Iterable):
             raise InvalidInput(
@@ -107,7 +109,7 @@ class JobSpec:
         payloads = [encode_args({} if a is None else a, limit=max_payload) for a in args_list]
         shared = {"task": task, "queue": queue, "delay": delay, "run_at": run_at,
                   "priority": priority, "key": key, "max_attempts": max_attempts,
-                  "timeout": timeout}  # fmt: skip
+                  "timeout": timeout, "traceparent": current_traceparent()}  # fmt: skip
         return [
             _built(cls, {"id": i, "args": a, **shared})
             for i, a in zip(new_job_ids(len(payloads)), payloads, strict=True)
@@ -133,6 +135,7 @@ class JobSpec:
             "run_at": float(run_at), "created_at": float(created_at),
             "max_attempts": self.max_attempts,
             "timeout": None if self.timeout is None else float(self.timeout), "key": self.key,
+            "traceparent": self.traceparent,
         })  # fmt: skip
 
     def stored_at(self, now: float) -> Job:
@@ -144,7 +147,7 @@ class JobSpec:
     def options(self) -> tuple[Any, ...]:
         """The fields a batch usually shares (all but id, args and key)."""
         return (self.task, self.queue, self.delay, self.run_at, self.priority,
-                self.max_attempts, self.timeout)  # fmt: skip
+                self.max_attempts, self.timeout, self.traceparent)  # fmt: skip
 
 
 def check_specs(specs: Sequence[JobSpec], max_payload: int) -> None:
@@ -166,7 +169,7 @@ def check_specs(specs: Sequence[JobSpec], max_payload: int) -> None:
 
 
 def _check_options(options: tuple[Any, ...]) -> None:
-    task, queue, delay, run_at, priority, max_attempts, timeout = options
+    task, queue, delay, run_at, priority, max_attempts, timeout, traceparent = options
     check_name("task", task)
     check_name("queue", queue)
     check_seconds("delay", delay)
@@ -184,6 +187,10 @@ def _check_options(options: tuple[Any, ...]) -> None:
         check_integer("max_attempts", max_attempts, *ATTEMPTS_RANGE)
     if timeout is not None:
         check_seconds("timeout", timeout, above=True)
+    if traceparent is not None and not (
+        isinstance(traceparent, str) and TRACEPARENT.fullmatch(traceparent)
+    ):
+        raise InvalidInput(f"traceparent must be a W3C traceparent, got {shown(traceparent)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +231,7 @@ class Job:
     dead_reason: DeadReason | None = None
     progress: Any = None
     finished_at: float | None = None
+    traceparent: str | None = None  # the trace context of its enqueue (W3C), if traced
     history: tuple[Attempt, ...] = field(default=())
 
 

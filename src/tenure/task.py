@@ -28,7 +28,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 # What with_options takes: a job's options, never its arguments.
-OPTIONS = ("delay", "run_at", "priority", "key", "queue", "timeout", "max_attempts")
+OPTIONS = ("delay", "run_at", "priority", "key", "queue", "timeout", "max_attempts", "conn")
 _PLAIN = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
@@ -75,8 +75,10 @@ class Task(Generic[P, R]):
     timeout: float | None
     max_attempts: int | None
     priority: int
-    # Set by with_options: this copy's options for each job it enqueues.
+    # Set by with_options: this copy's options for each job it enqueues, and the
+    # caller's connection whose transaction they are enqueued in.
     options: dict[str, Any] = field(default_factory=dict, hash=False)
+    conn: Any = field(default=None, hash=False, compare=False, repr=False)
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -99,13 +101,21 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         timeout: float | None = None,
         max_attempts: int | None = None,
+        conn: Any = None,
     ) -> Task[P, R]:
         """A copy of this task whose jobs get these options (None: unchanged):
-        ``add.with_options(delay=3).enqueue(5, 6)``. Checked now, not at enqueue."""
+        ``add.with_options(delay=3).enqueue(5, 6)``. Checked now, not at enqueue.
+
+        ``conn``: the caller's connection to the App's database (a psycopg
+        ``Connection`` for ``enqueue``, an ``AsyncConnection`` for ``aenqueue``,
+        or a ``sqlite3.Connection``): jobs are written in its open transaction
+        and exist if and only if the caller commits it."""
         given = {"delay": delay, "run_at": run_at, "priority": priority, "key": key,
                  "queue": queue, "timeout": timeout, "max_attempts": max_attempts}  # fmt: skip
         options = {**self.options, **{k: v for k, v in given.items() if v is not None}}
-        copy = dataclasses.replace(self, options=options)
+        if conn is not None:
+            self.app.callers(conn)  # raises InvalidInput for a connection of the wrong kind
+        copy = dataclasses.replace(self, options=options, conn=self.conn if conn is None else conn)
         JobSpec.create(self.name, **copy._merged({}))  # raises InvalidInput for a bad option
         return copy
 
@@ -113,21 +123,23 @@ class Task(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue one job of this task with these arguments (as the handler takes them)."""
-        return self.app.call(self.aenqueue(*args, **kwargs))
+        [job] = self.app.store([self.spec(self.arguments(args, kwargs))], self.conn)
+        return job
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """``enqueue`` on the running event loop."""
-        [job] = await self.app.astore([self.spec(self.arguments(args, kwargs))])
+        [job] = await self.app.astore([self.spec(self.arguments(args, kwargs))], self.conn)
         return job
 
     def enqueue_many(self, args_list: Iterable[dict[str, Any]], **options: Any) -> list[Job]:
         """Enqueue one job per dict of keyword arguments, in one round trip."""
-        return self.app.call(self.aenqueue_many(args_list, **options))
+        specs = self.specs(args_list, **options)
+        return self.app.store(specs, self.conn) if specs else []
 
     async def aenqueue_many(self, args_list: Iterable[dict[str, Any]], **options: Any) -> list[Job]:
         """``enqueue_many`` on the running event loop."""
         specs = self.specs(args_list, **options)
-        return await self.app.astore(specs) if specs else []
+        return await self.app.astore(specs, self.conn) if specs else []
 
     def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The handler's arguments as one JSON object: positional ones under their

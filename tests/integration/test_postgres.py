@@ -102,11 +102,14 @@ def test_a_large_batch_goes_by_copy__reads_back_as_given_and_is_stored_once(
 
 @contextlib.contextmanager
 def _events_table(server, db):
-    """The events table, while a test writes with this tenure into an older schema."""
-    [script] = [text for _, name, text in MIGRATIONS if name == "events"]
-    server.psql(script.replace("{schema}", "tenure"), db)
+    """The events table and the jobs' trace column, while a test writes with
+    this tenure into an older schema."""
+    for name in ("events", "job_trace_context"):
+        [script] = [text for _, n, text in MIGRATIONS if n == name]
+        server.psql(script.replace("{schema}", "tenure"), db)
     yield
-    server.psql("DROP TABLE tenure.events; ALTER TABLE tenure.queues DROP COLUMN events", db)
+    server.psql("DROP TABLE tenure.events; ALTER TABLE tenure.queues DROP COLUMN events;"
+                " ALTER TABLE tenure.jobs DROP COLUMN traceparent", db)  # fmt: skip
 
 
 def test_upgrading_a_schema_with_jobs__keeps_their_payloads(

@@ -35,7 +35,7 @@ EXPECTED_TABLES = {
         "seq", "id", "queue", "task", "args", "state", "priority", "run_at", "created_at",
         "key", "attempts", "stalls", "max_attempts", "timeout", "fence", "worker", "lease_ttl",
         "lease_expires_at", "result", "error", "dead_reason", "progress", "finished_at",
-        "started_at",
+        "started_at", "traceparent",
     ],
     "attempts": [
         "job_id", "fence", "attempt", "worker", "started_at", "ended_at", "outcome", "error",
@@ -230,12 +230,13 @@ def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
 
     monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:1])
     old = open_backend(sqlite_url)
-    [events] = [text for _, name, text in MIGRATIONS if name == "events"]
+    newer = [text for _, name, text in MIGRATIONS if name in ("events", "job_trace_context")]
     with sqlite3.connect(tmp_path / "tenure.db") as db:  # what this tenure's enqueue writes to
-        db.executescript(events)
+        db.executescript("".join(newer))
     first, second = old.enqueue([JobSpec.create("t"), JobSpec.create("t")])
     with sqlite3.connect(tmp_path / "tenure.db") as db:
-        db.executescript("DROP TABLE events; ALTER TABLE queues DROP COLUMN events")
+        db.executescript("DROP TABLE events; ALTER TABLE queues DROP COLUMN events;"
+                         " ALTER TABLE jobs DROP COLUMN traceparent")  # fmt: skip
     claimed = (
         "UPDATE jobs SET state = 'active', fence = 1, attempts = 1, worker = 'w',"
         " lease_ttl = 30, lease_expires_at = 1e10 WHERE id = '{id}';"

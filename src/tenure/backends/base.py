@@ -148,6 +148,30 @@ def claim_limit(queues: Sequence[str], limit: int) -> int:
     return limit if queues and limit > 0 else 0
 
 
+class CallerTransactions(Protocol):
+    """Enqueue in a caller's own transaction, on the caller's connection to the
+    same database: the job commits with it or not at all, and tenure never
+    commits or rolls it back. The SQL backends' ``callers``."""
+
+    def check_kind(self, conn: object) -> None:
+        """InvalidInput unless ``conn`` is a connection of the kind this backend takes."""
+
+    def enqueue(self, conn: Any, specs: Sequence[JobSpec]) -> builtins.list[Job]:
+        """``Backend.enqueue`` in ``conn``'s transaction, from the caller's thread."""
+
+    async def aenqueue(self, conn: Any, specs: Sequence[JobSpec]) -> builtins.list[Job]:
+        """``enqueue``, for an async connection on the running loop."""
+
+
+def kind_of(conn: object) -> str:
+    """A connection's type, for a message, with a hint for a wrapper's."""
+    kind = type(conn)
+    named = f"{kind.__module__}.{kind.__qualname__}"
+    if kind.__module__.startswith("sqlalchemy"):
+        return f"{named} (pass its driver's connection: .connection.driver_connection)"
+    return named
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Storage for jobs, leases, queues' policies and workers."""

@@ -147,10 +147,12 @@ def drain(url: str, *, handler: float = 5.0, budget: float = 1.0) -> Report:
     back once, without penalty, and another worker picks it up at once."""
     report = Report("drain")
     with Lab(url, "drain") as lab:
-        leaving = lab.worker("--concurrency", "1", "--drain-timeout", str(budget))
+        # Both workers are up before the job exists: which one takes it does not
+        # matter, and a slow start cannot outlast the handler.
+        pair = [lab.worker("--concurrency", "1", "--drain-timeout", str(budget)) for _ in "ab"]
+        lab.wait("the workers to start", lambda: all(lab.ready(w) for w in pair))
         job = lab.enqueue("chaos.sleep", seconds=handler)
-        lab.wait("the handler to start", lambda: lab.running_on(job.id))
-        lab.worker("--concurrency", "1")
+        leaving, _ = lab.wait("the handler to start", lambda: lab.running_on(job.id))
         termed_at = time.time()
         leaving.send_signal(signal.SIGTERM)
         code = leaving.wait(budget + 30)

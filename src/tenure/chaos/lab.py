@@ -56,7 +56,7 @@ class Lab:
     def worker(self, *args: str) -> subprocess.Popen[bytes]:
         """Start ``tenure worker`` for the chaos tasks on this lab's queue."""
         env = {**os.environ, "TENURE_URL": self.url}
-        command = [sys.executable, "-m", "tenure.cli", "--url", self.url, "worker", APP_PATH,
+        command = [sys.executable, "-m", "tenure.cli", "worker", APP_PATH,
                    "--queue", self.queue, "--log-level", "error", *args]  # fmt: skip
         log = (self.logs / f"worker-{len(self.workers)}.log").open("wb")
         with log:
@@ -89,6 +89,11 @@ class Lab:
         if len(history) < n or (ended and history[n - 1].outcome is None):
             return None
         return history[n - 1]
+
+    def ready(self, worker: subprocess.Popen[bytes]) -> bool:
+        """Whether ``worker`` has registered with storage (it claims from then on)."""
+        known = self.app.call(self.app.backend.workers())
+        return any(f".{worker.pid}." in w.id for w in known)
 
     def running_on(self, job_id: str) -> tuple[subprocess.Popen[bytes], int] | None:
         """The worker running the job, and its executor's pid, once the handler started."""

@@ -358,6 +358,7 @@ class ThreadExecutor:
             fence=job.fence,
             args=job.args,
             key=job.key,
+            traceparent=job.traceparent,
             _progress=lambda data: call("progress", data),
             _heartbeat=lambda: call("heartbeat", None),
             _transaction=self.transaction,

@@ -347,7 +347,8 @@ class ProcessPool:
         child.jobs[lease] = running
         child.send({"op": "run", "async": is_async, "id": job.id, "task": job.task,
                     "queue": job.queue, "attempt": job.attempts, "fence": job.fence,
-                    "args": job.args, "key": job.key, "timed": timeout is not None})  # fmt: skip
+                    "args": job.args, "key": job.key, "timed": timeout is not None,
+                    "traceparent": job.traceparent})  # fmt: skip
         return await running.result
 
     def stop(self, lease: LeaseRef) -> None:

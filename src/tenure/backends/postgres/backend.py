@@ -39,8 +39,10 @@ from tenure.backends.base import (
 )
 from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
 from tenure.backends.postgres.liveness import Liveness, Wakeups, hung_up
+from tenure.backends.postgres.steps import Steps, run_steps
+from tenure.backends.postgres.within import CallerTransactions
 from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
-from tenure.backends.sqlfile import load_migrations, load_queries, newest
+from tenure.backends.sqlfile import latest_version, load_migrations, load_queries
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.events import EventKind, failure_events
 from tenure.core.names import check_job_id, check_job_ids, check_name
@@ -87,6 +89,7 @@ RAW_QUERIES = {
     for name, text in _LOADED.items()
 }
 MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
+LATEST = latest_version(MIGRATIONS)
 FENCE = 1 + JOB_COLUMNS.index("fence")  # in a row of complete_and_claim
 UNREACHABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout)  # -> BackendUnavailable
 HELD_FOR_CYCLES = 3  # a worker has up to 3 cycles in flight
@@ -157,6 +160,7 @@ class PostgresBackend(EventReading):
         self.wakeups = Wakeups(conninfo, self.channel)
         self._event_wakeups: Wakeups | None = None  # for readers of events, once one waits
         self._last_trim = -TRIM_INTERVAL  # when this sweeper last applied events' retention
+        self.callers = CallerTransactions(self, LATEST)  # enqueue in a caller's transaction
 
     @classmethod
     def from_url(cls, url: str) -> PostgresBackend:
@@ -315,10 +319,10 @@ class PostgresBackend(EventReading):
                 sql.SQL("SELECT version FROM {}.schema_migrations").format(schema)
             )
             done = {v for (v,) in await cur.fetchall()}
-            if max(done, default=0) > newest(MIGRATIONS):
+            if max(done, default=0) > LATEST:
                 raise BackendUnavailable(
                     f"schema {self.schema} has version {max(done)}, newer than this tenure "
-                    f"knows ({newest(MIGRATIONS)}): upgrade tenure"
+                    f"knows ({LATEST}): upgrade tenure"
                 )
             for version, name, script in MIGRATIONS:
                 if version not in done:
@@ -357,39 +361,40 @@ class PostgresBackend(EventReading):
             with contextlib.suppress(psycopg.errors.UniqueViolation):  # an id stored already
                 return await self._copy(specs)
         async with self._conn() as conn:
-            cur = await conn.execute(self.q["insert_jobs"], self._columns(specs))
-            now, ids, _, _ = await cur.fetchone() or (0.0, None, None, None)
-            inserted = set(ids or ())
-            kept = await self._kept(conn, [s for s in specs if s.id not in inserted])
-        if any(s.id not in inserted and s.id not in kept for s in specs):
-            # The job that held a key finished between the two statements: again
-            # (the jobs inserted now are found by id, the key is free).
-            return await self.enqueue(specs)
-        return [s.stored_at(now) if s.id in inserted else kept[s.id] for s in specs]
+            return await run_steps(conn, self.enqueuing(specs))
 
-    def _columns(self, specs: Sequence[JobSpec]) -> dict[str, Any]:
-        """The parameters of insert_jobs for these specs."""
+    def enqueuing(self, specs: Sequence[JobSpec]) -> Steps[list[Job]]:
+        """The statements of an enqueue of checked specs, as steps (see steps.py):
+        on a pooled connection, each its own transaction, or on a caller's, in
+        the caller's transaction (within.py)."""
         jobs = orjson.dumps([
             [s.id, s.queue, s.task, s.priority, s.delay, s.run_at, s.key, s.max_attempts,
-             s.timeout] for s in specs
+             s.timeout, s.traceparent] for s in specs
         ]).decode()  # fmt: skip
         args = _text_array(s.args.decode() for s in specs)
-        return {"jobs": jobs, "args": args, "channel": self.channel,
-                "events_channel": self.events_channel}  # fmt: skip
+        columns = {"jobs": jobs, "args": args, "channel": self.channel,
+                   "events_channel": self.events_channel}  # fmt: skip
+        while True:
+            [(now, ids, _, _)] = yield self.q["insert_jobs"], columns
+            inserted = set(ids or ())
+            kept = yield from self._kept([s for s in specs if s.id not in inserted])
+            if all(s.id in inserted or s.id in kept for s in specs):
+                return [s.stored_at(now) if s.id in inserted else kept[s.id] for s in specs]
+            # The job that held a key finished between the two statements: again
+            # (the jobs inserted now are found by id, the key is free).
 
     async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
         at = check_tick(schedule, at)
         check_specs([spec], self.max_payload)
-        advance = {"queue": spec.queue, "name": schedule, "tick": at, "job_id": spec.id}
         async with self._tx() as conn:
-            cur = await conn.execute(self.q["advance_tick"], advance)
-            if await cur.fetchone() is None:
-                return None
-            cur = await conn.execute(self.q["insert_jobs"], self._columns([spec]))
-            now, ids, _, _ = await cur.fetchone() or (0.0, None, None, None)
-            if spec.id not in (ids or ()):  # an unfinished job holds its key already
-                return (await self._kept(conn, [spec]))[spec.id]
-        return spec.stored_at(now)
+            return await run_steps(conn, self._ticking(schedule, at, spec))
+
+    def _ticking(self, schedule: str, at: float, spec: JobSpec) -> Steps[Job | None]:
+        advance = {"queue": spec.queue, "name": schedule, "tick": at, "job_id": spec.id}
+        if not (yield self.q["advance_tick"], advance):
+            return None
+        [job] = yield from self.enqueuing([spec])
+        return job
 
     async def last_ticks(
         self, schedules: Collection[tuple[str, str]]
@@ -419,21 +424,19 @@ class PostgresBackend(EventReading):
             await conn.execute(self.q["record_enqueued"], ids)
         return jobs
 
-    async def _kept(
-        self, conn: psycopg.AsyncConnection[Any], specs: builtins.list[JobSpec]
-    ) -> dict[str, Job]:
+    def _kept(self, specs: builtins.list[JobSpec]) -> Steps[dict[str, Job]]:
         """By spec id, the job stored already of each spec that inserted nothing:
         the unfinished job that holds its key, or else the job with its id."""
         found: dict[str, Job] = {}
         keyed = [s for s in specs if s.key is not None]
         if keyed:
             params = {"queues": [s.queue for s in keyed], "keys": [s.key for s in keyed]}
-            cur = await conn.execute(self.q["find_unfinished_by_keys"], params)
-            holders = {(j.queue, j.key): j for j in map(job_from_row, await cur.fetchall())}
+            rows = yield self.q["find_unfinished_by_keys"], params
+            holders = {(j.queue, j.key): j for j in map(job_from_row, rows)}
             found = {s.id: holders[s.queue, s.key] for s in keyed if (s.queue, s.key) in holders}
         if ids := [s.id for s in specs if s.id not in found]:
-            cur = await conn.execute(self.q["find_by_ids"], {"ids": ids})
-            found |= {j.id: j for j in map(job_from_row, await cur.fetchall())}
+            rows = yield self.q["find_by_ids"], {"ids": ids}
+            found |= {j.id: j for j in map(job_from_row, rows)}
         return found
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
@@ -750,19 +753,24 @@ def _copy_rows(specs: Sequence[JobSpec], jobs: Sequence[Job]) -> bytes:
             args = args.replace("\\", "\\\\")
         if "\t" in args or "\n" in args or "\r" in args:  # not from orjson: it writes none
             args = args.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-        values = (j.state, j.priority, j.run_at, j.created_at, j.max_attempts, j.timeout)
+        values = (j.state, j.priority, j.run_at, j.created_at, j.max_attempts, j.timeout,
+                  j.traceparent)  # fmt: skip
         if values != shared:
             shared = values
             tail = (
                 f"\t{j.state.value}\t{j.priority}\t{j.run_at!r}\t{j.created_at!r}"
-                f"\t{_copy_value(j.max_attempts)}\t{_copy_value(j.timeout)}\n"
+                f"\t{_copy_value(j.max_attempts)}\t{_copy_value(j.timeout)}"
+                f"\t{j.traceparent or COPY_NULL}\n"
             )
         rows.append(f"{j.id}\t{j.queue}\t{j.task}\t{args}{tail}")
     return "".join(rows).encode()
 
 
+COPY_NULL = "\\N"
+
+
 def _copy_value(value: int | float | None) -> str:
-    return "\\N" if value is None else repr(value)
+    return COPY_NULL if value is None else repr(value)
 
 
 def _prepare(name: str) -> bool | None:

@@ -13,13 +13,13 @@ dead_reason, progress, finished_at
 -- inserts nothing, nor does an id already stored (a retried enqueue).
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 input AS (  -- %(jobs)s: a JSON array of [id, queue, task, priority, delay, run_at,
-            -- key, max_attempts, timeout] (one parse, no per-row arrays); %(args)s:
+            -- key, max_attempts, timeout, traceparent] (one parse, no per-row arrays); %(args)s:
             -- their arguments, a text array in the same order (apart: ->> on a JSON
             -- value that holds \u0000 anywhere fails)
     SELECT e.j->>0 AS id, e.j->>1 AS queue, e.j->>2 AS task, a.args::json AS args,
            (e.j->>3)::int AS priority, (e.j->>4)::float8 AS delay,
            (e.j->>5)::float8 AS run_at, e.j->>6 AS key, (e.j->>7)::int AS max_attempts,
-           (e.j->>8)::float8 AS timeout, e.ord
+           (e.j->>8)::float8 AS timeout, e.j->>9 AS traceparent, e.ord
     FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS e(j, ord)
     JOIN unnest(%(args)s::text[]) WITH ORDINALITY AS a(args, ord) ON a.ord = e.ord
 ),
@@ -29,10 +29,11 @@ ensured AS (
 ),
 inserted AS (
     INSERT INTO {schema}.jobs AS j (id, queue, task, args, state, priority, run_at,
-                                    created_at, key, max_attempts, timeout)
+                                    created_at, key, max_attempts, timeout, traceparent)
     SELECT id, queue, task, args,
            CASE WHEN coalesce(run_at, now + delay) > now THEN 'scheduled' ELSE 'queued' END,
-           priority, coalesce(run_at, now + delay), now, key, max_attempts, timeout
+           priority, coalesce(run_at, now + delay), now, key, max_attempts, timeout,
+           traceparent
     FROM input, clock
     ORDER BY ord
     ON CONFLICT DO NOTHING
@@ -78,7 +79,7 @@ SELECT n FROM announced
 -- Rows in COPY's text format, in order (seq follows it); a third less of the
 -- server's time per job than insert_jobs.
 COPY {schema}.jobs (id, queue, task, args, state, priority, run_at, created_at,
-                    max_attempts, timeout) FROM STDIN
+                    max_attempts, timeout, traceparent) FROM STDIN
 
 -- name: end_attempt
 -- (A part of the statements that end attempts, written into them.) The history
@@ -573,3 +574,12 @@ USING (
     WHERE e.at < extract(epoch FROM now())::float8 - e.max_age OR e.newer >= e.max_count
 ) AS old
 WHERE d.xid = old.xid AND d.id = old.id
+
+-- name: caller_schema
+-- Whether the database of a caller's connection has tenure's schema, asked
+-- without touching it (a missing table would abort the caller's transaction).
+SELECT EXISTS (SELECT FROM pg_catalog.pg_tables
+               WHERE schemaname = %(schema)s AND tablename = 'schema_migrations')
+
+-- name: caller_schema_version
+SELECT coalesce(max(version), 0) FROM {schema}.schema_migrations

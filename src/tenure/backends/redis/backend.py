@@ -203,7 +203,7 @@ class RedisBackend:
         check_specs([spec], self.max_payload)
         queue = spec.queue
         args: list[Arg] = [queue, 1, *codec.shared_args(spec), spec.id, spec.args,
-                           spec.key or "", schedule, repr(at)]  # fmt: skip
+                           spec.key or "", schedule, repr(at), spec.id]  # fmt: skip
         # Not repeatable: run again after a lost reply, it would find its own
         # tick and say None, and the index entry of its job would be dropped.
         reply = await self.runner.pipeline([

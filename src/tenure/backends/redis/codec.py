@@ -39,7 +39,7 @@ def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
     reply: ``JOB_FIELDS`` in _lib.lua), an absent one None."""
     (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
      max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-     dead_reason, progress, finished_at) = values  # fmt: skip
+     dead_reason, progress, finished_at, traceparent) = values  # fmt: skip
     return job_of((
         id_.decode(), task.decode(), queue.decode(), orjson.loads(args), STATES[state.decode()],
         int(priority), float(run_at), float(created_at), int(attempts), int(stalls),
@@ -51,6 +51,7 @@ def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
         None if dead_reason is None else DeadReason(dead_reason.decode()),
         None if progress is None else orjson.loads(progress),
         None if finished_at is None else float(finished_at),
+        None if traceparent is None else traceparent.decode(),
         tuple(attempt(entry) for entry in history),
     ))  # fmt: skip
 
@@ -77,8 +78,8 @@ def number(value: float | int | None) -> str:
 def shared_args(spec: JobSpec) -> tuple[str, ...]:
     """The ARGV values enqueue.lua takes once for a run of jobs with the same
     options (``JobSpec.options``): task, delay, run_at, priority, max_attempts,
-    timeout."""
+    timeout, traceparent."""
     return (
         spec.task, number(spec.delay), number(spec.run_at), str(spec.priority),
-        number(spec.max_attempts), number(spec.timeout),
+        number(spec.max_attempts), number(spec.timeout), spec.traceparent or "",
     )  # fmt: skip

@@ -37,10 +37,11 @@ from tenure.backends.rows import JOB_COLUMNS, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.events import EventReading, record, record_job
 from tenure.backends.sqlite.liveness import WorkerLocks
-from tenure.backends.sqlite.opening import Opening
+from tenure.backends.sqlite.opening import LATEST, Opening
 from tenure.backends.sqlite.operators import Operators
 from tenure.backends.sqlite.queries import Q
 from tenure.backends.sqlite.storage import StorageFile
+from tenure.backends.sqlite.within import CallerTransactions
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.events import EventKind, failure_events
@@ -138,6 +139,7 @@ class SQLiteBackend(Opening, Operators, EventReading):
         self._to_ring: list[str] = []
         self._last_trim = 0.0  # when this sweeper last applied events' retention
         self._events_off: set[str] = set()  # queues whose last claim found events off
+        self.callers = CallerTransactions(self, LATEST)  # enqueue in a caller's transaction
 
     @classmethod
     def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteBackend:
@@ -249,36 +251,41 @@ class SQLiteBackend(Opening, Operators, EventReading):
 
     def _enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
         with self._tx() as conn:
-            return self._inserting(conn, specs)
+            jobs = self.enqueuing(conn, specs)
+            if any(j.state is State.QUEUED for j in jobs):
+                self._ring(conn)
+        return jobs
 
-    def _inserting(self, conn: sqlite3.Connection, specs: Sequence[JobSpec]) -> list[Job]:
+    def enqueuing(
+        self, db: sqlite3.Connection | sqlite3.Cursor, specs: Sequence[JobSpec]
+    ) -> list[Job]:
+        """The statements of an enqueue of checked specs, in the transaction open
+        on ``db``: the backend's own, or a caller's (within.py)."""
         now = self.clock.now()
         jobs: list[Job] = []
         new: list[tuple[str, str, str, dict[str, Any] | None]] = []
         for queue in {s.queue for s in specs}:
-            conn.execute(Q["ensure_queue"], (queue,))
+            db.execute(Q["ensure_queue"], (queue,))
         for spec in specs:
             if spec.key is not None:
-                row = conn.execute(Q["find_unfinished_by_key"], (spec.queue, spec.key)).fetchone()
+                row = db.execute(Q["find_unfinished_by_key"], (spec.queue, spec.key)).fetchone()
                 if row is not None:
                     jobs.append(job_from_row(row))
                     continue
             run_at = spec.run_at if spec.run_at is not None else now + spec.delay
             state = State.SCHEDULED if run_at > now else State.QUEUED
-            cur = conn.execute(
+            cur = db.execute(
                 Q["insert_job"],
                 (spec.id, spec.queue, spec.task, spec.args, state, spec.priority, run_at, now,
-                 spec.key, spec.max_attempts, spec.timeout),
+                 spec.key, spec.max_attempts, spec.timeout, spec.traceparent),
             )  # fmt: skip
             if cur.rowcount:
                 jobs.append(spec.stored(state, run_at, now))
                 new.append((spec.queue, EventKind.ENQUEUED, spec.id,
                             {"task": spec.task, "state": state}))  # fmt: skip
             else:  # its id is stored already: that job
-                jobs.append(job_from_row(conn.execute(Q["get_job"], (spec.id,)).fetchone()))
-        record(conn, now, new)
-        if any(j.state is State.QUEUED for j in jobs):
-            self._ring(conn)
+                jobs.append(job_from_row(db.execute(Q["get_job"], (spec.id,)).fetchone()))
+        record(db, now, new)
         return jobs
 
     async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
@@ -291,7 +298,9 @@ class SQLiteBackend(Opening, Operators, EventReading):
             advance = (spec.queue, schedule, at, spec.id)
             if conn.execute(Q["advance_tick"], advance).rowcount == 0:
                 return None
-            [job] = self._inserting(conn, [spec])
+            [job] = self.enqueuing(conn, [spec])
+            if job.state is State.QUEUED:
+                self._ring(conn)
             return job
 
     async def last_ticks(

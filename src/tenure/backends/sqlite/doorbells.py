@@ -78,6 +78,16 @@ class Doorbells:
             with contextlib.suppress(OSError):  # gone, or its bell is full: it is awake
                 self._ringer.sendto(b"!", self._address(worker_id))
 
+    def ring_once(self, worker_ids: Iterable[str]) -> None:
+        """``ring``, from any thread: with a socket of its own, closed after."""
+        if self.directory is None:
+            return
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as ringer:
+            ringer.setblocking(False)
+            for worker_id in worker_ids:
+                with contextlib.suppress(OSError):  # gone, or its bell is full: it is awake
+                    ringer.sendto(b"!", self._address(worker_id))
+
     async def wait(self, timeout: float) -> None:
         """Until a bell of this process rings, or ``timeout`` seconds."""
         if not self._bells:

@@ -37,7 +37,7 @@ DEFAULTS = QueuePolicy()
 Row = tuple[str, str, str, dict[str, Any] | None]
 
 
-def record(conn: sqlite3.Connection, now: float, events: Sequence[Row]) -> None:
+def record(conn: sqlite3.Connection | sqlite3.Cursor, now: float, events: Sequence[Row]) -> None:
     """Record events in the caller's transaction, for queues that keep them: a
     row for each run of events of one queue and kind."""
     if not events:

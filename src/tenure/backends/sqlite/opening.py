@@ -9,12 +9,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tenure.backends.sqlfile import load_migrations, newest, split_statements
+from tenure.backends.sqlfile import latest_version, load_migrations, split_statements
 from tenure.backends.sqlite.storage import APPLICATION_ID, StorageFile, check_tenures
 from tenure.core.clock import Clock
 from tenure.errors import BackendUnavailable, TenureError
 
 MIGRATIONS = load_migrations("tenure.backends.sqlite.migrations")
+LATEST = latest_version(MIGRATIONS)
 SQLITE_READONLY_DIRECTORY = 1544  # sqlite3 names it from Python 3.11.4 only
 
 
@@ -87,13 +88,13 @@ class Opening:
             raise BackendUnavailable(
                 f"SQLite database {self.path} is empty: nothing was ever stored in it"
             )
-        version, known = _schema_version(conn), newest(MIGRATIONS)
-        if version != known:
+        version = _schema_version(conn)
+        if version != LATEST:
             conn.close()
-            remedy = "upgrade tenure" if version > known else "a worker migrates it"
+            remedy = "upgrade tenure" if version > LATEST else "a worker migrates it"
             raise BackendUnavailable(
                 f"SQLite database {self.path} has schema version {version} and this tenure "
-                f"reads version {known}: {remedy}"
+                f"reads version {LATEST}: {remedy}"
             )
         return conn
 
@@ -132,11 +133,11 @@ class Opening:
                 " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
             )
             done = {v for (v,) in conn.execute("SELECT version FROM schema_migrations")}
-            applied = max(done, default=0)
-            if applied > newest(MIGRATIONS):
+            newest = max(done, default=0)
+            if newest > LATEST:
                 raise BackendUnavailable(
-                    f"SQLite database {self.path} has schema version {applied}, newer than this "
-                    f"tenure knows ({newest(MIGRATIONS)}): upgrade tenure"
+                    f"SQLite database {self.path} has schema version {newest}, newer than this "
+                    f"tenure knows ({LATEST}): upgrade tenure"
                 )
             for version, name, script in MIGRATIONS:
                 if version in done:

@@ -4,7 +4,7 @@
 -- name: job_columns
 id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
 max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-dead_reason, progress, finished_at
+dead_reason, progress, finished_at, traceparent
 
 -- name: ensure_queue
 INSERT OR IGNORE INTO queues (name, policy) VALUES (?, NULL)
@@ -28,8 +28,8 @@ JOIN json_each(?) AS e ON s.queue = e.value ->> 0 AND s.name = e.value ->> 1
 -- name: insert_job
 -- Nothing if the id is stored already (a retried enqueue).
 INSERT INTO jobs (id, queue, task, args, state, priority, run_at, created_at, key,
-                  max_attempts, timeout)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  max_attempts, timeout, traceparent)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO NOTHING
 
 -- name: promote_due

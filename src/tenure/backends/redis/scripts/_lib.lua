@@ -29,7 +29,7 @@ local function opt(x) if x == '' then return nil end return x end
 -- A job's fields in the order codec.job_of_values reads them (a claim's reply).
 local JOB_FIELDS = {'id', 'task', 'queue', 'args', 'state', 'priority', 'run_at', 'created_at',
   'attempts', 'stalls', 'max_attempts', 'timeout', 'fence', 'key', 'worker', 'lease_expires_at',
-  'result', 'error', 'dead_reason', 'progress', 'finished_at'}
+  'result', 'error', 'dead_reason', 'progress', 'finished_at', 'traceparent'}
 
 local function job_key(p, id) return p .. 'job:' .. id end
 local function history_key(p, id) return p .. 'history:' .. id end

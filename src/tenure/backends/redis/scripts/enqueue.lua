@@ -3,9 +3,9 @@
 -- KEYS[1]  the queue's key prefix "<prefix>:{<queue>}:"
 -- ARGV[1]  the queue's name
 -- ARGV[2]  n, the number of jobs
--- ARGV[3..8] what the jobs share: task, delay, run_at ('' = now + delay),
---          priority, max_attempts (''), timeout ('')
--- ARGV[9..] 3 values per job, in order: id, args (JSON), key ('')
+-- ARGV[3..9] what the jobs share: task, delay, run_at ('' = now + delay),
+--          priority, max_attempts (''), timeout (''), traceparent ('')
+-- ARGV[10..] 3 values per job, in order: id, args (JSON), key ('')
 --          (shared values once: nine per job made a fifth of a bulk enqueue's
 --          time, packing and parsing them)
 -- Returns  {created_at, then one entry per job, in order}:
@@ -22,7 +22,7 @@ local now = clock()
 local now_s = num(now)
 local now_us = math.floor(now * 1000000)
 local task, delay, run_at, priority = ARGV[3], tonumber(ARGV[4]), opt(ARGV[5]), ARGV[6]
-local max_attempts, timeout = ARGV[7], ARGV[8]
+local max_attempts, timeout, traceparent = ARGV[7], ARGV[8], ARGV[9]
 local due = tonumber(run_at or now + delay)  -- the same for every job
 local due_s = due == now and now_s or num(due)
 local score = -tonumber(priority)  -- in the ready set
@@ -39,7 +39,7 @@ local by_due, by_seq = {}, {}  -- (score, member) pairs: ready or scheduled; all
 -- keys tells whether any is (usually none), not one call per job; an id sent
 -- twice in one call is found in `stored`.
 local keys = {}
-for i = 1, n do keys[i] = job_key(p, ARGV[6 + i * 3]) end
+for i = 1, n do keys[i] = job_key(p, ARGV[7 + i * 3]) end
 local any = false
 for i = 1, n, 1000 do
   if redis.call('EXISTS', unpack(keys, i, math.min(i + 999, n))) > 0 then any = true; break end
@@ -55,10 +55,13 @@ if max_attempts ~= '' then
   fields[#fields + 1] = 'max_attempts'; fields[#fields + 1] = max_attempts
 end
 if timeout ~= '' then fields[#fields + 1] = 'timeout'; fields[#fields + 1] = timeout end
+if traceparent ~= '' then
+  fields[#fields + 1] = 'traceparent'; fields[#fields + 1] = traceparent
+end
 local shared = #fields
 
 for i = 1, n do
-  local b = 6 + i * 3
+  local b = 7 + i * 3
   local id, args, key = ARGV[b], ARGV[b + 1], opt(ARGV[b + 2])
   local holder = key and redis.call('HGET', p .. 'keys', key)
   if not holder and (stored[id] or (any and redis.call('EXISTS', keys[i]) == 1)) then

@@ -4,17 +4,17 @@
 -- the job as an enqueue of one job does.
 --
 -- KEYS[1]  the queue's key prefix "<prefix>:{<queue>}:"
--- ARGV     enqueue's, for one job (ARGV[9] is its id), then two more: the
---          schedule's name, and the tick (seconds since the epoch)
+-- ARGV     enqueue's, for one job, then three more: the schedule's name, the
+--          tick (seconds since the epoch) and the job's id
 -- Returns  {} when the schedule's last tick is the same or later (nothing
 --          stored), else enqueue's reply
 --
 -- ticks  HASH  schedule name -> "<tick> <job id>" (the last tick that made a job)
 
 do
-  local name, tick = ARGV[#ARGV - 1], tonumber(ARGV[#ARGV])
+  local name, tick, id = ARGV[#ARGV - 2], tonumber(ARGV[#ARGV - 1]), ARGV[#ARGV]
   local last = redis.call('HGET', KEYS[1] .. 'ticks', name)
   if last and tonumber(string.match(last, '^%S+')) >= tick then return {} end
-  redis.call('HSET', KEYS[1] .. 'ticks', name, num(tick) .. ' ' .. ARGV[9])
+  redis.call('HSET', KEYS[1] .. 'ticks', name, num(tick) .. ' ' .. id)
 end
 

@@ -1,0 +1,126 @@
+"""Enqueue in a caller's transaction, on the caller's psycopg connection.
+
+The job and its ``enqueued`` event are written by the statements of every
+enqueue (``PostgresBackend.enqueuing``), on the caller's connection: they
+commit with the caller's transaction or not at all, and tenure never commits
+or rolls it back. Idle workers are woken by the statement's NOTIFY, which
+PostgreSQL delivers at commit. Nothing here opens tenure's pool.
+
+A connection is checked before anything is sent on it: a statement that fails
+would abort the caller's whole transaction. Its database's schema is checked
+once per connection (migrations only go forward).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import pq
+
+from tenure.backends.base import kind_of
+from tenure.backends.postgres.steps import Steps, run_steps, run_steps_sync
+from tenure.errors import InvalidInput
+from tenure.job import Job, JobSpec, check_specs
+
+if TYPE_CHECKING:
+    from tenure.backends.postgres.backend import PostgresBackend
+
+Status = pq.TransactionStatus
+_REFUSED = {
+    Status.INERROR: "its transaction has failed: roll it back first",
+    Status.ACTIVE: "it is running another statement",
+    Status.UNKNOWN: "it is broken",
+}
+
+
+class CallerTransactions:
+    """The caller-connection side of one PostgreSQL backend."""
+
+    def __init__(self, backend: PostgresBackend, latest: int) -> None:
+        self.backend = backend
+        self.latest = latest  # the schema version this tenure writes
+        self._checked: weakref.WeakSet[Any] = weakref.WeakSet()  # connections seen migrated
+
+    def enqueue(self, conn: Any, specs: Sequence[JobSpec]) -> list[Job]:
+        self._check(conn, awaited=False)
+        check_specs(specs, self.backend.max_payload)
+        if not specs:
+            return []
+        try:
+            return run_steps_sync(conn, self._steps(conn, specs))
+        except psycopg.OperationalError as exc:
+            raise self.backend._unavailable("PostgreSQL is unavailable", exc) from exc
+
+    async def aenqueue(self, conn: Any, specs: Sequence[JobSpec]) -> list[Job]:
+        self._check(conn, awaited=True)
+        check_specs(specs, self.backend.max_payload)
+        if not specs:
+            return []
+        try:
+            return await run_steps(conn, self._steps(conn, specs))
+        except psycopg.OperationalError as exc:
+            raise self.backend._unavailable("PostgreSQL is unavailable", exc) from exc
+
+    def _steps(self, conn: Any, specs: Sequence[JobSpec]) -> Steps[list[Job]]:
+        if conn not in self._checked:
+            yield from self._schema_checked()
+            self._checked.add(conn)
+        return (yield from self.backend.enqueuing(specs))
+
+    def _schema_checked(self) -> Steps[None]:
+        """InvalidInput unless the connection's database has tenure's schema at
+        the version this tenure writes (asked without failing statements)."""
+        schema = self.backend.schema
+        [(present,)] = yield self.backend.q["caller_schema"], {"schema": schema}
+        version = 0
+        if present:
+            [(version,)] = yield self.backend.q["caller_schema_version"], {}
+        latest = self.latest
+        if version < latest:
+            raise InvalidInput(
+                f"the database of conn has tenure's schema {schema!r} at version {version}, "
+                f"not migrated yet to {latest}: open the App once outside a transaction "
+                "(a worker does, or app.queues()) to migrate it, and check that conn is to "
+                f"the database of {self.backend.safe_url}"
+            )
+        if version > latest:
+            raise InvalidInput(
+                f"the database of conn has tenure's schema {schema!r} at version {version}, "
+                f"newer than this tenure knows ({latest}): upgrade tenure"
+            )
+
+    def _check(self, conn: Any, *, awaited: bool) -> None:
+        """InvalidInput unless ``conn`` is a psycopg connection of the kind the
+        call takes, open, and in a transaction (or about to open one)."""
+        self.check_kind(conn)
+        if awaited and not isinstance(conn, psycopg.AsyncConnection):
+            raise InvalidInput(
+                "aenqueue takes a psycopg AsyncConnection as conn=; with a sync Connection, "
+                "call enqueue"
+            )
+        if not awaited and isinstance(conn, psycopg.AsyncConnection):
+            raise InvalidInput(
+                "enqueue takes a sync psycopg Connection as conn=; with an AsyncConnection, "
+                "await aenqueue"
+            )
+        if conn.closed:
+            raise InvalidInput("conn is closed: nothing was enqueued")
+        status = conn.info.transaction_status
+        if status in _REFUSED:
+            raise InvalidInput(f"cannot enqueue on conn: {_REFUSED[status]}")
+        if status == Status.IDLE and conn.autocommit:
+            raise InvalidInput(
+                "conn is in autocommit mode outside a transaction, so the job would commit "
+                "on its own: enqueue inside `with conn.transaction():`, or without conn="
+            )
+
+    def check_kind(self, conn: object) -> None:
+        """InvalidInput unless ``conn`` is a psycopg connection (sync or async)."""
+        if not isinstance(conn, psycopg.Connection | psycopg.AsyncConnection):
+            raise InvalidInput(
+                f"conn= of an App on PostgreSQL ({self.backend.safe_url}) takes a psycopg "
+                f"Connection or AsyncConnection to its database, got {kind_of(conn)}"
+            )

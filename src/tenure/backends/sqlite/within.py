@@ -1,0 +1,128 @@
+"""Enqueue in a caller's transaction, on the caller's sqlite3 connection to
+the App's file.
+
+The job and its ``enqueued`` event are written by the statements of every
+enqueue (``SQLiteBackend.enqueuing``) in the caller's transaction, under a
+savepoint so that they are stored all or none; tenure never commits or rolls
+back the caller's transaction. It runs in the caller's thread, where a
+sqlite3 connection belongs, and opens nothing of tenure's.
+
+Idle workers are woken by their doorbells at once, before the caller commits:
+a woken worker's claim needs the write lock, which the caller's transaction
+holds from the first insert until it ends, so the claim runs after the commit
+and finds the job (after a rollback it finds nothing and the worker idles).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tenure.backends.base import kind_of
+from tenure.backends.sqlite.queries import Q
+from tenure.core.states import State
+from tenure.errors import BackendUnavailable, InvalidInput
+from tenure.job import Job, JobSpec, check_specs
+
+if TYPE_CHECKING:
+    from tenure.backends.sqlite.backend import SQLiteBackend
+
+SAVEPOINT = "tenure_enqueue"
+
+
+class CallerTransactions:
+    """The caller-connection side of one SQLite backend."""
+
+    def __init__(self, backend: SQLiteBackend, latest: int) -> None:
+        self.backend = backend
+        self.latest = latest  # the schema version this tenure writes
+
+    def check_kind(self, conn: object) -> None:
+        """InvalidInput unless ``conn`` is a sqlite3 connection."""
+        if not isinstance(conn, sqlite3.Connection):
+            raise InvalidInput(
+                f"conn= of an App on SQLite ({self.backend.url}) takes a sqlite3.Connection "
+                f"to its file, got {kind_of(conn)}"
+            )
+
+    async def aenqueue(self, conn: Any, specs: Sequence[JobSpec]) -> list[Job]:
+        """``enqueue``: a sqlite3 connection is used where it is, never from another thread."""
+        return self.enqueue(conn, specs)
+
+    def enqueue(self, conn: Any, specs: Sequence[JobSpec]) -> list[Job]:
+        self.check_kind(conn)
+        check_specs(specs, self.backend.max_payload)
+        try:
+            in_transaction = conn.in_transaction
+            cur = conn.cursor()
+        except sqlite3.ProgrammingError as exc:  # closed, or another thread's
+            raise InvalidInput(f"cannot enqueue on conn: {exc}") from None
+        cur.row_factory = None  # rows as tuples, whatever the caller's connection makes
+        try:
+            self._check(cur)
+            if not in_transaction:
+                self._begin(conn, cur)
+            cur.execute(f"SAVEPOINT {SAVEPOINT}")
+            try:
+                jobs = self.backend.enqueuing(cur, specs)
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):  # an error may have ended it all
+                    cur.execute(f"ROLLBACK TO {SAVEPOINT}")
+                    cur.execute(f"RELEASE {SAVEPOINT}")
+                raise
+            cur.execute(f"RELEASE {SAVEPOINT}")
+            if any(j.state is State.QUEUED for j in jobs):
+                self.backend.doorbells.ring_once([w for (w,) in cur.execute(Q["worker_ids"])])
+            return jobs
+        except sqlite3.OperationalError as exc:
+            raise BackendUnavailable(f"SQLite database {self.backend.path}: {exc}") from exc
+        finally:
+            cur.close()
+
+    def _begin(self, conn: sqlite3.Connection, cur: sqlite3.Cursor) -> None:
+        """Open the transaction the connection would open at our first write
+        (its isolation_level's), or refuse one in autocommit mode."""
+        level = conn.isolation_level
+        if level is None or getattr(conn, "autocommit", None) is True:
+            raise InvalidInput(
+                "conn is in autocommit mode outside a transaction, so the job would commit "
+                "on its own: run BEGIN on it first, or enqueue without conn="
+            )
+        cur.execute(f"BEGIN {level}")  # one of '', DEFERRED, IMMEDIATE, EXCLUSIVE
+
+    def _check(self, cur: sqlite3.Cursor) -> None:
+        """InvalidInput unless ``cur``'s connection is to the App's file, migrated."""
+        path = self.backend.path
+        if path == ":memory:":
+            raise InvalidInput(
+                "this App's SQLite database is in memory: no other connection can share it"
+            )
+        rows = cur.execute("PRAGMA database_list").fetchall()
+        main = next((file for _, name, file in rows if name == "main"), "")
+        try:
+            same = bool(main) and os.path.samefile(main, path)
+        except OSError:
+            same = False
+        if not same:
+            raise InvalidInput(
+                f"conn is to {main or 'an in-memory database'}, not to this App's SQLite "
+                f"database {os.path.abspath(path)}: open conn on the App's file"
+            )
+        try:
+            [(version,)] = cur.execute("SELECT coalesce(max(version), 0) FROM schema_migrations")
+        except sqlite3.OperationalError:  # no such table
+            version = 0
+        if version < self.latest:
+            raise InvalidInput(
+                f"SQLite database {path} has tenure's schema at version {version}, not "
+                f"migrated yet to {self.latest}: open the App once outside a transaction "
+                "(a worker does, or app.queues()) to migrate it"
+            )
+        if version > self.latest:
+            raise InvalidInput(
+                f"SQLite database {path} has tenure's schema at version {version}, newer than "
+                f"this tenure knows ({self.latest}): upgrade tenure"
+            )
