@@ -30,7 +30,7 @@ from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
 from tenure.backends.base import Backend, CallerTransactions, Page, Tick
-from tenure.backends.factory import from_url, resolve_url
+from tenure.backends.factory import check_shared, from_url, resolve_url
 from tenure.config import (
     DEFAULT_MAX_PAYLOAD,
     DEFAULT_URL,
@@ -48,6 +48,7 @@ from tenure.events import Steps, follow, follow_sync
 from tenure.hooks import Hooks
 from tenure.job import Job, JobSpec
 from tenure.portal import Portal
+from tenure.results import check_timeout, stop_watches, wait_result
 from tenure.task import Task
 
 __all__ = ["App", "Queue", "Task"]
@@ -151,6 +152,7 @@ class App:
         # Validates the URL now (connects on first use); never opened, it enqueues
         # on a caller's connection (conn=), and describes the storage.
         self._described = from_url(self.url)
+        check_shared(self.url)
 
     # -- tasks -------------------------------------------------------------
 
@@ -339,10 +341,25 @@ class App:
     async def aget_job(self, job_id: str) -> Job:
         return await (await self.abackend()).get(job_id)
 
+    def result(self, job_id: str, timeout: float | None = None) -> Any:
+        """The result of job ``job_id`` (its handler's return value, as JSON
+        decodes it) once it completes, waiting for it; ``JobFailed`` if it is
+        dead, ``JobCancelled`` if cancelled, ``TimeoutError`` after ``timeout``
+        seconds (None: wait for ever), ``JobNotFound``. Woken by the queue's
+        lifecycle events (see ``tenure.results``)."""
+        return self.call(self.aresult(job_id, timeout))
+
+    async def aresult(self, job_id: str, timeout: float | None = None) -> Any:
+        check_timeout(timeout)
+        return await wait_result(await self.abackend(), job_id, timeout)
+
     def cancel(self, job_id: str) -> Job:
         return self.call(self.acancel(job_id))
 
     async def acancel(self, job_id: str) -> Job:
+        """Cancel a job: a scheduled or queued one at once; an active one is
+        marked ``cancel_requested`` and stopped by its worker within about a
+        heartbeat (docs/aborting.md). InvalidTransition for a finished job."""
         return await (await self.abackend()).cancel(job_id)
 
     def jobs(
@@ -474,9 +491,9 @@ class App:
             portal, self._portal = self._portal, None
         for loop, backend in list(self._backends.items()):
             if portal is not None and loop is portal.loop:
-                portal.run(backend.close())
+                portal.run(_closed(backend))
             elif not (loop.is_closed() or loop.is_running()):
-                loop.run_until_complete(backend.close())
+                loop.run_until_complete(_closed(backend))
             else:
                 continue
             del self._backends[loop]
@@ -488,7 +505,7 @@ class App:
         """Close the backend of the running event loop."""
         backend = self._backends.pop(asyncio.get_running_loop(), None)
         if backend is not None:
-            await backend.close()
+            await _closed(backend)
 
     def __enter__(self) -> App:
         return self
@@ -529,6 +546,11 @@ def _close_at_exit(app: App) -> None:
             alive.close()
 
     atexit.register(close)
+
+
+async def _closed(backend: Backend) -> None:
+    await stop_watches(backend)  # results' readers of events end before their connections
+    await backend.close()
 
 
 async def _awaited(coro: Coroutine[Any, Any, T]) -> T:

@@ -47,6 +47,9 @@ POLICY_BOUNDS: dict[str, tuple[float, float]] = {
     "backoff_max": (0.0, MAX_SECONDS),
     "backoff_jitter": (0.0, 1.0),
     "unknown_task_grace": (0.0, MAX_SECONDS),
+    # 0: a cancelled attempt's executor is killed at once; a handler that needs
+    # more than an hour to stop is not stopping.
+    "cancel_grace": (0.0, 3_600.0),
     # Events are kept for a minute at least (a reader that restarts resumes
     # where it stopped), and up to a billion per queue.
     "events_max_age": (60.0, MAX_SECONDS),
@@ -116,6 +119,7 @@ class QueuePolicy:
     - ``timeout`` (when set) within (0, ten years]; ``backoff_base`` and
       ``backoff_max`` within [0, ten years]; ``backoff_jitter`` within [0, 1];
       ``unknown_task_grace`` within [0, ten years] (0: dead-letter at once);
+    - ``cancel_grace`` within [0, 3600];
     - ``events_max_age`` within [60, ten years]; ``events_max_count`` an
       integer within [1, 1000000000].
 
@@ -137,6 +141,10 @@ class QueuePolicy:
     # How long a job whose task a worker does not know keeps being handed back
     # for a worker that knows it (a rolling deploy) before it is dead-lettered.
     unknown_task_grace: float = 600.0
+    # How long a handler whose job was cancelled while it ran has to stop by
+    # itself (it sees current_job().cancelled; an async one, CancelledError)
+    # before its executor is killed (docs/aborting.md).
+    cancel_grace: float = 10.0
     events: bool = True
     events_max_age: float = 86_400.0
     events_max_count: int = 100_000

@@ -232,6 +232,9 @@ class Job:
     progress: Any = None
     finished_at: float | None = None
     traceparent: str | None = None  # the trace context of its enqueue (W3C), if traced
+    # Cancelled while active: its worker stops the attempt, and it never runs
+    # again (it ends ``cancelled``, unless the attempt completed first).
+    cancel_requested: bool = False
     history: tuple[Attempt, ...] = field(default=())
 
 
@@ -239,7 +242,7 @@ JOB_FIELDS = tuple(f.name for f in fields(Job))
 # A new job's fields that no spec sets (JobSpec.stored).
 _NEW = {"attempts": 0, "stalls": 0, "fence": 0, "worker": None, "lease_expires_at": None,
         "result": None, "error": None, "dead_reason": None, "progress": None,
-        "finished_at": None, "history": ()}  # fmt: skip
+        "finished_at": None, "cancel_requested": False, "history": ()}  # fmt: skip
 
 
 def job_of(values: Iterable[Any]) -> Job:

@@ -45,8 +45,10 @@ def test_the_periodic_page__runs_as_written(tmp_path: Path) -> None:
                for ln in lines)  # fmt: skip
     done = beats(tmp_path)
     assert all(result == tick_of(key) for key, result in done)
-    ticks = sorted(result for _, result in done)
-    assert ticks == [ticks[0] + n for n in range(len(ticks))]  # one a second, none missed
+    ticks = [result for _, result in done]
+    # one job per tick, on whole seconds (a worker starved for a whole second
+    # would enqueue the latest tick only: test_periodic counts missed ticks)
+    assert len(ticks) == len(set(ticks)) and all(t == int(t) for t in ticks)
 
 
 def beats(tmp_path: Path) -> list[tuple[str | None, float]]:

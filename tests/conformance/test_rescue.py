@@ -78,7 +78,7 @@ def test_rescued_attempt__can_no_longer_settle(backend: Any, short_lease: str) -
         backend.release(job.id, job.fence)
     with pytest.raises(LeaseLost):
         backend.progress(job.id, job.fence, {"late": True})
-    assert backend.heartbeat(short_lease, {(job.id, job.fence)}) == {(job.id, job.fence)}
+    assert backend.heartbeat(short_lease, {(job.id, job.fence)}).lost == {(job.id, job.fence)}
     assert backend.get(job.id) == before
 
 

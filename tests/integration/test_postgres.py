@@ -1,5 +1,6 @@
 """PostgreSQL specifics: URLs, schemas, migrations, bulk enqueue, wake-ups."""
 
+import asyncio
 import contextlib
 import dataclasses
 import multiprocessing
@@ -7,6 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import orjson
+import psycopg
 import pytest
 
 from tenure import App, State
@@ -228,11 +230,11 @@ def test_a_heartbeat__does_not_wait_for_a_job_another_transaction_is_writing(
         other.execute("SELECT 1 FROM tenure.jobs WHERE id = %s FOR UPDATE", (job.id,))
         beat = pool.submit(backend.heartbeat, "w", {(job.id, job.fence)})
         try:
-            assert beat.result(timeout=10) == set()
+            assert beat.result(timeout=10).lost == set()
         finally:
             other.rollback()  # a heartbeat that waits gets its answer now
-    assert backend.heartbeat("w", {(job.id, job.fence)}) == set()
-    assert backend.heartbeat("w", {(job.id, job.fence + 1)}) == {(job.id, job.fence + 1)}
+    assert backend.heartbeat("w", {(job.id, job.fence)}).lost == set()
+    assert backend.heartbeat("w", {(job.id, job.fence + 1)}).lost == {(job.id, job.fence + 1)}
 
 
 def test_purging_dead_jobs__deletes_their_attempts_too(pg_url, open_backend, postgres_server):
@@ -404,3 +406,29 @@ def test_every_statement__is_short_enough_for_psycopgs_cache_of_conversions():
 
     b = PostgresBackend.from_url("postgresql://localhost/db")
     assert max(len(b._cycle_query(64)), *map(len, b.q.values())) <= MAX_CACHED_STATEMENT_LENGTH
+
+
+def test_a_notification_another_reader_woke_on__still_wakes_one_that_looked_before(pg_url):
+    """Two readers of events on one backend: the first to wake empties the
+    pending set, and a reader that looked before the notification (and found
+    nothing) but waits after must not sleep through it."""
+    from tenure.backends.postgres.liveness import Wakeups
+
+    async def main() -> float:
+        backend = from_url(pg_url)
+        wakeups = Wakeups(backend.conninfo, backend.events_channel)
+        first = asyncio.ensure_future(wakeups.wait([""], 10))
+        while not wakeups._waiters:  # listening, and the first reader waits
+            await asyncio.sleep(0.01)
+        seen = wakeups.notices  # the second reader looks now, and finds nothing
+        async with await psycopg.AsyncConnection.connect(backend.conninfo) as conn:
+            await conn.execute(f'NOTIFY "{backend.events_channel}"')
+            await conn.commit()
+        await first  # it woke, and took the pending notification
+        began = time.monotonic()
+        await wakeups.wait_since(seen, 10)
+        took = time.monotonic() - began
+        await wakeups.close()
+        return took
+
+    assert asyncio.run(main()) < 1.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -124,6 +125,11 @@ def test_a_ticks_key__names_the_schedule_and_the_tick() -> None:
 # -- declaration -----------------------------------------------------------
 
 
+@pytest.fixture
+def app(tmp_path: Path) -> tenure.App:
+    return tenure.App(f"sqlite:///{tmp_path / 'never-opened.db'}")  # declarations only
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -149,8 +155,9 @@ def test_a_ticks_key__names_the_schedule_and_the_tick() -> None:
         ({"every": 60, "name": "bad name"}, "invalid schedule name"),
     ],
 )
-def test_a_bad_schedule__is_refused_at_declaration(options: dict[str, Any], message: str) -> None:
-    app = tenure.App("sqlite:///:memory:")
+def test_a_bad_schedule__is_refused_at_declaration(
+    app: tenure.App, options: dict[str, Any], message: str
+) -> None:
 
     def beat(n: int = 0) -> None: ...
 
@@ -160,8 +167,7 @@ def test_a_bad_schedule__is_refused_at_declaration(options: dict[str, Any], mess
     assert app.schedules == {}
 
 
-def test_periodic_below_task__is_refused() -> None:
-    app = tenure.App("sqlite:///:memory:")
+def test_periodic_below_task__is_refused(app: tenure.App) -> None:
     with pytest.raises(InvalidInput, match=r"goes above @app.task"):
 
         @app.task
@@ -169,8 +175,7 @@ def test_periodic_below_task__is_refused() -> None:
         def beat() -> None: ...
 
 
-def test_a_second_schedule_of_a_task__needs_its_own_name() -> None:
-    app = tenure.App("sqlite:///:memory:")
+def test_a_second_schedule_of_a_task__needs_its_own_name(app: tenure.App) -> None:
 
     @app.periodic(cron="0 * * * *", kwargs={"n": 2}, name="beat-hourly")
     @app.periodic(every=timedelta(minutes=1), args=[1], missed="skip")

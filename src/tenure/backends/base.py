@@ -21,7 +21,7 @@ from tenure.core.events import Event
 from tenure.core.names import check_name, is_text, shown
 from tenure.core.retry import Decision
 from tenure.core.states import Outcome, State, parse_state
-from tenure.errors import InvalidInput
+from tenure.errors import InvalidInput, InvalidTransition
 from tenure.job import Job, JobSpec
 
 LeaseRef = tuple[str, int]  # (job_id, fence)
@@ -37,6 +37,17 @@ class WorkerInfo:
     queues: tuple[str, ...]
     started_at: float = 0.0
     last_seen: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """What one heartbeat tells its worker about the leases it presented:
+    ``lost``, those no longer held (their attempts must stop and never settle),
+    and ``cancel_requested``, those still held whose job was cancelled while
+    active (their attempts must stop, and end ``cancelled``)."""
+
+    lost: frozenset[LeaseRef] = frozenset()
+    cancel_requested: frozenset[LeaseRef] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +114,13 @@ def check_cursor(after: object) -> str | None:
     if not isinstance(after, str) or len(after) > CURSOR_MAX_LENGTH or not is_text(after):
         raise bad_cursor(after)
     return after
+
+
+def not_cancellable(job: Job) -> InvalidTransition:
+    """The error of a cancel of a finished job (every backend's)."""
+    return InvalidTransition(
+        f"job {job.id} is {job.state}: only scheduled, queued or active jobs can be cancelled"
+    )
 
 
 def check_delay(delay: object) -> float:
@@ -232,12 +250,12 @@ class Backend(Protocol):
         a new attempt in its history.
         """
 
-    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
+    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
         """Renew the leases ``worker_id`` presents, in one round trip; return those
-        among them that are no longer held. Only presented leases are renewed: a
-        lease the worker does not know of (a claim whose reply was lost) expires
-        and is recovered. Raises LivenessLost when storage no longer sees the
-        worker alive."""
+        among them that are no longer held, and those held whose job's cancel was
+        requested. Only presented leases are renewed: a lease the worker does not
+        know of (a claim whose reply was lost) expires and is recovered. Raises
+        LivenessLost when storage no longer sees the worker alive."""
 
     async def progress(self, job_id: str, fence: int, data: Any) -> None:
         """Record a handler's progress report (JSON) for its current attempt."""
@@ -266,7 +284,10 @@ class Backend(Protocol):
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
     ) -> None:
         """Record an unsuccessful attempt and apply ``decision``:
-        ``active -> queued | scheduled | dead``."""
+        ``active -> queued | scheduled | dead | cancelled``. A job whose cancel
+        was requested goes to ``cancelled`` whatever the decision (so does it
+        on ``release`` and ``rescue``): it never runs again. Its attempt keeps
+        ``outcome``."""
 
     async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
         """Hand the job back (drain): ``active -> queued``, the attempt does not count.
@@ -285,7 +306,9 @@ class Backend(Protocol):
     # -- operators ---------------------------------------------------------
 
     async def cancel(self, job_id: str) -> Job:
-        """``queued | scheduled -> cancelled``; InvalidTransition otherwise."""
+        """``queued | scheduled -> cancelled``; an ``active`` job is marked
+        ``cancel_requested`` (again: no change), and stays active until its
+        attempt ends (see ``fail``); InvalidTransition for a finished job."""
 
     async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         """``dead -> queued`` with budgets reset and history kept; all of the
@@ -334,6 +357,12 @@ class Backend(Protocol):
         polling storage for them. Events are written by the transitions' own
         transactions: a reader sees an event once, and never one whose
         transition did not happen."""
+
+    async def events_now(self, queue: str) -> str:
+        """An event id to read ``queue``'s events after from now on: every event
+        recorded after this call comes after it (a few recorded just before may
+        too). It need not be an event's own id. Costs one cheap round trip and
+        no read of the events themselves."""
 
     # -- workers -----------------------------------------------------------
 

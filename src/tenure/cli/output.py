@@ -135,7 +135,7 @@ def counts_table(counts: Mapping[str, Mapping[State, int]]) -> Table:
 def jobs_table(jobs: Iterable[Job]) -> Table:
     columns = ["id", "task", "queue", "state", "attempts", "created", "run at", "error"]
     rows = [
-        (j.id, j.task, j.queue, _state(j), j.attempts, when(j.created_at), when(j.run_at),
+        (j.id, j.task, j.queue, state_of(j), j.attempts, when(j.created_at), when(j.run_at),
          summary(j.error))
         for j in jobs
     ]  # fmt: skip
@@ -158,8 +158,13 @@ def history_table(job: Job) -> Table:
     return _table(columns, rows)
 
 
-def _state(job: Job) -> str:
-    return f"{job.state} ({job.dead_reason})" if job.dead_reason else str(job.state)
+def state_of(job: Job) -> str:
+    """A job's state, with why it is dead, or that its cancel is pending."""
+    if job.dead_reason:
+        return f"{job.state} ({job.dead_reason})"
+    if job.cancel_requested and job.state is State.ACTIVE:
+        return f"{job.state} (cancel requested)"
+    return str(job.state)
 
 
 def job_fields(job: Job, policy: QueuePolicy) -> Table:
@@ -170,7 +175,7 @@ def job_fields(job: Job, policy: QueuePolicy) -> Table:
         ("id", job.id),
         ("task", job.task),
         ("queue", job.queue),
-        ("state", _state(job)),
+        ("state", state_of(job)),
         ("attempts", f"{job.attempts} of {job.max_attempts or policy.max_attempts}"),
         ("stalls", f"{job.stalls} of {policy.max_stalls}"),
         ("fence", job.fence),

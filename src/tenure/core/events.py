@@ -4,8 +4,9 @@ none is invented. Pure: which events a transition emits, and their shape.
 
 A failed attempt emits up to two events: ``stalled`` (with the detector that
 noticed, when the worker rather than the handler failed, or the deadline hit)
-then the job's fate, ``retrying`` (with the delay) or ``dead`` (with the
-``dead_reason``).
+then the job's fate, ``retrying`` (with the delay), ``dead`` (with the
+``dead_reason``) or, for a job cancelled while it ran, ``cancelled`` (with the
+attempt's outcome).
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ def failure_events(
     found = detector(outcome, rescued=rescued)
     if found is not None:
         events.append((EventKind.STALLED, {"detector": found.value}))
-    if decision.state is State.DEAD:
+    if decision.state is State.CANCELLED:
+        events.append((EventKind.CANCELLED, {"outcome": outcome.value}))
+    elif decision.state is State.DEAD:
         reason = decision.dead_reason.value if decision.dead_reason else None
         events.append((EventKind.DEAD, {"dead_reason": reason, "outcome": outcome.value}))
     else:

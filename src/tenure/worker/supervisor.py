@@ -57,11 +57,18 @@ from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost, StorageLo
 from tenure.job import Job
 from tenure.loader import path_of
 from tenure.worker.completer import Completer
-from tenure.worker.executor import AttemptResult, Executor, Returned, ThreadExecutor
+from tenure.worker.executor import (
+    AttemptResult,
+    Cancelled,
+    Executor,
+    Returned,
+    Settled,
+    ThreadExecutor,
+)
 from tenure.worker.faults import StorageFaults
 from tenure.worker.leases import LeaseKeeper
 from tenure.worker.logfields import attempt_fields
-from tenure.worker.outcome import hand_back, settle, settle_unknown_task
+from tenure.worker.outcome import cancelled, hand_back, settle, settle_unknown_task
 from tenure.worker.periodic import every
 from tenure.worker.process import ProcessPool
 from tenure.worker.sweeper import Sweeper
@@ -81,6 +88,7 @@ BATCH_HORIZON = 0.005
 AVERAGING = 0.2  # weight of the newest sample in the moving averages of times
 EXIT_GRACE = 10.0  # seconds a stopping worker waits for its last tasks (hooks, settles)
 SETTLE_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 5.0, 5.0)
+NOT_BEGUN = Cancelled("it had not begun")  # claimed ahead, cancelled before a slot freed
 
 
 def new_worker_id() -> str:
@@ -112,6 +120,7 @@ class Supervisor:
         self.completer = Completer(self.backend.max_payload, self._wake.set)
         self._finished = asyncio.Event()  # an attempt was settled
         self._lost: set[LeaseRef] = set()
+        self._cancelling: set[LeaseRef] = set()  # running attempts whose job was cancelled
         self._background: set[asyncio.Task[None]] = set()  # attempts and settles in a task
         self._starting = 0  # attempts started but not yet handed to the executor
         self._waiting: deque[tuple[Job, QueuePolicy]] = deque()  # claimed ahead: no slot yet
@@ -151,7 +160,7 @@ class Supervisor:
         if op == "progress":
             await self.backend.progress(job.id, job.fence, data)
         elif op == "heartbeat":
-            if await self.backend.heartbeat(self.worker_id, {(job.id, job.fence)}):
+            if (await self.backend.heartbeat(self.worker_id, {(job.id, job.fence)})).lost:
                 raise LeaseLost(f"job {job.id} is no longer held with fence {job.fence}")
         else:
             raise InvalidInput(f"unknown request {op!r} from an executor")
@@ -174,8 +183,9 @@ class Supervisor:
         await self._register()
         await self.refresh_policies()
         self.keeper = LeaseKeeper(
-            self.backend, self.worker_id, self._heartbeat_interval(), self._register_again
-        )
+            self.backend, self.worker_id, self._heartbeat_interval(), self._register_again,
+            on_cancel_requested=self._on_cancel_requested,
+        )  # fmt: skip
         self.sweeper = Sweeper(self.backend, self._sweep_interval(), on_dead=self._tell_dead)
         await self.sweeper.run_once(force=True)  # recovery never waits for a sweep interval
         stop_keeping, stop_sweeping = asyncio.Event(), asyncio.Event()
@@ -491,6 +501,24 @@ class Supervisor:
                 return
         self.executor.stop(lease)
 
+    def _on_cancel_requested(self, lease: LeaseRef) -> None:
+        """The job was cancelled while this worker runs it: tell its handler, which
+        has the queue's cancel_grace to stop; then it is stopped. Whatever ends
+        the attempt from now on, the job ends cancelled."""
+        if (job := self.running.get(lease)) is None or lease in self._lost:
+            return
+        self._cancelling.add(lease)
+        policy = self.policies.get(job.queue) or QueuePolicy()
+        log.info("job %s (%s): cancelled while running attempt %d; stopping it within %g s",
+                 job.id, job.task, job.attempts, policy.cancel_grace,
+                 extra=attempt_fields(job))  # fmt: skip
+        for i, (waiting, _) in enumerate(self._waiting):
+            if (waiting.id, waiting.fence) == lease:  # never began: it ends now
+                del self._waiting[i]
+                self._in_task(self._settle_then_finish(waiting, policy, NOT_BEGUN))
+                return
+        self.executor.abort(lease, policy.cancel_grace)
+
     # -- one attempt -------------------------------------------------------
     #
     # The common attempt needs no task of its own: begun on the executor, its
@@ -499,7 +527,9 @@ class Supervisor:
     # failure to record, a settle to retry) runs in a task (_in_task).
 
     def _begin(self, job: Job, policy: QueuePolicy) -> None:
-        if self.executor.capacity() <= 0 and self._draining.is_set():
+        if self._cancelling and (job.id, job.fence) in self._cancelling:  # before it began
+            self._in_task(self._settle_then_finish(job, policy, NOT_BEGUN))
+        elif self.executor.capacity() <= 0 and self._draining.is_set():
             self._in_task(self._hand_back_unbegun(job))  # claimed ahead: never begins
         elif self.executor.room() <= 0:  # claimed ahead: it begins when a slot frees
             self._waiting.append((job, policy))
@@ -548,6 +578,8 @@ class Supervisor:
         self.keeper.settling(lease)
         if lease in self._lost:  # recovered by the sweeper, or handed back: never settle
             self._finish(lease)
+        elif lease in self._cancelling and not isinstance(result, Settled):
+            self._in_task(self._settle_then_finish(job, policy, cancelled(result)))
         elif isinstance(result, Returned) and (item := self.completer.item(job, result.value)):
             self.completer.add(item, functools.partial(self._written, job, policy, result))
         else:
@@ -588,6 +620,7 @@ class Supervisor:
         self._begin_waiting()
         self.keeper.drop(lease)
         self._lost.discard(lease)
+        self._cancelling.discard(lease)
         if self.running.pop(lease, None) is not None:
             self.processed += 1
         self._finished.set()

@@ -25,6 +25,7 @@ from psycopg.conninfo import conninfo_to_dict
 from tenure.backends.base import (
     LeaseRef,
     Page,
+    Renewal,
     Rescued,
     RescueReport,
     Tick,
@@ -36,6 +37,7 @@ from tenure.backends.base import (
     check_tick,
     claim_limit,
     cursor_seq,
+    not_cancellable,
 )
 from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
 from tenure.backends.postgres.liveness import Liveness, Wakeups, hung_up
@@ -47,13 +49,12 @@ from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.events import EventKind, failure_events
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
-from tenure.core.retry import Decision, decide_for
+from tenure.core.retry import CANCELLED, Decision, decide_for
 from tenure.core.states import Outcome, State
 from tenure.core.urls import MAX_PAYLOAD, UrlOptions, one_line, redacted, scrub
 from tenure.errors import (
     BackendUnavailable,
     InvalidInput,
-    InvalidTransition,
     JobNotFound,
     LeaseLost,
 )
@@ -481,12 +482,13 @@ class PostgresBackend(EventReading):
                 self._cycles[limit] = query
         return query
 
-    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
+    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
         await self.liveness.check(worker_id)
         held = list(leases)
         params = {"worker": worker_id, "ids": [i for i, _ in held], "fences": [f for _, f in held]}
         rows = await self._rows("heartbeat", params)
-        return set(held) - {(i, f) for i, f in rows}
+        lost = set(held) - {(i, f) for i, f, _ in rows}
+        return Renewal(frozenset(lost), frozenset((i, f) for i, f, cancel in rows if cancel))
 
     async def progress(self, job_id: str, fence: int, data: Any) -> None:
         payload = encode(data, what="progress", limit=self.max_payload).decode()
@@ -519,6 +521,9 @@ class PostgresBackend(EventReading):
         async with self._conn() as conn:
             cur = await conn.execute(self.q[name], params)
             row = await cur.fetchone()
+            if row is None and name in ENDINGS:  # refused: was its job cancelled meanwhile?
+                cur = await conn.execute(self.q["end_cancelled"], _cancelling(params))
+                row = await cur.fetchone()
             if row is None:
                 cur = await conn.execute(self.q["job_exists"], params)
                 if await cur.fetchone() is None:
@@ -619,9 +624,7 @@ class PostgresBackend(EventReading):
             cancelled = await cur.fetchone() is not None
         job = await self.get(job_id)
         if not cancelled:
-            raise InvalidTransition(
-                f"job {job_id} is {job.state}: only scheduled or queued jobs can be cancelled"
-            )
+            raise not_cancellable(job)
         return job
 
     async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
@@ -808,6 +811,19 @@ def _failure(
     events = orjson.dumps(failure_events(outcome, decision, rescued=rescued)).decode()
     params = {"id": job_id, "fence": fence, "outcome": outcome.value, "error": error,
               "stall": int(decision.stall), "events": events}  # fmt: skip
+    if decision.state is State.CANCELLED:
+        return "end_cancelled", params
     if decision.state is State.DEAD:
         return "bury", {**params, "dead_reason": decision.dead_reason}
     return "requeue", {**params, "state": decision.state.value, "delay": decision.delay}
+
+
+# The writes that end an attempt and refuse a job whose cancel was requested.
+ENDINGS = frozenset({"requeue", "bury", "release"})
+
+
+def _cancelling(params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of end_cancelled for those of a refused ending (ENDINGS)."""
+    outcome = Outcome(params.get("outcome", Outcome.RELEASED))
+    events = orjson.dumps(failure_events(outcome, CANCELLED, rescued=False)).decode()
+    return {**params, "outcome": outcome.value, "error": params.get("error"), "events": events}

@@ -4,7 +4,7 @@
 -- name: job_columns
 id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
 max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-dead_reason, progress, finished_at
+dead_reason, progress, finished_at, traceparent, cancel_requested
 
 -- name: insert_jobs
 -- Many jobs in one statement: their queues are recorded, and idle workers of
@@ -219,7 +219,7 @@ ORDER BY 1 NULLS LAST
 
 -- name: heartbeat
 -- The leases one worker presents, in one statement; returns those it still
--- holds. A lease the worker does not know of (a claim whose reply it never
+-- holds, each with whether its job's cancel was requested. A lease the worker does not know of (a claim whose reply it never
 -- got) is not renewed: it expires and is recovered. A job that another
 -- transaction is writing (its completion by this worker's cycle, or its
 -- recovery by a sweeper) is not waited for: it counts as held this time, and
@@ -227,7 +227,7 @@ ORDER BY 1 NULLS LAST
 -- the jobs it completes in an order of its own.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 held AS (
-    SELECT j.id, j.fence
+    SELECT j.id, j.fence, j.cancel_requested
     FROM unnest(%(ids)s::text[], %(fences)s::bigint[]) AS t(id, fence)
     JOIN {schema}.jobs AS j ON j.id = t.id AND j.fence = t.fence
     WHERE j.worker = %(worker)s AND j.state = 'active'
@@ -242,7 +242,7 @@ renewed AS (
 seen AS (
     UPDATE {schema}.workers SET last_seen = clock.now FROM clock WHERE id = %(worker)s
 )
-SELECT id, fence FROM held
+SELECT id, fence, cancel_requested FROM held
 
 -- name: progress
 WITH done AS (
@@ -275,7 +275,8 @@ SELECT queue FROM done, announced
 
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core;
--- a job queued again at once keeps its run_at, hence its place in line.
+-- a job queued again at once keeps its run_at, hence its place in line. Not a
+-- job whose cancel was requested (requeue, bury and release): end_cancelled.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
     UPDATE {schema}.jobs AS j
@@ -286,6 +287,7 @@ done AS (
         lease_expires_at = NULL
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
+      AND NOT j.cancel_requested
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
               %(outcome)s::text AS outcome, %(error)s::text AS error
 ),
@@ -305,6 +307,28 @@ done AS (
     SET state = 'dead', dead_reason = %(dead_reason)s, error = %(error)s,
         stalls = j.stalls + %(stall)s, finished_at = clock.now, worker = NULL, lease_ttl = NULL,
         lease_expires_at = NULL
+    FROM {schema}.jobs AS o, clock
+    WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
+      AND NOT j.cancel_requested
+    RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
+              %(outcome)s::text AS outcome, %(error)s::text AS error
+),
+{end_attempt},
+recorded_input AS (
+    SELECT done.queue, e.value->>0 AS kind, done.id AS job_id, e.value->1 AS data, e.ord
+    FROM done, json_array_elements(%(events)s::json) WITH ORDINALITY AS e(value, ord)
+),
+{record_events}
+SELECT queue FROM done, announced
+
+-- name: end_cancelled
+-- active -> cancelled: the job was cancelled while its attempt ran, and that
+-- attempt ended other than completed (with %(outcome)s).
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+done AS (
+    UPDATE {schema}.jobs AS j
+    SET state = 'cancelled', error = coalesce(%(error)s, j.error), finished_at = clock.now,
+        worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
@@ -330,6 +354,7 @@ done AS (
         attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
+      AND NOT j.cancel_requested
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
               'released' AS outcome, NULL AS error
 ),
@@ -393,13 +418,20 @@ WHERE id IN (SELECT id FROM {schema}.jobs
 RETURNING queue
 
 -- name: cancel
+-- queued | scheduled -> cancelled; an active job is marked cancel_requested
+-- instead (its worker learns it from its heartbeat). Nothing for a finished job.
 WITH done AS (
-    UPDATE {schema}.jobs SET state = 'cancelled', finished_at = extract(epoch FROM now())::float8
-    WHERE id = %(id)s AND state IN ('scheduled', 'queued')
-    RETURNING id, queue
+    UPDATE {schema}.jobs
+    SET state = CASE WHEN state = 'active' THEN state ELSE 'cancelled' END,
+        finished_at = CASE WHEN state = 'active' THEN finished_at
+                           ELSE extract(epoch FROM now())::float8 END,
+        cancel_requested = (state = 'active')
+    WHERE id = %(id)s AND state IN ('scheduled', 'queued', 'active')
+    RETURNING id, queue, state
 ),
 recorded_input AS (
     SELECT queue, 'cancelled' AS kind, id AS job_id, NULL::json AS data, 0 AS ord FROM done
+    WHERE state = 'cancelled'
 ),
 {record_events}
 SELECT id FROM done, announced
@@ -556,6 +588,11 @@ FROM horizon LEFT JOIN LATERAL (
     ORDER BY e.xid, e.id
     LIMIT %(limit)s
 ) AS e ON true
+
+-- name: events_horizon
+-- The oldest transaction still running: every transaction older has ended, so
+-- an event recorded from now on is written by this one or a younger one.
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text
 
 -- name: trim_events
 -- Retention, per queue's policy: events older than its events_max_age, or

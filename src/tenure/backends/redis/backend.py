@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 from tenure.backends.base import (
     LeaseRef,
     Page,
+    Renewal,
     RescueReport,
     Tick,
     WorkerInfo,
@@ -40,6 +41,7 @@ from tenure.backends.base import (
     check_tick,
     claim_limit,
     cursor_seq,
+    not_cancellable,
 )
 from tenure.backends.redis import codec
 from tenure.backends.redis.events import EventReader
@@ -53,9 +55,9 @@ from tenure.config import QueuePolicy
 from tenure.core.events import Event, failure_events
 from tenure.core.names import NAME_PATTERN, check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
-from tenure.core.retry import Decision
+from tenure.core.retry import CANCELLED, Decision
 from tenure.core.states import Outcome, State
-from tenure.errors import BackendUnavailable, InvalidInput, InvalidTransition, JobNotFound
+from tenure.errors import BackendUnavailable, InvalidInput, JobNotFound
 from tenure.job import Job, JobSpec, check_specs
 
 log = logging.getLogger("tenure.redis")
@@ -368,7 +370,7 @@ class RedisBackend:
             shares[queue] += 1
         return shares
 
-    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
+    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
         """Renew the presented leases the worker still holds, one script per queue,
         in one round trip. For a worker registered by this backend it also proves
         the worker alive: its named connection answers a PING (at the same time)
@@ -376,7 +378,7 @@ class RedisBackend:
         presented = set(leases)
         here = self._liveness is not None and worker_id in self._liveness.held
         if not presented and not here:
-            return set()
+            return Renewal()
         queue_of = await self._queues_of({job_id for job_id, _ in presented})
         by_queue: dict[str, list[str | int]] = {}
         for job_id, fence in presented:
@@ -389,10 +391,14 @@ class RedisBackend:
         if here and not int(replies.pop()):
             assert self._liveness is not None
             await self._liveness.lost(worker_id, "a sweeper found it gone and buried it")
-        held = set()
+        held, cancel_requested = set(), set()
         for reply in replies:
-            held |= {(reply[i].decode(), int(reply[i + 1])) for i in range(0, len(reply), 2)}
-        return presented - held
+            for i in range(0, len(reply), 3):
+                lease = (reply[i].decode(), int(reply[i + 1]))
+                held.add(lease)
+                if int(reply[i + 2]):
+                    cancel_requested.add(lease)
+        return Renewal(frozenset(presented - held), frozenset(cancel_requested))
 
     async def _with_liveness(self, worker_id: str, work: Awaitable[list[Any]]) -> list[Any]:
         """Await ``work`` and, at the same time, the check of the worker's connection;
@@ -433,6 +439,7 @@ class RedisBackend:
             decision.state.value, repr(float(decision.delay)), reason,
             "1" if decision.stall else "0",
             orjson.dumps(failure_events(outcome, decision, rescued=False)),
+            orjson.dumps(failure_events(outcome, CANCELLED, rescued=False)),
         )  # fmt: skip
 
     async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
@@ -458,16 +465,18 @@ class RedisBackend:
             raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
         return await self._events.read(queue, after, limit, timeout)
 
+    async def events_now(self, queue: str) -> str:
+        if self._events is None:
+            raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
+        return await self._events.now(queue)
+
     # -- operators ---------------------------------------------------------
 
     async def cancel(self, job_id: str) -> Job:
         queue = await self._queue_of(check_job_id(job_id))
         code, *rest = await self.runner.call("cancel", [self.keys.queue(queue)], [job_id])
         if code == INVALID_TRANSITION:
-            raise InvalidTransition(
-                f"job {job_id} is {rest[0].decode()}: only scheduled or queued jobs can be "
-                "cancelled"
-            )
+            raise not_cancellable(await self.get(job_id))
         check(code, job_id)
         return codec.job(*rest)
 

@@ -30,7 +30,7 @@ from tenure.backends.redis.liveness import STALE_AFTER, Liveness
 from tenure.backends.redis.scripts import Call, Runner
 from tenure.config import QueuePolicy
 from tenure.core.events import failure_events
-from tenure.core.retry import decide_for
+from tenure.core.retry import CANCELLED, decide_for
 from tenure.core.states import Outcome
 from tenure.job import Job
 
@@ -134,10 +134,11 @@ async def _recover(runner: Runner, keys: Keys, sweeps: list[QueueSweep]) -> tupl
                 else f"the lease of worker {job.worker} expired"
             )  # fmt: skip
             events = orjson.dumps(failure_events(outcome, decision, rescued=True))
+            if_cancelled = orjson.dumps(failure_events(outcome, CANCELLED, rescued=True))
             args += [job.id, job.fence, job.worker or "", outcome.value, error,
                      decision.state.value, repr(decision.delay),
                      decision.dead_reason.value if decision.dead_reason else "",
-                     "1" if decision.stall else "0", events]  # fmt: skip
+                     "1" if decision.stall else "0", events, if_cancelled]  # fmt: skip
         calls.append(Call.script("recover", [keys.queue(s.queue)], args))
         plans.append(plan)
     replies = await runner.pipeline(calls)

@@ -25,6 +25,7 @@ import orjson
 
 from tenure.backends.base import (
     LeaseRef,
+    Renewal,
     Rescued,
     RescueReport,
     Tick,
@@ -46,7 +47,7 @@ from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.events import EventKind, failure_events
 from tenure.core.payload import encode
-from tenure.core.retry import Decision, decide_for
+from tenure.core.retry import CANCELLED, Decision, decide_for
 from tenure.core.states import Outcome, State
 from tenure.core.urls import MAX_PAYLOAD, UrlOptions, redacted
 from tenure.errors import (
@@ -387,17 +388,20 @@ class SQLiteBackend(Opening, Operators, EventReading):
         found = dict(conn.execute(_for_queues("policies", len(queues)), tuple(queues)).fetchall())
         return {q: _policy_of(found.get(q)) for q in queues}
 
-    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
+    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
         return await self._run(self._heartbeat, worker_id, set(leases))
 
-    def _heartbeat(self, worker_id: str, held: set[LeaseRef]) -> set[LeaseRef]:
+    def _heartbeat(self, worker_id: str, held: set[LeaseRef]) -> Renewal:
         self._file.check()  # once per interval: a deleted or replaced file stops the worker
         now = self.clock.now()
         with self._tx() as conn:
             presented = orjson.dumps([list(lease) for lease in held])
-            renewed = set(conn.execute(Q["renew_leases"], (now, worker_id, presented)))
+            rows = conn.execute(Q["renew_leases"], (now, worker_id, presented)).fetchall()
             conn.execute(Q["touch_worker"], (now, worker_id))
-        return held - renewed
+        renewed = {(i, f) for i, f, _ in rows}
+        return Renewal(
+            frozenset(held - renewed), frozenset((i, f) for i, f, cancel in rows if cancel)
+        )
 
     async def progress(self, job_id: str, fence: int, data: Any) -> None:
         payload = encode(data, what="progress", limit=self.max_payload)
@@ -472,7 +476,9 @@ class SQLiteBackend(Opening, Operators, EventReading):
                 outcome, error, now = ending
                 conn.execute(Q["end_attempts"], (now, outcome, error, _listed(job_id, fence)))
             if conn.execute(sql, params).rowcount == 0:
-                _refused(conn, job_id, fence)
+                if ending is None or not _cancelled(conn, job_id, fence, error, now):
+                    _refused(conn, job_id, fence)
+                events = failure_events(outcome, CANCELLED, rescued=False)
             record_job(conn, self.clock.now() if ending is None else ending[2], job_id, events)
             released = ending is not None and ending[0] is Outcome.RELEASED
             if (released and params[0] == State.QUEUED) or sql is Q["requeue"]:
@@ -577,6 +583,14 @@ def _refused(conn: sqlite3.Connection, job_id: str, fence: int) -> NoReturn:
     )
 
 
+def _cancelled(
+    conn: sqlite3.Connection, job_id: str, fence: int, error: str | None, now: float
+) -> bool:
+    """Whether the job, held with ``fence``, was cancelled while it ran (the
+    write that ended its attempt refused it): then it is, now."""
+    return conn.execute(Q["end_cancelled"], (error, now, job_id, fence)).rowcount > 0
+
+
 def _listed(job_id: str, fence: int) -> bytes:
     """One lease as the statements of many take it (end_attempts)."""
     return orjson.dumps([[job_id, fence]])
@@ -591,6 +605,8 @@ def _failure(
 ) -> tuple[str, tuple[Any, ...]]:
     """The fence-checked write that applies a retry decision."""
     stall = int(decision.stall)
+    if decision.state is State.CANCELLED:
+        return Q["end_cancelled"], (error, now, job_id, fence)
     if decision.state is State.DEAD:
         return Q["bury"], (decision.dead_reason, error, stall, now, job_id, fence)
     run_at = now + decision.delay if decision.state is State.SCHEDULED else None

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from tenure.backends.base import Page, WorkerInfo, check_cursor, check_listing, cursor_seq
+from tenure.backends.base import (
+    Page,
+    WorkerInfo,
+    check_cursor,
+    check_listing,
+    cursor_seq,
+    not_cancellable,
+)
 from tenure.backends.rows import attempt_from_row, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.events import record, record_job
@@ -22,7 +29,7 @@ from tenure.core.clock import Clock
 from tenure.core.events import EventKind
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.states import State
-from tenure.errors import InvalidTransition, JobNotFound
+from tenure.errors import JobNotFound
 from tenure.job import Job
 
 T = TypeVar("T")
@@ -52,12 +59,10 @@ class Operators:
     def _cancel(self, job_id: str) -> Job:
         now = self.clock.now()
         with self._tx() as conn:
-            if conn.execute(Q["cancel"], (now, job_id)).rowcount == 0:
-                job = self._get(conn, job_id)
-                raise InvalidTransition(
-                    f"job {job_id} is {job.state}: only scheduled or queued jobs can be cancelled"
-                )
-            record_job(conn, now, job_id, [(EventKind.CANCELLED, None)])
+            if conn.execute(Q["cancel"], (now, job_id)).rowcount > 0:
+                record_job(conn, now, job_id, [(EventKind.CANCELLED, None)])
+            elif conn.execute(Q["request_cancel"], (job_id,)).rowcount == 0:
+                raise not_cancellable(self._get(conn, job_id))
             return self._get(conn, job_id)
 
     async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:

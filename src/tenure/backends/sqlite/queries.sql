@@ -4,7 +4,7 @@
 -- name: job_columns
 id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
 max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-dead_reason, progress, finished_at, traceparent
+dead_reason, progress, finished_at, traceparent, cancel_requested
 
 -- name: ensure_queue
 INSERT OR IGNORE INTO queues (name, policy) VALUES (?, NULL)
@@ -63,13 +63,14 @@ RETURNING {job_columns}, seq
 
 -- name: renew_leases
 -- The leases one worker presents (a JSON array of [id, fence]), in one
--- statement; returns those it still holds. A lease the worker does not know of
--- (a claim whose reply it never got) is not renewed: it expires and is recovered.
+-- statement; returns those it still holds, each with whether its job's cancel
+-- was requested. A lease the worker does not know of (a claim whose reply it
+-- never got) is not renewed: it expires and is recovered.
 UPDATE jobs
 SET lease_expires_at = CASE WHEN lease_ttl IS NULL THEN NULL ELSE ? + lease_ttl END
 WHERE worker = ? AND state = 'active'
   AND (id, fence) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))
-RETURNING id, fence
+RETURNING id, fence, cancel_requested
 
 -- name: touch_worker
 UPDATE workers SET last_seen = ? WHERE id = ?
@@ -89,17 +90,26 @@ RETURNING jobs.id, jobs.fence, jobs.queue
 
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core.
--- A job queued again at once keeps its run_at, hence its place in line.
+-- A job queued again at once keeps its run_at, hence its place in line. Not a
+-- job whose cancel was requested (requeue, bury and release): end_cancelled.
 UPDATE jobs
 SET state = ?, run_at = coalesce(?, run_at), error = ?, stalls = stalls + ?, worker = NULL, lease_ttl = NULL,
     lease_expires_at = NULL
-WHERE id = ? AND fence = ? AND state = 'active'
+WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
 
 -- name: bury
 -- active -> dead, as decided by tenure.core.
 UPDATE jobs
 SET state = 'dead', dead_reason = ?, error = ?, stalls = stalls + ?, finished_at = ?,
     worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
+WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
+
+-- name: end_cancelled
+-- active -> cancelled: the job was cancelled while its attempt ran, and that
+-- attempt ended other than completed.
+UPDATE jobs
+SET state = 'cancelled', error = coalesce(?, error), finished_at = ?, worker = NULL,
+    lease_ttl = NULL, lease_expires_at = NULL
 WHERE id = ? AND fence = ? AND state = 'active'
 
 -- name: release
@@ -108,7 +118,7 @@ WHERE id = ? AND fence = ? AND state = 'active'
 UPDATE jobs
 SET state = ?, run_at = coalesce(?, run_at), attempts = attempts - 1, worker = NULL,
     lease_ttl = NULL, lease_expires_at = NULL
-WHERE id = ? AND fence = ? AND state = 'active'
+WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
 
 -- name: end_attempts
 -- The history row of each attempt that ends, for the leases ?4 lists (a JSON
@@ -146,6 +156,10 @@ WHERE state = 'active' AND (worker IS NULL OR worker NOT IN (SELECT id FROM work
 -- name: cancel
 UPDATE jobs SET state = 'cancelled', finished_at = ?
 WHERE id = ? AND state IN ('scheduled', 'queued')
+
+-- name: request_cancel
+-- An active job's cancel: its worker learns it from its heartbeat (renew_leases).
+UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND state = 'active'
 
 -- name: retry_dead_all
 -- OR IGNORE: a dead job whose key= now belongs to an unfinished job stays dead.
@@ -238,6 +252,11 @@ WHERE jobs.id = ?2 AND queues.events
 SELECT id, n, queue, kind, at, jobs, data FROM events
 WHERE id > ?1 AND (?2 IS NULL OR queue = ?2)
 ORDER BY id LIMIT ?3
+
+-- name: last_event
+-- The number of the newest event: the next one is numbered after it (the
+-- retention pass keeps the newest row for that reason).
+SELECT coalesce(max(id), 0) FROM events
 
 -- name: trim_events
 -- Retention, per queue's policy: events older than its events_max_age, or

@@ -29,7 +29,8 @@ local function opt(x) if x == '' then return nil end return x end
 -- A job's fields in the order codec.job_of_values reads them (a claim's reply).
 local JOB_FIELDS = {'id', 'task', 'queue', 'args', 'state', 'priority', 'run_at', 'created_at',
   'attempts', 'stalls', 'max_attempts', 'timeout', 'fence', 'key', 'worker', 'lease_expires_at',
-  'result', 'error', 'dead_reason', 'progress', 'finished_at', 'traceparent'}
+  'result', 'error', 'dead_reason', 'progress', 'finished_at', 'traceparent',
+  'cancel_requested'}
 
 local function job_key(p, id) return p .. 'job:' .. id end
 local function history_key(p, id) return p .. 'history:' .. id end
@@ -236,14 +237,31 @@ local function end_attempt(p, id, a, outcome, err, now)
   redis.call('LSET', hk, -1, cjson.encode(entry))
 end
 
+-- active -> cancelled, once leave_active took its lease: the job was cancelled
+-- while its attempt ran, and that attempt ended other than completed.
+local function end_cancelled(p, id, jk, now)
+  redis.call('HSET', jk, 'state', 'cancelled', 'finished_at', num(now))
+  set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'cancelled')
+  release_key(p, jk, id)
+end
+
 -- Apply a decision of tenure.core.retry to an active job (fail, and the
--- sweeper's recover): -> queued | scheduled | dead, and end the attempt.
-local function settle_failure(p, id, jk, outcome, err, state, delay, reason, stall, now, events)
+-- sweeper's recover): -> queued | scheduled | dead | cancelled, and end the
+-- attempt. A job whose cancel was requested is cancelled whatever the decision
+-- (the worker that decided may not have known), with cancel_events (JSON, as
+-- events) instead of the decision's.
+local function settle_failure(p, id, jk, outcome, err, state, delay, reason, stall, now, events,
+                              cancel_events)
+  if redis.call('HGET', jk, 'cancel_requested') then
+    state, events, stall = 'cancelled', cancel_events, false
+  end
   local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
   leave_active(p, {id}, {a[3]})
   if err then redis.call('HSET', jk, 'error', err) else redis.call('HDEL', jk, 'error') end
   if stall then redis.call('HINCRBY', jk, 'stalls', 1) end
-  if state == 'dead' then
+  if state == 'cancelled' then
+    end_cancelled(p, id, jk, now)
+  elseif state == 'dead' then
     redis.call('HSET', jk, 'state', 'dead', 'dead_reason', reason, 'finished_at', num(now))
     set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'dead')
     release_key(p, jk, id)
