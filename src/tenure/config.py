@@ -242,6 +242,8 @@ class WorkerConfig:
     pool: Pool = "process"  # sync handlers in executor processes, or "thread"
     async_slots: int = 1  # async attempts one executor runs at once
     max_jobs_per_executor: int | None = None  # recycle an executor after this many
+    metrics_port: int | None = None  # serve Prometheus metrics on this port (tenure.metrics)
+    metrics_host: str = "127.0.0.1"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -269,5 +271,11 @@ class WorkerConfig:
         check_integer("async_slots", self.async_slots, 1, MAX_ASYNC_SLOTS)
         if self.max_jobs_per_executor is not None:
             check_integer("max_jobs_per_executor", self.max_jobs_per_executor, 1, 10**9)
+        if self.metrics_port is not None:
+            check_integer("metrics_port", self.metrics_port, 1, 65535)
+        if not (isinstance(self.metrics_host, str) and self.metrics_host.strip()):
+            raise InvalidInput(
+                f"metrics_host must be a host name or address, got {shown(self.metrics_host)}"
+            )
         if self.idle_poll_min > self.idle_poll_max:
             raise InvalidInput("idle_poll_min must not exceed idle_poll_max")

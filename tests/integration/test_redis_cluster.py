@@ -23,6 +23,7 @@ from tests.conformance.conftest import open_killable, worker  # noqa: F401 - fix
 from tests.conformance.test_claim import *  # noqa: F403
 from tests.conformance.test_dlq import *  # noqa: F403
 from tests.conformance.test_enqueue import *  # noqa: F403
+from tests.conformance.test_lag import *  # noqa: F403
 from tests.conformance.test_operators import *  # noqa: F403
 from tests.conformance.test_races import *  # noqa: F403
 from tests.conformance.test_rescue import *  # noqa: F403

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from tenure.config import QueuePolicy, check_seconds
-from tenure.core.events import Event
+from tenure.core.events import Detector, Event
 from tenure.core.names import check_name, is_text, shown
 from tenure.core.retry import Decision
 from tenure.core.states import Outcome, State, parse_state
@@ -52,12 +52,43 @@ class Renewal:
 
 @dataclass(frozen=True, slots=True)
 class Rescued:
-    """One attempt the sweeper recovered."""
+    """One attempt the sweeper recovered, as storage knew it. Times are the
+    storage's clock: ``at``, the sweep's; ``proven_at``, when the attempt's
+    owner last proved it alive: for ``worker_gone``, the later of the worker's
+    last heartbeat and the lease's last renewal (its claim counts: a worker
+    that claimed was alive); for ``lease_expired``, the lease's last renewal.
+    None only for an attempt claimed by a tenure that did not record its start."""
 
     job_id: str
     fence: int
     outcome: Outcome  # stalled (lease expired) or crashed (its worker is gone)
     state: State  # where the job went: queued, scheduled or dead
+    queue: str
+    task: str
+    worker: str | None  # the lease holder
+    proven_at: float | None
+    at: float
+
+    @classmethod
+    def of(
+        cls, job: Job, outcome: Outcome, state: State, proven_at: float | None, at: float
+    ) -> Rescued:
+        return cls(job.id, job.fence, outcome, state, job.queue, job.task, job.worker,
+                   proven_at, at)  # fmt: skip
+
+    @property
+    def detector(self) -> Detector:
+        return Detector.WORKER_GONE if self.outcome is Outcome.CRASHED else Detector.LEASE_EXPIRED
+
+    @property
+    def silent_for(self) -> float | None:
+        """Seconds from the last proof of life to the sweep that noticed its absence."""
+        return None if self.proven_at is None else max(self.at - self.proven_at, 0.0)
+
+    def stall_data(self) -> dict[str, Any]:
+        """What the ``stalled`` event says beyond its detector."""
+        silent = self.silent_for
+        return {"worker": self.worker, "silent_for": None if silent is None else round(silent, 3)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +188,16 @@ def check_schedules(schedules: object) -> list[tuple[str, str]]:
 
 
 TICK_MAX = 253_402_300_799.0  # 9999-12-31T23:59:59Z: a tick must render as a date
+
+
+def last_proof(outcome: Outcome, renewed: float | None, heartbeat: float | None) -> float | None:
+    """When a recovered attempt was last proven alive (``Rescued.proven_at``),
+    from its lease's last renewal and its worker's last heartbeat (None when
+    storage no longer knew the worker): the later of the two for a gone worker
+    (``crashed``), the renewal for an expired lease."""
+    if outcome is not Outcome.CRASHED or heartbeat is None:
+        return renewed
+    return heartbeat if renewed is None else max(renewed, heartbeat)
 
 
 def claim_limit(queues: Sequence[str], limit: int) -> int:
@@ -331,6 +372,14 @@ class Backend(Protocol):
 
     async def counts(self, queue: str) -> dict[State, int]:
         """How many jobs of the queue are in each state (every state present)."""
+
+    async def lag(self, queue: str) -> float:
+        """How long the queue's oldest due job has been due, in seconds of the
+        storage's clock (0 when none is): its queued jobs' (a job queued again
+        after a failed attempt keeps its run_at: its age counts from there) and
+        its scheduled jobs' whose run_at passed. Cheap: an index seek per
+        distinct priority of its queued jobs (at most 100 looked at), whatever
+        the backlog."""
 
     async def queues(self) -> builtins.list[str]:
         """Names of queues that have a policy or jobs."""

@@ -37,6 +37,7 @@ from tenure.backends.base import (
     check_tick,
     claim_limit,
     cursor_seq,
+    last_proof,
     not_cancellable,
 )
 from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
@@ -82,8 +83,10 @@ def _without_comments(text: str) -> str:
 _LOADED = {n: _without_comments(t) for n, t in load_queries("tenure.backends.postgres").items()}
 END_ATTEMPT = _LOADED.pop("end_attempt")  # a part of statements, not one
 RECORD_EVENTS = _LOADED.pop("record_events")  # likewise
+PROVEN = _LOADED.pop("proven")  # likewise
 RAW_QUERIES = {
     name: text.replace("{job_columns}", SELECT_COLUMNS)
+    .replace("{proven}", PROVEN)
     .replace("{done_columns}", DONE_COLUMNS)
     .replace("{end_attempt}", END_ATTEMPT)
     .replace("{record_events}", RECORD_EVENTS)
@@ -504,7 +507,7 @@ class PostgresBackend(EventReading):
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
     ) -> None:
-        name, params = _failure(job_id, fence, outcome, error, decision, rescued=False)
+        name, params = _failure(job_id, fence, outcome, error, decision)
         await self._settle(name, params)
 
     async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
@@ -569,39 +572,48 @@ class PostgresBackend(EventReading):
             )
             row = await cur.fetchone()
             assert row is not None
-            if not row[0]:
-                return RescueReport(swept=False, retry_in=row[1])
+            swept, retry_in, now = row
+            if not swept:
+                return RescueReport(swept=False, retry_in=retry_in)
             cur = await conn.execute(self.q["dead_workers"], {"namespace": self.namespace})
-            dead_workers = tuple(w for (w,) in await cur.fetchall())
+            last_seen: dict[str, float] = dict(await cur.fetchall())
             rescued: list[Rescued] = []
             for outcome, query in ((Outcome.CRASHED, "orphaned_leases"),
                                    (Outcome.STALLED, "expired_leases")):  # fmt: skip
                 cur = await conn.execute(self.q[query])
-                jobs = [job_from_row(r) for r in await cur.fetchall()]
-                policies = await self._policies(conn, {j.queue for j in jobs})
-                for job in jobs:
-                    rescued.append(await self._recover(conn, job, outcome, policies[job.queue]))
+                found = [(job_from_row(r[:-1]), r[-1]) for r in await cur.fetchall()]
+                policies = await self._policies(conn, {j.queue for j, _ in found})
+                for job, renewed in found:
+                    proven = last_proof(outcome, renewed, last_seen.get(job.worker or ""))
+                    policy = policies[job.queue]
+                    rescued.append(
+                        await self._recover(conn, job, outcome, policy, proven=proven, now=now)
+                    )
             cur = await conn.execute(self.q["promote_due"])
             promoted = [q for (q,) in await cur.fetchall()]
-            await self._notify(conn, {*promoted, *(self._queue_of(r, jobs) for r in rescued)})
+            await self._notify(conn, {*promoted, *(r.queue for r in rescued)})
             await self._trim_events(conn)
-        return RescueReport(True, tuple(rescued), len(promoted), dead_workers)
-
-    @staticmethod
-    def _queue_of(rescued: Rescued, jobs: list[Job]) -> str:
-        return next((j.queue for j in jobs if j.id == rescued.job_id), "")
+        return RescueReport(True, tuple(rescued), len(promoted), tuple(last_seen))
 
     async def _recover(
-        self, conn: psycopg.AsyncConnection[Any], job: Job, outcome: Outcome, policy: QueuePolicy
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        job: Job,
+        outcome: Outcome,
+        policy: QueuePolicy,
+        *,
+        proven: float | None,
+        now: float,
     ) -> Rescued:
         decision = decide_for(job, outcome, policy)
+        rescued = Rescued.of(job, outcome, decision.state, proven, now)
         error = f"attempt {job.attempts} {outcome}: " + (
             f"its worker {job.worker} is gone" if outcome is Outcome.CRASHED
             else f"the lease of worker {job.worker} expired"
         )  # fmt: skip
-        name, params = _failure(job.id, job.fence, outcome, error, decision, rescued=True)
+        name, params = _failure(job.id, job.fence, outcome, error, decision, rescued=rescued)
         await conn.execute(self.q[name], {**params, "events_channel": self.events_channel})
-        return Rescued(job.id, job.fence, outcome, decision.state)
+        return rescued
 
     async def _policies(
         self, conn: psycopg.AsyncConnection[Any], queues: Collection[str]
@@ -677,6 +689,11 @@ class PostgresBackend(EventReading):
         check_name("queue", queue)
         found = dict(await self._rows("counts", {"queue": queue}))
         return {s: found.get(s.value, 0) for s in State}
+
+    async def lag(self, queue: str) -> float:
+        check_name("queue", queue)
+        [(seconds,)] = await self._rows("lag", {"queue": queue})
+        return float(seconds)
 
     async def queues(self) -> builtins.list[str]:
         return [n for (n,) in await self._rows("queue_names")]
@@ -805,17 +822,21 @@ def _failure(
     error: str | None,
     decision: Decision,
     *,
-    rescued: bool,
+    rescued: Rescued | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The fence-checked write that applies a retry decision, and its events."""
-    events = orjson.dumps(failure_events(outcome, decision, rescued=rescued)).decode()
+    """The fence-checked write that applies a retry decision, and its events
+    (a recovery's, ``rescued``, with what the sweeper found)."""
+    stall = None if rescued is None else rescued.stall_data()
+    events = failure_events(outcome, decision, rescued=rescued is not None, stall=stall)
     params = {"id": job_id, "fence": fence, "outcome": outcome.value, "error": error,
-              "stall": int(decision.stall), "events": events}  # fmt: skip
+              "stall": int(decision.stall), "events": orjson.dumps(events).decode()}  # fmt: skip
     if decision.state is State.CANCELLED:
         return "end_cancelled", params
     if decision.state is State.DEAD:
         return "bury", {**params, "dead_reason": decision.dead_reason}
-    return "requeue", {**params, "state": decision.state.value, "delay": decision.delay}
+    recovered_from = None if rescued is None else rescued.proven_at
+    return "requeue", {**params, "state": decision.state.value, "delay": decision.delay,
+                       "recovered_from": recovered_from}  # fmt: skip
 
 
 # The writes that end an attempt and refuse a job whose cancel was requested.

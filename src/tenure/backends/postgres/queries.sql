@@ -4,7 +4,7 @@
 -- name: job_columns
 id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
 max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-dead_reason, progress, finished_at, traceparent, cancel_requested
+dead_reason, progress, finished_at, traceparent, cancel_requested, recovered_from
 
 -- name: insert_jobs
 -- Many jobs in one statement: their queues are recorded, and idle workers of
@@ -165,7 +165,7 @@ input AS (
 done AS (
     UPDATE {schema}.jobs AS j
     SET state = 'completed', result = input.result::json, finished_at = clock.now,
-        lease_ttl = NULL, lease_expires_at = NULL
+        lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
     FROM input, clock
     WHERE j.id = input.id AND j.fence = input.fence AND j.state = (SELECT 'active')
     RETURNING j.id, j.fence, j.queue
@@ -263,7 +263,8 @@ SELECT queue FROM done, announced
 WITH done AS (
     UPDATE {schema}.jobs
     SET state = 'completed', result = %(result)s::json,
-        finished_at = extract(epoch FROM now())::float8, lease_ttl = NULL, lease_expires_at = NULL
+        finished_at = extract(epoch FROM now())::float8, lease_ttl = NULL, lease_expires_at = NULL,
+        recovered_from = NULL
     WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
     RETURNING id, queue
 ),
@@ -275,8 +276,9 @@ SELECT queue FROM done, announced
 
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core;
--- a job queued again at once keeps its run_at, hence its place in line. Not a
--- job whose cancel was requested (requeue, bury and release): end_cancelled.
+-- a job queued again at once keeps its run_at, hence its place in line. A
+-- recovery records when the lost attempt's lease was last proven (NULL else).
+-- Not a job whose cancel was requested (requeue, bury and release): end_cancelled.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
     UPDATE {schema}.jobs AS j
@@ -284,7 +286,7 @@ done AS (
         run_at = CASE WHEN %(state)s::text = 'scheduled' THEN clock.now + %(delay)s::float8
                       ELSE j.run_at END,
         error = %(error)s, stalls = j.stalls + %(stall)s, worker = NULL, lease_ttl = NULL,
-        lease_expires_at = NULL
+        lease_expires_at = NULL, recovered_from = %(recovered_from)s::float8
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
       AND NOT j.cancel_requested
@@ -306,7 +308,7 @@ done AS (
     UPDATE {schema}.jobs AS j
     SET state = 'dead', dead_reason = %(dead_reason)s, error = %(error)s,
         stalls = j.stalls + %(stall)s, finished_at = clock.now, worker = NULL, lease_ttl = NULL,
-        lease_expires_at = NULL
+        lease_expires_at = NULL, recovered_from = NULL
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
       AND NOT j.cancel_requested
@@ -328,7 +330,7 @@ WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
     UPDATE {schema}.jobs AS j
     SET state = 'cancelled', error = coalesce(%(error)s, j.error), finished_at = clock.now,
-        worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
+        worker = NULL, lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
@@ -351,7 +353,8 @@ done AS (
     SET state = %(state)s::text,
         run_at = CASE WHEN %(state)s::text = 'scheduled' THEN clock.now + %(delay)s::float8
                       ELSE j.run_at END,
-        attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
+        attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL, lease_expires_at = NULL,
+        recovered_from = NULL
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
       AND NOT j.cancel_requested
@@ -373,7 +376,7 @@ SELECT 1 FROM {schema}.jobs WHERE id = %(id)s
 -- One sweep per interval across the fleet: the transaction-scoped lock keeps
 -- two sweeps apart; the row says when the last one ran. One row: whether this
 -- sweep goes ahead, and if not, the seconds until one may (0: another sweep is
--- running now).
+-- running now); and the transaction's clock, the sweep's.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 marked AS (
     UPDATE {schema}.sweeps SET last_at = clock.now FROM clock
@@ -382,12 +385,12 @@ marked AS (
     RETURNING last_at
 )
 SELECT EXISTS (SELECT 1 FROM marked),
-       greatest(%(interval)s - (clock.now - s.last_at), 0)
+       greatest(%(interval)s - (clock.now - s.last_at), 0), clock.now
 FROM clock, {schema}.sweeps AS s WHERE s.id = 1
 
 -- name: dead_workers
 -- Registered workers whose liveness lock nobody holds: their process, or its
--- connection, is gone.
+-- connection, is gone; with their last heartbeat.
 DELETE FROM {schema}.workers w
 WHERE NOT EXISTS (
     SELECT 1 FROM pg_locks l
@@ -396,17 +399,19 @@ WHERE NOT EXISTS (
       AND l.classid = %(namespace)s::bigint::oid AND l.objid = w.lock_no::bigint::oid
       AND l.objsubid = 2
 )
-RETURNING id
+RETURNING id, last_seen
 
 -- name: orphaned_leases
--- Active jobs whose lease holder is not a registered (live) worker.
-SELECT {job_columns} FROM {schema}.jobs j
+-- Active jobs whose lease holder is not a registered (live) worker, each with
+-- when its lease was last renewed (proven).
+SELECT {job_columns}, {proven} FROM {schema}.jobs j
 WHERE state = 'active'
   AND NOT EXISTS (SELECT 1 FROM {schema}.workers w WHERE w.id = j.worker)
 FOR UPDATE SKIP LOCKED
 
 -- name: expired_leases
-SELECT {job_columns} FROM {schema}.jobs
+-- Each with when its lease was last renewed (proven).
+SELECT {job_columns}, {proven} FROM {schema}.jobs
 WHERE state = 'active' AND lease_expires_at <= extract(epoch FROM now())::float8
 FOR UPDATE SKIP LOCKED
 
@@ -416,6 +421,39 @@ WHERE id IN (SELECT id FROM {schema}.jobs
              WHERE state = 'scheduled' AND run_at <= extract(epoch FROM now())::float8
              FOR UPDATE SKIP LOCKED)
 RETURNING queue
+
+-- name: proven
+-- (A part of statements, written into them.) When an active job's lease was
+-- last renewed (a heartbeat, or its claim: the renewal's time is its expiry
+-- less the TTL it was renewed with); an at-most-once job, without a lease,
+-- was last proven at its claim.
+coalesce(lease_expires_at - lease_ttl, started_at)
+
+-- name: lag
+-- How long the queue's oldest due job has been due, in seconds (0: none is):
+-- queued jobs (the oldest of each priority, read through jobs_ready, an index
+-- seek per distinct priority, at most 100 of them), and scheduled jobs due
+-- that no sweep or claim promoted yet (jobs_scheduled).
+WITH RECURSIVE clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+priorities(p, n) AS (
+    SELECT (SELECT priority FROM {schema}.jobs WHERE state = 'queued' AND queue = %(queue)s
+            ORDER BY priority DESC LIMIT 1), 1
+    UNION ALL
+    SELECT (SELECT priority FROM {schema}.jobs
+            WHERE state = 'queued' AND queue = %(queue)s AND priority < priorities.p
+            ORDER BY priority DESC LIMIT 1), n + 1
+    FROM priorities WHERE priorities.p IS NOT NULL AND n < 100
+),
+oldest AS (
+    SELECT (SELECT run_at FROM {schema}.jobs
+            WHERE state = 'queued' AND queue = %(queue)s AND priority = priorities.p
+            ORDER BY run_at LIMIT 1) AS run_at
+    FROM priorities WHERE p IS NOT NULL
+    UNION ALL
+    SELECT min(run_at) FROM {schema}.jobs, clock
+    WHERE state = 'scheduled' AND queue = %(queue)s AND run_at <= clock.now
+)
+SELECT coalesce(greatest(clock.now - (SELECT min(run_at) FROM oldest), 0), 0) FROM clock
 
 -- name: cancel
 -- queued | scheduled -> cancelled; an active job is marked cancel_requested

@@ -543,6 +543,10 @@ class RedisBackend:
         reply = await self.runner.call("counts", [self.keys.queue(queue)], names, repeatable=True)
         return {s: int(n) for s, n in zip(states, reply, strict=True)}
 
+    async def lag(self, queue: str) -> float:
+        check_name("queue", queue)
+        return float(await self.runner.call("lag", [self.keys.queue(queue)], [], repeatable=True))
+
     async def queues(self) -> builtins.list[str]:
         members = await self.runner.command("SMEMBERS", self.keys.queues, repeatable=True)
         return sorted(m.decode() for m in members)

@@ -33,6 +33,7 @@ from tenure.backends.base import (
     check_schedules,
     check_tick,
     claim_limit,
+    last_proof,
 )
 from tenure.backends.rows import JOB_COLUMNS, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
@@ -521,48 +522,62 @@ class SQLiteBackend(Opening, Operators, EventReading):
             if 0 <= now - last < min_interval:  # a clock that went back does not stop sweeps
                 return RescueReport(swept=False, retry_in=min_interval - (now - last))
             conn.execute(Q["sweep_mark"], (now,))
-            dead_workers = self._bury_dead_workers(conn)
+            last_seen = self._bury_dead_workers(conn)
             rescued = []
             for outcome, query in ((Outcome.CRASHED, "orphaned_leases"),
                                    (Outcome.STALLED, "expired_leases")):  # fmt: skip
                 params = () if outcome is Outcome.CRASHED else (now,)
                 rows = conn.execute(Q[query], params).fetchall()
-                jobs = [job_from_row(r) for r in rows]
-                policies = self._policies(conn, {j.queue for j in jobs}) if jobs else {}
-                for job in jobs:
-                    rescued.append(self._recover(conn, job, outcome, policies[job.queue], now))
+                found = [(job_from_row(r[:-1]), r[-1]) for r in rows]
+                policies = self._policies(conn, {j.queue for j, _ in found}) if found else {}
+                for job, renewed in found:
+                    proven = last_proof(outcome, renewed, last_seen.get(job.worker or ""))
+                    policy = policies[job.queue]
+                    rescued.append(
+                        self._recover(conn, job, outcome, policy, now=now, proven=proven)
+                    )
             promoted = conn.execute(Q["promote_due"], (now,)).rowcount
             if promoted or rescued:
                 self._ring(conn)
             self._trim_events(conn, now)
         return RescueReport(
-            swept=True, rescued=tuple(rescued), promoted=promoted, dead_workers=dead_workers
+            swept=True, rescued=tuple(rescued), promoted=promoted, dead_workers=tuple(last_seen)
         )
 
-    def _bury_dead_workers(self, conn: sqlite3.Connection) -> tuple[str, ...]:
-        """Forget registered workers whose liveness lock is free: they are gone."""
-        dead = []
-        for worker_id, *_ in conn.execute(Q["list_workers"]).fetchall():
+    def _bury_dead_workers(self, conn: sqlite3.Connection) -> dict[str, float]:
+        """Forget registered workers whose liveness lock is free: they are gone.
+        Returns when each was last seen (its last heartbeat)."""
+        dead = {}
+        for worker_id, *_, last_seen in conn.execute(Q["list_workers"]).fetchall():
             if not self._locks.alive(worker_id):
                 conn.execute(Q["deregister_worker"], (worker_id,))
                 self._locks.forget(worker_id)
                 self.doorbells.forget(worker_id)
-                dead.append(worker_id)
-        return tuple(dead)
+                dead[worker_id] = last_seen
+        return dead
 
     def _recover(
-        self, conn: sqlite3.Connection, job: Job, outcome: Outcome, policy: QueuePolicy, now: float
+        self,
+        conn: sqlite3.Connection,
+        job: Job,
+        outcome: Outcome,
+        policy: QueuePolicy,
+        *,
+        now: float,
+        proven: float | None,
     ) -> Rescued:
         decision = decide_for(job, outcome, policy)
         error = f"attempt {job.attempts} {outcome}: " + (
             f"its worker {job.worker} is gone" if outcome is Outcome.CRASHED
             else f"the lease of worker {job.worker} expired"
         )  # fmt: skip
-        sql, params = _failure(job.id, job.fence, error, decision, now)
+        sql, params = _failure(job.id, job.fence, error, decision, now, recovered_from=proven)
         conn.execute(Q["end_attempts"], (now, outcome, error, _listed(job.id, job.fence)))
         conn.execute(sql, params)
-        record_job(conn, now, job.id, failure_events(outcome, decision, rescued=True))
-        return Rescued(job.id, job.fence, outcome, decision.state)
+        rescued = Rescued.of(job, outcome, decision.state, proven, now)
+        events = failure_events(outcome, decision, rescued=True, stall=rescued.stall_data())
+        record_job(conn, now, job.id, events)
+        return rescued
 
 
 # How long the worker's cycle pauses, letting the loop run, before it tries the
@@ -601,13 +616,20 @@ class _Busy(Exception):
 
 
 def _failure(
-    job_id: str, fence: int, error: str | None, decision: Decision, now: float
+    job_id: str,
+    fence: int,
+    error: str | None,
+    decision: Decision,
+    now: float,
+    *,
+    recovered_from: float | None = None,
 ) -> tuple[str, tuple[Any, ...]]:
-    """The fence-checked write that applies a retry decision."""
+    """The fence-checked write that applies a retry decision (a recovery's
+    records when the lost attempt was last proven alive)."""
     stall = int(decision.stall)
     if decision.state is State.CANCELLED:
         return Q["end_cancelled"], (error, now, job_id, fence)
     if decision.state is State.DEAD:
         return Q["bury"], (decision.dead_reason, error, stall, now, job_id, fence)
     run_at = now + decision.delay if decision.state is State.SCHEDULED else None
-    return Q["requeue"], (decision.state, run_at, error, stall, job_id, fence)
+    return Q["requeue"], (decision.state, run_at, error, stall, recovered_from, job_id, fence)

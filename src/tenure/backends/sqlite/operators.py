@@ -136,6 +136,16 @@ class Operators:
 
         return await self._run(run)
 
+    async def lag(self, queue: str) -> float:
+        check_name("queue", queue)
+
+        def run() -> float:
+            now = self.clock.now()
+            (due_since,) = self.conn.execute(Q["due_since"], (queue, now)).fetchone()
+            return 0.0 if due_since is None else max(now - due_since, 0.0)
+
+        return await self._run(run)
+
     async def queues(self) -> builtins.list[str]:
         return await self._run(lambda: [n for (n,) in self.conn.execute(Q["queue_names"])])
 

@@ -4,7 +4,7 @@
 -- name: job_columns
 id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
 max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-dead_reason, progress, finished_at, traceparent, cancel_requested
+dead_reason, progress, finished_at, traceparent, cancel_requested, recovered_from
 
 -- name: ensure_queue
 INSERT OR IGNORE INTO queues (name, policy) VALUES (?, NULL)
@@ -83,25 +83,26 @@ UPDATE jobs SET progress = ? WHERE id = ? AND fence = ? AND state = 'active'
 -- result]) that are still held, in one statement; returns those completed.
 UPDATE jobs
 SET state = 'completed', result = t.value -> 2, finished_at = ?1, worker = NULL,
-    lease_ttl = NULL, lease_expires_at = NULL
+    lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
 FROM json_each(?2) AS t
 WHERE jobs.id = t.value ->> 0 AND jobs.fence = t.value ->> 1 AND jobs.state = 'active'
 RETURNING jobs.id, jobs.fence, jobs.queue
 
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core.
--- A job queued again at once keeps its run_at, hence its place in line. Not a
--- job whose cancel was requested (requeue, bury and release): end_cancelled.
+-- A job queued again at once keeps its run_at, hence its place in line. A
+-- recovery records when the lost attempt's lease was last proven (NULL else).
+-- Not a job whose cancel was requested (requeue, bury and release): end_cancelled.
 UPDATE jobs
 SET state = ?, run_at = coalesce(?, run_at), error = ?, stalls = stalls + ?, worker = NULL, lease_ttl = NULL,
-    lease_expires_at = NULL
+    lease_expires_at = NULL, recovered_from = ?
 WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
 
 -- name: bury
 -- active -> dead, as decided by tenure.core.
 UPDATE jobs
 SET state = 'dead', dead_reason = ?, error = ?, stalls = stalls + ?, finished_at = ?,
-    worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
+    worker = NULL, lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
 WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
 
 -- name: end_cancelled
@@ -109,7 +110,7 @@ WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
 -- attempt ended other than completed.
 UPDATE jobs
 SET state = 'cancelled', error = coalesce(?, error), finished_at = ?, worker = NULL,
-    lease_ttl = NULL, lease_expires_at = NULL
+    lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
 WHERE id = ? AND fence = ? AND state = 'active'
 
 -- name: release
@@ -117,7 +118,7 @@ WHERE id = ? AND fence = ? AND state = 'active'
 -- worker that does not know the task, handing it back for later), -> scheduled.
 UPDATE jobs
 SET state = ?, run_at = coalesce(?, run_at), attempts = attempts - 1, worker = NULL,
-    lease_ttl = NULL, lease_expires_at = NULL
+    lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
 WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
 
 -- name: end_attempts
@@ -144,14 +145,50 @@ SELECT last_at FROM sweeps WHERE id = 1
 UPDATE sweeps SET last_at = ? WHERE id = 1
 
 -- name: expired_leases
-SELECT {job_columns} FROM jobs
+-- Each with when its lease was last renewed (proven).
+SELECT {job_columns}, {proven} FROM jobs
 WHERE state = 'active' AND lease_expires_at <= ?
 ORDER BY lease_expires_at
 
 -- name: orphaned_leases
--- Active jobs whose lease holder is not a registered (live) worker.
-SELECT {job_columns} FROM jobs
+-- Active jobs whose lease holder is not a registered (live) worker, each with
+-- when its lease was last renewed (proven).
+SELECT {job_columns}, {proven} FROM jobs
 WHERE state = 'active' AND (worker IS NULL OR worker NOT IN (SELECT id FROM workers))
+
+-- name: proven
+-- When an active job's lease was last renewed (a heartbeat, or its claim: the
+-- renewal's time is its expiry less the TTL it was renewed with); an
+-- at-most-once job, without a lease, was last proven at its claim.
+coalesce(lease_expires_at - lease_ttl, started_at)
+
+-- name: due_since
+-- The run_at of the queue's oldest due job (NULL: none): queued jobs (the
+-- oldest of each priority, read through jobs_ready, an index seek per distinct
+-- priority, at most 100 of them), and scheduled jobs due by ?2 that no sweep
+-- or claim promoted yet.
+WITH RECURSIVE priorities(p) AS (
+    SELECT (SELECT priority FROM jobs WHERE state = 'queued' AND queue = ?1
+            ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT priority FROM jobs
+            WHERE state = 'queued' AND queue = ?1 AND priority < priorities.p
+            ORDER BY priority DESC LIMIT 1)
+    FROM priorities WHERE priorities.p IS NOT NULL
+    LIMIT 100
+)
+SELECT min(run_at) FROM (
+    SELECT (SELECT run_at FROM jobs
+            WHERE state = 'queued' AND queue = ?1 AND priority = priorities.p
+            ORDER BY run_at LIMIT 1) AS run_at
+    FROM priorities WHERE p IS NOT NULL
+    UNION ALL
+    -- through jobs_scheduled: the due ones only (by queue and state, SQLite
+    -- read every scheduled job of the queue)
+    SELECT * FROM (SELECT run_at FROM jobs INDEXED BY jobs_scheduled
+                   WHERE state = 'scheduled' AND run_at <= ?2 AND queue = ?1
+                   ORDER BY run_at LIMIT 1)
+)
 
 -- name: cancel
 UPDATE jobs SET state = 'cancelled', finished_at = ?

@@ -30,7 +30,7 @@ local function opt(x) if x == '' then return nil end return x end
 local JOB_FIELDS = {'id', 'task', 'queue', 'args', 'state', 'priority', 'run_at', 'created_at',
   'attempts', 'stalls', 'max_attempts', 'timeout', 'fence', 'key', 'worker', 'lease_expires_at',
   'result', 'error', 'dead_reason', 'progress', 'finished_at', 'traceparent',
-  'cancel_requested'}
+  'cancel_requested', 'recovered_from'}
 
 local function job_key(p, id) return p .. 'job:' .. id end
 local function history_key(p, id) return p .. 'history:' .. id end
@@ -107,8 +107,10 @@ local function call_with(cmd, key, values)
 end
 
 -- The fields of an active job that go when its attempt ends (rank, its member
--- of the ready set while it was queued, goes with them: the claim leaves it).
-local LEASE_FIELDS = {'worker', 'lease_ttl', 'lease_expires_at', 'started_at', 'rank'}
+-- of the ready set while it was queued, goes with them: the claim leaves it;
+-- so does recovered_from, which a recovery set for the attempt after it).
+local LEASE_FIELDS = {'worker', 'lease_ttl', 'lease_expires_at', 'started_at', 'rank',
+  'recovered_from'}
 
 -- The leases of the jobs ids end, workers[i] holding ids[i] (false: none): out
 -- of the lease set and the workers' held sets; no worker, no expiry, no
