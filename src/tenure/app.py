@@ -17,10 +17,19 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
-from tenure.backends.base import Backend, CallerTransactions, Page
+from tenure.backends.base import Backend, CallerTransactions, Page, Tick
 from tenure.backends.factory import check_shared, from_url, resolve_url
 from tenure.config import (
     DEFAULT_MAX_PAYLOAD,
@@ -30,7 +39,8 @@ from tenure.config import (
     check_integer,
 )
 from tenure.core.events import Event
-from tenure.core.names import check_job_ids, check_name
+from tenure.core.names import check_job_ids, check_name, shown
+from tenure.core.schedules import Schedule
 from tenure.core.states import State, parse_state
 from tenure.core.urls import redacted
 from tenure.errors import InvalidInput
@@ -132,6 +142,7 @@ class App:
         self.max_payload = max_payload
         self.read_only = read_only  # only reads: a SQLite file is never created or migrated
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.schedules: dict[str, Schedule] = {}  # periodic jobs, by name
         self.hooks = Hooks()  # users' code around attempts and at the worker's events
         self._backends: dict[asyncio.AbstractEventLoop, Backend] = {}  # one per event loop
         self._opening: dict[asyncio.AbstractEventLoop, asyncio.Task[Backend]] = {}
@@ -183,6 +194,52 @@ class App:
             return t
 
         return register if fn is None else register(fn)
+
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        tz: str | None = None,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        missed: str = "once",
+        name: str | None = None,
+    ) -> Callable[[Task[P, R]], Task[P, R]]:
+        """Enqueue a job of the task below at every tick of a schedule:
+        ``@app.periodic(cron="*/5 * * * *")`` or ``@app.periodic(every=timedelta(hours=1))``
+        above ``@app.task(...)``. ``tz`` is the cron's IANA time zone (UTC by
+        default); ``args`` and ``kwargs`` are the handler's arguments, fixed now;
+        ``missed`` says what a worker starting up does about ticks no worker was
+        running for: ``"once"`` (one job, for the latest) or ``"skip"``. Workers
+        serving the task's queue tick; storage makes one job per tick, whose key
+        is ``<name>@<tick>`` (see ``tenure.current_job().tick``). ``name``
+        (default: the task's) tells two schedules of one task apart."""
+
+        def register(task: Task[P, R]) -> Task[P, R]:
+            if not isinstance(task, Task) or task.app is not self:
+                raise InvalidInput(
+                    "@app.periodic(...) goes above @app.task(...): it takes a task of this "
+                    f"App, got {shown(task)}"
+                )
+            schedule_name = task.name if name is None else name
+            if schedule_name in self.schedules:
+                raise InvalidInput(
+                    f"a schedule named {schedule_name!r} is already declared: give this one "
+                    "another name=..."
+                )
+            if args is not None and not isinstance(args, list | tuple):
+                raise InvalidInput(f"periodic args must be a list or tuple, got {shown(args)}")
+            if kwargs is not None and not isinstance(kwargs, Mapping):
+                raise InvalidInput(f"periodic kwargs must be a dict, got {shown(kwargs)}")
+            arguments = task.arguments(tuple(args or ()), dict(kwargs or {}))
+            task.spec(arguments)  # InvalidInput now for arguments that are not JSON
+            schedule = Schedule.create(schedule_name, task.name, task.queue, arguments,
+                                       cron=cron, every=every, tz=tz, missed=missed)  # fmt: skip
+            self.schedules[schedule_name] = schedule
+            return task
+
+        return register
 
     def _specs(
         self, task: str, args_list: Iterable[dict[str, Any] | None], options: dict[str, Any]
@@ -333,6 +390,16 @@ class App:
 
     async def aqueues(self) -> list[str]:
         return await (await self.abackend()).queues()
+
+    def last_ticks(self) -> dict[str, Tick]:
+        """By schedule name, the last tick of each of this App's schedules that
+        storage made a job for (a schedule never ticked is absent)."""
+        return self.call(self.alast_ticks())
+
+    async def alast_ticks(self) -> dict[str, Tick]:
+        names = {(s.queue, s.name): s.name for s in self.schedules.values()}
+        found = await (await self.abackend()).last_ticks(list(names))
+        return {names[pair]: tick for pair, tick in found.items()}
 
     # -- lifecycle events --------------------------------------------------
 

@@ -59,14 +59,15 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
         "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM information_schema.tables"
         " WHERE table_schema = 'tenure'", db)  # fmt: skip
     assert tables.split(",") == [
-        "attempts", "events", "jobs", "queues", "schema_migrations", "sweeps", "workers",
+        "attempts", "events", "jobs", "queues", "schedules", "schema_migrations", "sweeps",
+        "workers",
     ]  # fmt: skip
     query = "SELECT string_agg(indexname, ',') FROM pg_indexes WHERE schemaname = 'tenure'"
     indexes = postgres_server.psql(query, db)
     assert set(indexes.split(",")) == {
         "jobs_pkey", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_key", "jobs_queue_state",
         "jobs_seq", "attempts_pkey", "queues_pkey", "workers_pkey", "sweeps_pkey",
-        "schema_migrations_pkey", "events_pkey",
+        "schema_migrations_pkey", "events_pkey", "schedules_pkey",
     }  # fmt: skip
     versions = postgres_server.psql("SELECT count(*) FROM tenure.schema_migrations", db)
     assert int(versions) == len(MIGRATIONS)

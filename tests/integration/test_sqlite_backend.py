@@ -44,6 +44,7 @@ EXPECTED_TABLES = {
     "sweeps": ["id", "last_at"],
     "schema_migrations": ["version", "name", "applied_at"],
     "events": ["id", "n", "queue", "kind", "at", "jobs", "data"],
+    "schedules": ["queue", "name", "tick", "job_id"],
 }  # fmt: skip
 EXPECTED_INDEXES = {
     "jobs_key", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_worker", "jobs_queue_state",

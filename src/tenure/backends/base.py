@@ -104,6 +104,14 @@ class RescueReport:
 
 
 @dataclass(frozen=True, slots=True)
+class Tick:
+    """A schedule's last tick that storage made a job for."""
+
+    at: float  # the tick, seconds since the epoch
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Page:
     """One page of a listing; pass ``next_cursor`` back as ``after`` for the next."""
 
@@ -157,6 +165,29 @@ def cursor_seq(text: str) -> int:
     if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= SEQ_MAX):
         raise bad_cursor(text)
     return int(text)
+
+
+def check_tick(schedule: object, at: object) -> float:
+    """Validate a tick's schedule name and time; the time as a float."""
+    check_name("schedule", schedule)
+    if isinstance(at, bool) or not isinstance(at, int | float) or not 0 <= at <= TICK_MAX:
+        raise InvalidInput(f"a tick is a time in seconds since the epoch, got {shown(at)}")
+    return float(at)
+
+
+def check_schedules(schedules: object) -> list[tuple[str, str]]:
+    """Validate ``(queue, schedule)`` pairs (``last_ticks``'s)."""
+    if isinstance(schedules, str | bytes) or not isinstance(schedules, Collection):
+        raise InvalidInput(f"schedules must be (queue, name) pairs, got {shown(schedules)}")
+    pairs = []
+    for pair in schedules:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise InvalidInput(f"a schedule is a (queue, name) pair, got {shown(pair)}")
+        pairs.append((check_name("queue", pair[0]), check_name("schedule", pair[1])))
+    return pairs
+
+
+TICK_MAX = 253_402_300_799.0  # 9999-12-31T23:59:59Z: a tick must render as a date
 
 
 def last_proof(outcome: Outcome, renewed: float | None, heartbeat: float | None) -> float | None:
@@ -236,6 +267,18 @@ class Backend(Protocol):
         """Return when a job may have become claimable in ``queues``, or after
         ``timeout`` seconds. Backends that can wake idle workers (LISTEN/NOTIFY,
         a blocking pop) return early; the others just wait."""
+
+    async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        """Store ``spec`` as the job of ``schedule``'s tick ``at`` and make ``at``
+        the schedule's last tick, atomically, if the last tick storage holds for
+        the schedule (in ``spec.queue``) is earlier, or none; else store
+        nothing and return None. However many workers tick at once, one job per
+        tick (``key=`` would not do: it dedupes against unfinished jobs only)."""
+
+    async def last_ticks(
+        self, schedules: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], Tick]:
+        """The last tick of each ``(queue, schedule)`` that has one."""
 
     # -- lease holders -----------------------------------------------------
 

@@ -142,6 +142,11 @@ def jobs_table(jobs: Iterable[Job]) -> Table:
     return _table(columns, rows)
 
 
+def schedules_table(rows: Iterable[Sequence[object]]) -> Table:
+    columns = ("schedule", "task", "queue", "when", "missed", "next tick", "last tick", "last job")
+    return _table(columns, rows)
+
+
 def history_table(job: Job) -> Table:
     columns = ["attempt", "fence", "worker", "started", "ended", "duration", "outcome", "error"]
     rows = [

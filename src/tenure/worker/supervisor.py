@@ -72,6 +72,7 @@ from tenure.worker.outcome import cancelled, hand_back, settle, settle_unknown_t
 from tenure.worker.periodic import every
 from tenure.worker.process import ProcessPool
 from tenure.worker.sweeper import Sweeper
+from tenure.worker.ticker import Ticker
 
 if TYPE_CHECKING:
     from tenure.metrics import MetricsServer, WorkerMetrics
@@ -223,6 +224,10 @@ class Supervisor:
             asyncio.create_task(self._refresh_policies_forever(stop_sweeping)),
             asyncio.create_task(self._tick(stop_sweeping)),
         ]
+        schedules = [s for s in self.app.schedules.values() if s.queue in self.config.queues]
+        if schedules:
+            ticker = Ticker(self.backend, schedules, self.app.tasks)
+            background.append(asyncio.create_task(ticker.run(stop_sweeping, self.faults)))
         self._install_signals()
         await asyncio.to_thread(self.app.hooks.worker_started, self.worker_id)
         log.info("worker %s started on %s, queues %s", self.worker_id, redacted(self.app.url),

@@ -28,10 +28,13 @@ from tenure.backends.base import (
     Renewal,
     Rescued,
     RescueReport,
+    Tick,
     WorkerInfo,
     check_cursor,
     check_delay,
     check_listing,
+    check_schedules,
+    check_tick,
     claim_limit,
     cursor_seq,
     last_proof,
@@ -383,6 +386,27 @@ class PostgresBackend(EventReading):
                 return [s.stored_at(now) if s.id in inserted else kept[s.id] for s in specs]
             # The job that held a key finished between the two statements: again
             # (the jobs inserted now are found by id, the key is free).
+
+    async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        at = check_tick(schedule, at)
+        check_specs([spec], self.max_payload)
+        async with self._tx() as conn:
+            return await run_steps(conn, self._ticking(schedule, at, spec))
+
+    def _ticking(self, schedule: str, at: float, spec: JobSpec) -> Steps[Job | None]:
+        advance = {"queue": spec.queue, "name": schedule, "tick": at, "job_id": spec.id}
+        if not (yield self.q["advance_tick"], advance):
+            return None
+        [job] = yield from self.enqueuing([spec])
+        return job
+
+    async def last_ticks(
+        self, schedules: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], Tick]:
+        pairs = check_schedules(schedules)
+        params = {"queues": [q for q, _ in pairs], "names": [n for _, n in pairs]}
+        rows = await self._rows("last_ticks", params)
+        return {(q, n): Tick(at, job_id) for q, n, at, job_id in rows}
 
     async def _copy(self, specs: Sequence[JobSpec]) -> list[Job]:
         """A batch without key=: COPY, in one transaction (UniqueViolation if an

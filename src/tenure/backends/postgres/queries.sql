@@ -115,6 +115,20 @@ announced AS (
     FROM (SELECT 1 FROM recorded LIMIT 1) AS any_recorded
 )
 
+-- name: advance_tick
+-- A schedule's last tick moves to %(tick)s (with its job's id) only forward:
+-- no row comes back when it is there already, or past it. A concurrent
+-- advance waits for this one's row lock, then reads the tick it committed.
+INSERT INTO {schema}.schedules AS s (queue, name, tick, job_id)
+VALUES (%(queue)s, %(name)s, %(tick)s, %(job_id)s)
+ON CONFLICT (queue, name) DO UPDATE SET tick = excluded.tick, job_id = excluded.job_id
+WHERE excluded.tick > s.tick
+RETURNING 1
+
+-- name: last_ticks
+SELECT s.queue, s.name, s.tick, s.job_id FROM {schema}.schedules AS s
+WHERE (s.queue, s.name) IN (SELECT * FROM unnest(%(queues)s::text[], %(names)s::text[]))
+
 -- name: find_unfinished_by_keys
 SELECT {job_columns} FROM {schema}.jobs
 WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))

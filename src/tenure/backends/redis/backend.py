@@ -31,11 +31,14 @@ from tenure.backends.base import (
     Page,
     Renewal,
     RescueReport,
+    Tick,
     WorkerInfo,
     bad_cursor,
     check_cursor,
     check_delay,
     check_listing,
+    check_schedules,
+    check_tick,
     claim_limit,
     cursor_seq,
     not_cancellable,
@@ -190,20 +193,49 @@ class RedisBackend:
             each_run = iter(runs)
             async for reply in replies:
                 _, run = next(each_run)
-                created, *made = reply[-1]
-                now = float(created)
-                for spec, entry in zip(run, made, strict=True):
-                    if isinstance(entry, bytes):  # stored now: its run_at
-                        run_at = float(entry)
-                        state = State.SCHEDULED if run_at > now else State.QUEUED
-                        jobs.append(spec.stored(state, run_at, now))
-                    else:  # stored already: the job
-                        jobs.append(codec.job(entry))
+                jobs += _enqueued(run, reply[-1])
         # The index got an entry for every spec; drop those that made no job.
         unused = [s.id for s, j in zip(specs, jobs, strict=True) if s.id != j.id]
         if unused:
             await self.runner.command("HDEL", self.keys.jobs, *unused)
         return self._known(jobs)
+
+    async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        at = check_tick(schedule, at)
+        check_specs([spec], self.max_payload)
+        queue = spec.queue
+        args: list[Arg] = [queue, 1, *codec.shared_args(spec), spec.id, spec.args,
+                           spec.key or "", schedule, repr(at), spec.id]  # fmt: skip
+        # Not repeatable: run again after a lost reply, it would find its own
+        # tick and say None, and the index entry of its job would be dropped.
+        reply = await self.runner.pipeline([
+            Call.command("SADD", self.keys.queues, queue),
+            Call.command("HSET", self.keys.jobs, spec.id, queue),
+            Call.script("enqueue_tick", [self.keys.queue(queue)], args),
+        ])  # fmt: skip
+        if not reply[-1]:  # another worker's tick: no job, so no index entry
+            await self.runner.command("HDEL", self.keys.jobs, spec.id)
+            return None
+        [job] = _enqueued([spec], reply[-1])
+        return self._known([job])[0]
+
+    async def last_ticks(
+        self, schedules: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], Tick]:
+        pairs = check_schedules(schedules)
+        by_queue: dict[str, builtins.list[str]] = {}
+        for queue, name in pairs:
+            by_queue.setdefault(queue, []).append(name)
+        calls = [Call.command("HMGET", self.keys.queue(q) + "ticks", *names)
+                 for q, names in by_queue.items()]  # fmt: skip
+        replies = await self.runner.pipeline(calls, repeatable=True)
+        found: dict[tuple[str, str], Tick] = {}
+        for (queue, names), values in zip(by_queue.items(), replies, strict=True):
+            for name, value in zip(names, values, strict=True):
+                if value is not None:
+                    at, job_id = value.decode().split(" ", 1)
+                    found[queue, name] = Tick(float(at), job_id)
+        return found
 
     async def _pipelines(
         self, pipelines: Sequence[Sequence[Call]]
@@ -589,6 +621,21 @@ class RedisBackend:
                 "(see docs/redis.md: appendonly yes, appendfsync everysec)",
                 self._safe_url,
             )
+
+
+def _enqueued(specs: Sequence[JobSpec], reply: list[Any]) -> list[Job]:
+    """The jobs of an enqueue script's reply, one per spec, in order."""
+    created, *made = reply
+    now = float(created)
+    jobs = []
+    for spec, entry in zip(specs, made, strict=True):
+        if isinstance(entry, bytes):  # stored now: its run_at
+            run_at = float(entry)
+            state = State.SCHEDULED if run_at > now else State.QUEUED
+            jobs.append(spec.stored(state, run_at, now))
+        else:  # stored already: the job
+            jobs.append(codec.job(entry))
+    return jobs
 
 
 def _runs(specs: Sequence[JobSpec]) -> list[tuple[str, list[JobSpec]]]:

@@ -28,7 +28,10 @@ from tenure.backends.base import (
     Renewal,
     Rescued,
     RescueReport,
+    Tick,
     check_delay,
+    check_schedules,
+    check_tick,
     claim_limit,
     last_proof,
 )
@@ -286,6 +289,29 @@ class SQLiteBackend(Opening, Operators, EventReading):
                 jobs.append(job_from_row(db.execute(Q["get_job"], (spec.id,)).fetchone()))
         record(db, now, new)
         return jobs
+
+    async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        at = check_tick(schedule, at)
+        check_specs([spec], self.max_payload)
+        return await self._run(self._enqueue_tick, schedule, at, spec)
+
+    def _enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        with self._tx() as conn:
+            advance = (spec.queue, schedule, at, spec.id)
+            if conn.execute(Q["advance_tick"], advance).rowcount == 0:
+                return None
+            [job] = self.enqueuing(conn, [spec])
+            if job.state is State.QUEUED:
+                self._ring(conn)
+            return job
+
+    async def last_ticks(
+        self, schedules: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], Tick]:
+        pairs = check_schedules(schedules)
+        listed = orjson.dumps(pairs)
+        rows = await self._run(lambda: self.conn.execute(Q["last_ticks"], (listed,)).fetchall())
+        return {(q, n): Tick(at, job_id) for q, n, at, job_id in rows}
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         await self.doorbells.wait(timeout)

@@ -13,6 +13,18 @@ INSERT OR IGNORE INTO queues (name, policy) VALUES (?, NULL)
 SELECT {job_columns} FROM jobs
 WHERE queue = ? AND key = ? AND state IN ('scheduled', 'queued', 'active')
 
+-- name: advance_tick
+-- A schedule's last tick moves to ? (with its job's id) only forward: no row
+-- changes when it is there already, or past it (another worker's tick).
+INSERT INTO schedules (queue, name, tick, job_id) VALUES (?, ?, ?, ?)
+ON CONFLICT (queue, name) DO UPDATE SET tick = excluded.tick, job_id = excluded.job_id
+WHERE excluded.tick > schedules.tick
+
+-- name: last_ticks
+-- ?: a JSON array of [queue, name]
+SELECT s.queue, s.name, s.tick, s.job_id FROM schedules AS s
+JOIN json_each(?) AS e ON s.queue = e.value ->> 0 AND s.name = e.value ->> 1
+
 -- name: insert_job
 -- Nothing if the id is stored already (a retried enqueue).
 INSERT INTO jobs (id, queue, task, args, state, priority, run_at, created_at, key,
