@@ -9,7 +9,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) scripts/check_python.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[all,dev,docs]'
 	touch $@
 
 install: $(BIN)/.installed
