@@ -2,7 +2,7 @@
 
 The CLI page walks the ``tenure`` click group: each command's usage, help and
 options, as ``--help`` prints them (defaults included). On the policy page,
-each field of :class:`tenure.config.QueuePolicy` is a row with its type, its
+each field of :class:`tenure.config.QueuePolicy` is a row with its
 default (the dataclass's), its bounds (``POLICY_BOUNDS``) and its description
 (the docstring under the field in ``config.py``). So neither page can disagree
 with the code. A field without a docstring is a warning, which
@@ -39,8 +39,8 @@ field and its bounds; `heartbeat_interval` must also be at most half of
 This table is generated from `tenure.config.QueuePolicy` and `POLICY_BOUNDS`
 when the site is built.
 
-| field | type | default | bounds | what it does |
-| --- | --- | --- | --- | --- |
+| field | default | bounds | what it does |
+| --- | --- | --- | --- |
 """
 
 
@@ -90,8 +90,8 @@ def policy_page() -> str:
         if described is None:
             log.warning("QueuePolicy.%s has no docstring: write one under it in config.py",
                         field.name)  # fmt: skip
-        cells = [f"`{field.name}`", f"`{kind}`", f"`{field.default!r}`",
-                 bounds(field.name, kind), (described or "").replace("``", "`")]  # fmt: skip
+        cells = [f"`{field.name}`", f"`{field.default!r}`", bounds(field.name, kind),
+                 (described or "").replace("``", "`")]  # fmt: skip
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return POLICY_INTRO + "\n".join(rows) + "\n"
 
