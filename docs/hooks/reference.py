@@ -103,7 +103,8 @@ what `tenure COMMAND --help` prints. Every command reads its storage from
 `--url`, else `TENURE_URL`, else the URL of the App that `--app` (or
 `TENURE_APP`) names, else `sqlite:///tenure.db`. An error is one line on
 stderr, `error: ...`, and exit code 2 for a usage error, 1 for anything else;
-`TENURE_DEBUG=1` shows the traceback of an unexpected one.
+`TENURE_DEBUG=1` shows the traceback of an unexpected one. Every command
+takes `-h` or `--help`.
 """
 
 
@@ -113,7 +114,8 @@ def command_section(command: click.Command, ctx: click.Context) -> list[str]:
     lines = [f"{level} `{ctx.command_path}`", "", inspect.cleandoc(command.help or ""), "",
              "```", usage, "```", ""]  # fmt: skip
     records = [r for p in command.get_params(ctx)
-               if isinstance(p, click.Option) and (r := p.get_help_record(ctx))]  # fmt: skip
+               if isinstance(p, click.Option) and "--help" not in p.opts
+               and (r := p.get_help_record(ctx))]  # fmt: skip
     if records:
         lines += ["| option | what it does |", "| --- | --- |"]
         for opts, text in records:
