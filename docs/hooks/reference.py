@@ -1,5 +1,7 @@
 """A mkdocs hook: the reference pages generated from the code at build time.
 
+The Python API page is written by hand, to group the names, and checked here:
+a name of ``tenure.__all__`` that it does not document is a warning.
 The CLI page walks the ``tenure`` click group: each command's usage, help and
 options, as ``--help`` prints them (defaults included). On the policy page,
 each field of :class:`tenure.config.QueuePolicy` is a row with its
@@ -15,12 +17,15 @@ import ast
 import dataclasses
 import inspect
 import logging
+import re
 import typing
 
 import click
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
 
+import tenure
 from tenure import config
 
 POLICY_PAGE = "reference/policy.md"
@@ -141,6 +146,14 @@ def on_files(files: Files, *, config: MkDocsConfig) -> Files:
     files.append(File.generated(config, POLICY_PAGE, content=policy_page()))
     files.append(File.generated(config, CLI_PAGE, content=cli_page()))
     return files
+
+
+def on_page_markdown(markdown: str, *, page: Page, **_: object) -> str:
+    if page.file.src_uri == "reference/python.md":
+        documented = set(re.findall(r"^::: tenure\.(\w+)$", markdown, re.MULTILINE))
+        for name in sorted(set(tenure.__all__) - documented):
+            log.warning("tenure.%s is public but not in reference/python.md: add it", name)
+    return markdown
 
 
 if __name__ == "__main__":  # print the pages, to read them without building the site

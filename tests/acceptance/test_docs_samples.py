@@ -18,8 +18,8 @@ them:
   production code and run against the real thing.
 
 Pages whose samples another test runs and checks (``OWN_TESTS``) are only
-compiled here; so is the README, whose Python blocks all belong to its "Use
-it" section, which ``test_readme.py`` runs.
+compiled here; so is the README, whose Python blocks must all lie in the
+sections that ``test_readme.py`` runs.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.acceptance.test_readme import section_blocks
 from tests.conftest import fresh_storage_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,12 +103,13 @@ def test_every_sample_is_run_here_or_by_a_test_of_its_own() -> None:
                 assert block.mark.startswith("not run: "), (name, block.mark)
     for name, test in OWN_TESTS.items():
         assert (DOCS / name).exists() and (ROOT / test).exists(), (name, test)
-    readme = (ROOT / "README.md").read_text()
-    use_it = re.split(r"\n##+ ", readme.split("\n## Use it\n", 1)[1], maxsplit=1)[0]
-    for block in blocks(readme):
+    readme_test = (ROOT / "tests/acceptance/test_readme.py").read_text()
+    sections = re.findall(r'section_blocks\("([^"]+)"\)', readme_test)
+    run_there = {code for s in sections for lang, code in section_blocks(s) if lang == "python"}
+    for block in blocks((ROOT / "README.md").read_text()):
         if block.lang == "python":
             compile_python(block, "README.md")
-            assert block.code in use_it, f"README: run by no test:\n{block.code}"
+            assert block.code in run_there, f"README: run by no test:\n{block.code}"
 
 
 @pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(DOCS)))
