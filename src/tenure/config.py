@@ -129,25 +129,49 @@ class QueuePolicy:
     """
 
     lease_ttl: float = 15.0
+    """How long a claim stays valid without a heartbeat, judged by the storage
+    server's clock: a frozen or partitioned worker's jobs come back after it
+    (and one sweep)."""
     heartbeat_interval: float = 2.0
+    """How often a worker's supervisor renews all its leases, in one round trip;
+    at most half of ``lease_ttl``, so that one late heartbeat loses nothing."""
     sweep_interval: float = 1.0
+    """How often the fleet sweeps (one sweep per interval across all workers):
+    the longest a dead worker's jobs wait to be recovered."""
     max_attempts: int = 3
+    """Attempts a job may make before it is dead; a failed one retries after a
+    backoff."""
     max_stalls: int = 3
+    """Attempts of a job that may crash or stall (its executor or its worker
+    died, or its lease ran out) before the job is dead: a job that takes
+    workers down with it stops doing so."""
     delivery: Delivery = "at-least-once"
+    """``at-least-once``: leases, heartbeats, recovery. ``at-most-once``: a claim
+    removes the job; it never runs twice, and may not run at all."""
     timeout: float | None = None
+    """The deadline of one attempt, from its handler's start, for tasks that set
+    none (None: no deadline); past it the executor is killed."""
     backoff_base: float = 1.0
+    """The wait before the second attempt; it doubles with each attempt after."""
     backoff_max: float = 300.0
+    """The longest wait between two attempts."""
     backoff_jitter: float = 0.2
-    # How long a job whose task a worker does not know keeps being handed back
-    # for a worker that knows it (a rolling deploy) before it is dead-lettered.
+    """The share of each wait taken off at random, so that many failures at
+    once do not all retry at once."""
     unknown_task_grace: float = 600.0
-    # How long a handler whose job was cancelled while it ran has to stop by
-    # itself (it sees current_job().cancelled; an async one, CancelledError)
-    # before its executor is killed (docs/aborting.md).
+    """How long a job of a task no worker knows keeps going back to the queue
+    for a worker that knows it (a rolling deploy) before it is dead
+    (``unknown_task``); 0: dead at once."""
     cancel_grace: float = 10.0
+    """How long a handler whose job was cancelled while it ran has to stop by
+    itself (it sees ``current_job().cancelled``; an async one,
+    ``CancelledError``) before its executor is killed (see aborting.md)."""
     events: bool = True
+    """Whether the queue's transitions record lifecycle events."""
     events_max_age: float = 86_400.0
+    """Events older than this are deleted by the sweep."""
     events_max_count: int = 100_000
+    """At most this many of the queue's newest events are kept."""
 
     def __post_init__(self) -> None:
         self.validate()
