@@ -26,7 +26,9 @@ def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
 
 
 def load_migrations(package: str) -> list[tuple[int, str, str]]:
-    """``(version, name, script)`` for every ``NNNN_name.sql`` in the package, in order."""
+    """``(version, name, script)`` for every ``NNNN_name.sql`` in the package, in
+    order. Numbers may have gaps (branches developed apart take their own); a
+    schema's version is the newest applied."""
     found = []
     for entry in resources.files(package).iterdir():
         m = re.fullmatch(r"(\d{4})_([a-z0-9_]+)\.sql", entry.name)
@@ -34,9 +36,14 @@ def load_migrations(package: str) -> list[tuple[int, str, str]]:
             found.append((int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))
     found.sort()
     versions = [v for v, _, _ in found]
-    if versions != list(range(1, len(found) + 1)):
-        raise ValueError(f"migrations of {package} are not numbered 1..n: {versions}")
+    if len(set(versions)) != len(versions) or (versions and versions[0] < 1):
+        raise ValueError(f"migrations of {package} are not numbered 1, 2, ... once: {versions}")
     return found
+
+
+def newest(migrations: list[tuple[int, str, str]]) -> int:
+    """The schema version the migrations make."""
+    return migrations[-1][0] if migrations else 0
 
 
 def split_statements(script: str) -> Iterator[str]:

@@ -37,7 +37,7 @@ from tenure.backends.base import (
 from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
 from tenure.backends.postgres.liveness import Liveness, Wakeups, hung_up
 from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
-from tenure.backends.sqlfile import load_migrations, load_queries
+from tenure.backends.sqlfile import load_migrations, load_queries, newest
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.events import EventKind, failure_events
 from tenure.core.names import check_job_id, check_job_ids, check_name
@@ -312,10 +312,10 @@ class PostgresBackend(EventReading):
                 sql.SQL("SELECT version FROM {}.schema_migrations").format(schema)
             )
             done = {v for (v,) in await cur.fetchall()}
-            if max(done, default=0) > len(MIGRATIONS):
+            if max(done, default=0) > newest(MIGRATIONS):
                 raise BackendUnavailable(
                     f"schema {self.schema} has version {max(done)}, newer than this tenure "
-                    f"knows ({len(MIGRATIONS)}): upgrade tenure"
+                    f"knows ({newest(MIGRATIONS)}): upgrade tenure"
                 )
             for version, name, script in MIGRATIONS:
                 if version not in done:

@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tenure.backends.sqlfile import load_migrations, split_statements
+from tenure.backends.sqlfile import load_migrations, newest, split_statements
 from tenure.backends.sqlite.storage import APPLICATION_ID, StorageFile, check_tenures
 from tenure.core.clock import Clock
 from tenure.errors import BackendUnavailable, TenureError
@@ -87,13 +87,13 @@ class Opening:
             raise BackendUnavailable(
                 f"SQLite database {self.path} is empty: nothing was ever stored in it"
             )
-        version = _schema_version(conn)
-        if version != len(MIGRATIONS):
+        version, known = _schema_version(conn), newest(MIGRATIONS)
+        if version != known:
             conn.close()
-            remedy = "upgrade tenure" if version > len(MIGRATIONS) else "a worker migrates it"
+            remedy = "upgrade tenure" if version > known else "a worker migrates it"
             raise BackendUnavailable(
                 f"SQLite database {self.path} has schema version {version} and this tenure "
-                f"reads version {len(MIGRATIONS)}: {remedy}"
+                f"reads version {known}: {remedy}"
             )
         return conn
 
@@ -132,11 +132,11 @@ class Opening:
                 " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
             )
             done = {v for (v,) in conn.execute("SELECT version FROM schema_migrations")}
-            newest = max(done, default=0)
-            if newest > len(MIGRATIONS):
+            applied = max(done, default=0)
+            if applied > newest(MIGRATIONS):
                 raise BackendUnavailable(
-                    f"SQLite database {self.path} has schema version {newest}, newer than this "
-                    f"tenure knows ({len(MIGRATIONS)}): upgrade tenure"
+                    f"SQLite database {self.path} has schema version {applied}, newer than this "
+                    f"tenure knows ({newest(MIGRATIONS)}): upgrade tenure"
                 )
             for version, name, script in MIGRATIONS:
                 if version in done:

@@ -36,6 +36,16 @@ SELECT * FROM (SELECT seq, queue, priority, run_at FROM jobs
                WHERE state = 'queued' AND queue = ?
                ORDER BY priority DESC, run_at, seq LIMIT ?)
 
+-- name: active_in_queue
+-- How many jobs of a queue with max_active are active (through jobs_queue_state).
+SELECT count(*) FROM jobs WHERE queue = ? AND state = 'active'
+
+-- name: rate_bucket
+SELECT rate_tokens, rate_at FROM queues WHERE name = ?
+
+-- name: take_from_bucket
+UPDATE queues SET rate_tokens = ?, rate_at = ? WHERE name = ?
+
 -- name: take_leases
 -- queued -> active for the jobs ?3 lists (a JSON array of [seq, lease_ttl]), in
 -- one statement: a new fence, a new attempt and a lease (none when lease_ttl is
