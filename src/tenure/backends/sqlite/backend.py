@@ -362,8 +362,7 @@ class SQLiteBackend(Opening, Operators, EventReading):
                     (active,) = conn.execute(Q["active_in_queue"], (queue,)).fetchone()
                 tokens = None
                 if policy.rate_limit is not None:
-                    bucket = conn.execute(Q["rate_bucket"], (queue,)).fetchone() or (None, None)
-                    tokens = limits.refilled(policy, *bucket, now)
+                    tokens = self._bucket(conn, policy, queue, now)
                 share = limits.allowance(policy, limit, active, tokens)
             if share > 0:
                 shares[queue] = share
@@ -385,9 +384,14 @@ class SQLiteBackend(Opening, Operators, EventReading):
                 continue
             started = sum(1 for j in jobs if j.queue == queue)
             if started:
-                bucket = conn.execute(Q["rate_bucket"], (queue,)).fetchone() or (None, None)
-                tokens = limits.refilled(policy, *bucket, now) - started
+                tokens = self._bucket(conn, policy, queue, now) - started
                 conn.execute(Q["take_from_bucket"], (tokens, now, queue))
+
+    @staticmethod
+    def _bucket(conn: sqlite3.Connection, policy: QueuePolicy, queue: str, now: float) -> float:
+        """The tokens in the queue's rate bucket now."""
+        tokens, at = conn.execute(Q["rate_bucket"], (queue,)).fetchone() or (None, None)
+        return limits.refilled(policy, tokens, at, now)
 
     def _policies(
         self, conn: sqlite3.Connection, queues: Collection[str]
