@@ -63,6 +63,12 @@ SELECT_COLUMNS = ", ".join(
     for c in JOB_COLUMNS
 )  # fmt: skip
 DONE_COLUMNS = ", ".join(c if c in ("id", "fence") else "NULL" for c in JOB_COLUMNS)
+# A queue with a fleet-wide limit, reported by the cycle (rank 0): its name,
+# and whether it was held back for want of its lock, where a job's id and fence go.
+GATE_COLUMNS = ", ".join(
+    "gate.name" if c == "id" else "gate.unlocked::int::bigint" if c == "fence" else "NULL"
+    for c in JOB_COLUMNS
+)
 
 
 def _without_comments(text: str) -> str:
@@ -79,6 +85,7 @@ RECORD_EVENTS = _LOADED.pop("record_events")  # likewise
 RAW_QUERIES = {
     name: text.replace("{job_columns}", SELECT_COLUMNS)
     .replace("{done_columns}", DONE_COLUMNS)
+    .replace("{gate_columns}", GATE_COLUMNS)
     .replace("{end_attempt}", END_ATTEMPT)
     .replace("{record_events}", RECORD_EVENTS)
     for name, text in _LOADED.items()
@@ -144,6 +151,7 @@ class PostgresBackend(EventReading):
             for n, t in RAW_QUERIES.items()
         }
         self._cycles: dict[int, bytes] = {}  # complete_and_claim per limit
+        self._limited: set[str] = set()  # queues whose last claim found a fleet-wide limit
         # Connections kept out of the pool for the cycle (see _cycle_fetch), at
         # most HELD_FOR_CYCLES and never more than a third of the pool.
         self._held: list[psycopg.AsyncConnection[Any]] = []
@@ -423,22 +431,48 @@ class PostgresBackend(EventReading):
         queues: Sequence[str],
         limit: int,
     ) -> tuple[set[LeaseRef], builtins.list[Job]]:
-        """One statement, one transaction (see queries.sql)."""
+        """One statement, one transaction (see queries.sql); a queue with a
+        fleet-wide limit is claimed from under its row's lock, taken first."""
         limit = claim_limit(queues, limit)
         if not items and not limit:
             return set(), []
+        queues = list(dict.fromkeys(queues)) if limit else []
+        locked = [q for q in queues if q in self._limited]
         # The arrays go as array literals (strings): psycopg's list dumper took
         # an eighth of a draining worker's main thread.
-        rows = await self._cycle_fetch(self._cycle_query(limit), {
+        params = {
             "ids": _text_array(i for i, _, _ in items),
             "fences": "{" + ",".join([str(f) for _, f, _ in items]) + "}",
             "results": _text_array(r.decode() for _, _, r in items),
-            "queues": _text_array(queues), "worker": worker_id,
+            "queues": _text_array(queues), "worker": worker_id, "locked": _text_array(locked),
             "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl,
-            "events_channel": self.events_channel})  # fmt: skip
-        jobs = [job_from_row(r[1:]) for r in rows if r[0] is not None]
+            "channel": self.channel, "events_channel": self.events_channel}  # fmt: skip
+        query = self._cycle_query(limit)
+        if locked:
+            rows = await self._locked_cycle_fetch(query, params, locked)
+        else:
+            rows = await self._cycle_fetch(query, params)
+        jobs = [job_from_row(r[1:]) for r in rows if r[0]]
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
+        limited = {r[1]: r[FENCE] for r in rows if r[0] == 0}
+        self._limited = (self._limited - set(queues)) | set(limited)
+        held_back = [q for q, unlocked in limited.items() if unlocked]
+        if held_back and len(jobs) < limit:  # a limit this backend did not know of yet
+            jobs += (await self.complete_and_claim((), worker_id, held_back, limit - len(jobs)))[1]
         return {(i, f) for i, f, _ in items} - done, jobs
+
+    async def _locked_cycle_fetch(
+        self, query: bytes, params: dict[str, Any], locked: builtins.list[str]
+    ) -> builtins.list[Any]:
+        """The cycle in a transaction that first locks the rows of the queues
+        with a fleet-wide limit (lock_queues), so that their claims go one at a
+        time and each counts what the one before committed."""
+        async with self._tx() as conn:
+            if self.liveness.seems_lost(params["worker"]):  # as in _cycle_fetch
+                params = {**params, "queues": "{}"}
+            await conn.execute(self.q["lock_queues"], {"queues": locked})
+            cur = await conn.execute(query, params, prepare=True)
+            return await cur.fetchall()
 
     def _cycle_query(self, limit: int) -> bytes:
         """The cycle's statement with its limit written in (see queries.sql): one

@@ -135,8 +135,9 @@ SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[]
 -- {{limit}} is written into the statement (an integer), not sent as a parameter:
 -- a generic plan must know it, or it assumes thousands of rows and hashes the
 -- whole jobs table (benchmarks/postgres_scale.py: 379 ms a claim at 1M jobs).
--- Returns the claimed jobs (rank 1, 2, ...) then the completed leases (rank
--- NULL, only id and fence set). A completed job keeps its attempt's worker
+-- Returns the queues with a fleet-wide limit (rank 0: id is the queue, fence
+-- 1 if it was held back for want of its lock, see gate), the claimed jobs
+-- (rank 1, 2, ...), then the completed leases (rank NULL, only id and fence set). A completed job keeps its attempt's worker
 -- and start: it is its own history row (see get_history). Completions find
 -- their jobs by id; their state is compared with a value the planner cannot
 -- match to the predicate of the index of active jobs (jobs_lease): through
@@ -155,29 +156,72 @@ done AS (
     WHERE j.id = input.id AND j.fence = input.fence AND j.state = (SELECT 'active')
     RETURNING j.id, j.fence, j.queue
 ),
+gate AS (
+    -- Each queue's share of the claim (tenure.core.limits): none while it is
+    -- paused; with a fleet-wide limit, what max_active and the rate bucket
+    -- leave, counted only by a claim that holds the queue's row lock
+    -- (%(locked)s: the statement before, in this transaction, took it, so this
+    -- statement's snapshot holds every claim of the queue committed before).
+    -- A claim without the lock takes nothing from such a queue; it is reported
+    -- (rank 0) and the backend claims again with the lock. Jobs this cycle
+    -- completes are active in the snapshot: they are not counted.
+    SELECT q.name, l.limited, l.limited AND NOT q.name = ANY(%(locked)s::text[]) AS unlocked,
+           CASE WHEN coalesce((p.policy->>'paused')::boolean, false) THEN 0
+                WHEN NOT l.limited THEN {{limit}}
+                WHEN NOT q.name = ANY(%(locked)s::text[]) THEN 0
+                ELSE greatest(0, least({{limit}}, floor(b.tokens + 1e-9)::int,
+                    CASE WHEN p.policy->>'max_active' IS NOT NULL THEN
+                        (p.policy->>'max_active')::int
+                        - (SELECT count(*) FROM (
+                               SELECT 1 FROM {schema}.jobs AS a
+                               WHERE a.state = 'active' AND a.queue = q.name
+                               LIMIT (p.policy->>'max_active')::int
+                                     + (SELECT count(*) FROM done)) AS n)
+                        + (SELECT count(*) FROM done WHERE done.queue = q.name)
+                    END))
+           END AS share,
+           b.tokens
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    LEFT JOIN {schema}.queues AS p ON p.name = q.name
+    CROSS JOIN LATERAL (
+        SELECT p.policy->>'max_active' IS NOT NULL OR p.policy->>'rate_limit' IS NOT NULL
+    ) AS l(limited)
+    CROSS JOIN LATERAL (  -- the rate bucket's tokens now (NULL: no rate_limit)
+        SELECT least(r.n, coalesce(p.rate_tokens + greatest(clock.now - p.rate_at, 0)
+                                                   * r.n / r.per, r.n))
+        FROM (SELECT (p.policy->>'rate_limit')::float8,
+                     coalesce((p.policy->>'rate_interval')::float8, 1.0)) AS r(n, per), clock
+    ) AS b(tokens)
+),
 candidates AS (
-    SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name)
+    SELECT c.* FROM gate AS q
     CROSS JOIN LATERAL (
         SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'queued' AND queue = q.name
         ORDER BY priority DESC, run_at, seq
         LIMIT {{limit}} FOR UPDATE SKIP LOCKED
     ) AS c
+    WHERE q.share > 0
     UNION ALL
-    SELECT d.* FROM unnest(%(queues)s::text[]) AS q(name), clock
+    SELECT d.* FROM gate AS q, clock
     CROSS JOIN LATERAL (
         SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now
         ORDER BY run_at
         LIMIT {{limit}} FOR UPDATE SKIP LOCKED
     ) AS d
+    WHERE q.share > 0
 ),
 picked AS (
     SELECT c.id, CASE WHEN coalesce(p.policy->>'delivery', %(delivery)s) = 'at-most-once'
                       THEN NULL
                       ELSE coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END AS ttl,
            row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
-    FROM candidates c LEFT JOIN {schema}.queues p ON p.name = c.queue
+    FROM (SELECT *, row_number() OVER (PARTITION BY queue
+                                       ORDER BY priority DESC, run_at, seq) AS nth
+          FROM candidates) AS c
+    JOIN gate AS g ON g.name = c.queue AND c.nth <= g.share
+    LEFT JOIN {schema}.queues p ON p.name = c.queue
     ORDER BY c.priority DESC, c.run_at, c.seq
     LIMIT {{limit}}
 ),
@@ -190,6 +234,16 @@ claimed AS (
     WHERE j.id = picked.id
     RETURNING j.*, picked.rank
 ),
+bucket AS (  -- each start takes a token
+    UPDATE {schema}.queues AS p SET rate_tokens = g.tokens - n.started, rate_at = clock.now
+    FROM gate AS g, clock, (SELECT queue, count(*) AS started FROM claimed GROUP BY queue) AS n
+    WHERE p.name = g.name AND n.queue = g.name AND g.tokens IS NOT NULL
+),
+freed AS (  -- a queue with max_active has room again: its idle workers may claim
+    SELECT count(pg_notify(%(channel)s, d.queue))
+    FROM (SELECT DISTINCT queue FROM done) AS d JOIN {schema}.queues AS p ON p.name = d.queue
+    WHERE p.policy->>'max_active' IS NOT NULL
+),
 recorded_input AS (
     SELECT queue, 'completed' AS kind, id AS job_id, NULL::json AS data, 0 AS ord FROM done
     UNION ALL
@@ -197,9 +251,11 @@ recorded_input AS (
     FROM claimed
 ),
 {record_events}
-SELECT rank, {job_columns} FROM claimed, announced  -- announced: one row, always
+SELECT rank, {job_columns} FROM claimed, announced, freed  -- one row each, always
 UNION ALL
-SELECT NULL, {done_columns} FROM done, announced
+SELECT NULL, {done_columns} FROM done, announced, freed
+UNION ALL
+SELECT 0, {gate_columns} FROM gate, announced, freed WHERE gate.limited
 ORDER BY 1 NULLS LAST
 
 -- name: heartbeat
@@ -325,6 +381,13 @@ recorded_input AS (
 ),
 {record_events}
 SELECT queue FROM done, announced
+
+-- name: lock_queues
+-- The rows of the queues with a fleet-wide limit a claim takes from, locked
+-- until it commits, in one order: claims of one such queue go one at a time.
+-- NO KEY UPDATE: enqueues, which only make sure the row exists, never wait.
+SELECT name FROM {schema}.queues WHERE name = ANY(%(queues)s::text[])
+ORDER BY name FOR NO KEY UPDATE
 
 -- name: job_exists
 SELECT 1 FROM {schema}.jobs WHERE id = %(id)s
