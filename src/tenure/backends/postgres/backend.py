@@ -701,6 +701,7 @@ class PostgresBackend(EventReading):
             policy = QueuePolicy.from_json(stored).replace(**changes)
             data = orjson.dumps(policy.to_dict()).decode()
             await conn.execute(self.q["set_policy"], {"queue": queue, "policy": data})
+            await self._notify(conn, [queue])  # it may let idle workers claim (a resume)
         return policy
 
     # -- workers -----------------------------------------------------------

@@ -528,7 +528,8 @@ class RedisBackend:
             stored = await self.runner.command("GET", key, repeatable=True)
             policy = QueuePolicy.from_json(stored).replace(**changes)  # InvalidInput: no change
             new = orjson.dumps(policy.to_dict())
-            if await self.runner.call("change_policy", [key], [stored or b"", new],
+            prefix = [self.keys.queue(queue)]
+            if await self.runner.call("change_policy", prefix, [stored or b"", new],
                                       repeatable=True):  # fmt: skip
                 await self.runner.command("SADD", self.keys.queues, queue, repeatable=True)
                 return policy

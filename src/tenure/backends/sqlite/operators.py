@@ -162,6 +162,7 @@ class Operators:
                 row = conn.execute(Q["get_policy"], (queue,)).fetchone()
                 policy = QueuePolicy.from_json(None if row is None else row[0]).replace(**changes)
                 conn.execute(Q["set_policy"], (queue, orjson.dumps(policy.to_dict()).decode()))
+                self._ring(conn)  # it may let idle workers claim (a resume)
             return policy
 
         return await self._run(run)
