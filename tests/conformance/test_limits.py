@@ -119,3 +119,46 @@ def test_bad_limit__is_refused_and_stores_nothing(backend: Any, changes: dict[st
     with pytest.raises(InvalidInput):
         backend.change_policy("q", changes)
     assert backend.get_policy("q") == QueuePolicy()
+
+
+def test_delete_queue__removes_its_jobs_policy_and_events_only(backend: Any, worker: str) -> None:
+    from tenure.errors import JobNotFound
+
+    backend.set_policy("q", QueuePolicy(max_attempts=7))
+    jobs = backend.enqueue([spec(queue="q"), spec(queue="q", delay=60), spec(queue="q")])
+    [other] = backend.enqueue([spec(queue="other")])
+    done = backend.claim(worker, ["q"], 1)[0]
+    backend.complete(done.id, done.fence)
+    assert backend.read_events("q", None, 100)
+    assert backend.delete_queue("q") == 3
+    for job in jobs:
+        with pytest.raises(JobNotFound):
+            backend.get(job.id)
+    assert backend.counts("q") == {s: 0 for s in State}
+    assert backend.get_policy("q") == QueuePolicy()
+    assert backend.read_events("q", None, 100) == []
+    assert "q" not in backend.queues()
+    assert backend.get(other.id).state is State.QUEUED
+    backend.enqueue([spec(queue="q")])  # the name can be used again
+    assert len(backend.claim(worker, ["q"], 5)) == 1
+
+
+def test_delete_queue_with_an_active_job__is_refused_and_changes_nothing(
+    backend: Any, worker: str
+) -> None:
+    from tenure.errors import InvalidTransition
+
+    backend.enqueue([spec(queue="q"), spec(queue="q")])
+    job = backend.claim(worker, ["q"], 1)[0]
+    with pytest.raises(InvalidTransition, match="1 active job"):
+        backend.delete_queue("q")
+    assert backend.counts("q")[State.QUEUED] == 1
+    backend.complete(job.id, job.fence)
+    assert backend.delete_queue("q") == 2
+
+
+def test_workers__count_the_leases_each_holds(backend: Any) -> None:
+    busy, idle = register(backend, "busy", ("q", "r")), register(backend, "idle", ("q",))
+    backend.enqueue([spec(queue="q"), spec(queue="q"), spec(queue="r")])
+    backend.claim(busy, ["q", "r"], 3)
+    assert {w.id: w.leases for w in backend.workers()} == {busy: 3, idle: 0}

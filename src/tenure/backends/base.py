@@ -21,7 +21,7 @@ from tenure.core.events import Event
 from tenure.core.names import check_name, is_text, shown
 from tenure.core.retry import Decision
 from tenure.core.states import Outcome, State, parse_state
-from tenure.errors import InvalidInput
+from tenure.errors import InvalidInput, InvalidTransition
 from tenure.job import Job, JobSpec
 
 LeaseRef = tuple[str, int]  # (job_id, fence)
@@ -37,6 +37,7 @@ class WorkerInfo:
     queues: tuple[str, ...]
     started_at: float = 0.0
     last_seen: float = 0.0
+    leases: int = 0  # active jobs it holds (as ``workers()`` counts them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,14 @@ def cursor_seq(text: str) -> int:
     if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= SEQ_MAX):
         raise bad_cursor(text)
     return int(text)
+
+
+def queue_busy(queue: str, active: int) -> InvalidTransition:
+    """Why a queue with active jobs cannot be deleted."""
+    return InvalidTransition(
+        f"queue {queue!r} has {active} active job(s): pause it and let them finish "
+        "(or stop its workers) before deleting it"
+    )
 
 
 def claim_limit(queues: Sequence[str], limit: int) -> int:
@@ -226,6 +235,11 @@ class Backend(Protocol):
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         """Delete dead jobs (all of the queue's when ``job_ids`` is None)."""
+
+    async def delete_queue(self, queue: str) -> int:
+        """Delete the queue: its jobs in every state, with their history, its
+        policy and its events. Returns how many jobs went. InvalidTransition,
+        changing nothing, while any of its jobs is active."""
 
     async def get(self, job_id: str) -> Job:
         """The job with its history. JobNotFound if absent."""

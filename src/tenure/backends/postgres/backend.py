@@ -33,6 +33,7 @@ from tenure.backends.base import (
     check_listing,
     claim_limit,
     cursor_seq,
+    queue_busy,
 )
 from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
 from tenure.backends.postgres.liveness import Liveness, Wakeups, hung_up
@@ -646,6 +647,18 @@ class PostgresBackend(EventReading):
             [(purged, _)] = await cur.fetchall()
             return int(purged)
 
+    async def delete_queue(self, queue: str) -> int:
+        check_name("queue", queue)
+        async with self._tx() as conn:
+            cur = await conn.execute(self.q["delete_queue_jobs"], {"queue": queue})
+            [(deleted,)] = await cur.fetchall()
+            cur = await conn.execute(self.q["active_in_queue"], {"queue": queue})
+            [(active,)] = await cur.fetchall()
+            if active:
+                raise queue_busy(queue, active)  # rolls the transaction back
+            await conn.execute(self.q["delete_queue"], {"queue": queue})
+        return int(deleted)
+
     async def get(self, job_id: str) -> Job:
         check_job_id(job_id)
         async with self._tx() as conn:
@@ -725,8 +738,8 @@ class PostgresBackend(EventReading):
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         return [
-            WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen)
-            for i, h, p, q, s, seen in await self._rows("list_workers")
+            WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, n)
+            for i, h, p, q, s, seen, n in await self._rows("list_workers")
         ]
 
 

@@ -503,6 +503,26 @@ recorded_input AS (
 {record_events}
 SELECT count(*), (SELECT n FROM announced) FROM purged
 
+-- name: delete_queue_jobs
+-- Every job of the queue but the active ones, with its history: locked by
+-- the delete, none of them can be claimed meanwhile. The caller then counts
+-- the active ones (a fresh snapshot: those claimed before the delete came)
+-- and rolls back if there are any.
+WITH gone AS (
+    DELETE FROM {schema}.jobs WHERE queue = %(queue)s AND state <> 'active' RETURNING id
+),
+history AS (
+    DELETE FROM {schema}.attempts AS a USING gone WHERE a.job_id = gone.id
+)
+SELECT count(*) FROM gone
+
+-- name: active_in_queue
+SELECT count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'active'
+
+-- name: delete_queue
+WITH events AS (DELETE FROM {schema}.events WHERE queue = %(queue)s)
+DELETE FROM {schema}.queues WHERE name = %(queue)s
+
 -- name: get_job
 SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s
 
@@ -581,8 +601,14 @@ ON CONFLICT (id) DO UPDATE SET lock_no = excluded.lock_no, last_seen = excluded.
 DELETE FROM {schema}.workers WHERE id = %(id)s
 
 -- name: list_workers
-SELECT id, hostname, pid, queues::text, started_at, last_seen FROM {schema}.workers
-ORDER BY started_at
+-- With the leases each holds (active jobs are few: the fleet's slots and
+-- claims ahead, read through jobs_lease).
+SELECT w.id, w.hostname, w.pid, w.queues::text, w.started_at, w.last_seen,
+       coalesce(h.n, 0)
+FROM {schema}.workers AS w
+LEFT JOIN (SELECT worker, count(*) AS n FROM {schema}.jobs WHERE state = 'active'
+           GROUP BY worker) AS h ON h.worker = w.id
+ORDER BY w.started_at
 
 -- name: read_events
 -- The rows of events from (%(xid)s, %(id)s) on (the row of the last event

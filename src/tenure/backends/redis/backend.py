@@ -37,6 +37,7 @@ from tenure.backends.base import (
     check_listing,
     claim_limit,
     cursor_seq,
+    queue_busy,
 )
 from tenure.backends.redis import codec
 from tenure.backends.redis.events import EventReader
@@ -60,6 +61,7 @@ log = logging.getLogger("tenure.redis")
 ENQUEUE_CHUNK = 500  # jobs per enqueue script call: bounds how long one call holds Redis
 ENQUEUE_WINDOW = 2  # enqueue pipelines in flight at once
 PROMOTE_MAX = 1000  # due scheduled jobs one claim promotes per queue
+DELETE_PIECE = 1000  # jobs one delete_queue call deletes: bounds how long it holds Redis
 ID_CACHE = 100_000  # job id -> queue entries this backend remembers
 DEFAULTS = QueuePolicy()
 
@@ -460,6 +462,25 @@ class RedisBackend:
                 self._queue_of_id.pop(job_id.decode(), None)
         return len(gone)
 
+    async def delete_queue(self, queue: str) -> int:
+        """delete_queue.lua, a piece at a time, then the queue's name."""
+        check_name("queue", queue)
+        deleted = 0
+        while True:
+            code, left, *ids = await self.runner.call(
+                "delete_queue", [self.keys.queue(queue)], [DELETE_PIECE]
+            )
+            if code == INVALID_TRANSITION:
+                raise queue_busy(queue, int(left))
+            if not ids:
+                break
+            await self.runner.command("HDEL", self.keys.jobs, *ids)
+            for job_id in ids:
+                self._queue_of_id.pop(job_id.decode(), None)
+            deleted += len(ids)
+        await self.runner.command("SREM", self.keys.queues, queue)
+        return deleted
+
     async def get(self, job_id: str) -> Job:
         queue = await self._queue_of(check_job_id(job_id))
         keys = [self.keys.queue(queue)]
@@ -552,14 +573,30 @@ class RedisBackend:
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         _, *entries = await self.runner.call("workers", [self.keys.fleet], repeatable=True)
+        ids = [worker_id.decode() for worker_id, *_ in entries]
+        leases = await self._leases_held(ids)
         found = []
-        for worker_id, info, started_at, last_seen in entries:
+        for worker_id, (_, info, started_at, last_seen) in zip(ids, entries, strict=True):
             data = orjson.loads(info)
             found.append(
-                WorkerInfo(worker_id.decode(), data["hostname"], int(data["pid"]),
-                           tuple(data["queues"]), float(started_at), float(last_seen))
+                WorkerInfo(worker_id, data["hostname"], int(data["pid"]), tuple(data["queues"]),
+                           float(started_at), float(last_seen), leases.get(worker_id, 0))
             )  # fmt: skip
         return sorted(found, key=lambda w: (w.started_at, w.id))
+
+    async def _leases_held(self, worker_ids: builtins.list[str]) -> dict[str, int]:
+        """Active jobs each worker holds: the sizes of its held sets, one per
+        queue (each in its queue's hash slot), in one round trip."""
+        queues = await self.queues()
+        pairs = [(w, q) for w in worker_ids for q in queues]
+        if not pairs:
+            return {}
+        calls = [Call.command("SCARD", self.keys.queue(q) + f"held:{w}") for w, q in pairs]
+        sizes = await self.runner.pipeline(calls, repeatable=True)
+        held: dict[str, int] = {}
+        for (w, _), n in zip(pairs, sizes, strict=True):
+            held[w] = held.get(w, 0) + int(n)
+        return held
 
     async def _warn_if_volatile(self) -> None:
         """Once per backend: a server without AOF loses jobs when it restarts."""

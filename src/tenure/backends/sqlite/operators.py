@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from tenure.backends.base import Page, WorkerInfo, check_cursor, check_listing, cursor_seq
+from tenure.backends.base import (
+    Page,
+    WorkerInfo,
+    check_cursor,
+    check_listing,
+    cursor_seq,
+    queue_busy,
+)
 from tenure.backends.rows import attempt_from_row, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.events import record, record_job
@@ -83,6 +90,23 @@ class Operators:
                 self._ring(conn)
             record(conn, self.clock.now(), [(queue, kind, i, None) for i in ids])
             return len(ids)
+
+    async def delete_queue(self, queue: str) -> int:
+        check_name("queue", queue)
+
+        def run() -> int:
+            with self._tx() as conn:
+                (active,) = conn.execute(Q["active_in_queue"], (queue,)).fetchone()
+                if active:
+                    raise queue_busy(queue, active)
+                conn.execute(Q["delete_queue_attempts"], (queue,))
+                deleted = conn.execute(Q["delete_queue_jobs"], (queue,)).rowcount
+                conn.execute(Q["delete_queue_events"], (queue,))
+                conn.execute(Q["empty_newest_event"], (queue,))
+                conn.execute(Q["delete_queue"], (queue,))
+                return int(deleted)
+
+        return await self._run(run)
 
     async def get(self, job_id: str) -> Job:
         check_job_id(job_id)
@@ -194,8 +218,9 @@ class Operators:
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         def run() -> builtins.list[WorkerInfo]:
+            leases = dict(self.conn.execute(Q["leases_held"]).fetchall())
             return [
-                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen)
+                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, leases.get(i, 0))
                 for i, h, p, q, s, seen in self.conn.execute(Q["list_workers"])
             ]
 

@@ -164,6 +164,24 @@ DELETE FROM jobs WHERE queue = ? AND state = 'dead' RETURNING id
 -- name: purge_dead_one
 DELETE FROM jobs WHERE queue = ? AND state = 'dead' AND id = ? RETURNING id
 
+-- name: delete_queue_attempts
+DELETE FROM attempts WHERE job_id IN (SELECT id FROM jobs WHERE queue = ?)
+
+-- name: delete_queue_jobs
+DELETE FROM jobs WHERE queue = ?
+
+-- name: delete_queue_events
+-- The newest row stays (as in trim_events: the next event's number follows
+-- it), emptied of its events.
+DELETE FROM events WHERE queue = ? AND id < (SELECT max(id) FROM events)
+
+-- name: empty_newest_event
+UPDATE events SET jobs = '[]', data = NULL
+WHERE queue = ? AND id = (SELECT max(id) FROM events)
+
+-- name: delete_queue
+DELETE FROM queues WHERE name = ?
+
 -- name: get_job
 SELECT {job_columns} FROM jobs WHERE id = ?
 
@@ -209,6 +227,10 @@ SELECT id FROM workers
 
 -- name: list_workers
 SELECT id, hostname, pid, queues, started_at, last_seen FROM workers ORDER BY started_at
+
+-- name: leases_held
+-- Active jobs by lease holder (through jobs_worker).
+SELECT worker, count(*) FROM jobs WHERE state = 'active' AND worker IS NOT NULL GROUP BY worker
 
 -- name: record_events
 -- Lifecycle events at time ?1, for those of the queues that record them: ?2 a
