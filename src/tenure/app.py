@@ -20,7 +20,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
-from tenure.backends.base import Backend, Page
+from tenure.backends.base import Backend, Page, WorkerInfo
 from tenure.backends.factory import from_url, resolve_url
 from tenure.config import (
     DEFAULT_MAX_PAYLOAD,
@@ -307,6 +307,13 @@ class App:
 
     async def aqueues(self) -> list[str]:
         return await (await self.abackend()).queues()
+
+    def workers(self) -> list[WorkerInfo]:
+        """The registered workers, with the leases each holds."""
+        return self.call(self.aworkers())
+
+    async def aworkers(self) -> list[WorkerInfo]:
+        return await (await self.abackend()).workers()
 
     # -- lifecycle events --------------------------------------------------
 

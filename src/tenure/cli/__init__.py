@@ -15,7 +15,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tenure.cli import bench, chaos, dlq, events, jobs, policy, worker
+from tenure.cli import bench, chaos, dlq, events, jobs, operators, policy, worker
 from tenure.cli.common import CliState
 from tenure.cli.output import report
 from tenure.config import DEFAULT_URL
@@ -79,6 +79,9 @@ for command in (
     dlq.dlq,
     events.events,
     policy.policy,
+    operators.queue,
+    operators.workers,
+    operators.health,
     worker.worker,
     chaos.chaos,
     bench.bench,
