@@ -324,12 +324,19 @@ class SQLiteBackend(Opening, Operators, EventReading):
     ) -> list[Job]:
         now = self.clock.now()
         conn.execute(Q["promote_due"], (now,))
-        policies = self._policies(conn, queues)
-        shares = self._shares(conn, policies, limit, now)
-        params = [x for q, n in shares.items() for x in (q, n)]
-        rows = conn.execute(_claimable(len(shares)), (*params, limit)).fetchall() if shares else []
+        params = [x for q in queues for x in (q, limit)]
+        rows = conn.execute(_claimable(len(queues)), (*params, limit)).fetchall()
         if not rows:
             return []
+        policies = self._policies(conn, queues)
+        if self._limited:
+            self._limited -= {q for q, p in policies.items() if p.max_active is None}
+        if any(p.paused or p.limited for p in policies.values()):
+            shares = self._shares(conn, policies, limit, now)  # then the claim again, within them
+            if not shares:
+                return []
+            params = [x for q, n in shares.items() for x in (q, n)]
+            rows = conn.execute(_claimable(len(shares)), (*params, limit)).fetchall()
         leases = []
         for seq, queue in rows:
             policy = policies[queue]
@@ -366,9 +373,8 @@ class SQLiteBackend(Opening, Operators, EventReading):
                 share = limits.allowance(policy, limit, active, tokens)
             if share > 0:
                 shares[queue] = share
-        self._limited = (self._limited - policies.keys()) | {
-            q for q, p in policies.items() if p.max_active is not None
-        }
+            if policy.max_active is not None:
+                self._limited.add(queue)
         return shares
 
     def _took_from_buckets(
