@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import re
 import zlib
 from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -72,17 +73,35 @@ GATE_COLUMNS = ", ".join(
 )
 
 
+_TRAILING_COMMENT = re.compile(r"--[^'\n]*$")  # none of our statements has "--" in a string
+
+
 def _without_comments(text: str) -> str:
-    """A query as sent: its comment lines are for readers of queries.sql, and
-    psycopg converts a query of more than 4 KiB again at every execution (the
-    cycle's statement, with its comments, took a seventh of a draining
-    worker's main thread doing so)."""
-    return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+    """A query as sent: its comments and indentation are for readers of
+    queries.sql, and psycopg converts a query of more than 4 KiB again at
+    every execution (the cycle's statement, with its comments, took a seventh
+    of a draining worker's main thread doing so)."""
+    code = (ln.strip() for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+    return "\n".join(_TRAILING_COMMENT.sub("", ln).rstrip() for ln in code)
 
 
 _LOADED = {n: _without_comments(t) for n, t in load_queries("tenure.backends.postgres").items()}
 END_ATTEMPT = _LOADED.pop("end_attempt")  # a part of statements, not one
 RECORD_EVENTS = _LOADED.pop("record_events")  # likewise
+# The cycle's statement, for queues without a fleet-wide limit, and with.
+_CYCLE = _LOADED.pop("complete_and_claim")
+_PARTS = {
+    "complete_and_claim": {"gate": _LOADED.pop("gate"), "shared": "candidates", "bucket": ""},
+    "complete_and_claim_limited": {
+        "gate": _LOADED.pop("gate_limited"),
+        "shared": _LOADED.pop("shared"),
+        "bucket": _LOADED.pop("bucket") + ",",
+    },
+}
+for _name, _parts in _PARTS.items():
+    _LOADED[_name] = _CYCLE
+    for _part, _text in _parts.items():
+        _LOADED[_name] = _LOADED[_name].replace("{" + _part + "}", _text)
 RAW_QUERIES = {
     name: text.replace("{job_columns}", SELECT_COLUMNS)
     .replace("{done_columns}", DONE_COLUMNS)
@@ -151,7 +170,7 @@ class PostgresBackend(EventReading):
             n: sql.SQL(t).format(schema=sql.Identifier(schema)).as_bytes(None)
             for n, t in RAW_QUERIES.items()
         }
-        self._cycles: dict[int, bytes] = {}  # complete_and_claim per limit
+        self._cycles: dict[tuple[int, bool], bytes] = {}  # the cycle's statement per limit
         self._limited: set[str] = set()  # queues whose last claim found a fleet-wide limit
         # Connections kept out of the pool for the cycle (see _cycle_fetch), at
         # most HELD_FOR_CYCLES and never more than a third of the pool.
@@ -448,11 +467,11 @@ class PostgresBackend(EventReading):
             "queues": _text_array(queues), "worker": worker_id, "locked": _text_array(locked),
             "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl,
             "channel": self.channel, "events_channel": self.events_channel}  # fmt: skip
-        query = self._cycle_query(limit)
         if locked:
+            query = self._cycle_query(limit, limited=True)
             rows = await self._locked_cycle_fetch(query, params, locked)
         else:
-            rows = await self._cycle_fetch(query, params)
+            rows = await self._cycle_fetch(self._cycle_query(limit), params)
         jobs = [job_from_row(r[1:]) for r in rows if r[0]]
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
         limited = {r[1]: r[FENCE] for r in rows if r[0] == 0}
@@ -475,14 +494,16 @@ class PostgresBackend(EventReading):
             cur = await conn.execute(query, params, prepare=True)
             return await cur.fetchall()
 
-    def _cycle_query(self, limit: int) -> bytes:
+    def _cycle_query(self, limit: int, *, limited: bool = False) -> bytes:
         """The cycle's statement with its limit written in (see queries.sql): one
-        prepared statement, with a plan that knows it, per limit a worker uses."""
-        query = self._cycles.get(limit)
+        prepared statement, with a plan that knows it, per limit a worker uses;
+        ``limited``: the one that claims from queues with a fleet-wide limit."""
+        query = self._cycles.get((limit, limited))
         if query is None:
-            query = self.q["complete_and_claim"].replace(b"{limit}", b"%d" % int(limit))
+            name = "complete_and_claim_limited" if limited else "complete_and_claim"
+            query = self.q[name].replace(b"{limit}", b"%d" % int(limit))
             if len(self._cycles) < CYCLE_STATEMENTS:
-                self._cycles[limit] = query
+                self._cycles[limit, limited] = query
         return query
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:

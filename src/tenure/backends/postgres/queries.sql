@@ -156,6 +156,84 @@ done AS (
     WHERE j.id = input.id AND j.fence = input.fence AND j.state = (SELECT 'active')
     RETURNING j.id, j.fence, j.queue
 ),
+{gate},
+candidates AS (
+    SELECT c.* FROM gate AS q
+    CROSS JOIN LATERAL (
+        SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
+        WHERE state = 'queued' AND queue = q.name
+        ORDER BY priority DESC, run_at, seq
+        LIMIT {{limit}} FOR UPDATE SKIP LOCKED
+    ) AS c
+    WHERE q.share > 0
+    UNION ALL
+    SELECT d.* FROM gate AS q, clock
+    CROSS JOIN LATERAL (
+        SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
+        WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now
+        ORDER BY run_at
+        LIMIT {{limit}} FOR UPDATE SKIP LOCKED
+    ) AS d
+    WHERE q.share > 0
+),
+picked AS (
+    SELECT c.id, CASE WHEN coalesce(p.policy->>'delivery', %(delivery)s) = 'at-most-once'
+                      THEN NULL
+                      ELSE coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END AS ttl,
+           row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
+    FROM {shared} AS c
+    LEFT JOIN {schema}.queues p ON p.name = c.queue
+    ORDER BY c.priority DESC, c.run_at, c.seq
+    LIMIT {{limit}}
+),
+claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET state = 'active', fence = j.fence + 1, attempts = j.attempts + 1,
+        worker = %(worker)s, lease_ttl = picked.ttl,
+        lease_expires_at = clock.now + picked.ttl, progress = NULL, started_at = clock.now
+    FROM picked, clock
+    WHERE j.id = picked.id
+    RETURNING j.*, picked.rank
+),
+{bucket}
+freed AS (  -- a queue with max_active has room again: its idle workers may claim
+    SELECT count(pg_notify(%(channel)s, d.queue))
+    FROM (SELECT DISTINCT queue FROM done) AS d JOIN {schema}.queues AS p ON p.name = d.queue
+    WHERE p.policy->>'max_active' IS NOT NULL
+),
+recorded_input AS (
+    SELECT queue, 'completed' AS kind, id AS job_id, NULL::json AS data, 0 AS ord FROM done
+    UNION ALL
+    SELECT queue, 'started', id, json_build_object('attempt', attempts, 'worker', worker), rank
+    FROM claimed
+),
+{record_events}
+SELECT rank, {job_columns} FROM claimed, announced, freed  -- one row each, always
+UNION ALL
+SELECT NULL, {done_columns} FROM done, announced, freed
+UNION ALL
+SELECT 0, {gate_columns} FROM gate, announced, freed WHERE gate.limited
+ORDER BY 1 NULLS LAST
+
+-- name: gate
+-- (A part of complete_and_claim, written into it.) Each queue's share of the
+-- claim: {{limit}}, or none while it is paused or has a fleet-wide limit
+-- (max_active, rate_limit). Those queues are reported (rank 0, unlocked), and
+-- the backend claims from them with complete_and_claim_limited, under their
+-- rows' lock. Kept short: psycopg converts a statement of more than 4 KiB
+-- again at every execution, and this is the worker's cycle.
+gate AS (
+    SELECT q.name, l.limited, l.limited AS unlocked,
+           CASE WHEN l.limited OR (p.policy->>'paused')::boolean THEN 0 ELSE {{limit}} END AS share
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    LEFT JOIN {schema}.queues AS p ON p.name = q.name
+    CROSS JOIN LATERAL (
+        SELECT p.policy->>'max_active' IS NOT NULL OR p.policy->>'rate_limit' IS NOT NULL
+    ) AS l(limited)
+)
+
+-- name: gate_limited
+-- (A part of complete_and_claim_limited, written into it.)
 gate AS (
     -- Each queue's share of the claim (tenure.core.limits): none while it is
     -- paused; with a fleet-wide limit, what max_active and the rate bucket
@@ -192,71 +270,23 @@ gate AS (
         FROM (SELECT (p.policy->>'rate_limit')::float8,
                      coalesce((p.policy->>'rate_interval')::float8, 1.0)) AS r(n, per), clock
     ) AS b(tokens)
-),
-candidates AS (
-    SELECT c.* FROM gate AS q
-    CROSS JOIN LATERAL (
-        SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
-        WHERE state = 'queued' AND queue = q.name
-        ORDER BY priority DESC, run_at, seq
-        LIMIT {{limit}} FOR UPDATE SKIP LOCKED
-    ) AS c
-    WHERE q.share > 0
-    UNION ALL
-    SELECT d.* FROM gate AS q, clock
-    CROSS JOIN LATERAL (
-        SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
-        WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now
-        ORDER BY run_at
-        LIMIT {{limit}} FOR UPDATE SKIP LOCKED
-    ) AS d
-    WHERE q.share > 0
-),
-picked AS (
-    SELECT c.id, CASE WHEN coalesce(p.policy->>'delivery', %(delivery)s) = 'at-most-once'
-                      THEN NULL
-                      ELSE coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END AS ttl,
-           row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
-    FROM (SELECT *, row_number() OVER (PARTITION BY queue
-                                       ORDER BY priority DESC, run_at, seq) AS nth
-          FROM candidates) AS c
-    JOIN gate AS g ON g.name = c.queue AND c.nth <= g.share
-    LEFT JOIN {schema}.queues p ON p.name = c.queue
-    ORDER BY c.priority DESC, c.run_at, c.seq
-    LIMIT {{limit}}
-),
-claimed AS (
-    UPDATE {schema}.jobs AS j
-    SET state = 'active', fence = j.fence + 1, attempts = j.attempts + 1,
-        worker = %(worker)s, lease_ttl = picked.ttl,
-        lease_expires_at = clock.now + picked.ttl, progress = NULL, started_at = clock.now
-    FROM picked, clock
-    WHERE j.id = picked.id
-    RETURNING j.*, picked.rank
-),
+)
+
+-- name: shared
+-- (A part of complete_and_claim_limited, written into it.) The candidates
+-- within each queue's share.
+(SELECT c.* FROM (SELECT *, row_number() OVER (PARTITION BY queue
+                                               ORDER BY priority DESC, run_at, seq) AS nth
+                  FROM candidates) AS c
+ JOIN gate AS g ON g.name = c.queue AND c.nth <= g.share)
+
+-- name: bucket
+-- (A part of complete_and_claim_limited, written into it.)
 bucket AS (  -- each start takes a token
     UPDATE {schema}.queues AS p SET rate_tokens = g.tokens - n.started, rate_at = clock.now
     FROM gate AS g, clock, (SELECT queue, count(*) AS started FROM claimed GROUP BY queue) AS n
     WHERE p.name = g.name AND n.queue = g.name AND g.tokens IS NOT NULL
-),
-freed AS (  -- a queue with max_active has room again: its idle workers may claim
-    SELECT count(pg_notify(%(channel)s, d.queue))
-    FROM (SELECT DISTINCT queue FROM done) AS d JOIN {schema}.queues AS p ON p.name = d.queue
-    WHERE p.policy->>'max_active' IS NOT NULL
-),
-recorded_input AS (
-    SELECT queue, 'completed' AS kind, id AS job_id, NULL::json AS data, 0 AS ord FROM done
-    UNION ALL
-    SELECT queue, 'started', id, json_build_object('attempt', attempts, 'worker', worker), rank
-    FROM claimed
-),
-{record_events}
-SELECT rank, {job_columns} FROM claimed, announced, freed  -- one row each, always
-UNION ALL
-SELECT NULL, {done_columns} FROM done, announced, freed
-UNION ALL
-SELECT 0, {gate_columns} FROM gate, announced, freed WHERE gate.limited
-ORDER BY 1 NULLS LAST
+)
 
 -- name: heartbeat
 -- The leases one worker presents, in one statement; returns those it still
