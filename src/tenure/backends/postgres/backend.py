@@ -65,12 +65,7 @@ SELECT_COLUMNS = ", ".join(
     for c in JOB_COLUMNS
 )  # fmt: skip
 DONE_COLUMNS = ", ".join(c if c in ("id", "fence") else "NULL" for c in JOB_COLUMNS)
-# A queue with a fleet-wide limit, reported by the cycle (rank 0): its name,
-# and whether it was held back for want of its lock, where a job's id and fence go.
-GATE_COLUMNS = ", ".join(
-    "gate.name" if c == "id" else "gate.unlocked::int::bigint" if c == "fence" else "NULL"
-    for c in JOB_COLUMNS
-)
+
 
 
 _TRAILING_COMMENT = re.compile(r"--[^'\n]*$")  # none of our statements has "--" in a string
@@ -90,8 +85,13 @@ END_ATTEMPT = _LOADED.pop("end_attempt")  # a part of statements, not one
 RECORD_EVENTS = _LOADED.pop("record_events")  # likewise
 # The cycle's statement, for queues without a fleet-wide limit, and with.
 _CYCLE = _LOADED.pop("complete_and_claim")
+_LEASE = _LOADED.pop("lease")
 _PARTS = {
-    "complete_and_claim": {"gate": _LOADED.pop("gate"), "shared": "candidates", "bucket": ""},
+    "complete_and_claim": {
+        "gate": _LOADED.pop("gate"),
+        "shared": "candidates AS c JOIN gate AS g ON g.name = c.queue",
+        "bucket": "",
+    },
     "complete_and_claim_limited": {
         "gate": _LOADED.pop("gate_limited"),
         "shared": _LOADED.pop("shared"),
@@ -102,10 +102,10 @@ for _name, _parts in _PARTS.items():
     _LOADED[_name] = _CYCLE
     for _part, _text in _parts.items():
         _LOADED[_name] = _LOADED[_name].replace("{" + _part + "}", _text)
+    _LOADED[_name] = _LOADED[_name].replace("{lease}", _LEASE)
 RAW_QUERIES = {
     name: text.replace("{job_columns}", SELECT_COLUMNS)
     .replace("{done_columns}", DONE_COLUMNS)
-    .replace("{gate_columns}", GATE_COLUMNS)
     .replace("{end_attempt}", END_ATTEMPT)
     .replace("{record_events}", RECORD_EVENTS)
     for name, text in _LOADED.items()

@@ -177,12 +177,8 @@ candidates AS (
     WHERE q.share > 0
 ),
 picked AS (
-    SELECT c.id, CASE WHEN coalesce(p.policy->>'delivery', %(delivery)s) = 'at-most-once'
-                      THEN NULL
-                      ELSE coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END AS ttl,
-           row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
-    FROM {shared} AS c
-    LEFT JOIN {schema}.queues p ON p.name = c.queue
+    SELECT c.id, g.ttl, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
+    FROM {shared}
     ORDER BY c.priority DESC, c.run_at, c.seq
     LIMIT {{limit}}
 ),
@@ -210,81 +206,76 @@ recorded_input AS (
 {record_events}
 SELECT rank, {job_columns} FROM claimed, announced, freed  -- one row each, always
 UNION ALL
-SELECT NULL, {done_columns} FROM done, announced, freed
-UNION ALL
-SELECT 0, {gate_columns} FROM gate, announced, freed WHERE gate.limited
+SELECT rank, {done_columns} FROM announced, freed,
+    (SELECT NULL::int, id, fence FROM done
+     UNION ALL
+     SELECT 0, name, unlocked::int FROM gate WHERE limited) AS d(rank, id, fence)
 ORDER BY 1 NULLS LAST
 
 -- name: gate
 -- (A part of complete_and_claim, written into it.) Each queue's share of the
--- claim: {{limit}}, or none while it is paused or has a fleet-wide limit
--- (max_active, rate_limit). Those queues are reported (rank 0, unlocked), and
--- the backend claims from them with complete_and_claim_limited, under their
--- rows' lock. Kept short: psycopg converts a statement of more than 4 KiB
--- again at every execution, and this is the worker's cycle.
+-- claim and its lease's TTL (NULL: at-most-once): {{limit}}, or none while it
+-- is paused or has a fleet-wide limit (max_active, rate_limit). Those queues
+-- are reported (rank 0, unlocked), and the backend claims from them with
+-- complete_and_claim_limited, under their rows' lock. Kept short: psycopg
+-- converts a statement of more than 4 KiB again at every execution.
 gate AS (
-    SELECT q.name, l.limited, l.limited AS unlocked,
+    SELECT q.name, l.limited, l.limited AS unlocked, l.ttl,
            CASE WHEN l.limited OR (p.policy->>'paused')::boolean THEN 0 ELSE {{limit}} END AS share
     FROM unnest(%(queues)s::text[]) AS q(name)
-    LEFT JOIN {schema}.queues AS p ON p.name = q.name
-    CROSS JOIN LATERAL (
-        SELECT p.policy->>'max_active' IS NOT NULL OR p.policy->>'rate_limit' IS NOT NULL
-    ) AS l(limited)
+    LEFT JOIN {schema}.queues AS p ON p.name = q.name,
+    {lease}
 )
 
+-- name: lease
+-- (A part of both gates.) Whether the queue has a fleet-wide limit, and its
+-- lease's TTL.
+LATERAL (SELECT p.policy->>'max_active' IS NOT NULL OR p.policy->>'rate_limit' IS NOT NULL,
+                CASE WHEN coalesce(p.policy->>'delivery', %(delivery)s) <> 'at-most-once'
+                     THEN coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END,
+                (p.policy->>'max_active')::int, (p.policy->>'rate_limit')::float8
+) AS l(limited, ttl, most, rate)
+
 -- name: gate_limited
--- (A part of complete_and_claim_limited, written into it.)
+-- (A part of complete_and_claim_limited, written into it.) Each queue's share
+-- of the claim (tenure.core.limits): none while it is paused; with a
+-- fleet-wide limit, what max_active (its active jobs counted, but for those
+-- this cycle completes) and the rate bucket's tokens leave, counted only by
+-- a claim that holds the queue's row lock (%(locked)s: the statement before,
+-- in this transaction, took it, so this statement's snapshot holds every
+-- claim of the queue committed before). A claim without the lock takes
+-- nothing from such a queue; it is reported (rank 0, unlocked) and the
+-- backend claims again with the lock.
 gate AS (
-    -- Each queue's share of the claim (tenure.core.limits): none while it is
-    -- paused; with a fleet-wide limit, what max_active and the rate bucket
-    -- leave, counted only by a claim that holds the queue's row lock
-    -- (%(locked)s: the statement before, in this transaction, took it, so this
-    -- statement's snapshot holds every claim of the queue committed before).
-    -- A claim without the lock takes nothing from such a queue; it is reported
-    -- (rank 0) and the backend claims again with the lock. Jobs this cycle
-    -- completes are active in the snapshot: they are not counted.
-    SELECT q.name, l.limited, l.limited AND NOT q.name = ANY(%(locked)s::text[]) AS unlocked,
-           CASE WHEN coalesce((p.policy->>'paused')::boolean, false) THEN 0
-                WHEN NOT l.limited THEN {{limit}}
-                WHEN NOT q.name = ANY(%(locked)s::text[]) THEN 0
-                ELSE greatest(0, least({{limit}}, floor(b.tokens + 1e-9)::int,
-                    CASE WHEN p.policy->>'max_active' IS NOT NULL THEN
-                        (p.policy->>'max_active')::int
-                        - (SELECT count(*) FROM (
-                               SELECT 1 FROM {schema}.jobs AS a
-                               WHERE a.state = 'active' AND a.queue = q.name
-                               LIMIT (p.policy->>'max_active')::int
-                                     + (SELECT count(*) FROM done)) AS n)
-                        + (SELECT count(*) FROM done WHERE done.queue = q.name)
-                    END))
-           END AS share,
-           b.tokens
+    SELECT q.name, l.limited, u.unlocked, l.ttl, u.tokens,
+           CASE WHEN (p.policy->>'paused')::boolean OR u.unlocked THEN 0
+                ELSE greatest(0, least({{limit}}, floor(u.tokens + 1e-9)::int,
+                    l.most - (SELECT count(*) FROM (
+                        SELECT FROM {schema}.jobs AS a
+                        WHERE l.most > 0 AND a.state = 'active' AND a.queue = q.name
+                          AND a.id NOT IN (SELECT id FROM done) LIMIT l.most) AS n)))
+           END AS share
     FROM unnest(%(queues)s::text[]) AS q(name)
-    LEFT JOIN {schema}.queues AS p ON p.name = q.name
-    CROSS JOIN LATERAL (
-        SELECT p.policy->>'max_active' IS NOT NULL OR p.policy->>'rate_limit' IS NOT NULL
-    ) AS l(limited)
-    CROSS JOIN LATERAL (  -- the rate bucket's tokens now (NULL: no rate_limit)
-        SELECT least(r.n, coalesce(p.rate_tokens + greatest(clock.now - p.rate_at, 0)
-                                                   * r.n / r.per, r.n))
-        FROM (SELECT (p.policy->>'rate_limit')::float8,
-                     coalesce((p.policy->>'rate_interval')::float8, 1.0)) AS r(n, per), clock
-    ) AS b(tokens)
+    LEFT JOIN {schema}.queues AS p ON p.name = q.name, clock,
+    {lease},
+    LATERAL (SELECT l.limited AND q.name <> ALL(%(locked)s::text[]),
+                    least(l.rate, coalesce(p.rate_tokens + greatest(clock.now - p.rate_at, 0)
+                                           * l.rate / (p.policy->>'rate_interval')::float8,
+                                           l.rate))) AS u(unlocked, tokens)
 )
 
 -- name: shared
 -- (A part of complete_and_claim_limited, written into it.) The candidates
 -- within each queue's share.
-(SELECT c.* FROM (SELECT *, row_number() OVER (PARTITION BY queue
-                                               ORDER BY priority DESC, run_at, seq) AS nth
-                  FROM candidates) AS c
- JOIN gate AS g ON g.name = c.queue AND c.nth <= g.share)
+(SELECT *, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, seq) AS nth
+ FROM candidates) AS c
+JOIN gate AS g ON g.name = c.queue AND c.nth <= g.share
 
 -- name: bucket
 -- (A part of complete_and_claim_limited, written into it.)
 bucket AS (  -- each start takes a token
-    UPDATE {schema}.queues AS p SET rate_tokens = g.tokens - n.started, rate_at = clock.now
-    FROM gate AS g, clock, (SELECT queue, count(*) AS started FROM claimed GROUP BY queue) AS n
+    UPDATE {schema}.queues AS p SET rate_tokens = g.tokens - n.c, rate_at = clock.now
+    FROM gate AS g, clock, (SELECT queue, count(*) FROM claimed GROUP BY 1) AS n(queue, c)
     WHERE p.name = g.name AND n.queue = g.name AND g.tokens IS NOT NULL
 )
 
