@@ -67,7 +67,6 @@ SELECT_COLUMNS = ", ".join(
 DONE_COLUMNS = ", ".join(c if c in ("id", "fence") else "NULL" for c in JOB_COLUMNS)
 
 
-
 _TRAILING_COMMENT = re.compile(r"--[^'\n]*$")  # none of our statements has "--" in a string
 
 
