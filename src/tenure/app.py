@@ -29,7 +29,7 @@ from collections.abc import (
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
-from tenure.backends.base import Backend, CallerTransactions, Page, Tick
+from tenure.backends.base import Backend, CallerTransactions, Page, Tick, WorkerInfo
 from tenure.backends.factory import check_shared, from_url, resolve_url
 from tenure.config import (
     DEFAULT_MAX_PAYLOAD,
@@ -86,6 +86,30 @@ class Queue:
 
     async def aset_policy(self, **changes: Any) -> QueuePolicy:
         return await (await self.app.abackend()).change_policy(self.name, changes)
+
+    def pause(self) -> QueuePolicy:
+        """Stop every worker claiming from this queue (its claims check it, so
+        at once); enqueues still land, and running attempts finish."""
+        return self.set_policy(paused=True)
+
+    async def apause(self) -> QueuePolicy:
+        return await self.aset_policy(paused=True)
+
+    def resume(self) -> QueuePolicy:
+        """Let workers claim from this queue again; idle ones wake."""
+        return self.set_policy(paused=False)
+
+    async def aresume(self) -> QueuePolicy:
+        return await self.aset_policy(paused=False)
+
+    def delete(self) -> int:
+        """Delete this queue: its jobs in every state with their history, its
+        policy and its events; returns how many jobs went. Refused
+        (InvalidTransition) while any of its jobs is active: pause it first."""
+        return self.app.call(self.adelete())
+
+    async def adelete(self) -> int:
+        return await (await self.app.abackend()).delete_queue(self.name)
 
     def jobs(
         self, state: State | str | None = None, limit: int = 50, after: str | None = None
@@ -400,6 +424,13 @@ class App:
         names = {(s.queue, s.name): s.name for s in self.schedules.values()}
         found = await (await self.abackend()).last_ticks(list(names))
         return {names[pair]: tick for pair, tick in found.items()}
+
+    def workers(self) -> list[WorkerInfo]:
+        """The registered workers, with the leases each holds."""
+        return self.call(self.aworkers())
+
+    async def aworkers(self) -> list[WorkerInfo]:
+        return await (await self.abackend()).workers()
 
     # -- lifecycle events --------------------------------------------------
 

@@ -54,9 +54,15 @@ POLICY_BOUNDS: dict[str, tuple[float, float]] = {
     # where it stopped), and up to a billion per queue.
     "events_max_age": (60.0, MAX_SECONDS),
     "events_max_count": (1, 1_000_000_000),
+    # Fleet-wide limits: jobs active at once, and starts per rate_interval.
+    "max_active": (1, 1_000_000),
+    "rate_limit": (1, 1_000_000_000),
+    "rate_interval": (0.001, 86_400.0),
 }
-_COUNTS = frozenset({"max_attempts", "max_stalls", "events_max_count"})
+_COUNTS = frozenset({"max_attempts", "max_stalls", "events_max_count", "max_active", "rate_limit"})
 _ABOVE = frozenset({"timeout"})  # bounds (lo, hi]: zero is not a deadline
+_OPTIONAL = frozenset({"timeout", "max_active", "rate_limit"})  # None: no deadline, no limit
+_FLAGS = ("events", "paused")
 
 
 def _bound(x: float) -> str:
@@ -99,6 +105,8 @@ def _clamped(name: str, value: Any) -> Any:
         return value
     if name in _ABOVE and value <= bounds[0]:
         return None
+    if name in _OPTIONAL and name in _COUNTS and value < bounds[0]:
+        return None  # a limit below one: none
     if name in _COUNTS and isinstance(value, float):
         return value
     return min(max(value, bounds[0]), bounds[1])  # NaN stays NaN: refused
@@ -121,11 +129,24 @@ class QueuePolicy:
       ``unknown_task_grace`` within [0, ten years] (0: dead-letter at once);
     - ``cancel_grace`` within [0, 3600];
     - ``events_max_age`` within [60, ten years]; ``events_max_count`` an
-      integer within [1, 1000000000].
+      integer within [1, 1000000000];
+    - ``max_active`` (when set) an integer within [1, 1000000];
+      ``rate_limit`` (when set) an integer within [1, 1000000000];
+      ``rate_interval`` within [0.001, 86400].
 
     They are ``POLICY_BOUNDS``. ``events`` (a bool) says whether the queue's
     transitions record lifecycle events; the sweep deletes those older than
     ``events_max_age`` seconds or beyond the newest ``events_max_count``.
+
+    Limits hold across the whole fleet, enforced by the claim itself (None:
+    no limit). ``max_active``: at most that many jobs of the queue active at
+    once. ``rate_limit``: at most that many starts per ``rate_interval``
+    seconds, as a token bucket kept in storage: it holds up to
+    ``rate_limit`` starts and refills at ``rate_limit`` per
+    ``rate_interval``, so a full bucket allows a burst of ``rate_limit``
+    starts, and any span of ``t`` seconds at most
+    ``rate_limit * (1 + t / rate_interval)``. ``paused`` (a bool): the queue's
+    jobs are not claimed; enqueues still land.
     """
 
     lease_ttl: float = 15.0
@@ -172,6 +193,17 @@ class QueuePolicy:
     """Events older than this are deleted by the sweep."""
     events_max_count: int = 100_000
     """At most this many of the queue's newest events are kept."""
+    max_active: int | None = None
+    """At most this many of the queue's jobs active at once across the fleet,
+    enforced by the claim (None: no limit)."""
+    rate_limit: int | None = None
+    """At most this many starts per ``rate_interval`` across the fleet, from a
+    token bucket kept in storage and checked by the claim (None: no limit)."""
+    rate_interval: float = 1.0
+    """The seconds in which ``rate_limit`` starts are allowed (the bucket refills
+    at ``rate_limit`` per ``rate_interval``)."""
+    paused: bool = False
+    """A paused queue's jobs are not claimed; enqueues still land."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -179,9 +211,11 @@ class QueuePolicy:
     def validate(self) -> None:
         for name, (lo, hi) in POLICY_BOUNDS.items():
             value = getattr(self, name)
+            if value is None and name in _OPTIONAL:
+                continue
             if name in _COUNTS:
                 check_integer(name, value, lo, hi)
-            elif value is not None or name not in _ABOVE:
+            else:
                 kind = "a number" if name == "backoff_jitter" else "a number of seconds"
                 check_number(name, value, lo, hi, above=name in _ABOVE, kind=kind)
         if self.heartbeat_interval * 2 > self.lease_ttl:
@@ -189,8 +223,9 @@ class QueuePolicy:
                 f"heartbeat_interval ({self.heartbeat_interval}) must be at most half of "
                 f"lease_ttl ({self.lease_ttl}), so that one late heartbeat does not lose a lease"
             )
-        if not isinstance(self.events, bool):
-            raise InvalidInput(f"events must be true or false, got {shown(self.events)}")
+        for flag in _FLAGS:
+            if not isinstance(value := getattr(self, flag), bool):
+                raise InvalidInput(f"{flag} must be true or false, got {shown(value)}")
         if not isinstance(self.delivery, str) or self.delivery not in DELIVERIES:
             raise InvalidInput(
                 f"delivery must be one of {', '.join(DELIVERIES)}, got {self.delivery!r}"
@@ -242,6 +277,11 @@ class QueuePolicy:
 
     def replace(self, **changes: Any) -> QueuePolicy:
         return QueuePolicy.from_dict({**self.to_dict(), **changes})
+
+    @property
+    def limited(self) -> bool:
+        """Whether claims must count: a fleet-wide limit is set."""
+        return self.max_active is not None or self.rate_limit is not None
 
 
 # The most attempts one worker runs at once, per pool: each is an executor

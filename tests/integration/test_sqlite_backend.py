@@ -30,7 +30,7 @@ from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import JobSpec
 
 EXPECTED_TABLES = {
-    "queues": ["name", "policy"],
+    "queues": ["name", "policy", "rate_tokens", "rate_at"],
     "jobs": [
         "seq", "id", "queue", "task", "args", "state", "priority", "run_at", "created_at",
         "key", "attempts", "stalls", "max_attempts", "timeout", "fence", "worker", "lease_ttl",

@@ -37,6 +37,7 @@ class WorkerInfo:
     queues: tuple[str, ...]
     started_at: float = 0.0
     last_seen: float = 0.0
+    leases: int = 0  # active jobs it holds (as ``workers()`` counts them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +201,14 @@ def last_proof(outcome: Outcome, renewed: float | None, heartbeat: float | None)
     return heartbeat if renewed is None else max(renewed, heartbeat)
 
 
+def queue_busy(queue: str, active: int) -> InvalidTransition:
+    """Why a queue with active jobs cannot be deleted."""
+    return InvalidTransition(
+        f"queue {queue!r} has {active} active job(s): pause it and let them finish "
+        "(or stop its workers) before deleting it"
+    )
+
+
 def claim_limit(queues: Sequence[str], limit: int) -> int:
     """Validate a claim's queues; how many jobs to claim (0 without a queue)."""
     for q in queues:
@@ -357,6 +366,11 @@ class Backend(Protocol):
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         """Delete dead jobs (all of the queue's when ``job_ids`` is None)."""
+
+    async def delete_queue(self, queue: str) -> int:
+        """Delete the queue: its jobs in every state, with their history, its
+        policy and its events. Returns how many jobs went. InvalidTransition,
+        changing nothing, while any of its jobs is active."""
 
     async def get(self, job_id: str) -> Job:
         """The job with its history. JobNotFound if absent."""

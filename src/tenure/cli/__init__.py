@@ -15,7 +15,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tenure.cli import bench, chaos, dlq, events, jobs, periodic, policy, worker
+from tenure.cli import bench, chaos, dlq, events, jobs, operators, periodic, policy, worker
 from tenure.cli.common import CliState
 from tenure.cli.output import report
 from tenure.config import DEFAULT_URL
@@ -80,6 +80,9 @@ for command in (
     events.events,
     policy.policy,
     periodic.periodic,
+    operators.queue,
+    operators.workers,
+    operators.health,
     worker.worker,
     chaos.chaos,
     bench.bench,

@@ -404,7 +404,11 @@ class Supervisor:
     def _ahead(self) -> int:
         """How many jobs to claim beyond the free slots (see the module's doc)."""
         run_time = self._run_time
-        if run_time is None or any(p.delivery == "at-most-once" for p in self.policies.values()):
+        # A job claimed ahead holds one of a max_active queue's places while it
+        # waits for a slot here, and a free slot elsewhere could run it.
+        if run_time is None or any(
+            p.delivery == "at-most-once" or p.max_active is not None for p in self.policies.values()
+        ):
             return 0
         slots = self.config.concurrency
         horizon = self._cycle_time if self.backend.remote else BATCH_HORIZON

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import re
 import zlib
 from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -39,6 +40,7 @@ from tenure.backends.base import (
     cursor_seq,
     last_proof,
     not_cancellable,
+    queue_busy,
 )
 from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
 from tenure.backends.postgres.liveness import Liveness, Wakeups, hung_up
@@ -72,18 +74,42 @@ SELECT_COLUMNS = ", ".join(
 DONE_COLUMNS = ", ".join(c if c in ("id", "fence") else "NULL" for c in JOB_COLUMNS)
 
 
+_TRAILING_COMMENT = re.compile(r"--[^'\n]*$")  # none of our statements has "--" in a string
+
+
 def _without_comments(text: str) -> str:
-    """A query as sent: its comment lines are for readers of queries.sql, and
-    psycopg converts a query of more than 4 KiB again at every execution (the
-    cycle's statement, with its comments, took a seventh of a draining
-    worker's main thread doing so)."""
-    return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+    """A query as sent: its comments and indentation are for readers of
+    queries.sql, and psycopg converts a query of more than 4 KiB again at
+    every execution (the cycle's statement, with its comments, took a seventh
+    of a draining worker's main thread doing so)."""
+    code = (ln.strip() for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+    return "\n".join(_TRAILING_COMMENT.sub("", ln).rstrip() for ln in code)
 
 
 _LOADED = {n: _without_comments(t) for n, t in load_queries("tenure.backends.postgres").items()}
 END_ATTEMPT = _LOADED.pop("end_attempt")  # a part of statements, not one
 RECORD_EVENTS = _LOADED.pop("record_events")  # likewise
 PROVEN = _LOADED.pop("proven")  # likewise
+# The cycle's statement, for queues without a fleet-wide limit, and with.
+_CYCLE = _LOADED.pop("complete_and_claim")
+_LEASE = _LOADED.pop("lease")
+_PARTS = {
+    "complete_and_claim": {
+        "gate": _LOADED.pop("gate"),
+        "shared": "candidates AS c JOIN gate AS g ON g.name = c.queue",
+        "bucket": "",
+    },
+    "complete_and_claim_limited": {
+        "gate": _LOADED.pop("gate_limited"),
+        "shared": _LOADED.pop("shared"),
+        "bucket": _LOADED.pop("bucket") + ",",
+    },
+}
+for _name, _parts in _PARTS.items():
+    _LOADED[_name] = _CYCLE
+    for _part, _text in _parts.items():
+        _LOADED[_name] = _LOADED[_name].replace("{" + _part + "}", _text)
+    _LOADED[_name] = _LOADED[_name].replace("{lease}", _LEASE)
 RAW_QUERIES = {
     name: text.replace("{job_columns}", SELECT_COLUMNS)
     .replace("{proven}", PROVEN)
@@ -153,7 +179,8 @@ class PostgresBackend(EventReading):
             n: sql.SQL(t).format(schema=sql.Identifier(schema)).as_bytes(None)
             for n, t in RAW_QUERIES.items()
         }
-        self._cycles: dict[int, bytes] = {}  # complete_and_claim per limit
+        self._cycles: dict[tuple[int, bool], bytes] = {}  # the cycle's statement per limit
+        self._limited: set[str] = set()  # queues whose last claim found a fleet-wide limit
         # Connections kept out of the pool for the cycle (see _cycle_fetch), at
         # most HELD_FOR_CYCLES and never more than a third of the pool.
         self._held: list[psycopg.AsyncConnection[Any]] = []
@@ -458,31 +485,59 @@ class PostgresBackend(EventReading):
         queues: Sequence[str],
         limit: int,
     ) -> tuple[set[LeaseRef], builtins.list[Job]]:
-        """One statement, one transaction (see queries.sql)."""
+        """One statement, one transaction (see queries.sql); a queue with a
+        fleet-wide limit is claimed from under its row's lock, taken first."""
         limit = claim_limit(queues, limit)
         if not items and not limit:
             return set(), []
+        queues = list(dict.fromkeys(queues)) if limit else []
+        locked = [q for q in queues if q in self._limited]
         # The arrays go as array literals (strings): psycopg's list dumper took
         # an eighth of a draining worker's main thread.
-        rows = await self._cycle_fetch(self._cycle_query(limit), {
+        params = {
             "ids": _text_array(i for i, _, _ in items),
             "fences": "{" + ",".join([str(f) for _, f, _ in items]) + "}",
             "results": _text_array(r.decode() for _, _, r in items),
-            "queues": _text_array(queues), "worker": worker_id,
+            "queues": _text_array(queues), "worker": worker_id, "locked": _text_array(locked),
             "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl,
-            "events_channel": self.events_channel})  # fmt: skip
-        jobs = [job_from_row(r[1:]) for r in rows if r[0] is not None]
+            "channel": self.channel, "events_channel": self.events_channel}  # fmt: skip
+        if locked:
+            query = self._cycle_query(limit, limited=True)
+            rows = await self._locked_cycle_fetch(query, params, locked)
+        else:
+            rows = await self._cycle_fetch(self._cycle_query(limit), params)
+        jobs = [job_from_row(r[1:]) for r in rows if r[0]]
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
+        limited = {r[1]: r[FENCE] for r in rows if r[0] == 0}
+        self._limited = (self._limited - set(queues)) | set(limited)
+        held_back = [q for q, unlocked in limited.items() if unlocked]
+        if held_back and len(jobs) < limit:  # a limit this backend did not know of yet
+            jobs += (await self.complete_and_claim((), worker_id, held_back, limit - len(jobs)))[1]
         return {(i, f) for i, f, _ in items} - done, jobs
 
-    def _cycle_query(self, limit: int) -> bytes:
+    async def _locked_cycle_fetch(
+        self, query: bytes, params: dict[str, Any], locked: builtins.list[str]
+    ) -> builtins.list[Any]:
+        """The cycle in a transaction that first locks the rows of the queues
+        with a fleet-wide limit (lock_queues), so that their claims go one at a
+        time and each counts what the one before committed."""
+        async with self._tx() as conn:
+            if self.liveness.seems_lost(params["worker"]):  # as in _cycle_fetch
+                params = {**params, "queues": "{}"}
+            await conn.execute(self.q["lock_queues"], {"queues": locked})
+            cur = await conn.execute(query, params, prepare=True)
+            return await cur.fetchall()
+
+    def _cycle_query(self, limit: int, *, limited: bool = False) -> bytes:
         """The cycle's statement with its limit written in (see queries.sql): one
-        prepared statement, with a plan that knows it, per limit a worker uses."""
-        query = self._cycles.get(limit)
+        prepared statement, with a plan that knows it, per limit a worker uses;
+        ``limited``: the one that claims from queues with a fleet-wide limit."""
+        query = self._cycles.get((limit, limited))
         if query is None:
-            query = self.q["complete_and_claim"].replace(b"{limit}", b"%d" % int(limit))
+            name = "complete_and_claim_limited" if limited else "complete_and_claim"
+            query = self.q[name].replace(b"{limit}", b"%d" % int(limit))
             if len(self._cycles) < CYCLE_STATEMENTS:
-                self._cycles[limit] = query
+                self._cycles[limit, limited] = query
         return query
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
@@ -658,6 +713,18 @@ class PostgresBackend(EventReading):
             [(purged, _)] = await cur.fetchall()
             return int(purged)
 
+    async def delete_queue(self, queue: str) -> int:
+        check_name("queue", queue)
+        async with self._tx() as conn:
+            cur = await conn.execute(self.q["delete_queue_jobs"], {"queue": queue})
+            [(deleted,)] = await cur.fetchall()
+            cur = await conn.execute(self.q["active_in_queue"], {"queue": queue})
+            [(active,)] = await cur.fetchall()
+            if active:
+                raise queue_busy(queue, active)  # rolls the transaction back
+            await conn.execute(self.q["delete_queue"], {"queue": queue})
+        return int(deleted)
+
     async def get(self, job_id: str) -> Job:
         check_job_id(job_id)
         async with self._tx() as conn:
@@ -718,6 +785,7 @@ class PostgresBackend(EventReading):
             policy = QueuePolicy.from_json(stored).replace(**changes)
             data = orjson.dumps(policy.to_dict()).decode()
             await conn.execute(self.q["set_policy"], {"queue": queue, "policy": data})
+            await self._notify(conn, [queue])  # it may let idle workers claim (a resume)
         return policy
 
     # -- workers -----------------------------------------------------------
@@ -741,8 +809,8 @@ class PostgresBackend(EventReading):
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         return [
-            WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen)
-            for i, h, p, q, s, seen in await self._rows("list_workers")
+            WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, n)
+            for i, h, p, q, s, seen, n in await self._rows("list_workers")
         ]
 
 

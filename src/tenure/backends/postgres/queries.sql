@@ -150,8 +150,9 @@ SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[]
 -- {{limit}} is written into the statement (an integer), not sent as a parameter:
 -- a generic plan must know it, or it assumes thousands of rows and hashes the
 -- whole jobs table (benchmarks/postgres_scale.py: 379 ms a claim at 1M jobs).
--- Returns the claimed jobs (rank 1, 2, ...) then the completed leases (rank
--- NULL, only id and fence set). A completed job keeps its attempt's worker
+-- Returns the queues with a fleet-wide limit (rank 0: id is the queue, fence
+-- 1 if it was held back for want of its lock, see gate), the claimed jobs
+-- (rank 1, 2, ...), then the completed leases (rank NULL, only id and fence set). A completed job keeps its attempt's worker
 -- and start: it is its own history row (see get_history). Completions find
 -- their jobs by id; their state is compared with a value the planner cannot
 -- match to the predicate of the index of active jobs (jobs_lease): through
@@ -170,29 +171,29 @@ done AS (
     WHERE j.id = input.id AND j.fence = input.fence AND j.state = (SELECT 'active')
     RETURNING j.id, j.fence, j.queue
 ),
+{gate},
 candidates AS (
-    SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name)
+    SELECT c.* FROM gate AS q
     CROSS JOIN LATERAL (
         SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'queued' AND queue = q.name
         ORDER BY priority DESC, run_at, seq
         LIMIT {{limit}} FOR UPDATE SKIP LOCKED
     ) AS c
+    WHERE q.share > 0
     UNION ALL
-    SELECT d.* FROM unnest(%(queues)s::text[]) AS q(name), clock
+    SELECT d.* FROM gate AS q, clock
     CROSS JOIN LATERAL (
         SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now
         ORDER BY run_at
         LIMIT {{limit}} FOR UPDATE SKIP LOCKED
     ) AS d
+    WHERE q.share > 0
 ),
 picked AS (
-    SELECT c.id, CASE WHEN coalesce(p.policy->>'delivery', %(delivery)s) = 'at-most-once'
-                      THEN NULL
-                      ELSE coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END AS ttl,
-           row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
-    FROM candidates c LEFT JOIN {schema}.queues p ON p.name = c.queue
+    SELECT c.id, g.ttl, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
+    FROM {shared}
     ORDER BY c.priority DESC, c.run_at, c.seq
     LIMIT {{limit}}
 ),
@@ -205,6 +206,12 @@ claimed AS (
     WHERE j.id = picked.id
     RETURNING j.*, picked.rank
 ),
+{bucket}
+freed AS (  -- a queue with max_active has room again: its idle workers may claim
+    SELECT count(pg_notify(%(channel)s, d.queue))
+    FROM (SELECT DISTINCT queue FROM done) AS d JOIN {schema}.queues AS p ON p.name = d.queue
+    WHERE p.policy->>'max_active' IS NOT NULL
+),
 recorded_input AS (
     SELECT queue, 'completed' AS kind, id AS job_id, NULL::json AS data, 0 AS ord FROM done
     UNION ALL
@@ -212,10 +219,80 @@ recorded_input AS (
     FROM claimed
 ),
 {record_events}
-SELECT rank, {job_columns} FROM claimed, announced  -- announced: one row, always
+SELECT rank, {job_columns} FROM claimed, announced, freed  -- one row each, always
 UNION ALL
-SELECT NULL, {done_columns} FROM done, announced
+SELECT rank, {done_columns} FROM announced, freed,
+    (SELECT NULL::int, id, fence FROM done
+     UNION ALL
+     SELECT 0, name, unlocked::int FROM gate WHERE limited) AS d(rank, id, fence)
 ORDER BY 1 NULLS LAST
+
+-- name: gate
+-- (A part of complete_and_claim, written into it.) Each queue's share of the
+-- claim and its lease's TTL (NULL: at-most-once): {{limit}}, or none while it
+-- is paused or has a fleet-wide limit (max_active, rate_limit). Those queues
+-- are reported (rank 0, unlocked), and the backend claims from them with
+-- complete_and_claim_limited, under their rows' lock. Kept short: psycopg
+-- converts a statement of more than 4 KiB again at every execution.
+gate AS (
+    SELECT q.name, l.limited, l.limited AS unlocked, l.ttl,
+           CASE WHEN l.limited OR (p.policy->>'paused')::boolean THEN 0 ELSE {{limit}} END AS share
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    LEFT JOIN {schema}.queues AS p ON p.name = q.name,
+    {lease}
+)
+
+-- name: lease
+-- (A part of both gates.) Whether the queue has a fleet-wide limit, and its
+-- lease's TTL.
+LATERAL (SELECT p.policy->>'max_active' IS NOT NULL OR p.policy->>'rate_limit' IS NOT NULL,
+                CASE WHEN coalesce(p.policy->>'delivery', %(delivery)s) <> 'at-most-once'
+                     THEN coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END,
+                (p.policy->>'max_active')::int, (p.policy->>'rate_limit')::float8
+) AS l(limited, ttl, most, rate)
+
+-- name: gate_limited
+-- (A part of complete_and_claim_limited, written into it.) Each queue's share
+-- of the claim (tenure.core.limits): none while it is paused; with a
+-- fleet-wide limit, what max_active (its active jobs counted, but for those
+-- this cycle completes) and the rate bucket's tokens leave, counted only by
+-- a claim that holds the queue's row lock (%(locked)s: the statement before,
+-- in this transaction, took it, so this statement's snapshot holds every
+-- claim of the queue committed before). A claim without the lock takes
+-- nothing from such a queue; it is reported (rank 0, unlocked) and the
+-- backend claims again with the lock.
+gate AS (
+    SELECT q.name, l.limited, u.unlocked, l.ttl, u.tokens,
+           CASE WHEN (p.policy->>'paused')::boolean OR u.unlocked THEN 0
+                ELSE greatest(0, least({{limit}}, floor(u.tokens + 1e-9)::int,
+                    l.most - (SELECT count(*) FROM (
+                        SELECT FROM {schema}.jobs AS a
+                        WHERE l.most > 0 AND a.state = 'active' AND a.queue = q.name
+                          AND a.id NOT IN (SELECT id FROM done) LIMIT l.most) AS n)))
+           END AS share
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    LEFT JOIN {schema}.queues AS p ON p.name = q.name, clock,
+    {lease},
+    LATERAL (SELECT l.limited AND q.name <> ALL(%(locked)s::text[]),
+                    least(l.rate, coalesce(p.rate_tokens + greatest(clock.now - p.rate_at, 0)
+                                           * l.rate / (p.policy->>'rate_interval')::float8,
+                                           l.rate))) AS u(unlocked, tokens)
+)
+
+-- name: shared
+-- (A part of complete_and_claim_limited, written into it.) The candidates
+-- within each queue's share.
+(SELECT *, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, seq) AS nth
+ FROM candidates) AS c
+JOIN gate AS g ON g.name = c.queue AND c.nth <= g.share
+
+-- name: bucket
+-- (A part of complete_and_claim_limited, written into it.)
+bucket AS (  -- each start takes a token
+    UPDATE {schema}.queues AS p SET rate_tokens = g.tokens - n.c, rate_at = clock.now
+    FROM gate AS g, clock, (SELECT queue, count(*) FROM claimed GROUP BY 1) AS n(queue, c)
+    WHERE p.name = g.name AND n.queue = g.name AND g.tokens IS NOT NULL
+)
 
 -- name: heartbeat
 -- The leases one worker presents, in one statement; returns those it still
@@ -368,6 +445,13 @@ recorded_input AS (
 ),
 {record_events}
 SELECT queue FROM done, announced
+
+-- name: lock_queues
+-- The rows of the queues with a fleet-wide limit a claim takes from, locked
+-- until it commits, in one order: claims of one such queue go one at a time.
+-- NO KEY UPDATE: enqueues, which only make sure the row exists, never wait.
+SELECT name FROM {schema}.queues WHERE name = ANY(%(queues)s::text[])
+ORDER BY name FOR NO KEY UPDATE
 
 -- name: job_exists
 SELECT 1 FROM {schema}.jobs WHERE id = %(id)s
@@ -525,6 +609,26 @@ recorded_input AS (
 {record_events}
 SELECT count(*), (SELECT n FROM announced) FROM purged
 
+-- name: delete_queue_jobs
+-- Every job of the queue but the active ones, with its history: locked by
+-- the delete, none of them can be claimed meanwhile. The caller then counts
+-- the active ones (a fresh snapshot: those claimed before the delete came)
+-- and rolls back if there are any.
+WITH gone AS (
+    DELETE FROM {schema}.jobs WHERE queue = %(queue)s AND state <> 'active' RETURNING id
+),
+history AS (
+    DELETE FROM {schema}.attempts AS a USING gone WHERE a.job_id = gone.id
+)
+SELECT count(*) FROM gone
+
+-- name: active_in_queue
+SELECT count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'active'
+
+-- name: delete_queue
+WITH events AS (DELETE FROM {schema}.events WHERE queue = %(queue)s)
+DELETE FROM {schema}.queues WHERE name = %(queue)s
+
 -- name: get_job
 SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s
 
@@ -603,8 +707,14 @@ ON CONFLICT (id) DO UPDATE SET lock_no = excluded.lock_no, last_seen = excluded.
 DELETE FROM {schema}.workers WHERE id = %(id)s
 
 -- name: list_workers
-SELECT id, hostname, pid, queues::text, started_at, last_seen FROM {schema}.workers
-ORDER BY started_at
+-- With the leases each holds (active jobs are few: the fleet's slots and
+-- claims ahead, read through jobs_lease).
+SELECT w.id, w.hostname, w.pid, w.queues::text, w.started_at, w.last_seen,
+       coalesce(h.n, 0)
+FROM {schema}.workers AS w
+LEFT JOIN (SELECT worker, count(*) AS n FROM {schema}.jobs WHERE state = 'active'
+           GROUP BY worker) AS h ON h.worker = w.id
+ORDER BY w.started_at
 
 -- name: read_events
 -- The rows of events from (%(xid)s, %(id)s) on (the row of the last event

@@ -42,6 +42,7 @@ from tenure.backends.base import (
     claim_limit,
     cursor_seq,
     not_cancellable,
+    queue_busy,
 )
 from tenure.backends.redis import codec
 from tenure.backends.redis.events import EventReader
@@ -65,6 +66,7 @@ log = logging.getLogger("tenure.redis")
 ENQUEUE_CHUNK = 500  # jobs per enqueue script call: bounds how long one call holds Redis
 ENQUEUE_WINDOW = 2  # enqueue pipelines in flight at once
 PROMOTE_MAX = 1000  # due scheduled jobs one claim promotes per queue
+DELETE_PIECE = 1000  # jobs one delete_queue call deletes: bounds how long it holds Redis
 ID_CACHE = 100_000  # job id -> queue entries this backend remembers
 DEFAULTS = QueuePolicy()
 
@@ -501,6 +503,25 @@ class RedisBackend:
                 self._queue_of_id.pop(job_id.decode(), None)
         return len(gone)
 
+    async def delete_queue(self, queue: str) -> int:
+        """delete_queue.lua, a piece at a time, then the queue's name."""
+        check_name("queue", queue)
+        deleted = 0
+        while True:
+            code, left, *ids = await self.runner.call(
+                "delete_queue", [self.keys.queue(queue)], [DELETE_PIECE]
+            )
+            if code == INVALID_TRANSITION:
+                raise queue_busy(queue, int(left))
+            if not ids:
+                break
+            await self.runner.command("HDEL", self.keys.jobs, *ids)
+            for job_id in ids:
+                self._queue_of_id.pop(job_id.decode(), None)
+            deleted += len(ids)
+        await self.runner.command("SREM", self.keys.queues, queue)
+        return deleted
+
     async def get(self, job_id: str) -> Job:
         queue = await self._queue_of(check_job_id(job_id))
         keys = [self.keys.queue(queue)]
@@ -573,7 +594,8 @@ class RedisBackend:
             stored = await self.runner.command("GET", key, repeatable=True)
             policy = QueuePolicy.from_json(stored).replace(**changes)  # InvalidInput: no change
             new = orjson.dumps(policy.to_dict())
-            if await self.runner.call("change_policy", [key], [stored or b"", new],
+            prefix = [self.keys.queue(queue)]
+            if await self.runner.call("change_policy", prefix, [stored or b"", new],
                                       repeatable=True):  # fmt: skip
                 await self.runner.command("SADD", self.keys.queues, queue, repeatable=True)
                 return policy
@@ -596,14 +618,30 @@ class RedisBackend:
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         _, *entries = await self.runner.call("workers", [self.keys.fleet], repeatable=True)
+        ids = [worker_id.decode() for worker_id, *_ in entries]
+        leases = await self._leases_held(ids)
         found = []
-        for worker_id, info, started_at, last_seen in entries:
+        for worker_id, (_, info, started_at, last_seen) in zip(ids, entries, strict=True):
             data = orjson.loads(info)
             found.append(
-                WorkerInfo(worker_id.decode(), data["hostname"], int(data["pid"]),
-                           tuple(data["queues"]), float(started_at), float(last_seen))
+                WorkerInfo(worker_id, data["hostname"], int(data["pid"]), tuple(data["queues"]),
+                           float(started_at), float(last_seen), leases.get(worker_id, 0))
             )  # fmt: skip
         return sorted(found, key=lambda w: (w.started_at, w.id))
+
+    async def _leases_held(self, worker_ids: builtins.list[str]) -> dict[str, int]:
+        """Active jobs each worker holds: the sizes of its held sets, one per
+        queue (each in its queue's hash slot), in one round trip."""
+        queues = await self.queues()
+        pairs = [(w, q) for w in worker_ids for q in queues]
+        if not pairs:
+            return {}
+        calls = [Call.command("SCARD", self.keys.queue(q) + f"held:{w}") for w, q in pairs]
+        sizes = await self.runner.pipeline(calls, repeatable=True)
+        held: dict[str, int] = {}
+        for (w, _), n in zip(pairs, sizes, strict=True):
+            held[w] = held.get(w, 0) + int(n)
+        return held
 
     async def _warn_if_volatile(self) -> None:
         """Once per backend: a server without AOF loses jobs when it restarts."""

@@ -36,7 +36,8 @@ NAMES = (
     "enqueue", "enqueue_tick", "claim", "cycle", "heartbeat", "progress", "complete", "fail",
     "release",
     "sweep_guard", "sweep", "orphans", "recover",
-    "peek", "cancel", "retry_dead", "purge_dead", "get", "list", "counts", "lag",
+    "peek", "cancel", "retry_dead", "purge_dead", "delete_queue", "get", "list", "counts",
+    "lag",
     "register", "deregister", "touch", "workers", "change_policy",
 )  # fmt: skip
 

@@ -45,6 +45,7 @@ from tenure.backends.sqlite.queries import Q
 from tenure.backends.sqlite.storage import StorageFile
 from tenure.backends.sqlite.within import CallerTransactions
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
+from tenure.core import limits
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.events import EventKind, failure_events
 from tenure.core.payload import encode
@@ -142,6 +143,9 @@ class SQLiteBackend(Opening, Operators, EventReading):
         self._last_trim = 0.0  # when this sweeper last applied events' retention
         self._events_off: set[str] = set()  # queues whose last claim found events off
         self.callers = CallerTransactions(self, LATEST)  # enqueue in a caller's transaction
+        # Queues whose last claim found a max_active: a completion there may let
+        # an idle worker claim, so it rings the doorbells.
+        self._limited: set[str] = set()
 
     @classmethod
     def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteBackend:
@@ -366,7 +370,15 @@ class SQLiteBackend(Opening, Operators, EventReading):
         rows = conn.execute(_claimable(len(queues)), (*params, limit)).fetchall()
         if not rows:
             return []
-        policies = self._policies(conn, {q for _, q in rows})
+        policies = self._policies(conn, queues)
+        if self._limited:
+            self._limited -= {q for q, p in policies.items() if p.max_active is None}
+        if any(p.paused or p.limited for p in policies.values()):
+            shares = self._shares(conn, policies, limit, now)  # then the claim again, within them
+            if not shares:
+                return []
+            params = [x for q, n in shares.items() for x in (q, n)]
+            rows = conn.execute(_claimable(len(shares)), (*params, limit)).fetchall()
         leases = []
         for seq, queue in rows:
             policy = policies[queue]
@@ -375,6 +387,7 @@ class SQLiteBackend(Opening, Operators, EventReading):
         rank = {seq: i for i, (seq, _) in enumerate(rows)}  # back in claim order
         taken.sort(key=lambda row: rank[row[SEQ]])
         jobs = [job_from_row(row[:SEQ]) for row in taken]
+        self._took_from_buckets(conn, policies, jobs, now)
         off = {q for q, p in policies.items() if not p.events}
         self._events_off = (self._events_off - policies.keys()) | off
         if len(off) < len(policies):
@@ -383,10 +396,56 @@ class SQLiteBackend(Opening, Operators, EventReading):
                                for j in jobs])  # fmt: skip
         return jobs
 
+    def _shares(
+        self, conn: sqlite3.Connection, policies: dict[str, QueuePolicy], limit: int, now: float
+    ) -> dict[str, int]:
+        """How many jobs the claim may take from each queue: ``limit``, less where
+        a fleet-wide limit or a pause holds (tenure.core.limits), counted under
+        the write lock. A queue held back entirely is left out."""
+        shares = {}
+        for queue, policy in policies.items():
+            share = limit
+            if policy.limited or policy.paused:
+                active = 0
+                if policy.max_active is not None:
+                    (active,) = conn.execute(Q["active_in_queue"], (queue,)).fetchone()
+                tokens = None
+                if policy.rate_limit is not None:
+                    tokens = self._bucket(conn, policy, queue, now)
+                share = limits.allowance(policy, limit, active, tokens)
+            if share > 0:
+                shares[queue] = share
+            if policy.max_active is not None:
+                self._limited.add(queue)
+        return shares
+
+    def _took_from_buckets(
+        self,
+        conn: sqlite3.Connection,
+        policies: dict[str, QueuePolicy],
+        jobs: list[Job],
+        now: float,
+    ) -> None:
+        """Each started job takes a token from its queue's rate bucket."""
+        for queue, policy in policies.items():
+            if policy.rate_limit is None:
+                continue
+            started = sum(1 for j in jobs if j.queue == queue)
+            if started:
+                tokens = self._bucket(conn, policy, queue, now) - started
+                conn.execute(Q["take_from_bucket"], (tokens, now, queue))
+
+    @staticmethod
+    def _bucket(conn: sqlite3.Connection, policy: QueuePolicy, queue: str, now: float) -> float:
+        """The tokens in the queue's rate bucket now."""
+        tokens, at = conn.execute(Q["rate_bucket"], (queue,)).fetchone() or (None, None)
+        return limits.refilled(policy, tokens, at, now)
+
     def _policies(
         self, conn: sqlite3.Connection, queues: Collection[str]
     ) -> dict[str, QueuePolicy]:
-        found = dict(conn.execute(_for_queues("policies", len(queues)), tuple(queues)).fetchall())
+        queues = tuple(dict.fromkeys(queues))
+        found = dict(conn.execute(_for_queues("policies", len(queues)), queues).fetchall())
         return {q: _policy_of(found.get(q)) for q in queues}
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
@@ -436,6 +495,8 @@ class SQLiteBackend(Opening, Operators, EventReading):
         # read by every claim): completing costs nothing more there.
         off = self._events_off
         record(conn, now, [(q, EventKind.COMPLETED, i, None) for i, _, q in done if q not in off])
+        if self._limited and any(q in self._limited for _, _, q in done):
+            self._ring(conn)
         return {(i, f) for i, f, _ in items} - {(i, f) for i, f, _ in done}
 
     async def fail(

@@ -18,6 +18,7 @@ from tenure.backends.base import (
     check_listing,
     cursor_seq,
     not_cancellable,
+    queue_busy,
 )
 from tenure.backends.rows import attempt_from_row, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
@@ -88,6 +89,23 @@ class Operators:
                 self._ring(conn)
             record(conn, self.clock.now(), [(queue, kind, i, None) for i in ids])
             return len(ids)
+
+    async def delete_queue(self, queue: str) -> int:
+        check_name("queue", queue)
+
+        def run() -> int:
+            with self._tx() as conn:
+                (active,) = conn.execute(Q["active_in_queue"], (queue,)).fetchone()
+                if active:
+                    raise queue_busy(queue, active)
+                conn.execute(Q["delete_queue_attempts"], (queue,))
+                deleted = conn.execute(Q["delete_queue_jobs"], (queue,)).rowcount
+                conn.execute(Q["delete_queue_events"], (queue,))
+                conn.execute(Q["empty_newest_event"], (queue,))
+                conn.execute(Q["delete_queue"], (queue,))
+                return int(deleted)
+
+        return await self._run(run)
 
     async def get(self, job_id: str) -> Job:
         check_job_id(job_id)
@@ -177,6 +195,7 @@ class Operators:
                 row = conn.execute(Q["get_policy"], (queue,)).fetchone()
                 policy = QueuePolicy.from_json(None if row is None else row[0]).replace(**changes)
                 conn.execute(Q["set_policy"], (queue, orjson.dumps(policy.to_dict()).decode()))
+                self._ring(conn)  # it may let idle workers claim (a resume)
             return policy
 
         return await self._run(run)
@@ -208,8 +227,9 @@ class Operators:
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         def run() -> builtins.list[WorkerInfo]:
+            leases = dict(self.conn.execute(Q["leases_held"]).fetchall())
             return [
-                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen)
+                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, leases.get(i, 0))
                 for i, h, p, q, s, seen in self.conn.execute(Q["list_workers"])
             ]
 

@@ -48,6 +48,16 @@ SELECT * FROM (SELECT seq, queue, priority, run_at FROM jobs
                WHERE state = 'queued' AND queue = ?
                ORDER BY priority DESC, run_at, seq LIMIT ?)
 
+-- name: active_in_queue
+-- How many jobs of a queue with max_active are active (through jobs_queue_state).
+SELECT count(*) FROM jobs WHERE queue = ? AND state = 'active'
+
+-- name: rate_bucket
+SELECT rate_tokens, rate_at FROM queues WHERE name = ?
+
+-- name: take_from_bucket
+UPDATE queues SET rate_tokens = ?, rate_at = ? WHERE name = ?
+
 -- name: take_leases
 -- queued -> active for the jobs ?3 lists (a JSON array of [seq, lease_ttl]), in
 -- one statement: a new fence, a new attempt and a lease (none when lease_ttl is
@@ -217,6 +227,24 @@ DELETE FROM jobs WHERE queue = ? AND state = 'dead' RETURNING id
 -- name: purge_dead_one
 DELETE FROM jobs WHERE queue = ? AND state = 'dead' AND id = ? RETURNING id
 
+-- name: delete_queue_attempts
+DELETE FROM attempts WHERE job_id IN (SELECT id FROM jobs WHERE queue = ?)
+
+-- name: delete_queue_jobs
+DELETE FROM jobs WHERE queue = ?
+
+-- name: delete_queue_events
+-- The newest row stays (as in trim_events: the next event's number follows
+-- it), emptied of its events.
+DELETE FROM events WHERE queue = ? AND id < (SELECT max(id) FROM events)
+
+-- name: empty_newest_event
+UPDATE events SET jobs = '[]', data = NULL
+WHERE queue = ? AND id = (SELECT max(id) FROM events)
+
+-- name: delete_queue
+DELETE FROM queues WHERE name = ?
+
 -- name: get_job
 SELECT {job_columns} FROM jobs WHERE id = ?
 
@@ -262,6 +290,10 @@ SELECT id FROM workers
 
 -- name: list_workers
 SELECT id, hostname, pid, queues, started_at, last_seen FROM workers ORDER BY started_at
+
+-- name: leases_held
+-- Active jobs by lease holder (through jobs_worker).
+SELECT worker, count(*) FROM jobs WHERE state = 'active' AND worker IS NOT NULL GROUP BY worker
 
 -- name: record_events
 -- Lifecycle events at time ?1, for those of the queues that record them: ?2 a
