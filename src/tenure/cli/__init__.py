@@ -15,7 +15,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tenure.cli import bench, chaos, dlq, events, jobs, policy, worker
+from tenure.cli import bench, chaos, dlq, events, jobs, policy, serve, worker
 from tenure.cli.common import CliState
 from tenure.cli.output import report
 from tenure.config import DEFAULT_URL
@@ -80,6 +80,7 @@ for command in (
     events.events,
     policy.policy,
     worker.worker,
+    serve.serve,
     chaos.chaos,
     bench.bench,
 ):

@@ -1,0 +1,107 @@
+"""``tenure serve``: the HTTP API and live lifecycle events over SSE.
+
+Built on Starlette rather than FastAPI: the ``web`` extra already installs it,
+and FastAPI would add pydantic to validate what tenure's own checks validate
+already (with the messages the CLI and the library give); the OpenAPI document
+is derived from tenure's dataclasses instead (``tenure.web.openapi``).
+
+``asgi_app(app)`` is the whole server as one ASGI app, which ``tenure serve``
+runs under uvicorn and which a user may mount in their own ASGI app::
+
+    from starlette.routing import Mount
+    routes = [Mount("/tenure", app=tenure.web.asgi_app(app, token=...))]
+
+Importing ``tenure`` never imports this package (nor Starlette).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from tenure.app import App
+from tenure.errors import BackendUnavailable, InvalidInput, InvalidTransition, JobNotFound
+from tenure.web.api import Api
+from tenure.web.guard import Guard
+from tenure.web.openapi import document
+from tenure.web.responses import JSON, error_response
+from tenure.web.sse import EventStream
+
+# tenure's errors as HTTP: the most specific class first (InvalidTransition is an InvalidInput).
+STATUS: dict[type[Exception], int] = {
+    InvalidTransition: 409,
+    InvalidInput: 400,
+    JobNotFound: 404,
+    BackendUnavailable: 503,
+}
+
+
+def asgi_app(app: App, *, token: str | None = None, any_host: bool = False) -> ASGIApp:
+    """The server over ``app``: its API, events and (soon) dashboard, behind
+    ``tenure.web.guard.Guard``. ``token`` (default: ``$TENURE_TOKEN``, if set) is
+    then needed by every request. Without one, only requests addressed to
+    localhost are answered, unless ``any_host`` (your own app authenticates
+    requests before they reach this one). The App's backend on the server's
+    loop is the caller's to close (``await app.aclose()``)."""
+    token = token if token is not None else os.environ.get("TENURE_TOKEN") or None
+    openapi = JSON(document())
+
+    async def openapi_json(request: Request) -> Response:
+        return openapi
+
+    async def index(request: Request) -> Response:
+        # The dashboard's place; until then, where the API is.
+        return HTMLResponse(
+            '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>tenure</title>'
+            '</head><body><h1>tenure</h1><p>The API: <a href="api/openapi.json">'
+            "api/openapi.json</a>; live events: api/events.</p></body></html>"
+        )
+
+    routes = [
+        Route("/", index, methods=["GET"]),
+        Route("/api/openapi.json", openapi_json, methods=["GET"]),
+        Route("/api/events", EventStream(app).respond, methods=["GET"]),
+        *Api(app).routes(),
+        # /metrics goes here: tenure.metrics (Prometheus, another branch) serves the
+        # App's registry; it is guarded by the token like every route.
+    ]
+    handlers = {cls: _error_handler(status) for cls, status in STATUS.items()}
+    server = Starlette(
+        routes=routes,
+        exception_handlers={
+            **handlers,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
+    )
+    return Guard(server, token, any_host=any_host)
+
+
+def _error_handler(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
+    async def handler(request: Request, exc: Exception) -> Response:
+        return error_response(status, type(exc).__name__, str(exc) or type(exc).__name__)
+
+    return handler
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    response = error_response(exc.status_code, "HTTPError", exc.detail)
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    # Starlette raises it again after this response, for the server to log.
+    return error_response(500, "InternalError", "unexpected error; see the server's log")
+
+
+__all__ = ["asgi_app"]
