@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -63,7 +67,7 @@ def serve(host: str, port: int, token_file: Path | None) -> None:
         timeout_graceful_shutdown=SHUTDOWN_GRACE,
         log_level="info",
     )
-    server = uvicorn.Server(config)
+    server = _quiet_exit(uvicorn.Server)(config)
     click.echo(f"storage: {redacted(app.url)}; token: {'required' if token else 'none'}")
 
     async def run() -> None:
@@ -73,3 +77,22 @@ def serve(host: str, port: int, token_file: Path | None) -> None:
             await app.aclose()
 
     asyncio.run(run())
+
+
+def _quiet_exit(server_class: type[Any]) -> type[Any]:
+    """uvicorn's server, except that SIGINT or SIGTERM ends it with exit code 0
+    once it stopped and storage is closed: uvicorn raises the signal again
+    when it stopped, which would kill the process before storage is closed."""
+
+    class Server(server_class):  # type: ignore[misc]
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            stops = (signal.SIGINT, signal.SIGTERM)
+            originals = {sig: signal.signal(sig, self.handle_exit) for sig in stops}
+            try:
+                yield
+            finally:
+                for sig, handler in originals.items():
+                    signal.signal(sig, handler)
+
+    return Server
