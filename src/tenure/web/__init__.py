@@ -1,4 +1,4 @@
-"""``tenure serve``: the HTTP API and live lifecycle events over SSE.
+"""``tenure serve``: the HTTP API, live lifecycle events over SSE, and the dashboard.
 
 Built on Starlette rather than FastAPI: the ``web`` extra already installs it,
 and FastAPI would add pydantic to validate what tenure's own checks validate
@@ -22,15 +22,16 @@ from collections.abc import Awaitable, Callable
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from tenure.app import App
 from tenure.errors import BackendUnavailable, InvalidInput, InvalidTransition, JobNotFound
 from tenure.web.api import Api
-from tenure.web.guard import Guard
+from tenure.web.guard import Guard, route_path
 from tenure.web.openapi import document
+from tenure.web.pages import Pages, error_page
 from tenure.web.responses import JSON, error_response
 from tenure.web.sse import EventStream
 
@@ -44,7 +45,7 @@ STATUS: dict[type[Exception], int] = {
 
 
 def asgi_app(app: App, *, token: str | None = None, any_host: bool = False) -> ASGIApp:
-    """The server over ``app``: its API, events and (soon) dashboard, behind
+    """The server over ``app``: its API, events and dashboard, behind
     ``tenure.web.guard.Guard``. ``token`` (default: ``$TENURE_TOKEN``, if set) is
     then needed by every request. Without one, only requests addressed to
     localhost are answered, unless ``any_host`` (your own app authenticates
@@ -56,19 +57,11 @@ def asgi_app(app: App, *, token: str | None = None, any_host: bool = False) -> A
     async def openapi_json(request: Request) -> Response:
         return openapi
 
-    async def index(request: Request) -> Response:
-        # The dashboard's place; until then, where the API is.
-        return HTMLResponse(
-            '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>tenure</title>'
-            '</head><body><h1>tenure</h1><p>The API: <a href="api/openapi.json">'
-            "api/openapi.json</a>; live events: api/events.</p></body></html>"
-        )
-
     routes = [
-        Route("/", index, methods=["GET"]),
         Route("/api/openapi.json", openapi_json, methods=["GET"]),
         Route("/api/events", EventStream(app).respond, methods=["GET"]),
         *Api(app).routes(),
+        *Pages(app).routes(),
         # /metrics goes here: tenure.metrics (Prometheus, another branch) serves the
         # App's registry; it is guarded by the token like every route.
     ]
@@ -86,14 +79,22 @@ def asgi_app(app: App, *, token: str | None = None, any_host: bool = False) -> A
 
 def _error_handler(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
     async def handler(request: Request, exc: Exception) -> Response:
-        return error_response(status, type(exc).__name__, str(exc) or type(exc).__name__)
+        return _error(request, status, type(exc).__name__, str(exc) or type(exc).__name__)
 
     return handler
 
 
+def _error(request: Request, status: int, error: str, message: str) -> Response:
+    """A JSON error; a page, for a browser that asked for a page."""
+    wants_page = "text/html" in request.headers.get("accept", "")
+    if wants_page and not route_path(request.scope).startswith("/api/"):
+        return error_page(request, status, message)
+    return error_response(status, error, message)
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    response = error_response(exc.status_code, "HTTPError", exc.detail)
+    response = _error(request, exc.status_code, "HTTPError", exc.detail)
     if exc.headers:
         response.headers.update(exc.headers)
     return response

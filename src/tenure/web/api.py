@@ -107,7 +107,7 @@ class Api:
         """A page of dead jobs, newest first, and how many died of each reason."""
         queue = check_name("queue", request.path_params["queue"])
         page = await self.app.ajobs(queue, State.DEAD, _limit(request), _param(request, "after"))
-        reasons, complete = await self._tally(queue, State.DEAD, "dead_reason")
+        reasons, complete = await tally(await self.backend(), queue, State.DEAD, "dead_reason")
         return JSON({
             "jobs": [job_dict(j) for j in page.jobs], "next_cursor": page.next_cursor,
             "counts_by_reason": reasons, "counts_complete": complete,
@@ -134,22 +134,23 @@ class Api:
 
     async def workers(self, request: Request) -> JSON:
         """Registered workers, each with how many leases (active jobs) it holds."""
-        leases, complete = await self._tally(None, State.ACTIVE, "worker")
+        leases, complete = await tally(await self.backend(), None, State.ACTIVE, "worker")
         workers = [
             {**dataclasses.asdict(w), "leases": leases.get(w.id, 0)}
             for w in await (await self.backend()).workers()
         ]
         return JSON({"workers": workers, "counts_complete": complete})
 
-    async def _tally(
-        self, queue: str | None, state: State, field: str
-    ) -> tuple[dict[str, int], bool]:
-        """How many of the newest LIST_LIMIT jobs in ``state`` have each value of
-        ``field``; and whether those were all of them. (No backend verb counts
-        by field: one listing bounds the cost of a request.)"""
-        page = await (await self.backend()).list(queue, state, LIST_LIMIT)
-        counted = Counter(str(getattr(j, field)) for j in page.jobs)
-        return dict(counted), page.next_cursor is None
+
+async def tally(
+    backend: Backend, queue: str | None, state: State, field: str
+) -> tuple[dict[str, int], bool]:
+    """How many of the newest LIST_LIMIT jobs in ``state`` have each value of
+    ``field``; and whether those were all of them. (No backend verb counts by
+    field: one listing bounds the cost of a request.)"""
+    page = await backend.list(queue, state, LIST_LIMIT)
+    counted = Counter(str(getattr(j, field)) for j in page.jobs)
+    return dict(counted), page.next_cursor is None
 
 
 def _param(request: Request, name: str) -> str | None:
