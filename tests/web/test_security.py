@@ -43,7 +43,7 @@ def security_headers_in(response: httpx.Response) -> None:
     assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
     assert "unsafe-inline" not in csp
     assert response.headers["x-content-type-options"] == "nosniff"
-    assert response.headers["referrer-policy"] == "no-referrer"
+    assert response.headers["referrer-policy"] == "same-origin"
 
 
 def test_without_the_token__every_request_gets_401(guarded: Served, sqlite_app: App) -> None:

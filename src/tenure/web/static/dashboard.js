@@ -41,7 +41,10 @@ function refreshCounts() {
   api("GET", root + "/api/queues").then((data) => {
     for (const queue of data.queues) {
       const row = document.querySelector(`tr[data-queue="${CSS.escape(queue.name)}"]`);
-      if (!row) continue;
+      if (!row) {
+        location.reload();  // a new queue: the page has no row for it yet
+        return;
+      }
       for (const [state, n] of Object.entries(queue.counts)) {
         const cell = row.querySelector(`td[data-state="${state}"]`);
         if (cell) cell.textContent = String(n);
