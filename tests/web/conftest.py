@@ -19,10 +19,10 @@ from tenure.web import asgi_app
 class Served:
     """One running server; ``client`` talks to it (the headers given, as a browser would)."""
 
-    def __init__(self, app: App, **options: Any) -> None:
+    def __init__(self, app: App, asgi: Any = None, **options: Any) -> None:
         self.app = app
         config = uvicorn.Config(
-            asgi_app(app, **options), host="127.0.0.1", port=0, log_level="warning",
+            asgi or asgi_app(app, **options), host="127.0.0.1", port=0, log_level="warning",
             timeout_graceful_shutdown=1,
         )  # fmt: skip
         self.server = uvicorn.Server(config)
@@ -57,12 +57,13 @@ class Served:
 
 @pytest.fixture
 def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Served]]:
-    """``serve(app, token=..., any_host=...)``: a server for ``app``, stopped at teardown."""
+    """``serve(app, token=..., any_host=...)``: a server for ``app``, stopped at
+    teardown; ``serve(app, asgi)`` serves ``asgi`` (which uses ``app``) instead."""
     monkeypatch.delenv("TENURE_TOKEN", raising=False)
     started: list[Served] = []
 
-    def start(app: App, **options: Any) -> Served:
-        served = Served(app, **options)
+    def start(app: App, asgi: Any = None, **options: Any) -> Served:
+        served = Served(app, asgi, **options)
         started.append(served)
         return served
 

@@ -13,9 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner, Result
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
 from tenure import App
 from tenure.cli import cli
+from tenure.web import asgi_app
 from tenure.web.guard import SESSION_COOKIE
 from tests.conftest import PostgresServer
 from tests.servers import free_port, wait_port
@@ -110,6 +113,24 @@ def test_without_a_token__only_requests_to_localhost_are_answered(
     rebound = server.client(host="attacker.example").get("/api/queues")  # DNS rebinding
     assert rebound.status_code == 403
     assert "localhost" in rebound.json()["message"]
+    behind_its_owners_login = serve(sqlite_app, any_host=True)
+    assert behind_its_owners_login.client(host="ops.example").get("/api/queues").status_code == 200
+
+
+def test_mounted_under_a_prefix__links_redirects_and_cookie_follow_it(
+    serve: Callable[..., Served], sqlite_app: App
+) -> None:
+    outer = Starlette(routes=[Mount("/ops/tenure", app=asgi_app(sqlite_app, token=TOKEN))])
+    browser = serve(sqlite_app, outer).client()
+    to_login = browser.get("/ops/tenure/", headers={"accept": "text/html"})
+    assert to_login.status_code == 303 and to_login.headers["location"] == "/ops/tenure/login"
+    login = browser.post("/ops/tenure/login", data={"token": TOKEN})
+    assert login.headers["location"] == "/ops/tenure/"
+    assert "Path=/ops/tenure/" in login.headers["set-cookie"]
+    page = browser.get("/ops/tenure/", headers={"accept": "text/html"}).text
+    assert 'src="/ops/tenure/static/dashboard.js"' in page
+    assert browser.get("/ops/tenure/static/dashboard.js").status_code == 200
+    assert browser.get("/ops/tenure/api/queues").json()["queues"] == []
 
 
 def test_security_headers__on_every_response(serve: Callable[..., Served], sqlite_app: App) -> None:
