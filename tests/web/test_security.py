@@ -71,6 +71,8 @@ def test_login_form__sets_an_httponly_strict_session_cookie(guarded: Served) -> 
     form = browser.get("/login")
     assert form.status_code == 200 and 'name="token"' in form.text and "<script" not in form.text
     assert browser.post("/login", data={"token": "wrong-token-0123456789"}).status_code == 401
+    assert browser.post("/login").status_code == 401
+    assert browser.post("/login", data={"token": "x" * 5000}).status_code == 413
     login = browser.post("/login", data={"token": TOKEN})
     assert login.status_code == 303
     cookie = login.headers["set-cookie"]

@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable
 from urllib.parse import parse_qs, urlsplit
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -112,7 +113,7 @@ class Guard:
         if refusal is not None:
             await refusal(scope, receive, send_guarded)
         elif self.token is not None and route_path(scope) in LOGIN_PATHS:
-            await self.login(request)(scope, receive, send_guarded)
+            await self.login(scope, receive, send_guarded)
         else:
             await self.inner(scope, receive, send_guarded)
 
@@ -160,31 +161,36 @@ class Guard:
         response.headers["www-authenticate"] = 'Bearer realm="tenure"'
         return response
 
-    def login(self, request: Request) -> ASGIApp:
+    def logged_in(self, request: Request) -> Response:
+        """The way back to the dashboard, with the session cookie."""
+        root = _root(request.scope)
+        response = RedirectResponse(root + "/", 303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            self.session or "",
+            path=root + "/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    async def login(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The login form (GET), or a login (POST): its cookie, or the form again."""
+        request = Request(scope, receive)
+        await (await self._login(request))(scope, receive, send)
 
-        async def app(scope: Scope, receive: Receive, send: Send) -> None:
-            req = Request(scope, receive)
-            if req.method != "POST":
-                response: Response = HTMLResponse(login_page(""))
-            else:
-                body = await read_body(req, LOGIN_BODY_LIMIT)
-                given = parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0]
-                if self.matches(given):
-                    response = RedirectResponse(_root(scope) + "/", 303)
-                    response.set_cookie(
-                        SESSION_COOKIE,
-                        self.session or "",
-                        path=_root(scope) + "/",
-                        httponly=True,
-                        samesite="strict",
-                        secure=req.url.scheme == "https",
-                    )
-                else:
-                    response = HTMLResponse(login_page("wrong token"), 401)
-            await response(scope, receive, send)
-
-        return app
+    async def _login(self, request: Request) -> Response:
+        if request.method != "POST":
+            return HTMLResponse(login_page(""))
+        try:
+            body = await read_body(request, LOGIN_BODY_LIMIT)
+        except HTTPException as exc:  # outside Starlette's handlers, here
+            return error_response(exc.status_code, "HTTPError", exc.detail)
+        given = parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0]
+        if self.matches(given):
+            return self.logged_in(request)
+        return HTMLResponse(login_page("wrong token"), 401)
 
 
 def cross_site(request: Request) -> bool:
