@@ -94,6 +94,10 @@ def test_dashboard__live_jobs_recovery_dlq_and_policy(
         board.open("/workers")
         expect(page.locator("td code", has_text="worker-1")).to_be_visible()
         board.shoot("workers")
+        page.set_viewport_size({"width": 390, "height": 844})  # a phone
+        board.open("/")
+        expect(page.locator("#chart .bar").first).to_be_attached()
+        board.shoot("phone")
     finally:
         app.close()
 
