@@ -10,6 +10,7 @@ import pytest
 
 from tenure import App
 from tenure.web import sse
+from tests.conformance.helpers import wait_for
 
 
 def messages(lines: Iterator[str]) -> Iterator[dict[str, str]]:
@@ -71,3 +72,20 @@ def test_events__idle_stream_sends_keep_alive_comments(
         stream = messages(response.iter_lines())
         assert next(stream) == {"retry": str(sse.RETRY_MS)}
         assert [next(stream) for _ in range(2)] == [{"comment": "keep-alive"}] * 2
+
+
+def test_events__streams_beyond_the_limit_get_503_until_one_ends(
+    api: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sse, "MAX_STREAMS", 1)
+    with api.stream("GET", "/api/events") as first:
+        stream = messages(first.iter_lines())  # kept: once collected, it closes the response
+        assert next(stream) == {"retry": str(sse.RETRY_MS)}
+        refused = api.get("/api/events", timeout=5)
+        assert refused.status_code == 503 and refused.json()["error"] == "TooManyStreams"
+
+    def a_stream_opens() -> bool:
+        with api.stream("GET", "/api/events") as again:
+            return again.status_code == 200
+
+    wait_for(a_stream_opens)  # the server notices the first one's end
