@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tenure.core.payload import check as check_json
+from tenure.core.schedules import tick_of
 from tenure.errors import TenureError
 
 # How a backend opens the handler's own transaction that also completes the job:
@@ -33,8 +35,39 @@ class JobContext:
     _progress: Callable[[Any], None] = field(repr=False)
     _heartbeat: Callable[[], None] = field(repr=False)
     _transaction: Transaction | None = field(default=None, repr=False)
+    key: str | None = None  # the job's idempotency key, if it has one
     settled: bool = False  # the handler completed its job in its own transaction
     traceparent: str | None = field(default=None, repr=False)  # its enqueue's trace context
+    _cancelled: bool = field(default=False, repr=False)
+    _task: asyncio.Task[Any] | None = field(default=None, repr=False)  # an async handler's
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the job was cancelled while this attempt runs: stop soon.
+        The worker learns it within a heartbeat; an async handler also gets
+        CancelledError. After the queue's ``cancel_grace`` the executor running
+        the attempt is killed (a thread's is abandoned). From then on, whatever
+        the handler returns or raises, the job ends ``cancelled``."""
+        return self._cancelled
+
+    def _running_in(self, task: asyncio.Task[Any] | None) -> None:
+        """The async handler runs in ``task``: a cancel cancels it (one told before, now)."""
+        self._task = task
+        if self._cancelled and task is not None:
+            task.cancel()
+
+    def _cancel(self) -> None:
+        """From any thread: tell the handler its job was cancelled."""
+        self._cancelled = True
+        task = self._task
+        if task is not None and not task.done():
+            task.get_loop().call_soon_threadsafe(task.cancel)
+
+    @property
+    def tick(self) -> float | None:
+        """The tick a periodic job was enqueued for (seconds since the epoch,
+        from its key), the same at every attempt; None for other jobs."""
+        return tick_of(self.key)
 
     def progress(self, data: Any) -> None:
         """Record a JSON progress report, fenced (raises LeaseLost if the job was

@@ -1,4 +1,6 @@
-"""What operators do and see: cancel, get, list, counts, policies, queues, workers."""
+"""What operators do and see: cancel, get, list, counts, policies, queues, workers.
+
+Cancelling an active job (a request to its worker) is in test_abort.py."""
 
 from __future__ import annotations
 
@@ -31,15 +33,6 @@ def test_cancel_scheduled_job__cancels_it(backend: Any) -> None:
     job = enqueue_one(backend, delay=60)
     assert backend.cancel(job.id).state == State.CANCELLED
     assert backend.get(job.id).state == State.CANCELLED
-
-
-def test_cancel_active_job__raises_invalid_transition(backend: Any, worker: str) -> None:
-    enqueue_one(backend)
-    job = claim_one(backend, worker)
-    before = backend.get(job.id)
-    with pytest.raises(InvalidTransition):
-        backend.cancel(job.id)
-    assert backend.get(job.id) == before
 
 
 def test_cancel_completed_job__raises_invalid_transition(backend: Any, worker: str) -> None:

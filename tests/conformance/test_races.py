@@ -102,10 +102,10 @@ def test_rescued_job_with_live_old_holder__only_the_new_holder_settles(
     assert new.id == old.id
     assert new.fence == old.fence + 1
     # the old holder wakes up
-    assert backend.heartbeat(old_worker, {(old.id, old.fence)}) == {(old.id, old.fence)}
+    assert backend.heartbeat(old_worker, {(old.id, old.fence)}).lost == {(old.id, old.fence)}
     with pytest.raises(LeaseLost):
         backend.complete(old.id, old.fence, "stale result")
-    assert other.heartbeat(new_worker, {(new.id, new.fence)}) == set()
+    assert other.heartbeat(new_worker, {(new.id, new.fence)}).lost == set()
     other.complete(new.id, new.fence, "fresh result")
     stored = backend.get(old.id)
     assert stored.state == State.COMPLETED

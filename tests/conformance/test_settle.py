@@ -45,7 +45,7 @@ def test_heartbeat__moves_every_lease_forward(backend: Any, worker: str) -> None
     leases = {(j.id, j.fence) for j in claimed}
 
     def renewed() -> bool:
-        assert backend.heartbeat(worker, leases) == set()
+        assert backend.heartbeat(worker, leases).lost == set()
         now = {j: backend.get(j).lease_expires_at for j in before}
         return all(now[j] > before[j] for j in before)
 
@@ -62,7 +62,7 @@ def test_heartbeat__keeps_a_healthy_job_from_being_rescued(backend: Any) -> None
     job = claim_one(backend, worker)
     end = time.monotonic() + 2.5 * policy.lease_ttl  # well past the first lease's expiry
     while time.monotonic() < end:
-        assert backend.heartbeat(worker, {(job.id, job.fence)}) == set()
+        assert backend.heartbeat(worker, {(job.id, job.fence)}).lost == set()
         assert backend.rescue().rescued == ()
         time.sleep(policy.heartbeat_interval / 4)
     stored = backend.get(job.id)
@@ -75,20 +75,20 @@ def test_heartbeat__reports_a_completed_lease_as_lost(backend: Any, worker: str)
     backend.enqueue([spec(), spec()])
     done, running = backend.claim(worker, ["default"], 2)
     backend.complete(done.id, done.fence, None)
-    lost = backend.heartbeat(worker, {(done.id, done.fence), (running.id, running.fence)})
+    lost = backend.heartbeat(worker, {(done.id, done.fence), (running.id, running.fence)}).lost
     assert lost == {(done.id, done.fence)}
 
 
 def test_heartbeat__reports_a_stale_fence_as_lost(backend: Any, worker: str) -> None:
     enqueue_one(backend)
     job = claim_one(backend, worker)
-    lost = backend.heartbeat(worker, {(job.id, job.fence - 1), (job.id, job.fence)})
+    lost = backend.heartbeat(worker, {(job.id, job.fence - 1), (job.id, job.fence)}).lost
     assert lost == {(job.id, job.fence - 1)}
 
 
 def test_heartbeat__reports_an_unknown_job_as_lost(backend: Any, worker: str) -> None:
     ghost = (str(uuid.uuid4()), 1)
-    assert backend.heartbeat(worker, {ghost}) == {ghost}
+    assert backend.heartbeat(worker, {ghost}).lost == {ghost}
 
 
 def test_heartbeat__reports_a_rescued_lease_as_lost(backend: Any) -> None:
@@ -97,7 +97,7 @@ def test_heartbeat__reports_a_rescued_lease_as_lost(backend: Any) -> None:
     enqueue_one(backend)
     job = claim_one(backend, worker)
     rescue_until(backend, job.id)
-    assert backend.heartbeat(worker, {(job.id, job.fence)}) == {(job.id, job.fence)}
+    assert backend.heartbeat(worker, {(job.id, job.fence)}).lost == {(job.id, job.fence)}
 
 
 def test_heartbeat_by_another_worker__reports_the_lease_lost_and_renews_nothing(
@@ -107,12 +107,12 @@ def test_heartbeat_by_another_worker__reports_the_lease_lost_and_renews_nothing(
     job = claim_one(backend, worker)
     intruder = register(backend, "worker-2")
     before = backend.get(job.id)
-    assert backend.heartbeat(intruder, {(job.id, job.fence)}) == {(job.id, job.fence)}
+    assert backend.heartbeat(intruder, {(job.id, job.fence)}).lost == {(job.id, job.fence)}
     assert backend.get(job.id) == before
 
 
 def test_heartbeat_with_no_leases__returns_nothing(backend: Any, worker: str) -> None:
-    assert backend.heartbeat(worker, set()) == set()
+    assert backend.heartbeat(worker, set()).lost == set()
 
 
 # -- complete --------------------------------------------------------------------

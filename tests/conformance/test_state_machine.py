@@ -91,6 +91,10 @@ def test_every_path_of_one_job__uses_only_allowed_transitions(backend: Any) -> N
     obs.step(lambda: backend.cancel(scheduled.id))  # scheduled -> cancelled
     queued = obs.step(lambda: enqueue_one(backend))
     obs.step(lambda: backend.cancel(queued.id))  # queued -> cancelled
+    running = obs.step(lambda: enqueue_one(backend))
+    obs.step(lambda: claim_one(backend, w))
+    obs.step(lambda: backend.cancel(running.id))  # active, cancel requested
+    obs.step(lambda: rescue_until(backend, running.id))  # active -> cancelled
 
     assert obs.transitions >= {
         (State.SCHEDULED, State.QUEUED),
@@ -103,6 +107,7 @@ def test_every_path_of_one_job__uses_only_allowed_transitions(backend: Any) -> N
         (State.ACTIVE, State.COMPLETED),
         (State.SCHEDULED, State.CANCELLED),
         (State.QUEUED, State.CANCELLED),
+        (State.ACTIVE, State.CANCELLED),
     }
     final = backend.get(job.id)
     assert final.state == State.COMPLETED
@@ -159,6 +164,8 @@ class RandomWalk:
         job = self.rng.choice(all_jobs(self.backend))
         if job.state in CANCELLABLE:
             assert self.backend.cancel(job.id).state == State.CANCELLED
+        elif job.state is State.ACTIVE:  # a request: its attempt's end cancels it
+            assert self.backend.cancel(job.id).cancel_requested
         else:
             with pytest.raises(InvalidTransition):
                 self.backend.cancel(job.id)

@@ -86,7 +86,7 @@ def test_a_full_disk__is_backend_unavailable_naming_it__and_writes_pass_once_spa
         backend.enqueue(one_job())
         [job] = backend.claim("w1", ["default"], 1)
         backend.complete(job.id, job.fence)
-        assert not backend.heartbeat("w1", [])
+        assert not backend.heartbeat("w1", []).lost
 
 
 def test_a_deleted_database__is_storage_lost_at_the_next_heartbeat(tmp_path, open_backend):

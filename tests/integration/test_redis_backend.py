@@ -26,7 +26,7 @@ import pytest
 import redis as redis_sync
 from redis.crc import key_slot
 
-from tenure.backends.base import WorkerInfo
+from tenure.backends.base import Renewal, WorkerInfo
 from tenure.backends.redis import RedisBackend
 from tenure.backends.redis.backend import ENQUEUE_CHUNK, ENQUEUE_WINDOW
 from tenure.backends.redis.scripts import NAMES, SCRIPTS, Runner
@@ -269,7 +269,7 @@ def test_scripts_are_called_by_sha__and_reloaded_after_script_flush(
     admin(redis_url, "SCRIPT", "FLUSH")
     b.complete(job.id, job.fence, "done")
     admin(redis_url, "SCRIPT", "FLUSH")
-    assert b.heartbeat(w, {(job.id, job.fence)}) == {(job.id, job.fence)}
+    assert b.heartbeat(w, {(job.id, job.fence)}).lost == {(job.id, job.fence)}
     assert runner.reloads == 3
     assert b.get(job.id).state == State.COMPLETED
     assert all(admin(redis_url, "SCRIPT", "EXISTS", *[s.sha for s in SCRIPTS.values()]))
@@ -442,7 +442,7 @@ def test_a_dropped_liveness_connection__makes_the_heartbeat_raise_liveness_lost(
 ) -> None:
     b = open_backend(redis_url)
     register(b, "w-dropped")
-    assert b.heartbeat("w-dropped", set()) == set()
+    assert b.heartbeat("w-dropped", set()).lost == set()
     [victim] = [c for c in clients(redis_url) if c["name"].endswith("w-dropped")]
     admin(redis_url, "CLIENT", "KILL", "ID", victim["id"])  # a cut, or a Redis restart
     with pytest.raises(LivenessLost):
@@ -616,8 +616,8 @@ def test_concurrent_heartbeats_of_one_worker__share_its_liveness_connection_safe
         beats = [b.inner.heartbeat(w, leases) for _ in range(50)]
         return await asyncio.gather(*beats, return_exceptions=True)
 
-    assert asyncio.run_coroutine_threadsafe(many(), portal.loop).result(30) == [set()] * 50
-    assert b.heartbeat(w, leases) == set()
+    assert asyncio.run_coroutine_threadsafe(many(), portal.loop).result(30) == [Renewal()] * 50
+    assert b.heartbeat(w, leases).lost == set()
 
 
 def test_a_claims_reply__lists_the_job_fields_in_the_order_python_reads_them() -> None:

@@ -1,3 +1,4 @@
+import dataclasses
 import random
 
 import pytest
@@ -5,7 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tenure.config import QueuePolicy
-from tenure.core.retry import backoff, decide, decide_unknown_task
+from tenure.core.events import failure_events
+from tenure.core.retry import CANCELLED, backoff, decide, decide_for, decide_unknown_task
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.job import Attempt, Job
 
@@ -149,3 +151,22 @@ def test_the_grace_counts_from_the_first_of_the_hand_backs_in_a_row_only():
     # Released long ago, then an attempt that ran (a worker knew the task): a new grace.
     job = _claimed((R, 0.0), (E, 1000.0), (R, 2000.0), now=2100.0)
     assert decide_unknown_task(job, QueuePolicy(unknown_task_grace=600)).state is State.SCHEDULED
+
+
+def test_a_job_cancelled_while_it_ran__is_cancelled_whatever_its_attempt_and_budget():
+    job = Job("j", "t", "default", {}, State.ACTIVE, 0, 0.0, 0.0, attempts=1, fence=1)
+    assert decide_for(job, Outcome.ERROR, POLICY).state is State.SCHEDULED
+    requested = dataclasses.replace(job, cancel_requested=True)
+    for outcome in (Outcome.ERROR, Outcome.CRASHED, Outcome.STALLED, Outcome.TIMEOUT):
+        assert decide_for(requested, outcome, POLICY) == CANCELLED
+    assert _decide(Outcome.CANCELLED) == CANCELLED
+
+
+def test_a_cancelled_attempt__records_its_detector_then_cancelled():
+    assert failure_events(Outcome.CANCELLED, CANCELLED, rescued=False) == [
+        ("cancelled", {"outcome": "cancelled"})
+    ]
+    assert failure_events(Outcome.CRASHED, CANCELLED, rescued=True) == [
+        ("stalled", {"detector": "worker_gone"}),
+        ("cancelled", {"outcome": "crashed"}),
+    ]

@@ -23,8 +23,12 @@ def test_only_claimable_states_lead_to_active():
     assert {s for s in State if can_transition(s, State.ACTIVE)} == CLAIMABLE
 
 
-def test_only_unclaimed_jobs_can_be_cancelled():
+def test_only_unclaimed_jobs_are_cancelled_at_once():
     assert {State.SCHEDULED, State.QUEUED} == CANCELLABLE
+
+
+def test_an_active_job_is_cancelled_only_through_its_attempts_end():
+    assert {s for s in State if can_transition(s, State.CANCELLED)} == CANCELLABLE | {State.ACTIVE}
 
 
 def test_active_leads_to_every_settlement():
@@ -33,4 +37,5 @@ def test_active_leads_to_every_settlement():
         State.SCHEDULED,
         State.QUEUED,
         State.DEAD,
+        State.CANCELLED,
     }

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from tenure.config import QueuePolicy, check_seconds
-from tenure.core.events import Event
+from tenure.core.events import Detector, Event
 from tenure.core.names import check_name, is_text, shown
 from tenure.core.retry import Decision
 from tenure.core.states import Outcome, State, parse_state
-from tenure.errors import InvalidInput
+from tenure.errors import InvalidInput, InvalidTransition
 from tenure.job import Job, JobSpec
 
 LeaseRef = tuple[str, int]  # (job_id, fence)
@@ -37,16 +37,59 @@ class WorkerInfo:
     queues: tuple[str, ...]
     started_at: float = 0.0
     last_seen: float = 0.0
+    leases: int = 0  # active jobs it holds (as ``workers()`` counts them)
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """What one heartbeat tells its worker about the leases it presented:
+    ``lost``, those no longer held (their attempts must stop and never settle),
+    and ``cancel_requested``, those still held whose job was cancelled while
+    active (their attempts must stop, and end ``cancelled``)."""
+
+    lost: frozenset[LeaseRef] = frozenset()
+    cancel_requested: frozenset[LeaseRef] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
 class Rescued:
-    """One attempt the sweeper recovered."""
+    """One attempt the sweeper recovered, as storage knew it. Times are the
+    storage's clock: ``at``, the sweep's; ``proven_at``, when the attempt's
+    owner last proved it alive: for ``worker_gone``, the later of the worker's
+    last heartbeat and the lease's last renewal (its claim counts: a worker
+    that claimed was alive); for ``lease_expired``, the lease's last renewal.
+    None only for an attempt claimed by a tenure that did not record its start."""
 
     job_id: str
     fence: int
     outcome: Outcome  # stalled (lease expired) or crashed (its worker is gone)
     state: State  # where the job went: queued, scheduled or dead
+    queue: str
+    task: str
+    worker: str | None  # the lease holder
+    proven_at: float | None
+    at: float
+
+    @classmethod
+    def of(
+        cls, job: Job, outcome: Outcome, state: State, proven_at: float | None, at: float
+    ) -> Rescued:
+        return cls(job.id, job.fence, outcome, state, job.queue, job.task, job.worker,
+                   proven_at, at)  # fmt: skip
+
+    @property
+    def detector(self) -> Detector:
+        return Detector.WORKER_GONE if self.outcome is Outcome.CRASHED else Detector.LEASE_EXPIRED
+
+    @property
+    def silent_for(self) -> float | None:
+        """Seconds from the last proof of life to the sweep that noticed its absence."""
+        return None if self.proven_at is None else max(self.at - self.proven_at, 0.0)
+
+    def stall_data(self) -> dict[str, Any]:
+        """What the ``stalled`` event says beyond its detector."""
+        silent = self.silent_for
+        return {"worker": self.worker, "silent_for": None if silent is None else round(silent, 3)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +102,14 @@ class RescueReport:
     promoted: int = 0  # scheduled jobs that became due and were moved to queued
     dead_workers: tuple[str, ...] = ()
     retry_in: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A schedule's last tick that storage made a job for."""
+
+    at: float  # the tick, seconds since the epoch
+    job_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +148,13 @@ def check_cursor(after: object) -> str | None:
     return after
 
 
+def not_cancellable(job: Job) -> InvalidTransition:
+    """The error of a cancel of a finished job (every backend's)."""
+    return InvalidTransition(
+        f"job {job.id} is {job.state}: only scheduled, queued or active jobs can be cancelled"
+    )
+
+
 def check_delay(delay: object) -> float:
     """A delay in seconds, as a float (``release``'s; a spec's are checked with it)."""
     check_seconds("delay", delay)
@@ -108,6 +166,47 @@ def cursor_seq(text: str) -> int:
     if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= SEQ_MAX):
         raise bad_cursor(text)
     return int(text)
+
+
+def check_tick(schedule: object, at: object) -> float:
+    """Validate a tick's schedule name and time; the time as a float."""
+    check_name("schedule", schedule)
+    if isinstance(at, bool) or not isinstance(at, int | float) or not 0 <= at <= TICK_MAX:
+        raise InvalidInput(f"a tick is a time in seconds since the epoch, got {shown(at)}")
+    return float(at)
+
+
+def check_schedules(schedules: object) -> list[tuple[str, str]]:
+    """Validate ``(queue, schedule)`` pairs (``last_ticks``'s)."""
+    if isinstance(schedules, str | bytes) or not isinstance(schedules, Collection):
+        raise InvalidInput(f"schedules must be (queue, name) pairs, got {shown(schedules)}")
+    pairs = []
+    for pair in schedules:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise InvalidInput(f"a schedule is a (queue, name) pair, got {shown(pair)}")
+        pairs.append((check_name("queue", pair[0]), check_name("schedule", pair[1])))
+    return pairs
+
+
+TICK_MAX = 253_402_300_799.0  # 9999-12-31T23:59:59Z: a tick must render as a date
+
+
+def last_proof(outcome: Outcome, renewed: float | None, heartbeat: float | None) -> float | None:
+    """When a recovered attempt was last proven alive (``Rescued.proven_at``),
+    from its lease's last renewal and its worker's last heartbeat (None when
+    storage no longer knew the worker): the later of the two for a gone worker
+    (``crashed``), the renewal for an expired lease."""
+    if outcome is not Outcome.CRASHED or heartbeat is None:
+        return renewed
+    return heartbeat if renewed is None else max(renewed, heartbeat)
+
+
+def queue_busy(queue: str, active: int) -> InvalidTransition:
+    """Why a queue with active jobs cannot be deleted."""
+    return InvalidTransition(
+        f"queue {queue!r} has {active} active job(s): pause it and let them finish "
+        "(or stop its workers) before deleting it"
+    )
 
 
 def claim_limit(queues: Sequence[str], limit: int) -> int:
@@ -178,6 +277,18 @@ class Backend(Protocol):
         ``timeout`` seconds. Backends that can wake idle workers (LISTEN/NOTIFY,
         a blocking pop) return early; the others just wait."""
 
+    async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        """Store ``spec`` as the job of ``schedule``'s tick ``at`` and make ``at``
+        the schedule's last tick, atomically, if the last tick storage holds for
+        the schedule (in ``spec.queue``) is earlier, or none; else store
+        nothing and return None. However many workers tick at once, one job per
+        tick (``key=`` would not do: it dedupes against unfinished jobs only)."""
+
+    async def last_ticks(
+        self, schedules: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], Tick]:
+        """The last tick of each ``(queue, schedule)`` that has one."""
+
     # -- lease holders -----------------------------------------------------
 
     async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:
@@ -189,12 +300,12 @@ class Backend(Protocol):
         a new attempt in its history.
         """
 
-    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> set[LeaseRef]:
+    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
         """Renew the leases ``worker_id`` presents, in one round trip; return those
-        among them that are no longer held. Only presented leases are renewed: a
-        lease the worker does not know of (a claim whose reply was lost) expires
-        and is recovered. Raises LivenessLost when storage no longer sees the
-        worker alive."""
+        among them that are no longer held, and those held whose job's cancel was
+        requested. Only presented leases are renewed: a lease the worker does not
+        know of (a claim whose reply was lost) expires and is recovered. Raises
+        LivenessLost when storage no longer sees the worker alive."""
 
     async def progress(self, job_id: str, fence: int, data: Any) -> None:
         """Record a handler's progress report (JSON) for its current attempt."""
@@ -223,7 +334,10 @@ class Backend(Protocol):
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
     ) -> None:
         """Record an unsuccessful attempt and apply ``decision``:
-        ``active -> queued | scheduled | dead``."""
+        ``active -> queued | scheduled | dead | cancelled``. A job whose cancel
+        was requested goes to ``cancelled`` whatever the decision (so does it
+        on ``release`` and ``rescue``): it never runs again. Its attempt keeps
+        ``outcome``."""
 
     async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
         """Hand the job back (drain): ``active -> queued``, the attempt does not count.
@@ -242,7 +356,9 @@ class Backend(Protocol):
     # -- operators ---------------------------------------------------------
 
     async def cancel(self, job_id: str) -> Job:
-        """``queued | scheduled -> cancelled``; InvalidTransition otherwise."""
+        """``queued | scheduled -> cancelled``; an ``active`` job is marked
+        ``cancel_requested`` (again: no change), and stays active until its
+        attempt ends (see ``fail``); InvalidTransition for a finished job."""
 
     async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         """``dead -> queued`` with budgets reset and history kept; all of the
@@ -250,6 +366,11 @@ class Backend(Protocol):
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         """Delete dead jobs (all of the queue's when ``job_ids`` is None)."""
+
+    async def delete_queue(self, queue: str) -> int:
+        """Delete the queue: its jobs in every state, with their history, its
+        policy and its events. Returns how many jobs went. InvalidTransition,
+        changing nothing, while any of its jobs is active."""
 
     async def get(self, job_id: str) -> Job:
         """The job with its history. JobNotFound if absent."""
@@ -265,6 +386,14 @@ class Backend(Protocol):
 
     async def counts(self, queue: str) -> dict[State, int]:
         """How many jobs of the queue are in each state (every state present)."""
+
+    async def lag(self, queue: str) -> float:
+        """How long the queue's oldest due job has been due, in seconds of the
+        storage's clock (0 when none is): its queued jobs' (a job queued again
+        after a failed attempt keeps its run_at: its age counts from there) and
+        its scheduled jobs' whose run_at passed. Cheap: an index seek per
+        distinct priority of its queued jobs (at most 100 looked at), whatever
+        the backlog."""
 
     async def queues(self) -> builtins.list[str]:
         """Names of queues that have a policy or jobs."""
@@ -291,6 +420,12 @@ class Backend(Protocol):
         polling storage for them. Events are written by the transitions' own
         transactions: a reader sees an event once, and never one whose
         transition did not happen."""
+
+    async def events_now(self, queue: str) -> str:
+        """An event id to read ``queue``'s events after from now on: every event
+        recorded after this call comes after it (a few recorded just before may
+        too). It need not be an event's own id. Costs one cheap round trip and
+        no read of the events themselves."""
 
     # -- workers -----------------------------------------------------------
 

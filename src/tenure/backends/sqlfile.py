@@ -26,7 +26,9 @@ def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
 
 
 def load_migrations(package: str) -> list[tuple[int, str, str]]:
-    """``(version, name, script)`` for every ``NNNN_name.sql`` in the package, in order."""
+    """``(version, name, script)`` for every ``NNNN_name.sql`` in the package, in
+    order. Versions may skip numbers (work done in parallel takes its numbers
+    ahead), never repeat one."""
     found = []
     for entry in resources.files(package).iterdir():
         m = re.fullmatch(r"(\d{4})_([a-z0-9_]+)\.sql", entry.name)

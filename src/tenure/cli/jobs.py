@@ -7,7 +7,15 @@ from typing import Any
 import click
 
 from tenure.cli.common import cli_state, json_object, json_option, open_app
-from tenure.cli.output import counts_table, job_dict, print_job, print_jobs, print_json, show
+from tenure.cli.output import (
+    counts_table,
+    job_dict,
+    print_job,
+    print_jobs,
+    print_json,
+    show,
+    state_of,
+)
 from tenure.core.states import State
 from tenure.core.urls import redacted
 
@@ -102,6 +110,8 @@ def job(job_id: str, as_json: bool) -> None:
 @click.command()
 @click.argument("job_id", metavar="ID")
 def cancel(job_id: str) -> None:
-    """Cancel a job that is scheduled or queued."""
+    """Cancel a job. A scheduled or queued job is cancelled at once; a running
+    one is stopped by its worker within about a heartbeat (its handler sees
+    current_job().cancelled, and is killed after the queue's cancel_grace)."""
     cancelled = open_app(write=True).cancel(job_id)
-    click.echo(f"{cancelled.id} {cancelled.state}")
+    click.echo(f"{cancelled.id} {state_of(cancelled)}")

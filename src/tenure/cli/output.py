@@ -19,13 +19,15 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from tenure.backends.base import Page
+from tenure.backends.base import Page, WorkerInfo
 from tenure.config import QueuePolicy
 from tenure.core.states import State
 from tenure.errors import TenureError
 from tenure.job import Job
 
-NUMERIC = frozenset({"attempt", "attempts", "fence", "total", *(s.value for s in State)})
+NUMERIC = frozenset(
+    {"attempt", "attempts", "fence", "total", "pid", "leases", *(s.value for s in State)}
+)
 SUMMARY_LENGTH = 80  # an error's one-line summary in a table
 SHRINK_TO = 24  # how narrow an error column may get on a narrow terminal
 UNBOUNDED = 100_000
@@ -132,13 +134,27 @@ def counts_table(counts: Mapping[str, Mapping[State, int]]) -> Table:
     return _table(["queue", *(s.value for s in State), "total"], rows)
 
 
+def workers_table(workers: Iterable[WorkerInfo], now: float) -> Table:
+    rows = [
+        (w.id, w.hostname, w.pid, ",".join(w.queues), when(w.started_at), w.leases,
+         f"{max(now - w.last_seen, 0.0):.1f} s ago")
+        for w in workers
+    ]  # fmt: skip
+    return _table(["id", "host", "pid", "queues", "started", "leases", "last heartbeat"], rows)
+
+
 def jobs_table(jobs: Iterable[Job]) -> Table:
     columns = ["id", "task", "queue", "state", "attempts", "created", "run at", "error"]
     rows = [
-        (j.id, j.task, j.queue, _state(j), j.attempts, when(j.created_at), when(j.run_at),
+        (j.id, j.task, j.queue, state_of(j), j.attempts, when(j.created_at), when(j.run_at),
          summary(j.error))
         for j in jobs
     ]  # fmt: skip
+    return _table(columns, rows)
+
+
+def schedules_table(rows: Iterable[Sequence[object]]) -> Table:
+    columns = ("schedule", "task", "queue", "when", "missed", "next tick", "last tick", "last job")
     return _table(columns, rows)
 
 
@@ -153,8 +169,13 @@ def history_table(job: Job) -> Table:
     return _table(columns, rows)
 
 
-def _state(job: Job) -> str:
-    return f"{job.state} ({job.dead_reason})" if job.dead_reason else str(job.state)
+def state_of(job: Job) -> str:
+    """A job's state, with why it is dead, or that its cancel is pending."""
+    if job.dead_reason:
+        return f"{job.state} ({job.dead_reason})"
+    if job.cancel_requested and job.state is State.ACTIVE:
+        return f"{job.state} (cancel requested)"
+    return str(job.state)
 
 
 def job_fields(job: Job, policy: QueuePolicy) -> Table:
@@ -165,7 +186,7 @@ def job_fields(job: Job, policy: QueuePolicy) -> Table:
         ("id", job.id),
         ("task", job.task),
         ("queue", job.queue),
-        ("state", _state(job)),
+        ("state", state_of(job)),
         ("attempts", f"{job.attempts} of {job.max_attempts or policy.max_attempts}"),
         ("stalls", f"{job.stalls} of {policy.max_stalls}"),
         ("fence", job.fence),

@@ -4,12 +4,14 @@ none is invented. Pure: which events a transition emits, and their shape.
 
 A failed attempt emits up to two events: ``stalled`` (with the detector that
 noticed, when the worker rather than the handler failed, or the deadline hit)
-then the job's fate, ``retrying`` (with the delay) or ``dead`` (with the
-``dead_reason``).
+then the job's fate, ``retrying`` (with the delay), ``dead`` (with the
+``dead_reason``) or, for a job cancelled while it ran, ``cancelled`` (with the
+attempt's outcome).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -77,14 +79,22 @@ def detector(outcome: Outcome, *, rescued: bool) -> Detector | None:
 
 
 def failure_events(
-    outcome: Outcome, decision: Decision, *, rescued: bool
+    outcome: Outcome,
+    decision: Decision,
+    *,
+    rescued: bool,
+    stall: Mapping[str, Any] | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The events of a failed attempt, in order: ``(kind, data)``."""
+    """The events of a failed attempt, in order: ``(kind, data)``. ``stall``:
+    more of the ``stalled`` event's data (the sweeper's: the worker, and how
+    long it had been silent)."""
     events: list[tuple[str, dict[str, Any]]] = []
     found = detector(outcome, rescued=rescued)
     if found is not None:
-        events.append((EventKind.STALLED, {"detector": found.value}))
-    if decision.state is State.DEAD:
+        events.append((EventKind.STALLED, {"detector": found.value, **(stall or {})}))
+    if decision.state is State.CANCELLED:
+        events.append((EventKind.CANCELLED, {"outcome": outcome.value}))
+    elif decision.state is State.DEAD:
         reason = decision.dead_reason.value if decision.dead_reason else None
         events.append((EventKind.DEAD, {"dead_reason": reason, "outcome": outcome.value}))
     else:

@@ -19,14 +19,21 @@ class Decision:
     """The fate of a job after an unsuccessful attempt.
 
     ``state`` is ``queued`` (run again at once), ``scheduled`` (after ``delay``
-    seconds) or ``dead`` (with ``dead_reason``). ``stall`` says whether the
-    attempt consumes one of the job's ``max_stalls`` budget.
+    seconds), ``dead`` (with ``dead_reason``) or ``cancelled`` (the job was
+    cancelled while it ran). ``stall`` says whether the attempt consumes one of
+    the job's ``max_stalls`` budget.
     """
 
     state: State
     delay: float = 0.0
     dead_reason: DeadReason | None = None
     stall: bool = False
+
+
+# The fate of a job cancelled while it ran. Storage applies it to any attempt
+# of such a job that ends other than completed, whatever decision came with the
+# write: the worker that decided may not have known of the cancel yet.
+CANCELLED = Decision(State.CANCELLED)
 
 
 def backoff(attempt: int, policy: QueuePolicy, rng: random.Random | None = None) -> float:
@@ -64,6 +71,8 @@ def decide(
     """
     if outcome in (Outcome.COMPLETED, Outcome.RELEASED):
         raise ValueError(f"{outcome} is not a failure")
+    if outcome is Outcome.CANCELLED:
+        return CANCELLED
     stall = outcome in STALL_OUTCOMES
     if fatal:
         return Decision(State.DEAD, dead_reason=DeadReason.ERROR, stall=stall)
@@ -87,7 +96,10 @@ def decide_for(
     fatal: bool = False,
 ) -> Decision:
     """:func:`decide` for a job as claimed: its counters, and its own ``max_attempts``
-    when it has one."""
+    when it has one. A job whose cancel was requested is cancelled: it never
+    runs again."""
+    if job.cancel_requested:
+        return CANCELLED
     return decide(
         outcome,
         attempts=job.attempts,

@@ -9,12 +9,16 @@ Which component moves a job in and out of each state:
                or a retry from the DLQ put it here; only a claim takes it out.
 ``active``     a claim put it here, with a lease and a new fence; the lease
                holder settles it (complete, fail, release) or the sweeper
-               rescues it when the lease expires or its worker dies.
+               rescues it when the lease expires or its worker dies. A cancel
+               only marks it ``cancel_requested``: its worker learns it from
+               its next heartbeat and stops the attempt.
 ``completed``  terminal; the lease holder completed it with a current fence.
 ``dead``       terminal until retried from the DLQ; a budget ran out, the handler
                raised ``Fail``, or no worker knew the task for the queue's
                ``unknown_task_grace``. ``dead_reason`` says which.
-``cancelled``  terminal; a user cancelled it before it was claimed.
+``cancelled``  terminal; a user cancelled it before it was claimed, or while it
+               was active: then the lease holder's settle, or the sweeper's
+               rescue, of its attempt put it here (anything but a completion).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class Outcome(StrEnum):
     STALLED = "stalled"
     TIMEOUT = "timeout"
     RELEASED = "released"
+    CANCELLED = "cancelled"  # the job was cancelled while it ran: its worker stopped it
 
 
 class DeadReason(StrEnum):
@@ -66,7 +71,9 @@ TERMINAL = frozenset({State.COMPLETED, State.DEAD, State.CANCELLED})
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.SCHEDULED: frozenset({State.QUEUED, State.ACTIVE, State.CANCELLED}),
     State.QUEUED: frozenset({State.ACTIVE, State.CANCELLED}),
-    State.ACTIVE: frozenset({State.COMPLETED, State.SCHEDULED, State.QUEUED, State.DEAD}),
+    State.ACTIVE: frozenset(
+        {State.COMPLETED, State.SCHEDULED, State.QUEUED, State.DEAD, State.CANCELLED}
+    ),
     State.COMPLETED: frozenset(),
     State.DEAD: frozenset({State.QUEUED}),
     State.CANCELLED: frozenset(),
@@ -78,7 +85,8 @@ def can_transition(src: State, dst: State) -> bool:
     return dst in TRANSITIONS[src]
 
 
-CANCELLABLE = frozenset(s for s in State if can_transition(s, State.CANCELLED))
+# A cancel ends these at once; an active job's cancel is a request to its worker.
+CANCELLABLE = frozenset({State.SCHEDULED, State.QUEUED})
 CLAIMABLE = frozenset({State.SCHEDULED, State.QUEUED})
 
 

@@ -49,7 +49,10 @@ class Executor:
     def __init__(self, fd_in: int, fd_out: int) -> None:
         self.fd_in, self.fd_out = fd_in, fd_out
         self._write_lock = threading.Lock()
-        self._sync_jobs: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
+        self._sync_jobs: queue.SimpleQueue[tuple[Message, JobContext] | None] = queue.SimpleQueue()
+        # Attempts given to run and not done, by (job id, fence): made by the
+        # reader thread, so that an abort right after the run finds its attempt.
+        self._contexts: dict[tuple[str, int], JobContext] = {}
         self._replies: dict[int, Future[Message]] = {}
         self._next_request = 0
         self._request_lock = threading.Lock()
@@ -92,6 +95,7 @@ class Executor:
             attempt=job["attempt"],
             fence=job["fence"],
             args=job["args"],
+            key=job.get("key"),
             traceparent=job.get("traceparent"),
             _progress=lambda data: self._ask({"op": "progress", **ids, "data": data}),
             _heartbeat=lambda: self._ask({"op": "heartbeat", **ids}),
@@ -114,47 +118,56 @@ class Executor:
                 if future is not None:
                     future.set_result(message)
             elif op == "run":
+                ctx = self._contexts[message["id"], message["fence"]] = self.context(message)
                 if message["async"]:
-                    self._start_async(message)
+                    self._start_async(message, ctx)
                 else:
-                    self._sync_jobs.put(message)
+                    self._sync_jobs.put((message, ctx))
             elif op == "cancel":
                 self._cancel_async((message["id"], message["fence"]))
+            elif op == "abort":  # the job was cancelled: tell its handler
+                told = self._contexts.get((message["id"], message["fence"]))
+                if told is not None:
+                    told._cancel()
 
     # -- running handlers ----------------------------------------------------
 
     def run_sync_forever(self) -> None:
-        while (job := self._sync_jobs.get()) is not None:
+        while (item := self._sync_jobs.get()) is not None:
+            job, ctx = item
             if job.get("timed"):  # the deadline counts from here: tell the supervisor
                 self.send({"op": "started", "id": job["id"], "fence": job["fence"]})
-            ctx = self.context(job)
             try:
                 with running(ctx), self.hooks.around(ctx):
                     value = self.tasks[job["task"]].fn(**job["args"])
-                self.send(_done(job, ctx, value, None))
+                done = _done(job, ctx, value, None)
             except BaseException as exc:
-                self.send(_done(job, ctx, None, exc))
+                done = _done(job, ctx, None, exc)
+            self._contexts.pop((job["id"], job["fence"]), None)
+            self.send(done)
 
-    def _start_async(self, job: Message) -> None:
+    def _start_async(self, job: Message, ctx: JobContext) -> None:
         if self._aio_loop is None:
             self._aio_loop = asyncio.new_event_loop()
             threading.Thread(target=self._aio_loop.run_forever, daemon=True).start()
-        asyncio.run_coroutine_threadsafe(self._run_async(job), self._aio_loop)
+        asyncio.run_coroutine_threadsafe(self._run_async(job, ctx), self._aio_loop)
 
-    async def _run_async(self, job: Message) -> None:
+    async def _run_async(self, job: Message, ctx: JobContext) -> None:
         attempt = (job["id"], job["fence"])
-        self._aio_tasks[attempt] = asyncio.current_task()  # type: ignore[assignment]
+        self._aio_tasks[attempt] = task = asyncio.current_task()  # type: ignore[assignment]
+        ctx._running_in(task)
         if job.get("timed"):
             self.send({"op": "started", "id": job["id"], "fence": job["fence"]})
-        ctx = self.context(job)
         try:
             with running(ctx), self.hooks.around(ctx):
                 value = await self.tasks[job["task"]].fn(**job["args"])
-            self.send(_done(job, ctx, value, None))
+            done = _done(job, ctx, value, None)
         except BaseException as exc:
-            self.send(_done(job, ctx, None, exc))
+            done = _done(job, ctx, None, exc)
         finally:
             self._aio_tasks.pop(attempt, None)
+            self._contexts.pop(attempt, None)
+        self.send(done)
 
     def _cancel_async(self, attempt: tuple[str, int]) -> None:
         task = self._aio_tasks.get(attempt)

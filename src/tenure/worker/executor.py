@@ -4,8 +4,9 @@ An executor turns one attempt into an :class:`AttemptResult`. This module has
 the thread executor: sync handlers on a thread pool, async handlers on an event
 loop of their own (never the supervisor's, so a handler cannot delay a
 heartbeat through the loop). Its trade-off: a thread cannot be killed, so an
-attempt past its deadline, or whose lease was lost, is abandoned, and whatever
-it returns later is thrown away; it keeps its thread until it ends.
+attempt past its deadline, whose lease was lost, or whose job was cancelled and
+did not stop within the grace, is abandoned, and whatever it returns later is
+thrown away; it keeps its thread until it ends.
 """
 
 from __future__ import annotations
@@ -80,7 +81,15 @@ class Stopped:
     collateral of stopping another attempt in the same process)."""
 
 
-AttemptResult = Returned | Raised | TimedOut | Crashed | Settled | Stopped
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """The job was cancelled while the attempt ran and the handler was told:
+    whatever ended the attempt then (``how``), the job ends ``cancelled``."""
+
+    how: str
+
+
+AttemptResult = Returned | Raised | TimedOut | Crashed | Settled | Stopped | Cancelled
 
 # How an executor asks the supervisor to act for a running handler:
 # ``await link("progress", job, data)`` or ``await link("heartbeat", job, None)``.
@@ -140,6 +149,12 @@ class Executor(Protocol):
     def stop(self, lease: LeaseRef) -> None:
         """End one attempt (job id and fence: a worker may hold two of one job)
         with Stopped; its handler is killed, cancelled or abandoned."""
+
+    def abort(self, lease: LeaseRef, grace: float) -> None:
+        """Tell a running attempt's handler that its job was cancelled
+        (``current_job().cancelled``; an async one's task is cancelled) and, if
+        it has not ended ``grace`` seconds later, stop it as ``stop`` does. One
+        that has not started is stopped now."""
 
     async def close(self) -> None: ...
 
@@ -357,6 +372,7 @@ class ThreadExecutor:
             attempt=job.attempts,
             fence=job.fence,
             args=job.args,
+            key=job.key,
             traceparent=job.traceparent,
             _progress=lambda data: call("progress", data),
             _heartbeat=lambda: call("heartbeat", None),
@@ -369,6 +385,19 @@ class ThreadExecutor:
         attempt = self._attempts.get(lease)
         if attempt is not None:
             self._loop.call_soon(self._end, attempt, Stopped())
+
+    def abort(self, lease: LeaseRef, grace: float) -> None:
+        """See Executor.abort. A sync handler that does not stop within ``grace``
+        cannot be killed: its attempt ends (Stopped), the handler is abandoned
+        on its thread, and what it returns later is thrown away."""
+        attempt = self._attempts.get(lease)
+        if attempt is None or attempt.ended:
+            return
+        if attempt.slot != RUNNING:  # not started (or never will): it goes now
+            self._loop.call_soon(self._end, attempt, Stopped())
+            return
+        attempt.ctx._cancel()
+        self._loop.call_later(grace, self._end, attempt, Stopped())
 
     async def close(self) -> None:
         self._threads.shutdown()
@@ -421,12 +450,13 @@ async def _run_async(fn: Callable[..., Any], ctx: JobContext, hooks: Hooks) -> A
     would stop the loop every async attempt of the worker runs on. So does a
     CancelledError nobody asked for: the task would look stopped, and the
     attempt would never end."""
+    ctx._running_in(asyncio.current_task())
     try:
         with running(ctx), hooks.around(ctx):
             return outcome_of(ctx, await fn(**ctx.args), None)
     except asyncio.CancelledError as exc:
         task = asyncio.current_task()
-        if task is not None and task.cancelling():
+        if task is not None and task.cancelling() and not ctx.cancelled:
             raise  # stopped, or past its deadline: the end is known already
         return outcome_of(ctx, None, exc)
     except BaseException as exc:

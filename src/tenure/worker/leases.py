@@ -2,7 +2,8 @@
 
 It runs in the supervisor, never in the code that runs handlers, so a handler
 cannot delay it whatever it does. A lease the heartbeat reports lost was
-recovered by the sweeper: its attempt is stopped and must never settle.
+recovered by the sweeper: its attempt is stopped and must never settle. A
+lease whose job's cancel was requested is told to its holder, once.
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ class LeaseKeeper:
         worker_id: str,
         interval: float,
         on_liveness_lost: Callable[[], Awaitable[None]] | None = None,
+        on_cancel_requested: Callable[[LeaseRef], None] | None = None,
     ) -> None:
         self.backend = backend
         self.worker_id = worker_id
         self.interval = interval
         self.on_liveness_lost = on_liveness_lost or _nothing
+        self.on_cancel_requested = on_cancel_requested or _ignore
         self._lost_liveness = False
         self._held: dict[LeaseRef, Callable[[], None]] = {}
+        self._cancel_told: set[LeaseRef] = set()  # held leases whose cancel was told
 
     @property
     def held(self) -> set[LeaseRef]:
@@ -48,9 +52,11 @@ class LeaseKeeper:
 
     def drop(self, lease: LeaseRef) -> None:
         self._held.pop(lease, None)
+        self._cancel_told.discard(lease)
 
     async def run_once(self) -> set[LeaseRef]:
-        """Renew every held lease; stop the attempts whose lease is lost.
+        """Renew every held lease; stop the attempts whose lease is lost; tell the
+        holder of each running attempt whose job's cancel was requested, once.
 
         It runs even with no lease held: it is also how the worker learns that
         storage no longer sees it alive, before it claims under a dead identity.
@@ -59,7 +65,7 @@ class LeaseKeeper:
             await self.on_liveness_lost()
             self._lost_liveness = False
         try:
-            lost = await self.backend.heartbeat(self.worker_id, self.held)
+            renewal = await self.backend.heartbeat(self.worker_id, self.held)
         except LivenessLost as exc:
             log.error("%s: stopping every attempt and registering again", exc)
             lost = self.held
@@ -68,11 +74,16 @@ class LeaseKeeper:
             await self.on_liveness_lost()
             self._lost_liveness = False
             return lost
-        self._stop(lost)
-        return lost
+        self._stop(set(renewal.lost))
+        for lease in renewal.cancel_requested - self._cancel_told:
+            if self._held.get(lease, _quiet) is not _quiet:  # running, not being settled
+                self._cancel_told.add(lease)
+                self.on_cancel_requested(lease)
+        return set(renewal.lost)
 
     def _stop(self, lost: set[LeaseRef]) -> None:
         for lease in lost:
+            self._cancel_told.discard(lease)
             on_lost = self._held.pop(lease, None)
             if on_lost is not None:  # the holder says it, knowing the attempt
                 on_lost()
@@ -86,4 +97,8 @@ async def _nothing() -> None:
 
 
 def _quiet() -> None:
+    pass
+
+
+def _ignore(lease: LeaseRef) -> None:
     pass

@@ -9,13 +9,14 @@ import logging
 
 from tenure.backends.base import Backend
 from tenure.config import QueuePolicy
-from tenure.core.retry import Decision, decide_for, decide_unknown_task
+from tenure.core.retry import CANCELLED, Decision, decide_for, decide_unknown_task
 from tenure.core.states import Outcome, State
 from tenure.errors import InvalidInput
 from tenure.job import Job
 from tenure.worker.completer import Completer
 from tenure.worker.executor import (
     AttemptResult,
+    Cancelled,
     Crashed,
     Raised,
     Returned,
@@ -50,10 +51,8 @@ async def settle(
         case Raised("retry", tb, retry_in, reason):
             text = f"Retry requested: {reason}" if reason else "Retry requested"
             return await _fail(backend, job, policy, Outcome.ERROR, text, retry_in=retry_in)
-        case Raised("fail", tb):
-            return await _fail(backend, job, policy, Outcome.ERROR, tb, fatal=True)
-        case Raised(_, tb):
-            return await _fail(backend, job, policy, Outcome.ERROR, tb)
+        case Raised(kind, tb):
+            return await _fail(backend, job, policy, Outcome.ERROR, tb, fatal=kind == "fail")
         case TimedOut(after):
             text = f"attempt {job.attempts} exceeded its deadline of {after} s"
             return await _fail(backend, job, policy, Outcome.TIMEOUT, text)
@@ -66,7 +65,32 @@ async def settle(
             return await _fail(backend, job, policy, Outcome.CRASHED, text)
         case Stopped():
             return await hand_back(backend, job, policy)
+        case Cancelled(how):
+            text = f"attempt {job.attempts} cancelled: {how}"
+            await backend.fail(job.id, job.fence, Outcome.CANCELLED, text, CANCELLED)
+            log.info("job %s (%s) cancelled while it ran: %s", job.id, job.task, how,
+                     extra=attempt_fields(job, outcome=str(Outcome.CANCELLED)))  # fmt: skip
+            return CANCELLED
     return None
+
+
+def cancelled(result: AttemptResult) -> Cancelled:
+    """How an attempt whose handler was told of its job's cancel ended."""
+    match result:
+        case Returned():
+            how = "the handler returned (its result is discarded)"
+        case Raised(kind, tb):
+            how = f"the handler raised {tb.rstrip().rsplit(chr(10), 1)[-1]}"
+            how = "the handler was cancelled" if kind == "cancelled" else how
+        case TimedOut(after):
+            how = f"it passed its deadline of {after} s"
+        case Crashed(reason):
+            how = reason
+        case Cancelled():
+            return result
+        case _:
+            how = "it was stopped (past the queue's cancel_grace, or before it began)"
+    return Cancelled(how)
 
 
 async def settle_unknown_task(backend: Backend, job: Job, policy: QueuePolicy) -> Decision:

@@ -4,9 +4,10 @@ Each executor runs one sync handler at a time, or up to ``async_slots`` async
 handlers on its event loop. The supervisor learns of an executor's death at
 once, from end of file on its pipe, records its attempts ``crashed`` and starts
 a replacement. At a deadline, or when a lease is lost, or when a drain's budget
-is spent, it kills the executor (SIGKILL: a handler holding the GIL cannot
-refuse) and replaces it; attempts killed alongside the one that had to stop are
-handed back without penalty.
+is spent, or when a cancelled job's handler has not stopped within the queue's
+``cancel_grace``, it kills the executor (SIGKILL: a handler holding the GIL
+cannot refuse) and replaces it; attempts killed alongside the one that had to
+stop are handed back without penalty.
 """
 
 from __future__ import annotations
@@ -347,7 +348,7 @@ class ProcessPool:
         child.jobs[lease] = running
         child.send({"op": "run", "async": is_async, "id": job.id, "task": job.task,
                     "queue": job.queue, "attempt": job.attempts, "fence": job.fence,
-                    "args": job.args, "timed": timeout is not None,
+                    "args": job.args, "key": job.key, "timed": timeout is not None,
                     "traceparent": job.traceparent})  # fmt: skip
         return await running.result
 
@@ -361,6 +362,24 @@ class ProcessPool:
         if lease in self._waiting:  # not placed yet: it never will be
             self._stopped_waiting.add(lease)
             self._changed.set()
+
+    def abort(self, lease: LeaseRef, grace: float) -> None:
+        """See Executor.abort: the executor tells the handler; after ``grace``
+        seconds, one still running is stopped (its executor killed)."""
+        for child in self.children:
+            running = child.jobs.get(lease)
+            if running is not None:
+                child.send({"op": "abort", "id": running.job.id, "fence": running.job.fence})
+                asyncio.get_running_loop().call_later(grace, self._abort_overdue, child, running)
+                return
+        self.stop(lease)  # not placed yet: it never will be
+
+    def _abort_overdue(self, child: Child, running: Running) -> None:
+        if child.jobs.get((running.job.id, running.job.fence)) is running:
+            log.warning("job %s was cancelled and did not stop: killing its executor %d",
+                        running.job.id, child.pid)  # fmt: skip
+            running.stop_reason = running.stop_reason or "stopped"
+            self._kill(child)
 
     def _deadline(self, child: Child, running: Running) -> None:
         running.stop_reason = "timeout"

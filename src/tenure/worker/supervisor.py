@@ -44,7 +44,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tenure.app import App
 from tenure.backends.base import Backend, LeaseRef, WorkerInfo
@@ -57,14 +57,25 @@ from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost, StorageLo
 from tenure.job import Job
 from tenure.loader import path_of
 from tenure.worker.completer import Completer
-from tenure.worker.executor import AttemptResult, Executor, Returned, ThreadExecutor
+from tenure.worker.executor import (
+    AttemptResult,
+    Cancelled,
+    Executor,
+    Returned,
+    Settled,
+    ThreadExecutor,
+)
 from tenure.worker.faults import StorageFaults
 from tenure.worker.leases import LeaseKeeper
 from tenure.worker.logfields import attempt_fields
-from tenure.worker.outcome import hand_back, settle, settle_unknown_task
+from tenure.worker.outcome import cancelled, hand_back, settle, settle_unknown_task
 from tenure.worker.periodic import every
 from tenure.worker.process import ProcessPool
 from tenure.worker.sweeper import Sweeper
+from tenure.worker.ticker import Ticker
+
+if TYPE_CHECKING:
+    from tenure.metrics import MetricsServer, WorkerMetrics
 
 log = logging.getLogger("tenure.worker")
 
@@ -80,6 +91,7 @@ BATCH_HORIZON = 0.005
 AVERAGING = 0.2  # weight of the newest sample in the moving averages of times
 EXIT_GRACE = 10.0  # seconds a stopping worker waits for its last tasks (hooks, settles)
 SETTLE_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 5.0, 5.0)
+NOT_BEGUN = Cancelled("it had not begun")  # claimed ahead, cancelled before a slot freed
 
 
 def new_worker_id() -> str:
@@ -102,6 +114,12 @@ class Supervisor:
         self.worker_id = worker_id or new_worker_id()
         self.executor = self._executor()
         self.backend: Backend = from_url(app.url)
+        self.metrics: WorkerMetrics | None = None
+        if config.metrics_port is not None:
+            from tenure.metrics import CountedBackend, WorkerMetrics  # only when asked for
+
+            self.metrics = WorkerMetrics()
+            self.backend = cast(Backend, CountedBackend(self.backend, self.metrics))
         self.policies: dict[str, QueuePolicy] = {}
         self.running: dict[LeaseRef, Job] = {}  # attempts begun and not yet settled
         self.processed = 0
@@ -111,6 +129,7 @@ class Supervisor:
         self.completer = Completer(self.backend.max_payload, self._wake.set)
         self._finished = asyncio.Event()  # an attempt was settled
         self._lost: set[LeaseRef] = set()
+        self._cancelling: set[LeaseRef] = set()  # running attempts whose job was cancelled
         self._background: set[asyncio.Task[None]] = set()  # attempts and settles in a task
         self._starting = 0  # attempts started but not yet handed to the executor
         self._waiting: deque[tuple[Job, QueuePolicy]] = deque()  # claimed ahead: no slot yet
@@ -150,7 +169,7 @@ class Supervisor:
         if op == "progress":
             await self.backend.progress(job.id, job.fence, data)
         elif op == "heartbeat":
-            if await self.backend.heartbeat(self.worker_id, {(job.id, job.fence)}):
+            if (await self.backend.heartbeat(self.worker_id, {(job.id, job.fence)})).lost:
                 raise LeaseLost(f"job {job.id} is no longer held with fence {job.fence}")
         else:
             raise InvalidInput(f"unknown request {op!r} from an executor")
@@ -160,22 +179,41 @@ class Supervisor:
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()  # kept: see ThreadExecutor._loop
         await self.backend.open()
+        server = None
         try:
+            server = self._serve_metrics()
             await self.executor.start()
             await self._run()
         finally:
+            if server is not None:
+                await asyncio.to_thread(server.close)
             await self.executor.close()
             await self.backend.close()
         if self._storage_lost is not None:
             raise self._storage_lost
 
+    def _serve_metrics(self) -> MetricsServer | None:
+        c = self.config
+        if self.metrics is None or c.metrics_port is None:
+            return None
+        from tenure.metrics import serve_worker
+
+        return serve_worker(self.metrics, self.backend, self._loop, c.queues,
+                            host=c.metrics_host, port=c.metrics_port)  # fmt: skip
+
     async def _run(self) -> None:
         await self._register()
         await self.refresh_policies()
         self.keeper = LeaseKeeper(
-            self.backend, self.worker_id, self._heartbeat_interval(), self._register_again
+            self.backend, self.worker_id, self._heartbeat_interval(), self._register_again,
+            on_cancel_requested=self._on_cancel_requested,
+        )  # fmt: skip
+        self.sweeper = Sweeper(
+            self.backend,
+            self._sweep_interval(),
+            on_dead=self._tell_dead,
+            on_rescued=None if self.metrics is None else self.metrics.rescued,
         )
-        self.sweeper = Sweeper(self.backend, self._sweep_interval(), on_dead=self._tell_dead)
         await self.sweeper.run_once(force=True)  # recovery never waits for a sweep interval
         stop_keeping, stop_sweeping = asyncio.Event(), asyncio.Event()
         background = [
@@ -186,6 +224,10 @@ class Supervisor:
             asyncio.create_task(self._refresh_policies_forever(stop_sweeping)),
             asyncio.create_task(self._tick(stop_sweeping)),
         ]
+        schedules = [s for s in self.app.schedules.values() if s.queue in self.config.queues]
+        if schedules:
+            ticker = Ticker(self.backend, schedules, self.app.tasks)
+            background.append(asyncio.create_task(ticker.run(stop_sweeping, self.faults)))
         self._install_signals()
         await asyncio.to_thread(self.app.hooks.worker_started, self.worker_id)
         log.info("worker %s started on %s, queues %s", self.worker_id, redacted(self.app.url),
@@ -362,7 +404,11 @@ class Supervisor:
     def _ahead(self) -> int:
         """How many jobs to claim beyond the free slots (see the module's doc)."""
         run_time = self._run_time
-        if run_time is None or any(p.delivery == "at-most-once" for p in self.policies.values()):
+        # A job claimed ahead holds one of a max_active queue's places while it
+        # waits for a slot here, and a free slot elsewhere could run it.
+        if run_time is None or any(
+            p.delivery == "at-most-once" or p.max_active is not None for p in self.policies.values()
+        ):
             return 0
         slots = self.config.concurrency
         horizon = self._cycle_time if self.backend.remote else BATCH_HORIZON
@@ -463,6 +509,8 @@ class Supervisor:
             self._wake.set()
 
     def _start(self, job: Job) -> None:
+        if self.metrics is not None:
+            self.metrics.started(job)
         lease = (job.id, job.fence)
         self.running[lease] = job
         self.keeper.hold(lease, lambda: self._on_lease_lost(lease))
@@ -486,6 +534,24 @@ class Supervisor:
                 return
         self.executor.stop(lease)
 
+    def _on_cancel_requested(self, lease: LeaseRef) -> None:
+        """The job was cancelled while this worker runs it: tell its handler, which
+        has the queue's cancel_grace to stop; then it is stopped. Whatever ends
+        the attempt from now on, the job ends cancelled."""
+        if (job := self.running.get(lease)) is None or lease in self._lost:
+            return
+        self._cancelling.add(lease)
+        policy = self.policies.get(job.queue) or QueuePolicy()
+        log.info("job %s (%s): cancelled while running attempt %d; stopping it within %g s",
+                 job.id, job.task, job.attempts, policy.cancel_grace,
+                 extra=attempt_fields(job))  # fmt: skip
+        for i, (waiting, _) in enumerate(self._waiting):
+            if (waiting.id, waiting.fence) == lease:  # never began: it ends now
+                del self._waiting[i]
+                self._in_task(self._settle_then_finish(waiting, policy, NOT_BEGUN))
+                return
+        self.executor.abort(lease, policy.cancel_grace)
+
     # -- one attempt -------------------------------------------------------
     #
     # The common attempt needs no task of its own: begun on the executor, its
@@ -494,7 +560,9 @@ class Supervisor:
     # failure to record, a settle to retry) runs in a task (_in_task).
 
     def _begin(self, job: Job, policy: QueuePolicy) -> None:
-        if self.executor.capacity() <= 0 and self._draining.is_set():
+        if self._cancelling and (job.id, job.fence) in self._cancelling:  # before it began
+            self._in_task(self._settle_then_finish(job, policy, NOT_BEGUN))
+        elif self.executor.capacity() <= 0 and self._draining.is_set():
             self._in_task(self._hand_back_unbegun(job))  # claimed ahead: never begins
         elif self.executor.room() <= 0:  # claimed ahead: it begins when a slot frees
             self._waiting.append((job, policy))
@@ -536,6 +604,8 @@ class Supervisor:
 
     def _ended(self, job: Job, policy: QueuePolicy, result: AttemptResult, ran: float) -> None:
         lease = (job.id, job.fence)
+        if self.metrics is not None:
+            self.metrics.ended(job.queue, result, ran, lost=lease in self._lost)
         if ran > 0:  # 0: it never started
             average = self._run_time
             self._run_time = ran if average is None else average + (ran - average) * AVERAGING
@@ -543,6 +613,8 @@ class Supervisor:
         self.keeper.settling(lease)
         if lease in self._lost:  # recovered by the sweeper, or handed back: never settle
             self._finish(lease)
+        elif lease in self._cancelling and not isinstance(result, Settled):
+            self._in_task(self._settle_then_finish(job, policy, cancelled(result)))
         elif isinstance(result, Returned) and (item := self.completer.item(job, result.value)):
             self.completer.add(item, functools.partial(self._written, job, policy, result))
         else:
@@ -583,6 +655,7 @@ class Supervisor:
         self._begin_waiting()
         self.keeper.drop(lease)
         self._lost.discard(lease)
+        self._cancelling.discard(lease)
         if self.running.pop(lease, None) is not None:
             self.processed += 1
         self._finished.set()

@@ -6,7 +6,8 @@ back exactly), JSON for ``args``, ``result`` and ``progress``; an absent field i
 None. Internal fields: ``seq`` (insertion order), ``rank`` (its member of the
 ready set while queued; a claim leaves it, the attempt's end removes it),
 ``lease_ttl`` (while active with a lease) and
-``started_at`` (while active: its attempt's start). Each ended attempt is one
+``started_at`` (while active: its attempt's start). ``cancel_requested`` is
+``1`` once an active job's cancel was requested, absent otherwise. Each ended attempt is one
 JSON entry of the job's history list, with its times as strings; ``get`` adds
 the running one's from the job.
 """
@@ -39,7 +40,8 @@ def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
     reply: ``JOB_FIELDS`` in _lib.lua), an absent one None."""
     (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
      max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-     dead_reason, progress, finished_at, traceparent) = values  # fmt: skip
+     dead_reason, progress, finished_at, traceparent, cancel_requested,
+     recovered_from) = values  # fmt: skip
     return job_of((
         id_.decode(), task.decode(), queue.decode(), orjson.loads(args), STATES[state.decode()],
         int(priority), float(run_at), float(created_at), int(attempts), int(stalls),
@@ -51,7 +53,8 @@ def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
         None if dead_reason is None else DeadReason(dead_reason.decode()),
         None if progress is None else orjson.loads(progress),
         None if finished_at is None else float(finished_at),
-        None if traceparent is None else traceparent.decode(),
+        None if traceparent is None else traceparent.decode(), cancel_requested is not None,
+        None if recovered_from is None else float(recovered_from),
         tuple(attempt(entry) for entry in history),
     ))  # fmt: skip
 

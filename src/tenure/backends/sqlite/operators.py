@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from tenure.backends.base import Page, WorkerInfo, check_cursor, check_listing, cursor_seq
+from tenure.backends.base import (
+    Page,
+    WorkerInfo,
+    check_cursor,
+    check_listing,
+    cursor_seq,
+    not_cancellable,
+    queue_busy,
+)
 from tenure.backends.rows import attempt_from_row, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.events import record, record_job
@@ -22,7 +30,7 @@ from tenure.core.clock import Clock
 from tenure.core.events import EventKind
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.states import State
-from tenure.errors import InvalidTransition, JobNotFound
+from tenure.errors import JobNotFound
 from tenure.job import Job
 
 T = TypeVar("T")
@@ -52,12 +60,10 @@ class Operators:
     def _cancel(self, job_id: str) -> Job:
         now = self.clock.now()
         with self._tx() as conn:
-            if conn.execute(Q["cancel"], (now, job_id)).rowcount == 0:
-                job = self._get(conn, job_id)
-                raise InvalidTransition(
-                    f"job {job_id} is {job.state}: only scheduled or queued jobs can be cancelled"
-                )
-            record_job(conn, now, job_id, [(EventKind.CANCELLED, None)])
+            if conn.execute(Q["cancel"], (now, job_id)).rowcount > 0:
+                record_job(conn, now, job_id, [(EventKind.CANCELLED, None)])
+            elif conn.execute(Q["request_cancel"], (job_id,)).rowcount == 0:
+                raise not_cancellable(self._get(conn, job_id))
             return self._get(conn, job_id)
 
     async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
@@ -83,6 +89,23 @@ class Operators:
                 self._ring(conn)
             record(conn, self.clock.now(), [(queue, kind, i, None) for i in ids])
             return len(ids)
+
+    async def delete_queue(self, queue: str) -> int:
+        check_name("queue", queue)
+
+        def run() -> int:
+            with self._tx() as conn:
+                (active,) = conn.execute(Q["active_in_queue"], (queue,)).fetchone()
+                if active:
+                    raise queue_busy(queue, active)
+                conn.execute(Q["delete_queue_attempts"], (queue,))
+                deleted = conn.execute(Q["delete_queue_jobs"], (queue,)).rowcount
+                conn.execute(Q["delete_queue_events"], (queue,))
+                conn.execute(Q["empty_newest_event"], (queue,))
+                conn.execute(Q["delete_queue"], (queue,))
+                return int(deleted)
+
+        return await self._run(run)
 
     async def get(self, job_id: str) -> Job:
         check_job_id(job_id)
@@ -131,6 +154,16 @@ class Operators:
 
         return await self._run(run)
 
+    async def lag(self, queue: str) -> float:
+        check_name("queue", queue)
+
+        def run() -> float:
+            now = self.clock.now()
+            (due_since,) = self.conn.execute(Q["due_since"], (queue, now)).fetchone()
+            return 0.0 if due_since is None else max(now - due_since, 0.0)
+
+        return await self._run(run)
+
     async def queues(self) -> builtins.list[str]:
         return await self._run(lambda: [n for (n,) in self.conn.execute(Q["queue_names"])])
 
@@ -162,6 +195,7 @@ class Operators:
                 row = conn.execute(Q["get_policy"], (queue,)).fetchone()
                 policy = QueuePolicy.from_json(None if row is None else row[0]).replace(**changes)
                 conn.execute(Q["set_policy"], (queue, orjson.dumps(policy.to_dict()).decode()))
+                self._ring(conn)  # it may let idle workers claim (a resume)
             return policy
 
         return await self._run(run)
@@ -193,8 +227,9 @@ class Operators:
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         def run() -> builtins.list[WorkerInfo]:
+            leases = dict(self.conn.execute(Q["leases_held"]).fetchall())
             return [
-                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen)
+                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, leases.get(i, 0))
                 for i, h, p, q, s, seen in self.conn.execute(Q["list_workers"])
             ]
 

@@ -1,4 +1,5 @@
--- cancel: queued | scheduled -> cancelled.
+-- cancel: queued | scheduled -> cancelled; an active job is marked
+-- cancel_requested instead (its worker learns it from its heartbeat).
 --
 -- KEYS[1]  the queue's key prefix
 -- ARGV[1]  job id
@@ -13,6 +14,10 @@ if f[1] == 'queued' then
   redis.call('ZREM', p .. 'ready', f[2])
 elseif f[1] == 'scheduled' then
   redis.call('ZREM', p .. 'scheduled', id)
+elseif f[1] == 'active' then
+  redis.call('HSET', jk, 'cancel_requested', '1')
+  local job = job_with_history(p, id)
+  return {OK, job[1], job[2]}
 else
   return {INVALID_TRANSITION, f[1]}
 end
