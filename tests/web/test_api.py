@@ -34,6 +34,16 @@ def test_queues__count_jobs_by_state(api: httpx.Client, web_app: App) -> None:
     [mail] = body["queues"]
     assert mail["name"] == "mail"
     assert mail["counts"] == {**dict.fromkeys(State, 0), "queued": 1, "scheduled": 1}
+    assert 0 <= mail["lag"] < 60  # the queued job has been due since its enqueue
+
+
+def test_metrics__jobs_by_queue_and_state_and_lag(api: httpx.Client, web_app: App) -> None:
+    web_app.enqueue("t", {}, queue="mail")
+    response = api.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    assert 'tenure_jobs{queue="mail",state="queued"} 1.0' in response.text
+    assert 'tenure_queue_lag_seconds{queue="mail"}' in response.text
 
 
 def test_jobs__filtered_and_paged_by_cursor(api: httpx.Client, web_app: App) -> None:
@@ -71,13 +81,19 @@ def test_enqueue__by_task_name(api: httpx.Client, web_app: App) -> None:
     )  # fmt: skip
 
 
-def test_cancel__queued_job_then_409_then_404(api: httpx.Client, web_app: App) -> None:
+def test_cancel__queued_job_or_active_one_then_409_then_404(
+    api: httpx.Client, web_app: App, backend: Any
+) -> None:
     job = web_app.enqueue("t", {})
     assert api.post(f"/api/jobs/{job.id}/cancel").json()["state"] == "cancelled"
     again = api.post(f"/api/jobs/{job.id}/cancel")
     assert again.status_code == 409 and again.json()["error"] == "InvalidTransition"
     assert api.post("/api/jobs/no-such-job/cancel").status_code == 404
     assert api.get("/api/jobs/no-such-job").json()["error"] == "JobNotFound"
+    running = web_app.enqueue("t", {})
+    claim_one(backend, register(backend, "w-1"))
+    stopping = api.post(f"/api/jobs/{running.id}/cancel").json()
+    assert stopping["state"] == "active" and stopping["cancel_requested"] is True
 
 
 def test_dlq__lists_counts_retries_and_purges(

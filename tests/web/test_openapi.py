@@ -54,7 +54,7 @@ def test_openapi__no_5xx_and_responses_match_the_document(
         job = app.enqueue("t", {"n": 1}, queue="default")
         schema = schemathesis.openapi.from_url(f"{server.url}/api/openapi.json")
         operations = [r.ok() for r in schema.get_all_operations()]
-        assert len(operations) == 12
+        assert len(operations) == 13
         for operation in operations:
             if operation.path not in ENDLESS:
                 for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):

@@ -52,7 +52,8 @@ def security_headers_in(response: httpx.Response) -> None:
 def test_without_the_token__every_request_gets_401(guarded: Served, sqlite_app: App) -> None:
     anonymous = guarded.client()
     for method, path in [("GET", "/api/queues"), ("GET", "/api/openapi.json"),
-                         ("GET", "/api/events"), ("POST", "/api/jobs")]:  # fmt: skip
+                         ("GET", "/api/events"), ("POST", "/api/jobs"),
+                         ("GET", "/metrics")]:  # fmt: skip
         response = anonymous.request(method, path, json={"task": "t"})
         assert response.status_code == 401, path
         assert response.headers["www-authenticate"].startswith("Bearer")

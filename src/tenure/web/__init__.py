@@ -1,4 +1,5 @@
-"""``tenure serve``: the HTTP API, live lifecycle events over SSE, and the dashboard.
+"""``tenure serve``: the HTTP API, live lifecycle events over SSE, the dashboard
+and Prometheus' ``/metrics``.
 
 Built on Starlette rather than FastAPI: the ``web`` extra already installs it,
 and FastAPI would add pydantic to validate what tenure's own checks validate
@@ -19,7 +20,9 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -28,6 +31,7 @@ from starlette.types import ASGIApp
 
 from tenure.app import App
 from tenure.errors import BackendUnavailable, InvalidInput, InvalidTransition, JobNotFound
+from tenure.metrics import app_registry
 from tenure.web.api import Api
 from tenure.web.guard import Guard, route_path
 from tenure.web.openapi import document
@@ -62,8 +66,7 @@ def asgi_app(app: App, *, token: str | None = None, any_host: bool = False) -> A
         Route("/api/events", EventStream(app).respond, methods=["GET"]),
         *Api(app).routes(),
         *Pages(app).routes(),
-        # /metrics goes here: tenure.metrics (Prometheus, another branch) serves the
-        # App's registry; it is guarded by the token like every route.
+        _metrics_route(app),
     ]
     handlers = {cls: _error_handler(status) for cls, status in STATUS.items()}
     server = Starlette(
@@ -75,6 +78,19 @@ def asgi_app(app: App, *, token: str | None = None, any_host: bool = False) -> A
         },
     )
     return Guard(server, token, any_host=any_host)
+
+
+def _metrics_route(app: App) -> Route:
+    """Prometheus' ``/metrics``: storage's gauges (jobs by queue and state, queue lag)."""
+    registry = app_registry(app)
+
+    async def metrics(request: Request) -> Response:
+        # The registry reads storage through the App's sync facade: off this loop.
+        return Response(
+            await run_in_threadpool(generate_latest, registry), media_type=CONTENT_TYPE_LATEST
+        )
+
+    return Route("/metrics", metrics, methods=["GET"])
 
 
 def _error_handler(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:

@@ -22,6 +22,7 @@ from tenure.core.names import check_job_id, check_job_ids, check_name, shown
 from tenure.core.states import State
 from tenure.core.urls import redacted
 from tenure.errors import InvalidInput
+from tenure.metrics import read_queues
 from tenure.web.responses import JSON, json_object
 
 ENQUEUE_OPTIONS = frozenset(
@@ -58,9 +59,11 @@ class Api:
     # -- queues --------------------------------------------------------------
 
     async def queues(self, request: Request) -> JSON:
-        """Every queue with its jobs counted by state, and which storage this is."""
-        backend = await self.backend()
-        queues = [{"name": q, "counts": await backend.counts(q)} for q in await backend.queues()]
+        """Every queue with its jobs counted by state and its lag, and which storage this is."""
+        queues = [
+            {"name": r.queue, "counts": r.counts, "lag": r.lag}
+            for r in await read_queues(await self.backend())
+        ]
         return JSON({"storage": redacted(self.app.url), "queues": queues})
 
     async def policy(self, request: Request) -> JSON:
@@ -99,6 +102,8 @@ class Api:
         return JSON(job_dict(job), 201)
 
     async def cancel(self, request: Request) -> JSON:
+        """Cancel a scheduled or queued job; an active one is marked
+        ``cancel_requested``, and its worker stops the attempt."""
         return JSON(job_dict(await self.app.acancel(check_job_id(request.path_params["id"]))))
 
     # -- the dead-letter queue -------------------------------------------------
@@ -134,12 +139,8 @@ class Api:
 
     async def workers(self, request: Request) -> JSON:
         """Registered workers, each with how many leases (active jobs) it holds."""
-        leases, complete = await tally(await self.backend(), None, State.ACTIVE, "worker")
-        workers = [
-            {**dataclasses.asdict(w), "leases": leases.get(w.id, 0)}
-            for w in await (await self.backend()).workers()
-        ]
-        return JSON({"workers": workers, "counts_complete": complete})
+        workers = await (await self.backend()).workers()
+        return JSON({"workers": [dataclasses.asdict(w) for w in workers]})
 
 
 async def tally(

@@ -162,8 +162,12 @@ def document() -> dict[str, Any]:
     queue = {
         "type": "object",
         "additionalProperties": False,
-        "required": ["name", "counts"],
-        "properties": {"name": {"type": "string"}, "counts": STATE_COUNTS},
+        "required": ["name", "counts", "lag"],
+        "properties": {
+            "name": {"type": "string"},
+            "counts": STATE_COUNTS,
+            "lag": {"type": "number", "minimum": 0},
+        },
     }
     paths: dict[str, Any] = {
         "/api/queues": {
@@ -270,8 +274,8 @@ def document() -> dict[str, Any]:
         "/api/jobs/{id}/cancel": {
             "parameters": [_path("id", JOB_ID)],
             "post": _op(
-                "Cancel a scheduled or queued job",
-                _json(_ref("Job"), "the job, cancelled"),
+                "Cancel a scheduled or queued job; stop an active one's attempt",
+                _json(_ref("Job"), "the job, cancelled (or cancel_requested)"),
                 404,
                 409,
             ),
@@ -282,15 +286,21 @@ def document() -> dict[str, Any]:
                 _json(
                     {
                         "type": "object",
-                        "required": ["workers", "counts_complete"],
+                        "required": ["workers"],
                         "additionalProperties": False,
-                        "properties": {
-                            "workers": {"type": "array", "items": _ref("Worker")},
-                            **counted,
-                        },
+                        "properties": {"workers": {"type": "array", "items": _ref("Worker")}},
                     },
                     "the workers",
                 ),
+            )
+        },
+        "/metrics": {
+            "get": _op(
+                "Prometheus metrics: jobs by queue and state, queue lag",
+                {
+                    "description": "the text exposition format",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                },
             )
         },
         "/api/events": {
@@ -316,7 +326,7 @@ def document() -> dict[str, Any]:
     schemas = {
         "Job": object_schema(Job),
         "Attempt": object_schema(Attempt),
-        "Worker": object_schema(WorkerInfo, leases={"type": "integer", "minimum": 0}),
+        "Worker": object_schema(WorkerInfo),
         "Policy": _policy_fields(required=True),
         "Event": object_schema(Event),
         "NewJob": {

@@ -23,6 +23,7 @@ from tenure.cli.output import seconds, summary, to_json, when
 from tenure.core.names import check_job_id, check_name
 from tenure.core.states import UNFINISHED, State
 from tenure.core.urls import redacted
+from tenure.metrics import read_queues
 from tenure.web.api import tally
 
 TEMPLATES = jinja2.Environment(
@@ -64,8 +65,7 @@ class Pages:
         return await self.app.abackend()
 
     async def overview(self, request: Request) -> HTMLResponse:
-        backend = await self.backend()
-        queues = {q: await backend.counts(q) for q in await backend.queues()}
+        queues = await read_queues(await self.backend())
         return render(request, "overview.html", queues=queues, storage=redacted(self.app.url))
 
     async def job(self, request: Request) -> HTMLResponse:
@@ -89,7 +89,4 @@ class Pages:
         return render(request, "policy.html", queue=queue, fields=fields)
 
     async def workers(self, request: Request) -> HTMLResponse:
-        backend = await self.backend()
-        leases, complete = await tally(backend, None, State.ACTIVE, "worker")
-        return render(request, "workers.html", workers=await backend.workers(),
-                           leases=leases, complete=complete)  # fmt: skip
+        return render(request, "workers.html", workers=await (await self.backend()).workers())

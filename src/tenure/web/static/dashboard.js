@@ -49,6 +49,7 @@ function refreshCounts() {
         const cell = row.querySelector(`td[data-state="${state}"]`);
         if (cell) cell.textContent = String(n);
       }
+      row.querySelector("td[data-lag]").textContent = queue.lag.toFixed(2) + " s";
     }
   }, () => {});
 }
