@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import httpx
@@ -188,3 +190,10 @@ def test_bodies__must_be_json_and_small(api: httpx.Client, web_app: App) -> None
                     headers=JSON_HEADERS)  # fmt: skip
     assert huge.status_code == 413
     assert web_app.jobs().jobs == []  # nothing was stored
+
+
+def test_importing_tenure__imports_no_web_framework() -> None:
+    web = "{'starlette', 'uvicorn', 'jinja2'}"
+    code = f"import sys, tenure, tenure.cli; print(sorted({web} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
