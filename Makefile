@@ -3,13 +3,13 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install demo test lint typecheck pytest system-deps soak bench clean
+.PHONY: install demo test lint typecheck pytest docs docs-build system-deps soak bench screenshots clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) scripts/check_python.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[all,dev,docs]'
 	touch $@
 
 install: $(BIN)/.installed
@@ -18,18 +18,27 @@ install: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/python examples/demo.py
 
-## make test: lint, format check, mypy --strict, then the whole test suite.
-test: $(BIN)/.installed system-deps lint typecheck pytest
+## make test: lint, format check, mypy --strict, the docs site, then the whole test suite.
+test: $(BIN)/.installed system-deps lint typecheck docs-build pytest
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check src tests examples
-	$(BIN)/ruff format --check src tests examples
+	$(BIN)/ruff check src tests examples docs/hooks
+	$(BIN)/ruff format --check src tests examples docs/hooks
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy --strict src
 
 pytest: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## make docs: serve the documentation site on http://127.0.0.1:8000, rebuilt on every edit.
+docs: $(BIN)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+## make docs-build: build it into site/ with --strict: a broken link, a page missing from the
+## reference or a policy field without its docstring fails.
+docs-build: $(BIN)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 ## Debian packages the backends' tests need (postgresql, redis-server), when missing.
 system-deps:
@@ -47,5 +56,9 @@ soak: $(BIN)/.installed system-deps
 bench: system-deps
 	$(PYTHON) benchmarks/run.py $(if $(QUICK),--quick) $(BENCH_ARGS)
 
+## make screenshots: the dashboard's browser test, saving its pages' screenshots in docs/img/.
+screenshots: $(BIN)/.installed system-deps
+	TENURE_SCREENSHOTS=docs/img $(BIN)/python -m pytest tests/web/test_browser.py $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache site

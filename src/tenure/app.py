@@ -17,11 +17,20 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
-from tenure.backends.base import Backend, CallerTransactions, Page
-from tenure.backends.factory import from_url, resolve_url
+from tenure.backends.base import Backend, CallerTransactions, Page, Tick, WorkerInfo
+from tenure.backends.factory import check_shared, from_url, resolve_url
 from tenure.config import (
     DEFAULT_MAX_PAYLOAD,
     DEFAULT_URL,
@@ -30,7 +39,8 @@ from tenure.config import (
     check_integer,
 )
 from tenure.core.events import Event
-from tenure.core.names import check_job_ids, check_name
+from tenure.core.names import check_job_ids, check_name, shown
+from tenure.core.schedules import Schedule
 from tenure.core.states import State, parse_state
 from tenure.core.urls import redacted
 from tenure.errors import InvalidInput
@@ -38,6 +48,7 @@ from tenure.events import Steps, follow, follow_sync
 from tenure.hooks import Hooks
 from tenure.job import Job, JobSpec
 from tenure.portal import Portal
+from tenure.results import check_timeout, stop_watches, wait_result
 from tenure.task import Task
 
 __all__ = ["App", "Queue", "Task"]
@@ -75,6 +86,30 @@ class Queue:
 
     async def aset_policy(self, **changes: Any) -> QueuePolicy:
         return await (await self.app.abackend()).change_policy(self.name, changes)
+
+    def pause(self) -> QueuePolicy:
+        """Stop every worker claiming from this queue (its claims check it, so
+        at once); enqueues still land, and running attempts finish."""
+        return self.set_policy(paused=True)
+
+    async def apause(self) -> QueuePolicy:
+        return await self.aset_policy(paused=True)
+
+    def resume(self) -> QueuePolicy:
+        """Let workers claim from this queue again; idle ones wake."""
+        return self.set_policy(paused=False)
+
+    async def aresume(self) -> QueuePolicy:
+        return await self.aset_policy(paused=False)
+
+    def delete(self) -> int:
+        """Delete this queue: its jobs in every state with their history, its
+        policy and its events; returns how many jobs went. Refused
+        (InvalidTransition) while any of its jobs is active: pause it first."""
+        return self.app.call(self.adelete())
+
+    async def adelete(self) -> int:
+        return await (await self.app.abackend()).delete_queue(self.name)
 
     def jobs(
         self, state: State | str | None = None, limit: int = 50, after: str | None = None
@@ -131,6 +166,7 @@ class App:
         self.max_payload = max_payload
         self.read_only = read_only  # only reads: a SQLite file is never created or migrated
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.schedules: dict[str, Schedule] = {}  # periodic jobs, by name
         self.hooks = Hooks()  # users' code around attempts and at the worker's events
         self._backends: dict[asyncio.AbstractEventLoop, Backend] = {}  # one per event loop
         self._opening: dict[asyncio.AbstractEventLoop, asyncio.Task[Backend]] = {}
@@ -140,6 +176,7 @@ class App:
         # Validates the URL now (connects on first use); never opened, it enqueues
         # on a caller's connection (conn=), and describes the storage.
         self._described = from_url(self.url)
+        check_shared(self.url)
 
     # -- tasks -------------------------------------------------------------
 
@@ -181,6 +218,52 @@ class App:
             return t
 
         return register if fn is None else register(fn)
+
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        tz: str | None = None,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        missed: str = "once",
+        name: str | None = None,
+    ) -> Callable[[Task[P, R]], Task[P, R]]:
+        """Enqueue a job of the task below at every tick of a schedule:
+        ``@app.periodic(cron="*/5 * * * *")`` or ``@app.periodic(every=timedelta(hours=1))``
+        above ``@app.task(...)``. ``tz`` is the cron's IANA time zone (UTC by
+        default); ``args`` and ``kwargs`` are the handler's arguments, fixed now;
+        ``missed`` says what a worker starting up does about ticks no worker was
+        running for: ``"once"`` (one job, for the latest) or ``"skip"``. Workers
+        serving the task's queue tick; storage makes one job per tick, whose key
+        is ``<name>@<tick>`` (see ``tenure.current_job().tick``). ``name``
+        (default: the task's) tells two schedules of one task apart."""
+
+        def register(task: Task[P, R]) -> Task[P, R]:
+            if not isinstance(task, Task) or task.app is not self:
+                raise InvalidInput(
+                    "@app.periodic(...) goes above @app.task(...): it takes a task of this "
+                    f"App, got {shown(task)}"
+                )
+            schedule_name = task.name if name is None else name
+            if schedule_name in self.schedules:
+                raise InvalidInput(
+                    f"a schedule named {schedule_name!r} is already declared: give this one "
+                    "another name=..."
+                )
+            if args is not None and not isinstance(args, list | tuple):
+                raise InvalidInput(f"periodic args must be a list or tuple, got {shown(args)}")
+            if kwargs is not None and not isinstance(kwargs, Mapping):
+                raise InvalidInput(f"periodic kwargs must be a dict, got {shown(kwargs)}")
+            arguments = task.arguments(tuple(args or ()), dict(kwargs or {}))
+            task.spec(arguments)  # InvalidInput now for arguments that are not JSON
+            schedule = Schedule.create(schedule_name, task.name, task.queue, arguments,
+                                       cron=cron, every=every, tz=tz, missed=missed)  # fmt: skip
+            self.schedules[schedule_name] = schedule
+            return task
+
+        return register
 
     def _specs(
         self, task: str, args_list: Iterable[dict[str, Any] | None], options: dict[str, Any]
@@ -282,6 +365,18 @@ class App:
     async def aget_job(self, job_id: str) -> Job:
         return await (await self.abackend()).get(job_id)
 
+    def result(self, job_id: str, timeout: float | None = None) -> Any:
+        """The result of job ``job_id`` (its handler's return value, as JSON
+        decodes it) once it completes, waiting for it; ``JobFailed`` if it is
+        dead, ``JobCancelled`` if cancelled, ``TimeoutError`` after ``timeout``
+        seconds (None: wait for ever), ``JobNotFound``. Woken by the queue's
+        lifecycle events (see ``tenure.results``)."""
+        return self.call(self.aresult(job_id, timeout))
+
+    async def aresult(self, job_id: str, timeout: float | None = None) -> Any:
+        check_timeout(timeout)
+        return await wait_result(await self.abackend(), job_id, timeout)
+
     def cancel(self, job_id: str) -> Job:
         return self.call(self.acancel(job_id))
 
@@ -319,6 +414,23 @@ class App:
 
     async def aqueues(self) -> list[str]:
         return await (await self.abackend()).queues()
+
+    def last_ticks(self) -> dict[str, Tick]:
+        """By schedule name, the last tick of each of this App's schedules that
+        storage made a job for (a schedule never ticked is absent)."""
+        return self.call(self.alast_ticks())
+
+    async def alast_ticks(self) -> dict[str, Tick]:
+        names = {(s.queue, s.name): s.name for s in self.schedules.values()}
+        found = await (await self.abackend()).last_ticks(list(names))
+        return {names[pair]: tick for pair, tick in found.items()}
+
+    def workers(self) -> list[WorkerInfo]:
+        """The registered workers, with the leases each holds."""
+        return self.call(self.aworkers())
+
+    async def aworkers(self) -> list[WorkerInfo]:
+        return await (await self.abackend()).workers()
 
     # -- lifecycle events --------------------------------------------------
 
@@ -410,9 +522,9 @@ class App:
             portal, self._portal = self._portal, None
         for loop, backend in list(self._backends.items()):
             if portal is not None and loop is portal.loop:
-                portal.run(backend.close())
+                portal.run(_closed(backend))
             elif not (loop.is_closed() or loop.is_running()):
-                loop.run_until_complete(backend.close())
+                loop.run_until_complete(_closed(backend))
             else:
                 continue
             del self._backends[loop]
@@ -424,7 +536,7 @@ class App:
         """Close the backend of the running event loop."""
         backend = self._backends.pop(asyncio.get_running_loop(), None)
         if backend is not None:
-            await backend.close()
+            await _closed(backend)
 
     def __enter__(self) -> App:
         return self
@@ -465,6 +577,11 @@ def _close_at_exit(app: App) -> None:
             alive.close()
 
     atexit.register(close)
+
+
+async def _closed(backend: Backend) -> None:
+    await stop_watches(backend)  # results' readers of events end before their connections
+    await backend.close()
 
 
 async def _awaited(coro: Coroutine[Any, Any, T]) -> T:

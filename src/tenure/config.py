@@ -54,14 +54,20 @@ POLICY_BOUNDS: dict[str, tuple[float, float]] = {
     # where it stopped), and up to a billion per queue.
     "events_max_age": (60.0, MAX_SECONDS),
     "events_max_count": (1, 1_000_000_000),
+    # Fleet-wide limits: jobs active at once, and starts per rate_interval.
+    "max_active": (1, 1_000_000),
+    "rate_limit": (1, 1_000_000_000),
+    "rate_interval": (0.001, 86_400.0),
     # Finished jobs are kept for these many seconds (None: forever); 0 prunes
     # them at the next sweep.
     "keep_completed": (0.0, MAX_SECONDS),
     "keep_dead": (0.0, MAX_SECONDS),
 }
-_COUNTS = frozenset({"max_attempts", "max_stalls", "events_max_count"})
+_COUNTS = frozenset({"max_attempts", "max_stalls", "events_max_count", "max_active", "rate_limit"})
 _ABOVE = frozenset({"timeout"})  # bounds (lo, hi]: zero is not a deadline
-_OPTIONAL = frozenset({"timeout", "keep_completed", "keep_dead"})  # None: no limit
+# None: no deadline, no limit, kept forever
+_OPTIONAL = frozenset({"timeout", "max_active", "rate_limit", "keep_completed", "keep_dead"})
+_FLAGS = ("events", "paused")
 
 
 def _bound(x: float) -> str:
@@ -104,6 +110,8 @@ def _clamped(name: str, value: Any) -> Any:
         return value
     if name in _ABOVE and value <= bounds[0]:
         return None
+    if name in _OPTIONAL and name in _COUNTS and value < bounds[0]:
+        return None  # a limit below one: none
     if name in _COUNTS and isinstance(value, float):
         return value
     return min(max(value, bounds[0]), bounds[1])  # NaN stays NaN: refused
@@ -127,11 +135,24 @@ class QueuePolicy:
     - ``cancel_grace`` within [0, 3600];
     - ``events_max_age`` within [60, ten years]; ``events_max_count`` an
       integer within [1, 1000000000];
+    - ``max_active`` (when set) an integer within [1, 1000000];
+      ``rate_limit`` (when set) an integer within [1, 1000000000];
+      ``rate_interval`` within [0.001, 86400];
     - ``keep_completed`` and ``keep_dead`` (when set) within [0, ten years].
 
     They are ``POLICY_BOUNDS``. ``events`` (a bool) says whether the queue's
     transitions record lifecycle events; the sweep deletes those older than
     ``events_max_age`` seconds or beyond the newest ``events_max_count``.
+
+    Limits hold across the whole fleet, enforced by the claim itself (None:
+    no limit). ``max_active``: at most that many jobs of the queue active at
+    once. ``rate_limit``: at most that many starts per ``rate_interval``
+    seconds, as a token bucket kept in storage: it holds up to
+    ``rate_limit`` starts and refills at ``rate_limit`` per
+    ``rate_interval``, so a full bucket allows a burst of ``rate_limit``
+    starts, and any span of ``t`` seconds at most
+    ``rate_limit * (1 + t / rate_interval)``. ``paused`` (a bool): the queue's
+    jobs are not claimed; enqueues still land.
 
     Retention: the sweep deletes a job that finished (by storage's clock)
     ``keep_completed`` seconds ago when it is ``completed`` or ``cancelled``,
@@ -141,27 +162,66 @@ class QueuePolicy:
     """
 
     lease_ttl: float = 15.0
+    """How long a claim stays valid without a heartbeat, judged by the storage
+    server's clock: a frozen or partitioned worker's jobs come back after it
+    (and one sweep)."""
     heartbeat_interval: float = 2.0
+    """How often a worker's supervisor renews all its leases, in one round trip;
+    at most half of ``lease_ttl``, so that one late heartbeat loses nothing."""
     sweep_interval: float = 1.0
+    """How often the fleet sweeps (one sweep per interval across all workers):
+    the longest a dead worker's jobs wait to be recovered."""
     max_attempts: int = 3
+    """Attempts a job may make before it is dead; a failed one retries after a
+    backoff."""
     max_stalls: int = 3
+    """Attempts of a job that may crash or stall (its executor or its worker
+    died, or its lease ran out) before the job is dead: a job that takes
+    workers down with it stops doing so."""
     delivery: Delivery = "at-least-once"
+    """``at-least-once``: leases, heartbeats, recovery. ``at-most-once``: a claim
+    removes the job; it never runs twice, and may not run at all."""
     timeout: float | None = None
+    """The deadline of one attempt, from its handler's start, for tasks that set
+    none (None: no deadline); past it the executor is killed."""
     backoff_base: float = 1.0
+    """The wait before the second attempt; it doubles with each attempt after."""
     backoff_max: float = 300.0
+    """The longest wait between two attempts."""
     backoff_jitter: float = 0.2
-    # How long a job whose task a worker does not know keeps being handed back
-    # for a worker that knows it (a rolling deploy) before it is dead-lettered.
+    """The share of each wait taken off at random, so that many failures at
+    once do not all retry at once."""
     unknown_task_grace: float = 600.0
-    # How long a handler whose job was cancelled while it ran has to stop by
-    # itself (it sees current_job().cancelled; an async one, CancelledError)
-    # before its executor is killed (docs/aborting.md).
+    """How long a job of a task no worker knows keeps going back to the queue
+    for a worker that knows it (a rolling deploy) before it is dead
+    (``unknown_task``); 0: dead at once."""
     cancel_grace: float = 10.0
+    """How long a handler whose job was cancelled while it ran has to stop by
+    itself (it sees ``current_job().cancelled``; an async one,
+    ``CancelledError``) before its executor is killed (see aborting.md)."""
     events: bool = True
+    """Whether the queue's transitions record lifecycle events."""
     events_max_age: float = 86_400.0
+    """Events older than this are deleted by the sweep."""
     events_max_count: int = 100_000
-    keep_completed: float | None = 86_400.0  # a day
-    keep_dead: float | None = 14 * 86_400.0  # two weeks: time to look at the DLQ
+    """At most this many of the queue's newest events are kept."""
+    max_active: int | None = None
+    """At most this many of the queue's jobs active at once across the fleet,
+    enforced by the claim (None: no limit)."""
+    rate_limit: int | None = None
+    """At most this many starts per ``rate_interval`` across the fleet, from a
+    token bucket kept in storage and checked by the claim (None: no limit)."""
+    rate_interval: float = 1.0
+    """The seconds in which ``rate_limit`` starts are allowed (the bucket refills
+    at ``rate_limit`` per ``rate_interval``)."""
+    paused: bool = False
+    """A paused queue's jobs are not claimed; enqueues still land."""
+    keep_completed: float | None = 86_400.0
+    """How long a completed or cancelled job is kept after it finished, before
+    the sweep prunes it: a day (0: at the next sweep; None: forever)."""
+    keep_dead: float | None = 14 * 86_400.0
+    """How long a dead job is kept after it died: two weeks, time to look at
+    the DLQ (0: at the next sweep; None: forever)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -169,9 +229,11 @@ class QueuePolicy:
     def validate(self) -> None:
         for name, (lo, hi) in POLICY_BOUNDS.items():
             value = getattr(self, name)
+            if value is None and name in _OPTIONAL:
+                continue
             if name in _COUNTS:
                 check_integer(name, value, lo, hi)
-            elif value is not None or name not in _OPTIONAL:
+            else:
                 kind = "a number" if name == "backoff_jitter" else "a number of seconds"
                 check_number(name, value, lo, hi, above=name in _ABOVE, kind=kind)
         if self.heartbeat_interval * 2 > self.lease_ttl:
@@ -179,8 +241,9 @@ class QueuePolicy:
                 f"heartbeat_interval ({self.heartbeat_interval}) must be at most half of "
                 f"lease_ttl ({self.lease_ttl}), so that one late heartbeat does not lose a lease"
             )
-        if not isinstance(self.events, bool):
-            raise InvalidInput(f"events must be true or false, got {shown(self.events)}")
+        for flag in _FLAGS:
+            if not isinstance(value := getattr(self, flag), bool):
+                raise InvalidInput(f"{flag} must be true or false, got {shown(value)}")
         if not isinstance(self.delivery, str) or self.delivery not in DELIVERIES:
             raise InvalidInput(
                 f"delivery must be one of {', '.join(DELIVERIES)}, got {self.delivery!r}"
@@ -233,6 +296,11 @@ class QueuePolicy:
     def replace(self, **changes: Any) -> QueuePolicy:
         return QueuePolicy.from_dict({**self.to_dict(), **changes})
 
+    @property
+    def limited(self) -> bool:
+        """Whether claims must count: a fleet-wide limit is set."""
+        return self.max_active is not None or self.rate_limit is not None
+
 
 # The most attempts one worker runs at once, per pool: each is an executor
 # process (a Python interpreter, tens of MB) or a thread; past these, a worker
@@ -256,6 +324,8 @@ class WorkerConfig:
     pool: Pool = "process"  # sync handlers in executor processes, or "thread"
     async_slots: int = 1  # async attempts one executor runs at once
     max_jobs_per_executor: int | None = None  # recycle an executor after this many
+    metrics_port: int | None = None  # serve Prometheus metrics on this port (tenure.metrics)
+    metrics_host: str = "127.0.0.1"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -283,5 +353,11 @@ class WorkerConfig:
         check_integer("async_slots", self.async_slots, 1, MAX_ASYNC_SLOTS)
         if self.max_jobs_per_executor is not None:
             check_integer("max_jobs_per_executor", self.max_jobs_per_executor, 1, 10**9)
+        if self.metrics_port is not None:
+            check_integer("metrics_port", self.metrics_port, 1, 65535)
+        if not (isinstance(self.metrics_host, str) and self.metrics_host.strip()):
+            raise InvalidInput(
+                f"metrics_host must be a host name or address, got {shown(self.metrics_host)}"
+            )
         if self.idle_poll_min > self.idle_poll_max:
             raise InvalidInput("idle_poll_min must not exceed idle_poll_max")

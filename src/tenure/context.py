@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tenure.core.payload import check as check_json
+from tenure.core.schedules import tick_of
 from tenure.errors import TenureError
 
 # How a backend opens the handler's own transaction that also completes the job:
@@ -34,6 +35,7 @@ class JobContext:
     _progress: Callable[[Any], None] = field(repr=False)
     _heartbeat: Callable[[], None] = field(repr=False)
     _transaction: Transaction | None = field(default=None, repr=False)
+    key: str | None = None  # the job's idempotency key, if it has one
     settled: bool = False  # the handler completed its job in its own transaction
     traceparent: str | None = field(default=None, repr=False)  # its enqueue's trace context
     _cancelled: bool = field(default=False, repr=False)
@@ -60,6 +62,12 @@ class JobContext:
         task = self._task
         if task is not None and not task.done():
             task.get_loop().call_soon_threadsafe(task.cancel)
+
+    @property
+    def tick(self) -> float | None:
+        """The tick a periodic job was enqueued for (seconds since the epoch,
+        from its key), the same at every attempt; None for other jobs."""
+        return tick_of(self.key)
 
     def progress(self, data: Any) -> None:
         """Record a JSON progress report, fenced (raises LeaseLost if the job was

@@ -6,6 +6,12 @@ was wrong and what to do about it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tenure.core.states import DeadReason
+    from tenure.job import Job
+
 
 class TenureError(Exception):
     """Base of every error tenure raises on purpose."""
@@ -21,6 +27,35 @@ class InvalidTransition(InvalidInput):
 
 class JobNotFound(TenureError, LookupError):
     """No job with this id exists in storage."""
+
+
+class JobFailed(TenureError):
+    """The job awaited (``App.result``) is dead: ``dead_reason`` says why, and
+    ``error`` holds its last attempt's error (a traceback, for a handler's
+    exception). ``job`` is the job as storage holds it."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.dead_reason: DeadReason | None = job.dead_reason
+        self.error: str | None = job.error
+        reason = job.dead_reason.value if job.dead_reason is not None else "unknown"
+        last = (job.error or "").strip().splitlines()
+        said = f": {last[-1]}" if last else ""
+        super().__init__(f"job {job.id} ({job.task}) is dead ({reason}){said}")
+
+    def __reduce__(self) -> tuple[type[JobFailed], tuple[Job]]:
+        return type(self), (self.job,)
+
+
+class JobCancelled(TenureError):
+    """The job awaited (``App.result``) was cancelled before it ran to completion."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        super().__init__(f"job {job.id} ({job.task}) was cancelled")
+
+    def __reduce__(self) -> tuple[type[JobCancelled], tuple[Job]]:
+        return type(self), (self.job,)
 
 
 class LeaseLost(TenureError):

@@ -235,6 +235,11 @@ class Job:
     # Cancelled while active: its worker stops the attempt, and it never runs
     # again (it ends ``cancelled``, unless the attempt completed first).
     cancel_requested: bool = False
+    # Set by the sweeper when it recovers the job's attempt, until the next
+    # attempt ends: when the lost attempt's lease was last proven (storage's
+    # clock). The claim that starts the job again returns it, so its worker
+    # can tell the recovery's latency.
+    recovered_from: float | None = None
     history: tuple[Attempt, ...] = field(default=())
 
 
@@ -242,13 +247,14 @@ JOB_FIELDS = tuple(f.name for f in fields(Job))
 # A new job's fields that no spec sets (JobSpec.stored).
 _NEW = {"attempts": 0, "stalls": 0, "fence": 0, "worker": None, "lease_expires_at": None,
         "result": None, "error": None, "dead_reason": None, "progress": None,
-        "finished_at": None, "cancel_requested": False, "history": ()}  # fmt: skip
+        "finished_at": None, "cancel_requested": False,
+        "recovered_from": None, "history": ()}  # fmt: skip
 
 
 def job_of(values: Iterable[Any]) -> Job:
     """The Job of all its fields' values, in the order of ``JOB_FIELDS``. Storage
     decodes every job through this: it skips the frozen dataclass's ``__init__``,
-    which sets each of the 22 fields through ``object.__setattr__`` and takes
+    which sets each of the 24 fields through ``object.__setattr__`` and takes
     twice as long."""
     return _built(Job, zip(JOB_FIELDS, values, strict=True))
 

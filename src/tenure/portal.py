@@ -32,7 +32,12 @@ class Portal:
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("Portal.run called from the portal's own loop: use await")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # interrupted (Ctrl-C): the coroutine must not run on alone
+            raise
 
     def close(self) -> None:
         if self._closed:

@@ -17,12 +17,26 @@ ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
-def use_it_blocks() -> list[tuple[str, str]]:
-    """The fenced code blocks of the README's "Use it" section: (language, code)."""
+def section_blocks(heading: str) -> list[tuple[str, str]]:
+    """The fenced code blocks of a README section, up to the next heading: (language, code)."""
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Use it\n", 1)[1]
+    section = readme.split(f"\n{heading}\n", 1)[1]
     section = re.split(r"\n##+ ", section, maxsplit=1)[0]
     return BLOCK.findall(section)
+
+
+def use_it_blocks() -> list[tuple[str, str]]:
+    """The fenced code blocks of the README's "Use it" section: (language, code)."""
+    return section_blocks("## Use it")
+
+
+def write_python_blocks(blocks: list[tuple[str, str]], directory: Path) -> None:
+    """Each Python block is the file its first line names."""
+    for lang, code in blocks:
+        if lang == "python":
+            name = re.match(r"# (\w+\.py)\b", code)
+            assert name is not None, f"a Python block must start with '# file.py': {code[:40]}"
+            (directory / name[1]).write_text(code)
 
 
 def run(line: str, cwd: Path, env: dict[str, str]) -> str:
@@ -35,11 +49,7 @@ def run(line: str, cwd: Path, env: dict[str, str]) -> str:
 def test_the_use_it_section__runs_as_written_and_loses_nothing(tmp_path: Path) -> None:
     blocks = use_it_blocks()
     assert [lang for lang, _ in blocks].count("sh") == 1
-    for lang, code in blocks:  # each Python block is the file its first line names
-        if lang == "python":
-            name = re.match(r"# (\w+\.py)\b", code)
-            assert name is not None, f"a Python block must start with '# file.py': {code[:40]}"
-            (tmp_path / name[1]).write_text(code)
+    write_python_blocks(blocks, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TENURE_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     [script] = [code for lang, code in blocks if lang == "sh"]
@@ -78,3 +88,32 @@ def test_the_use_it_section__runs_as_written_and_loses_nothing(tmp_path: Path) -
     [later] = [j for j in jobs if j.state is not State.COMPLETED]
     assert (later.state, later.key, later.args) == (State.SCHEDULED, "welcome-b",
                                                     {"to": "b@example.com"})  # fmt: skip
+
+
+def test_waiting_for_a_result_and_testing_your_tasks__run_as_written(tmp_path: Path) -> None:
+    """results.py beside a worker of the README's tasks.py; then test_tasks.py under pytest."""
+    write_python_blocks(use_it_blocks(), tmp_path)
+    waiting = section_blocks("### Waiting for a result")
+    testing = section_blocks("### Testing your tasks")
+    assert [lang for lang, _ in waiting + testing] == ["python", "python"]
+    write_python_blocks(waiting + testing, tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENURE_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["TENURE_APP"] = "tasks:app"
+    log = (tmp_path / "worker.log").open("wb")
+    worker = subprocess.Popen(["tenure", "worker", "--pool", "thread"], cwd=tmp_path, env=env,
+                              stderr=log)  # fmt: skip
+    try:
+        printed = run("python results.py", tmp_path, env)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(30)
+        log.close()
+    assert code == 0, (tmp_path / "worker.log").read_text()
+    assert printed.splitlines() == [
+        "sent 'Welcome' to h@example.com",
+        "sent 'Hi' to i@example.com",
+        "cancelled",
+    ]
+    tests = run("python -m pytest -q -p no:cacheprovider test_tasks.py", tmp_path, env)
+    assert "2 passed" in tests, tests

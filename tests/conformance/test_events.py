@@ -104,9 +104,11 @@ def test_an_expired_lease__records_stalled_lease_expired(backend: Any) -> None:
     worker = register(backend, "worker-1")
     job = enqueue_one(backend)
     claim_one(backend, worker)
-    rescue_until(backend, job.id)
+    rescued = rescue_until(backend, job.id)
+    silent_for = round(rescued.silent_for, 3)
+    assert silent_for >= SHORT_LEASE.lease_ttl - 0.001  # silent for a whole lease at least
     assert kinds(backend, job.id)[-2:] == [
-        ("stalled", {"detector": "lease_expired"}),
+        ("stalled", {"detector": "lease_expired", "worker": worker, "silent_for": silent_for}),
         ("retrying", {"delay": 0.0, "outcome": "stalled"}),
     ]
 
@@ -119,9 +121,10 @@ def test_a_gone_worker__records_stalled_worker_gone_then_dead(
     register(doomed, "doomed")
     job = claim_one(doomed, "doomed")
     doomed.close()  # as a kill -9 would: no deregister
-    rescue_until(backend, job.id)
+    rescued = rescue_until(backend, job.id)
+    silent_for = round(rescued.silent_for, 3)
     assert kinds(backend, job.id)[-2:] == [
-        ("stalled", {"detector": "worker_gone"}),
+        ("stalled", {"detector": "worker_gone", "worker": "doomed", "silent_for": silent_for}),
         ("dead", {"dead_reason": "crashed", "outcome": "crashed"}),
     ]
 

@@ -258,6 +258,95 @@ def test_at_most_once_job_of_a_live_worker__is_never_rescued(backend: Any) -> No
     assert backend.get(job.id).state == State.ACTIVE
 
 
+# -- what storage knows of a recovery ---------------------------------------------
+
+
+def test_expired_lease__is_reported_with_its_holder_and_its_last_renewal(
+    backend: Any, short_lease: str
+) -> None:
+    enqueue_one(backend, task="mail", queue="default")
+    job = claim_one(backend, short_lease)
+    assert backend.heartbeat(short_lease, {(job.id, job.fence)}).lost == set()
+    renewed = backend.get(job.id).lease_expires_at - SHORT_LEASE.lease_ttl
+    rescued = rescue_until(backend, job.id)
+    assert (rescued.queue, rescued.task, rescued.worker) == ("default", "mail", short_lease)
+    assert rescued.detector == "lease_expired"
+    assert rescued.proven_at == pytest.approx(renewed, abs=1e-6)
+    assert rescued.silent_for == pytest.approx(rescued.at - renewed, abs=1e-6)
+    assert rescued.silent_for >= SHORT_LEASE.lease_ttl - 0.001
+
+
+def test_gone_worker__is_reported_with_its_last_heartbeat(
+    backend: Any, backend_url: str, open_killable: Callable[[str], Any]
+) -> None:
+    doomed = open_killable(backend_url)
+    register(doomed, "doomed")
+    enqueue_one(backend, task="mail")
+    job = claim_one(doomed, "doomed")
+    claimed_at = job.lease_expires_at - QueuePolicy().lease_ttl
+    assert doomed.heartbeat("doomed", ()).lost == set()  # alive, its lease not renewed
+    [last_seen] = [w.last_seen for w in backend.workers() if w.id == "doomed"]
+    assert last_seen > claimed_at
+    doomed.close()  # as a kill -9 would: no deregister
+    rescued = rescue_until(backend, job.id)
+    assert (rescued.queue, rescued.task, rescued.worker) == ("default", "mail", "doomed")
+    assert rescued.detector == "worker_gone"
+    assert rescued.proven_at == pytest.approx(last_seen, abs=1e-6)
+    assert 0 <= rescued.silent_for < 10
+
+
+def test_unregistered_holder__is_reported_with_its_claim_as_last_proof(backend: Any) -> None:
+    enqueue_one(backend)
+    job = claim_one(backend, "never-registered")
+    rescued = rescue_until(backend, job.id)
+    assert (rescued.detector, rescued.worker) == ("worker_gone", "never-registered")
+    claimed_at = job.lease_expires_at - QueuePolicy().lease_ttl
+    assert rescued.proven_at == pytest.approx(claimed_at, abs=1e-6)
+
+
+def test_recovered_job__is_claimed_again_with_when_the_lost_attempt_was_last_proven(
+    backend: Any, short_lease: str
+) -> None:
+    enqueue_one(backend)
+    job = claim_one(backend, short_lease)
+    assert job.recovered_from is None  # never recovered
+    rescued = rescue_until(backend, job.id)
+    assert backend.get(job.id).recovered_from == pytest.approx(rescued.proven_at, abs=1e-6)
+    again = claim_one(backend, short_lease)
+    assert again.recovered_from == pytest.approx(rescued.proven_at, abs=1e-6)
+    backend.complete(again.id, again.fence, None)
+    assert backend.get(job.id).recovered_from is None  # only for the attempt after it
+
+
+@pytest.mark.parametrize("end", ["fail", "release", "recover"])
+def test_recovered_from__goes_when_the_attempt_after_the_recovery_ends(
+    backend: Any, short_lease: str, end: str
+) -> None:
+    enqueue_one(backend)
+    first = rescue_until(backend, claim_one(backend, short_lease).id)
+    again = claim_one(backend, short_lease)
+    if end == "fail":
+        backend.fail(again.id, again.fence, Outcome.ERROR, "boom", Decision(State.QUEUED))
+    elif end == "release":
+        backend.release(again.id, again.fence)
+    else:  # a second recovery: from the second attempt's proof
+        second = rescue_until(backend, again.id)
+        assert second.proven_at > first.proven_at
+        assert backend.get(again.id).recovered_from == pytest.approx(second.proven_at, abs=1e-6)
+        return
+    assert backend.get(again.id).recovered_from is None
+    assert claim_one(backend, short_lease).recovered_from is None
+
+
+def test_dead_lettered_by_a_sweep__has_no_recovered_from(backend: Any) -> None:
+    backend.set_policy("default", SHORT_LEASE.replace(max_attempts=1))
+    worker = register(backend, "worker-1")
+    enqueue_one(backend)
+    job = claim_one(backend, worker)
+    assert rescue_until(backend, job.id).state == State.DEAD
+    assert backend.get(job.id).recovered_from is None
+
+
 # -- the sweep guard -------------------------------------------------------------
 
 

@@ -129,3 +129,29 @@ def test_a_sweep_that_dead_letters_a_job__tells_on_dead(make_backend, clock):
 
     job, told, got = run(scenario())
     assert got.state is State.DEAD and told == [job.id]
+
+
+def test_a_sweep_logs_each_recovery__with_its_detector_worker_and_silence(
+    make_backend, clock, caplog
+):
+    async def scenario():
+        backend = await make_backend()
+        job = await claimed(backend)
+        clock.advance(16.0)  # the default 15 s lease ran out a second ago
+        await Sweeper(backend, interval=1.0).run_once()
+        return job
+
+    with caplog.at_level("WARNING", logger="tenure.sweeper"):
+        job = run(scenario())
+    [record] = caplog.records
+    assert record.getMessage() == (
+        f"recovered job {job.id} (t) of worker w1: lease_expired, 16.0 s after its last "
+        "lease renewal; now queued"
+    )
+    assert (record.job_id, record.worker, record.queue, record.task) == (
+        job.id,
+        "w1",
+        "default",
+        "t",
+    )
+    assert (record.detector, record.silent_for) == ("lease_expired", 16.0)

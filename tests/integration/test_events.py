@@ -186,6 +186,13 @@ def test_a_real_fault__records_stalled_with_the_detector_that_saw_it(
             os.killpg(doomed.pid, signal.SIGSTOP)  # alive to storage, silent: the lease runs out
             lab.worker("--concurrency", "1")
         [stalled] = lab.wait("the stall's event", lambda: _stalled(lab, job.id) or None, timeout=30)
-        assert stalled.data == {"detector": detector}
+        if detector in ("executor_died", "deadline"):  # the supervisor saw it
+            assert stalled.data == {"detector": detector}
+        else:  # a sweep: whose attempt, silent for how long since its last proof of life
+            assert stalled.data.keys() == {"detector", "worker", "silent_for"}
+            assert stalled.data["detector"] == detector
+            assert stalled.data["worker"] == lab.job(job.id).history[0].worker
+            silent_for = stalled.data["silent_for"]
+            assert silent_for >= (1.0 if detector == "lease_expired" else 0.0)
         if detector == "lease_expired":
             os.killpg(doomed.pid, signal.SIGCONT)

@@ -73,3 +73,33 @@ def test_an_idle_worker__costs_almost_no_cpu_and_few_storage_calls(
         job = lab.enqueue("chaos.sleep", seconds=0)  # and it still wakes for a job
         lab.wait("the job", lambda: lab.job(job.id).state is State.COMPLETED, timeout=10)
         assert worker.poll() is None
+
+
+@pytest.mark.slow
+def test_a_worker_held_back_by_max_active__idles_without_polling_storage(
+    backend_url: str, request: pytest.FixtureRequest
+) -> None:
+    """Free slots and a queued job, but the queue's max_active is reached: the
+    worker waits for a wake-up (the active job's end, a policy change) with
+    its slow safety poll, as if there were nothing queued."""
+    pg = request.getfixturevalue("postgres_server") if "postgres" in backend_url else None
+    with Lab(backend_url, "held", max_active=1) as lab:
+        worker = lab.worker("--concurrency", "2")
+        lab.wait("the worker to register", lambda: registered(lab))
+        running = lab.enqueue("chaos.sleep", seconds=60)
+        held = lab.enqueue("chaos.sleep", seconds=0)
+        lab.wait("the first job to run", lambda: lab.job(running.id).state is State.ACTIVE)
+        time.sleep(1.5)  # past the backoff to the slow safety poll
+        cpu, calls, began = cpu_seconds(worker.pid), storage_calls(lab.url, pg), time.monotonic()
+        time.sleep(WINDOW)
+        elapsed = time.monotonic() - began
+        cpu = (cpu_seconds(worker.pid) - cpu) / elapsed
+        after = storage_calls(lab.url, pg)
+        rate = None if calls is None or after is None else (after - calls) / elapsed
+        print(f"held-back worker: {cpu:.1%} of a core, {rate} storage calls/s")
+        assert cpu < MAX_CPU, f"a held-back worker used {cpu:.1%} of a core"
+        if rate is not None:
+            assert rate < MAX_CALLS_PER_S, f"a held-back worker made {rate:.0f} storage calls/s"
+        assert lab.job(held.id).state is State.QUEUED
+        lab.app.queue(lab.queue).set_policy(max_active=2)  # room: the worker wakes for it
+        lab.wait("the held job", lambda: lab.job(held.id).state is State.COMPLETED, timeout=10)

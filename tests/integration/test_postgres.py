@@ -1,5 +1,6 @@
 """PostgreSQL specifics: URLs, schemas, migrations, bulk enqueue, wake-ups."""
 
+import asyncio
 import contextlib
 import dataclasses
 import multiprocessing
@@ -7,6 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import orjson
+import psycopg
 import pytest
 
 from tenure import App, State
@@ -57,14 +59,15 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
         "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM information_schema.tables"
         " WHERE table_schema = 'tenure'", db)  # fmt: skip
     assert tables.split(",") == [
-        "attempts", "events", "jobs", "queues", "schema_migrations", "sweeps", "workers",
+        "attempts", "events", "jobs", "queues", "schedules", "schema_migrations", "sweeps",
+        "workers",
     ]  # fmt: skip
     query = "SELECT string_agg(indexname, ',') FROM pg_indexes WHERE schemaname = 'tenure'"
     indexes = postgres_server.psql(query, db)
     assert set(indexes.split(",")) == {
         "jobs_pkey", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_key", "jobs_queue_state",
         "jobs_seq", "jobs_finished", "attempts_pkey", "queues_pkey", "workers_pkey", "sweeps_pkey",
-        "schema_migrations_pkey", "events_pkey",
+        "schema_migrations_pkey", "events_pkey", "schedules_pkey",
     }  # fmt: skip
     versions = postgres_server.psql("SELECT count(*) FROM tenure.schema_migrations", db)
     assert int(versions) == len(MIGRATIONS)
@@ -402,4 +405,34 @@ def test_every_statement__is_short_enough_for_psycopgs_cache_of_conversions():
     from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
 
     b = PostgresBackend.from_url("postgresql://localhost/db")
+    # But the cycle of a queue with a fleet-wide limit (4.5 KB), which counts
+    # and already pays a transaction of two statements for the queue's lock.
+    limited = b.q.pop("complete_and_claim_limited")
     assert max(len(b._cycle_query(64)), *map(len, b.q.values())) <= MAX_CACHED_STATEMENT_LENGTH
+    assert len(limited) < 5000
+
+
+def test_a_notification_another_reader_woke_on__still_wakes_one_that_looked_before(pg_url):
+    """Two readers of events on one backend: the first to wake empties the
+    pending set, and a reader that looked before the notification (and found
+    nothing) but waits after must not sleep through it."""
+    from tenure.backends.postgres.liveness import Wakeups
+
+    async def main() -> float:
+        backend = from_url(pg_url)
+        wakeups = Wakeups(backend.conninfo, backend.events_channel)
+        first = asyncio.ensure_future(wakeups.wait([""], 10))
+        while not wakeups._waiters:  # listening, and the first reader waits
+            await asyncio.sleep(0.01)
+        seen = wakeups.notices  # the second reader looks now, and finds nothing
+        async with await psycopg.AsyncConnection.connect(backend.conninfo) as conn:
+            await conn.execute(f'NOTIFY "{backend.events_channel}"')
+            await conn.commit()
+        await first  # it woke, and took the pending notification
+        began = time.monotonic()
+        await wakeups.wait_since(seen, 10)
+        took = time.monotonic() - began
+        await wakeups.close()
+        return took
+
+    assert asyncio.run(main()) < 1.0

@@ -45,7 +45,7 @@ def nap(seconds: float) -> float:
 @app.task
 def reports() -> str:
     job = tenure.current_job()
-    job.progress({{"attempt": job.attempt, "fence": job.fence}})
+    job.progress({{"attempt": job.attempt, "fence": job.fence, "tick": job.tick}})
     job.heartbeat()
     return "ok"
 """
@@ -121,10 +121,10 @@ def test_an_executor_that_dies__crashes_the_attempt_and_is_replaced(pool_app):
 
 
 def test_progress_and_heartbeat_reach_storage_from_an_executor(pool_app):
-    job = pool_app.enqueue("reports", {})
+    job = pool_app.enqueue("reports", {}, key="nightly@2026-12-01T00:00:00+00:00")  # a tick's
     work(pool_app)
     got = pool_app.get_job(job.id)
-    assert got.result == "ok" and got.progress == {"attempt": 1, "fence": 1}
+    assert got.result == "ok" and got.progress == {"attempt": 1, "fence": 1, "tick": 1796083200.0}
 
 
 def test_an_app_that_is_not_importable__is_refused_with_a_way_out(tmp_path):

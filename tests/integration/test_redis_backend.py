@@ -423,6 +423,18 @@ def test_jobs_finished_before_retention_existed__are_indexed_by_prunes_and_prune
     assert admin(redis_url, "HGET", p + "retained:backfill", "done") == b"1"
 
 
+def test_a_deleted_queue__leaves_none_of_its_keys_retention_s_included(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    b = open_backend(redis_url)
+    w = register(b, "w1")
+    b.enqueue([spec(), spec()])
+    assert b.complete_many([(j.id, j.fence, b"1") for j in b.claim(w, ["default"], 1)]) == set()
+    b.prune(1000)  # the backfill walk leaves its mark
+    assert b.delete_queue("default") == 2
+    assert admin(redis_url, "KEYS", "tenure:{default}:*") == []
+
+
 def test_a_prune__goes_in_script_calls_of_at_most_script_max_jobs(
     redis_url: str, open_backend: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,12 +23,14 @@ from tests.conformance.conftest import open_killable, worker  # noqa: F401 - fix
 from tests.conformance.test_claim import *  # noqa: F403
 from tests.conformance.test_dlq import *  # noqa: F403
 from tests.conformance.test_enqueue import *  # noqa: F403
+from tests.conformance.test_lag import *  # noqa: F403
 from tests.conformance.test_operators import *  # noqa: F403
 from tests.conformance.test_races import *  # noqa: F403
 from tests.conformance.test_rescue import *  # noqa: F403
 from tests.conformance.test_retention import *  # noqa: F403
 from tests.conformance.test_settle import *  # noqa: F403
 from tests.conformance.test_state_machine import *  # noqa: F403
+from tests.conformance.test_ticks import *  # noqa: F403
 from tests.conftest import SyncBackend, server_or_skip
 from tests.fault.test_failure_model import *  # noqa: F403
 from tests.servers import ServerUnavailable, free_port, wait_port

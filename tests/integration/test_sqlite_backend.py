@@ -30,12 +30,12 @@ from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import JobSpec
 
 EXPECTED_TABLES = {
-    "queues": ["name", "policy"],
+    "queues": ["name", "policy", "rate_tokens", "rate_at"],
     "jobs": [
         "seq", "id", "queue", "task", "args", "state", "priority", "run_at", "created_at",
         "key", "attempts", "stalls", "max_attempts", "timeout", "fence", "worker", "lease_ttl",
         "lease_expires_at", "result", "error", "dead_reason", "progress", "finished_at",
-        "started_at", "cancel_requested", "traceparent",
+        "started_at", "recovered_from", "cancel_requested", "traceparent",
     ],
     "attempts": [
         "job_id", "fence", "attempt", "worker", "started_at", "ended_at", "outcome", "error",
@@ -44,6 +44,7 @@ EXPECTED_TABLES = {
     "sweeps": ["id", "last_at"],
     "schema_migrations": ["version", "name", "applied_at"],
     "events": ["id", "n", "queue", "kind", "at", "jobs", "data"],
+    "schedules": ["queue", "name", "tick", "job_id"],
 }  # fmt: skip
 EXPECTED_INDEXES = {
     "jobs_key", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_worker", "jobs_queue_state",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from tenure.config import QueuePolicy, check_seconds
-from tenure.core.events import Event
+from tenure.core.events import Detector, Event
 from tenure.core.names import check_name, is_text, shown
 from tenure.core.retry import Decision
 from tenure.core.states import Outcome, State, parse_state
@@ -37,6 +37,7 @@ class WorkerInfo:
     queues: tuple[str, ...]
     started_at: float = 0.0
     last_seen: float = 0.0
+    leases: int = 0  # active jobs it holds (as ``workers()`` counts them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +53,43 @@ class Renewal:
 
 @dataclass(frozen=True, slots=True)
 class Rescued:
-    """One attempt the sweeper recovered."""
+    """One attempt the sweeper recovered, as storage knew it. Times are the
+    storage's clock: ``at``, the sweep's; ``proven_at``, when the attempt's
+    owner last proved it alive: for ``worker_gone``, the later of the worker's
+    last heartbeat and the lease's last renewal (its claim counts: a worker
+    that claimed was alive); for ``lease_expired``, the lease's last renewal.
+    None only for an attempt claimed by a tenure that did not record its start."""
 
     job_id: str
     fence: int
     outcome: Outcome  # stalled (lease expired) or crashed (its worker is gone)
     state: State  # where the job went: queued, scheduled or dead
+    queue: str
+    task: str
+    worker: str | None  # the lease holder
+    proven_at: float | None
+    at: float
+
+    @classmethod
+    def of(
+        cls, job: Job, outcome: Outcome, state: State, proven_at: float | None, at: float
+    ) -> Rescued:
+        return cls(job.id, job.fence, outcome, state, job.queue, job.task, job.worker,
+                   proven_at, at)  # fmt: skip
+
+    @property
+    def detector(self) -> Detector:
+        return Detector.WORKER_GONE if self.outcome is Outcome.CRASHED else Detector.LEASE_EXPIRED
+
+    @property
+    def silent_for(self) -> float | None:
+        """Seconds from the last proof of life to the sweep that noticed its absence."""
+        return None if self.proven_at is None else max(self.at - self.proven_at, 0.0)
+
+    def stall_data(self) -> dict[str, Any]:
+        """What the ``stalled`` event says beyond its detector."""
+        silent = self.silent_for
+        return {"worker": self.worker, "silent_for": None if silent is None else round(silent, 3)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +102,14 @@ class RescueReport:
     promoted: int = 0  # scheduled jobs that became due and were moved to queued
     dead_workers: tuple[str, ...] = ()
     retry_in: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A schedule's last tick that storage made a job for."""
+
+    at: float  # the tick, seconds since the epoch
+    job_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +180,47 @@ def check_prune_limit(limit: object) -> int:
     return limit
 
 
+def check_tick(schedule: object, at: object) -> float:
+    """Validate a tick's schedule name and time; the time as a float."""
+    check_name("schedule", schedule)
+    if isinstance(at, bool) or not isinstance(at, int | float) or not 0 <= at <= TICK_MAX:
+        raise InvalidInput(f"a tick is a time in seconds since the epoch, got {shown(at)}")
+    return float(at)
+
+
+def check_schedules(schedules: object) -> list[tuple[str, str]]:
+    """Validate ``(queue, schedule)`` pairs (``last_ticks``'s)."""
+    if isinstance(schedules, str | bytes) or not isinstance(schedules, Collection):
+        raise InvalidInput(f"schedules must be (queue, name) pairs, got {shown(schedules)}")
+    pairs = []
+    for pair in schedules:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise InvalidInput(f"a schedule is a (queue, name) pair, got {shown(pair)}")
+        pairs.append((check_name("queue", pair[0]), check_name("schedule", pair[1])))
+    return pairs
+
+
+TICK_MAX = 253_402_300_799.0  # 9999-12-31T23:59:59Z: a tick must render as a date
+
+
+def last_proof(outcome: Outcome, renewed: float | None, heartbeat: float | None) -> float | None:
+    """When a recovered attempt was last proven alive (``Rescued.proven_at``),
+    from its lease's last renewal and its worker's last heartbeat (None when
+    storage no longer knew the worker): the later of the two for a gone worker
+    (``crashed``), the renewal for an expired lease."""
+    if outcome is not Outcome.CRASHED or heartbeat is None:
+        return renewed
+    return heartbeat if renewed is None else max(renewed, heartbeat)
+
+
+def queue_busy(queue: str, active: int) -> InvalidTransition:
+    """Why a queue with active jobs cannot be deleted."""
+    return InvalidTransition(
+        f"queue {queue!r} has {active} active job(s): pause it and let them finish "
+        "(or stop its workers) before deleting it"
+    )
+
+
 def claim_limit(queues: Sequence[str], limit: int) -> int:
     """Validate a claim's queues; how many jobs to claim (0 without a queue)."""
     for q in queues:
@@ -207,6 +288,18 @@ class Backend(Protocol):
         """Return when a job may have become claimable in ``queues``, or after
         ``timeout`` seconds. Backends that can wake idle workers (LISTEN/NOTIFY,
         a blocking pop) return early; the others just wait."""
+
+    async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        """Store ``spec`` as the job of ``schedule``'s tick ``at`` and make ``at``
+        the schedule's last tick, atomically, if the last tick storage holds for
+        the schedule (in ``spec.queue``) is earlier, or none; else store
+        nothing and return None. However many workers tick at once, one job per
+        tick (``key=`` would not do: it dedupes against unfinished jobs only)."""
+
+    async def last_ticks(
+        self, schedules: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], Tick]:
+        """The last tick of each ``(queue, schedule)`` that has one."""
 
     # -- lease holders -----------------------------------------------------
 
@@ -277,9 +370,10 @@ class Backend(Protocol):
         ago than their queue's policy keeps them (``keep_completed`` for
         completed and cancelled jobs, ``keep_dead`` for dead ones; judged by
         storage's clock), oldest first, with their history and every index
-        entry; return how many. Bounded: one short transaction (or script
-        call) for at most ``limit`` jobs; the sweeper calls it again while it
-        returns ``limit``. Records no event."""
+        entry; return how many. Bounded: in short transactions (or script
+        calls) of a few ms each, never holding storage for all ``limit`` at
+        once; the sweeper calls it again while it returns ``limit``. Records
+        no event."""
 
     # -- operators ---------------------------------------------------------
 
@@ -295,6 +389,11 @@ class Backend(Protocol):
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         """Delete dead jobs (all of the queue's when ``job_ids`` is None)."""
 
+    async def delete_queue(self, queue: str) -> int:
+        """Delete the queue: its jobs in every state, with their history, its
+        policy and its events. Returns how many jobs went. InvalidTransition,
+        changing nothing, while any of its jobs is active."""
+
     async def get(self, job_id: str) -> Job:
         """The job with its history. JobNotFound if absent."""
 
@@ -309,6 +408,14 @@ class Backend(Protocol):
 
     async def counts(self, queue: str) -> dict[State, int]:
         """How many jobs of the queue are in each state (every state present)."""
+
+    async def lag(self, queue: str) -> float:
+        """How long the queue's oldest due job has been due, in seconds of the
+        storage's clock (0 when none is): its queued jobs' (a job queued again
+        after a failed attempt keeps its run_at: its age counts from there) and
+        its scheduled jobs' whose run_at passed. Cheap: an index seek per
+        distinct priority of its queued jobs (at most 100 looked at), whatever
+        the backlog."""
 
     async def queues(self) -> builtins.list[str]:
         """Names of queues that have a policy or jobs."""
@@ -335,6 +442,12 @@ class Backend(Protocol):
         polling storage for them. Events are written by the transitions' own
         transactions: a reader sees an event once, and never one whose
         transition did not happen."""
+
+    async def events_now(self, queue: str) -> str:
+        """An event id to read ``queue``'s events after from now on: every event
+        recorded after this call comes after it (a few recorded just before may
+        too). It need not be an event's own id. Costs one cheap round trip and
+        no read of the events themselves."""
 
     # -- workers -----------------------------------------------------------
 

@@ -74,6 +74,23 @@ def from_url(url: str | None = None, *, read_only: bool = False) -> Backend:
     return backend
 
 
+def check_shared(url: str) -> None:
+    """Refuse storage that one connection alone can see: an App's is shared by
+    the connection each event loop opens, and by its workers. An in-memory
+    SQLite database is private to its connection: a worker would see none of
+    the jobs, and process nothing."""
+    if urlsplit(url).scheme.lower() != "sqlite":
+        return
+    from tenure.backends.sqlite.backend import path_of_url  # only for a sqlite:// URL
+
+    if path_of_url(url) == ":memory:":
+        raise InvalidInput(
+            "sqlite:///:memory: cannot hold an App's jobs: each connection to it is a "
+            "database of its own, so a worker (or another event loop) would never see "
+            "them; use a file, in tests a temporary one: sqlite:///{tmp_path}/tenure.db"
+        )
+
+
 def _shown(value: object) -> str:
     """What is not a URL, for a message: as given, unless it may hold a password
     (a libpq ``key=value`` string, say)."""

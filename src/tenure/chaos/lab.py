@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from tenure.app import App
 from tenure.core.states import Outcome
+from tenure.errors import InvalidTransition
 from tenure.job import Attempt, Job
 
 T = TypeVar("T")
@@ -49,9 +50,30 @@ class Lab:
                     os.killpg(w.pid, signal.SIGCONT)
                     os.killpg(w.pid, signal.SIGKILL)
             w.wait()
-        self.app.close()
+        try:
+            self._remove_queue()
+        finally:
+            self.app.close()
         if exc_type is None:  # keep the workers' logs of a failed experiment
             shutil.rmtree(self.logs, ignore_errors=True)
+
+    def _remove_queue(self, timeout: float = 10.0) -> None:
+        """Delete the lab's queue: its jobs are the experiment's, not the user's.
+        A killed worker's jobs stay active until a sweep recovers them."""
+        queue = self.app.queue(self.queue)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                queue.delete()
+                return
+            except InvalidTransition:
+                if time.monotonic() > deadline:
+                    raise
+            self.app.call(self._sweep())
+            time.sleep(0.01)
+
+    async def _sweep(self) -> None:
+        await (await self.app.abackend()).rescue()
 
     def worker(self, *args: str) -> subprocess.Popen[bytes]:
         """Start ``tenure worker`` for the chaos tasks on this lab's queue."""

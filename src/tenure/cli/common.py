@@ -87,7 +87,7 @@ def open_app(*, create: bool = False, write: bool = False) -> App:
         max_payload = loaded.max_payload if loaded is not None else DEFAULT_MAX_PAYLOAD
         app = App(url, read_only=not write, max_payload=max_payload)
         if loaded is not None:
-            app.tasks = loaded.tasks
+            app.tasks, app.schedules = loaded.tasks, loaded.schedules
         state.app = root.with_resource(app)
     assert not (write and state.app.read_only), "a command that writes opens its App so first"
     return state.app

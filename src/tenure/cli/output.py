@@ -19,13 +19,15 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from tenure.backends.base import Page
+from tenure.backends.base import Page, WorkerInfo
 from tenure.config import QueuePolicy
 from tenure.core.states import State
 from tenure.errors import TenureError
 from tenure.job import Job
 
-NUMERIC = frozenset({"attempt", "attempts", "fence", "total", *(s.value for s in State)})
+NUMERIC = frozenset(
+    {"attempt", "attempts", "fence", "total", "pid", "leases", *(s.value for s in State)}
+)
 SUMMARY_LENGTH = 80  # an error's one-line summary in a table
 SHRINK_TO = 24  # how narrow an error column may get on a narrow terminal
 UNBOUNDED = 100_000
@@ -132,6 +134,15 @@ def counts_table(counts: Mapping[str, Mapping[State, int]]) -> Table:
     return _table(["queue", *(s.value for s in State), "total"], rows)
 
 
+def workers_table(workers: Iterable[WorkerInfo], now: float) -> Table:
+    rows = [
+        (w.id, w.hostname, w.pid, ",".join(w.queues), when(w.started_at), w.leases,
+         f"{max(now - w.last_seen, 0.0):.1f} s ago")
+        for w in workers
+    ]  # fmt: skip
+    return _table(["id", "host", "pid", "queues", "started", "leases", "last heartbeat"], rows)
+
+
 def jobs_table(jobs: Iterable[Job]) -> Table:
     columns = ["id", "task", "queue", "state", "attempts", "created", "run at", "error"]
     rows = [
@@ -139,6 +150,11 @@ def jobs_table(jobs: Iterable[Job]) -> Table:
          summary(j.error))
         for j in jobs
     ]  # fmt: skip
+    return _table(columns, rows)
+
+
+def schedules_table(rows: Iterable[Sequence[object]]) -> Table:
+    columns = ("schedule", "task", "queue", "when", "missed", "next tick", "last tick", "last job")
     return _table(columns, rows)
 
 

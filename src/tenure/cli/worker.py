@@ -70,6 +70,19 @@ DEFAULTS = WorkerConfig()
     show_default=True,
     help="Text lines, or JSON lines with each record's fields (job_id, task, queue, ...).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve Prometheus metrics on http://HOST:PORT/metrics (needs tenure[web]).",
+)
+@click.option(
+    "--metrics-host",
+    default=DEFAULTS.metrics_host,
+    show_default=True,
+    help="The address the metrics are served on (with --metrics-port).",
+)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -84,6 +97,8 @@ def worker(
     burst: bool,
     log_level: str,
     log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run a worker for the App at MODULE:APP (e.g. myapp.tasks:app; default: --app)."""
     from tenure.worker import run_worker  # producers' commands need not load the worker
@@ -91,6 +106,11 @@ def worker(
     app_path = app_path or cli_state().app_path
     if not app_path:
         raise click.UsageError("Missing argument 'MODULE:APP' (or tenure --app / TENURE_APP).")
+    if (
+        metrics_port is None
+        and ctx.get_parameter_source("metrics_host") == ParameterSource.COMMANDLINE
+    ):
+        raise click.UsageError("--metrics-host needs --metrics-port")
     app = load_app(app_path)
     _check_url(ctx, app)
     config = WorkerConfig(
@@ -101,6 +121,8 @@ def worker(
         pool=pool,  # type: ignore[arg-type]  # click.Choice checked it
         async_slots=async_slots,
         max_jobs_per_executor=max_jobs_per_executor,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
     with app, stderr_logging(log_level, log_format):
         run_worker(app, config, app_path)

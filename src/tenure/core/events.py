@@ -11,6 +11,7 @@ attempt's outcome).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -78,13 +79,19 @@ def detector(outcome: Outcome, *, rescued: bool) -> Detector | None:
 
 
 def failure_events(
-    outcome: Outcome, decision: Decision, *, rescued: bool
+    outcome: Outcome,
+    decision: Decision,
+    *,
+    rescued: bool,
+    stall: Mapping[str, Any] | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The events of a failed attempt, in order: ``(kind, data)``."""
+    """The events of a failed attempt, in order: ``(kind, data)``. ``stall``:
+    more of the ``stalled`` event's data (the sweeper's: the worker, and how
+    long it had been silent)."""
     events: list[tuple[str, dict[str, Any]]] = []
     found = detector(outcome, rescued=rescued)
     if found is not None:
-        events.append((EventKind.STALLED, {"detector": found.value}))
+        events.append((EventKind.STALLED, {"detector": found.value, **(stall or {})}))
     if decision.state is State.CANCELLED:
         events.append((EventKind.CANCELLED, {"outcome": outcome.value}))
     elif decision.state is State.DEAD:

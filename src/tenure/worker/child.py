@@ -95,6 +95,7 @@ class Executor:
             attempt=job["attempt"],
             fence=job["fence"],
             args=job["args"],
+            key=job.get("key"),
             traceparent=job.get("traceparent"),
             _progress=lambda data: self._ask({"op": "progress", **ids, "data": data}),
             _heartbeat=lambda: self._ask({"op": "heartbeat", **ids}),

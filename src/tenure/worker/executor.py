@@ -372,6 +372,7 @@ class ThreadExecutor:
             attempt=job.attempts,
             fence=job.fence,
             args=job.args,
+            key=job.key,
             traceparent=job.traceparent,
             _progress=lambda data: call("progress", data),
             _heartbeat=lambda: call("heartbeat", None),

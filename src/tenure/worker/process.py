@@ -348,7 +348,7 @@ class ProcessPool:
         child.jobs[lease] = running
         child.send({"op": "run", "async": is_async, "id": job.id, "task": job.task,
                     "queue": job.queue, "attempt": job.attempts, "fence": job.fence,
-                    "args": job.args, "timed": timeout is not None,
+                    "args": job.args, "key": job.key, "timed": timeout is not None,
                     "traceparent": job.traceparent})  # fmt: skip
         return await running.result
 

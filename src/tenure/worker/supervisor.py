@@ -44,7 +44,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tenure.app import App
 from tenure.backends.base import Backend, LeaseRef, WorkerInfo
@@ -72,6 +72,10 @@ from tenure.worker.outcome import cancelled, hand_back, settle, settle_unknown_t
 from tenure.worker.periodic import every
 from tenure.worker.process import ProcessPool
 from tenure.worker.sweeper import Sweeper
+from tenure.worker.ticker import Ticker
+
+if TYPE_CHECKING:
+    from tenure.metrics import MetricsServer, WorkerMetrics
 
 log = logging.getLogger("tenure.worker")
 
@@ -110,6 +114,12 @@ class Supervisor:
         self.worker_id = worker_id or new_worker_id()
         self.executor = self._executor()
         self.backend: Backend = from_url(app.url)
+        self.metrics: WorkerMetrics | None = None
+        if config.metrics_port is not None:
+            from tenure.metrics import CountedBackend, WorkerMetrics  # only when asked for
+
+            self.metrics = WorkerMetrics()
+            self.backend = cast(Backend, CountedBackend(self.backend, self.metrics))
         self.policies: dict[str, QueuePolicy] = {}
         self.running: dict[LeaseRef, Job] = {}  # attempts begun and not yet settled
         self.processed = 0
@@ -169,14 +179,27 @@ class Supervisor:
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()  # kept: see ThreadExecutor._loop
         await self.backend.open()
+        server = None
         try:
+            server = self._serve_metrics()
             await self.executor.start()
             await self._run()
         finally:
+            if server is not None:
+                await asyncio.to_thread(server.close)
             await self.executor.close()
             await self.backend.close()
         if self._storage_lost is not None:
             raise self._storage_lost
+
+    def _serve_metrics(self) -> MetricsServer | None:
+        c = self.config
+        if self.metrics is None or c.metrics_port is None:
+            return None
+        from tenure.metrics import serve_worker
+
+        return serve_worker(self.metrics, self.backend, self._loop, c.queues,
+                            host=c.metrics_host, port=c.metrics_port)  # fmt: skip
 
     async def _run(self) -> None:
         await self._register()
@@ -185,7 +208,12 @@ class Supervisor:
             self.backend, self.worker_id, self._heartbeat_interval(), self._register_again,
             on_cancel_requested=self._on_cancel_requested,
         )  # fmt: skip
-        self.sweeper = Sweeper(self.backend, self._sweep_interval(), on_dead=self._tell_dead)
+        self.sweeper = Sweeper(
+            self.backend,
+            self._sweep_interval(),
+            on_dead=self._tell_dead,
+            on_rescued=None if self.metrics is None else self.metrics.rescued,
+        )
         await self.sweeper.run_once(force=True)  # recovery never waits for a sweep interval
         stop_keeping, stop_sweeping = asyncio.Event(), asyncio.Event()
         background = [
@@ -196,6 +224,10 @@ class Supervisor:
             asyncio.create_task(self._refresh_policies_forever(stop_sweeping)),
             asyncio.create_task(self._tick(stop_sweeping)),
         ]
+        schedules = [s for s in self.app.schedules.values() if s.queue in self.config.queues]
+        if schedules:
+            ticker = Ticker(self.backend, schedules, self.app.tasks)
+            background.append(asyncio.create_task(ticker.run(stop_sweeping, self.faults)))
         self._install_signals()
         await asyncio.to_thread(self.app.hooks.worker_started, self.worker_id)
         log.info("worker %s started on %s, queues %s", self.worker_id, redacted(self.app.url),
@@ -372,7 +404,11 @@ class Supervisor:
     def _ahead(self) -> int:
         """How many jobs to claim beyond the free slots (see the module's doc)."""
         run_time = self._run_time
-        if run_time is None or any(p.delivery == "at-most-once" for p in self.policies.values()):
+        # A job claimed ahead holds one of a max_active queue's places while it
+        # waits for a slot here, and a free slot elsewhere could run it.
+        if run_time is None or any(
+            p.delivery == "at-most-once" or p.max_active is not None for p in self.policies.values()
+        ):
             return 0
         slots = self.config.concurrency
         horizon = self._cycle_time if self.backend.remote else BATCH_HORIZON
@@ -473,6 +509,8 @@ class Supervisor:
             self._wake.set()
 
     def _start(self, job: Job) -> None:
+        if self.metrics is not None:
+            self.metrics.started(job)
         lease = (job.id, job.fence)
         self.running[lease] = job
         self.keeper.hold(lease, lambda: self._on_lease_lost(lease))
@@ -566,6 +604,8 @@ class Supervisor:
 
     def _ended(self, job: Job, policy: QueuePolicy, result: AttemptResult, ran: float) -> None:
         lease = (job.id, job.fence)
+        if self.metrics is not None:
+            self.metrics.ended(job.queue, result, ran, lost=lease in self._lost)
         if ran > 0:  # 0: it never started
             average = self._run_time
             self._run_time = ran if average is None else average + (ran - average) * AVERAGING

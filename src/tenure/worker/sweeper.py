@@ -12,16 +12,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from tenure.backends.base import Backend, RescueReport
-from tenure.core.states import Outcome, State
+from tenure.backends.base import Backend, Rescued, RescueReport
+from tenure.core.states import State
 from tenure.worker.faults import StorageFaults
 from tenure.worker.periodic import every
 from tenure.worker.pruner import SHARE, Pruner
 
 log = logging.getLogger("tenure.sweeper")
 
-# Which of the sweeper's detectors recovered an attempt, by what it recorded.
-DETECTORS = {Outcome.CRASHED: "worker_gone", Outcome.STALLED: "lease_expired"}
 RETRY_PAST_GUARD = 0.01  # seconds past the guard's window (one landing in it is refused again)
 
 
@@ -31,10 +29,12 @@ class Sweeper:
         backend: Backend,
         interval: float,
         on_dead: Callable[[str], None] | None = None,
+        on_rescued: Callable[[Rescued], None] | None = None,
     ) -> None:
         self.backend = backend
         self.interval = interval
         self.on_dead = on_dead  # called with each job a sweep dead-letters
+        self.on_rescued = on_rescued  # called with each attempt a sweep recovers
         self.pruner = Pruner(backend)
         self.sweeps = 0
         self.rescued = 0
@@ -46,11 +46,9 @@ class Sweeper:
             self.sweeps += 1
             self.rescued += len(report.rescued)
         for r in report.rescued:
-            detector = DETECTORS.get(r.outcome, str(r.outcome))
-            log.warning("recovered job %s (fence %d): %s, by %s; now %s", r.job_id, r.fence,
-                        r.outcome, detector, r.state,
-                        extra={"job_id": r.job_id, "fence": r.fence, "outcome": str(r.outcome),
-                               "detector": detector, "state": str(r.state)})  # fmt: skip
+            _log_recovery(r)
+            if self.on_rescued is not None:
+                self.on_rescued(r)
             if r.state is State.DEAD and self.on_dead is not None:
                 self.on_dead(r.job_id)
         for w in report.dead_workers:
@@ -70,3 +68,13 @@ class Sweeper:
         if report.swept:
             return self.interval
         return min(self.interval, report.retry_in + RETRY_PAST_GUARD)
+
+
+def _log_recovery(r: Rescued) -> None:
+    silent = "at an unknown time" if r.silent_for is None else f"{r.silent_for:.1f} s"
+    proof = "heartbeat" if r.detector == "worker_gone" else "lease renewal"
+    log.warning("recovered job %s (%s) of worker %s: %s, %s after its last %s; now %s",
+                r.job_id, r.task, r.worker, r.detector, silent, proof, r.state,
+                extra={"job_id": r.job_id, "task": r.task, "queue": r.queue, "fence": r.fence,
+                       "worker": r.worker, "outcome": str(r.outcome), "detector": str(r.detector),
+                       "silent_for": r.silent_for, "state": str(r.state)})  # fmt: skip

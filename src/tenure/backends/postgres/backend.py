@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import re
 import zlib
 from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -28,14 +29,19 @@ from tenure.backends.base import (
     Renewal,
     Rescued,
     RescueReport,
+    Tick,
     WorkerInfo,
     check_cursor,
     check_delay,
     check_listing,
     check_prune_limit,
+    check_schedules,
+    check_tick,
     claim_limit,
     cursor_seq,
+    last_proof,
     not_cancellable,
+    queue_busy,
 )
 from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
 from tenure.backends.postgres.liveness import Liveness, Wakeups, hung_up
@@ -70,19 +76,45 @@ SELECT_COLUMNS = ", ".join(
 DONE_COLUMNS = ", ".join(c if c in ("id", "fence") else "NULL" for c in JOB_COLUMNS)
 
 
+_TRAILING_COMMENT = re.compile(r"--[^'\n]*$")  # none of our statements has "--" in a string
+
+
 def _without_comments(text: str) -> str:
-    """A query as sent: its comment lines are for readers of queries.sql, and
-    psycopg converts a query of more than 4 KiB again at every execution (the
-    cycle's statement, with its comments, took a seventh of a draining
-    worker's main thread doing so)."""
-    return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+    """A query as sent: its comments and indentation are for readers of
+    queries.sql, and psycopg converts a query of more than 4 KiB again at
+    every execution (the cycle's statement, with its comments, took a seventh
+    of a draining worker's main thread doing so)."""
+    code = (ln.strip() for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+    return "\n".join(_TRAILING_COMMENT.sub("", ln).rstrip() for ln in code)
 
 
 _LOADED = {n: _without_comments(t) for n, t in load_queries("tenure.backends.postgres").items()}
 END_ATTEMPT = _LOADED.pop("end_attempt")  # a part of statements, not one
 RECORD_EVENTS = _LOADED.pop("record_events")  # likewise
+PROVEN = _LOADED.pop("proven")  # likewise
+# The cycle's statement, for queues without a fleet-wide limit, and with.
+_CYCLE = _LOADED.pop("complete_and_claim")
+_LEASE = _LOADED.pop("lease")
+_PARTS = {
+    "complete_and_claim": {
+        "gate": _LOADED.pop("gate"),
+        "shared": "candidates AS c JOIN gate AS g ON g.name = c.queue",
+        "bucket": "",
+    },
+    "complete_and_claim_limited": {
+        "gate": _LOADED.pop("gate_limited"),
+        "shared": _LOADED.pop("shared"),
+        "bucket": _LOADED.pop("bucket") + ",",
+    },
+}
+for _name, _parts in _PARTS.items():
+    _LOADED[_name] = _CYCLE
+    for _part, _text in _parts.items():
+        _LOADED[_name] = _LOADED[_name].replace("{" + _part + "}", _text)
+    _LOADED[_name] = _LOADED[_name].replace("{lease}", _LEASE)
 RAW_QUERIES = {
     name: text.replace("{job_columns}", SELECT_COLUMNS)
+    .replace("{proven}", PROVEN)
     .replace("{done_columns}", DONE_COLUMNS)
     .replace("{end_attempt}", END_ATTEMPT)
     .replace("{record_events}", RECORD_EVENTS)
@@ -95,6 +127,9 @@ UNREACHABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout)  # -> Backend
 HELD_FOR_CYCLES = 3  # a worker has up to 3 cycles in flight
 CYCLE_STATEMENTS = 64  # distinct limits whose cycle statement is kept (and prepared)
 COPY_FROM = 100  # jobs in a batch from which COPY (5 round trips, less server time) wins
+# How long a transaction of several statements that others wait on (a sweep, a
+# limited queue's claim) may idle before the server ends it: its worker froze.
+IDLE_MS = "1000"
 COPY_CHUNK = 200  # jobs per write of a COPY: the server stores one chunk while the next is made
 URL_OPTIONS = {"schema", "max_payload", "pool_size"}
 LIBPQ_OPTIONS = frozenset(o.keyword.decode() for o in pq.Conninfo.get_defaults())
@@ -149,7 +184,8 @@ class PostgresBackend(EventReading):
             n: sql.SQL(t).format(schema=sql.Identifier(schema)).as_bytes(None)
             for n, t in RAW_QUERIES.items()
         }
-        self._cycles: dict[int, bytes] = {}  # complete_and_claim per limit
+        self._cycles: dict[tuple[int, bool], bytes] = {}  # the cycle's statement per limit
+        self._limited: set[str] = set()  # queues whose last claim found a fleet-wide limit
         # Connections kept out of the pool for the cycle (see _cycle_fetch), at
         # most HELD_FOR_CYCLES and never more than a third of the pool.
         self._held: list[psycopg.AsyncConnection[Any]] = []
@@ -383,6 +419,27 @@ class PostgresBackend(EventReading):
             # The job that held a key finished between the two statements: again
             # (the jobs inserted now are found by id, the key is free).
 
+    async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        at = check_tick(schedule, at)
+        check_specs([spec], self.max_payload)
+        async with self._tx() as conn:
+            return await run_steps(conn, self._ticking(schedule, at, spec))
+
+    def _ticking(self, schedule: str, at: float, spec: JobSpec) -> Steps[Job | None]:
+        advance = {"queue": spec.queue, "name": schedule, "tick": at, "job_id": spec.id}
+        if not (yield self.q["advance_tick"], advance):
+            return None
+        [job] = yield from self.enqueuing([spec])
+        return job
+
+    async def last_ticks(
+        self, schedules: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], Tick]:
+        pairs = check_schedules(schedules)
+        params = {"queues": [q for q, _ in pairs], "names": [n for _, n in pairs]}
+        rows = await self._rows("last_ticks", params)
+        return {(q, n): Tick(at, job_id) for q, n, at, job_id in rows}
+
     async def _copy(self, specs: Sequence[JobSpec]) -> list[Job]:
         """A batch without key=: COPY, in one transaction (UniqueViolation if an
         id is stored already)."""
@@ -433,31 +490,59 @@ class PostgresBackend(EventReading):
         queues: Sequence[str],
         limit: int,
     ) -> tuple[set[LeaseRef], builtins.list[Job]]:
-        """One statement, one transaction (see queries.sql)."""
+        """One statement, one transaction (see queries.sql); a queue with a
+        fleet-wide limit is claimed from under its row's lock, taken first."""
         limit = claim_limit(queues, limit)
         if not items and not limit:
             return set(), []
+        queues = list(dict.fromkeys(queues)) if limit else []
+        locked = [q for q in queues if q in self._limited]
         # The arrays go as array literals (strings): psycopg's list dumper took
         # an eighth of a draining worker's main thread.
-        rows = await self._cycle_fetch(self._cycle_query(limit), {
+        params = {
             "ids": _text_array(i for i, _, _ in items),
             "fences": "{" + ",".join([str(f) for _, f, _ in items]) + "}",
             "results": _text_array(r.decode() for _, _, r in items),
-            "queues": _text_array(queues), "worker": worker_id,
+            "queues": _text_array(queues), "worker": worker_id, "locked": _text_array(locked),
             "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl,
-            "events_channel": self.events_channel})  # fmt: skip
-        jobs = [job_from_row(r[1:]) for r in rows if r[0] is not None]
+            "channel": self.channel, "events_channel": self.events_channel}  # fmt: skip
+        if locked:
+            query = self._cycle_query(limit, limited=True)
+            rows = await self._locked_cycle_fetch(query, params, locked)
+        else:
+            rows = await self._cycle_fetch(self._cycle_query(limit), params)
+        jobs = [job_from_row(r[1:]) for r in rows if r[0]]
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
+        limited = {r[1]: r[FENCE] for r in rows if r[0] == 0}
+        self._limited = (self._limited - set(queues)) | set(limited)
+        held_back = [q for q, unlocked in limited.items() if unlocked]
+        if held_back and len(jobs) < limit:  # a limit this backend did not know of yet
+            jobs += (await self.complete_and_claim((), worker_id, held_back, limit - len(jobs)))[1]
         return {(i, f) for i, f, _ in items} - done, jobs
 
-    def _cycle_query(self, limit: int) -> bytes:
+    async def _locked_cycle_fetch(
+        self, query: bytes, params: dict[str, Any], locked: builtins.list[str]
+    ) -> builtins.list[Any]:
+        """The cycle in a transaction that first locks the rows of the queues
+        with a fleet-wide limit (lock_queues), so that their claims go one at a
+        time and each counts what the one before committed."""
+        async with self._tx() as conn:
+            if self.liveness.seems_lost(params["worker"]):  # as in _cycle_fetch
+                params = {**params, "queues": "{}"}
+            await conn.execute(self.q["lock_queues"], {"queues": locked, "idle": IDLE_MS})
+            cur = await conn.execute(query, params, prepare=True)
+            return await cur.fetchall()
+
+    def _cycle_query(self, limit: int, *, limited: bool = False) -> bytes:
         """The cycle's statement with its limit written in (see queries.sql): one
-        prepared statement, with a plan that knows it, per limit a worker uses."""
-        query = self._cycles.get(limit)
+        prepared statement, with a plan that knows it, per limit a worker uses;
+        ``limited``: the one that claims from queues with a fleet-wide limit."""
+        query = self._cycles.get((limit, limited))
         if query is None:
-            query = self.q["complete_and_claim"].replace(b"{limit}", b"%d" % int(limit))
+            name = "complete_and_claim_limited" if limited else "complete_and_claim"
+            query = self.q[name].replace(b"{limit}", b"%d" % int(limit))
             if len(self._cycles) < CYCLE_STATEMENTS:
-                self._cycles[limit] = query
+                self._cycles[limit, limited] = query
         return query
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
@@ -482,7 +567,7 @@ class PostgresBackend(EventReading):
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
     ) -> None:
-        name, params = _failure(job_id, fence, outcome, error, decision, rescued=False)
+        name, params = _failure(job_id, fence, outcome, error, decision)
         await self._settle(name, params)
 
     async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
@@ -543,43 +628,52 @@ class PostgresBackend(EventReading):
         lock = (self.namespace << 32) | 1
         async with self._tx() as conn:
             cur = await conn.execute(
-                self.q["sweep_guard"], {"lock": lock, "interval": min_interval}
+                self.q["sweep_guard"], {"lock": lock, "interval": min_interval, "idle": IDLE_MS}
             )
             row = await cur.fetchone()
             assert row is not None
-            if not row[0]:
-                return RescueReport(swept=False, retry_in=row[1])
+            swept, retry_in, now = row
+            if not swept:
+                return RescueReport(swept=False, retry_in=retry_in)
             cur = await conn.execute(self.q["dead_workers"], {"namespace": self.namespace})
-            dead_workers = tuple(w for (w,) in await cur.fetchall())
+            last_seen: dict[str, float] = dict(await cur.fetchall())
             rescued: list[Rescued] = []
             for outcome, query in ((Outcome.CRASHED, "orphaned_leases"),
                                    (Outcome.STALLED, "expired_leases")):  # fmt: skip
                 cur = await conn.execute(self.q[query])
-                jobs = [job_from_row(r) for r in await cur.fetchall()]
-                policies = await self._policies(conn, {j.queue for j in jobs})
-                for job in jobs:
-                    rescued.append(await self._recover(conn, job, outcome, policies[job.queue]))
+                found = [(job_from_row(r[:-1]), r[-1]) for r in await cur.fetchall()]
+                policies = await self._policies(conn, {j.queue for j, _ in found})
+                for job, renewed in found:
+                    proven = last_proof(outcome, renewed, last_seen.get(job.worker or ""))
+                    policy = policies[job.queue]
+                    rescued.append(
+                        await self._recover(conn, job, outcome, policy, proven=proven, now=now)
+                    )
             cur = await conn.execute(self.q["promote_due"])
             promoted = [q for (q,) in await cur.fetchall()]
-            await self._notify(conn, {*promoted, *(self._queue_of(r, jobs) for r in rescued)})
+            await self._notify(conn, {*promoted, *(r.queue for r in rescued)})
             await self._trim_events(conn)
-        return RescueReport(True, tuple(rescued), len(promoted), dead_workers)
-
-    @staticmethod
-    def _queue_of(rescued: Rescued, jobs: list[Job]) -> str:
-        return next((j.queue for j in jobs if j.id == rescued.job_id), "")
+        return RescueReport(True, tuple(rescued), len(promoted), tuple(last_seen))
 
     async def _recover(
-        self, conn: psycopg.AsyncConnection[Any], job: Job, outcome: Outcome, policy: QueuePolicy
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        job: Job,
+        outcome: Outcome,
+        policy: QueuePolicy,
+        *,
+        proven: float | None,
+        now: float,
     ) -> Rescued:
         decision = decide_for(job, outcome, policy)
+        rescued = Rescued.of(job, outcome, decision.state, proven, now)
         error = f"attempt {job.attempts} {outcome}: " + (
             f"its worker {job.worker} is gone" if outcome is Outcome.CRASHED
             else f"the lease of worker {job.worker} expired"
         )  # fmt: skip
-        name, params = _failure(job.id, job.fence, outcome, error, decision, rescued=True)
+        name, params = _failure(job.id, job.fence, outcome, error, decision, rescued=rescued)
         await conn.execute(self.q[name], {**params, "events_channel": self.events_channel})
-        return Rescued(job.id, job.fence, outcome, decision.state)
+        return rescued
 
     async def _policies(
         self, conn: psycopg.AsyncConnection[Any], queues: Collection[str]
@@ -640,6 +734,18 @@ class PostgresBackend(EventReading):
             [(pruned,)] = await cur.fetchall()
         return int(pruned)
 
+    async def delete_queue(self, queue: str) -> int:
+        check_name("queue", queue)
+        async with self._tx() as conn:
+            cur = await conn.execute(self.q["delete_queue_jobs"], {"queue": queue})
+            [(deleted,)] = await cur.fetchall()
+            cur = await conn.execute(self.q["active_in_queue"], {"queue": queue})
+            [(active,)] = await cur.fetchall()
+            if active:
+                raise queue_busy(queue, active)  # rolls the transaction back
+            await conn.execute(self.q["delete_queue"], {"queue": queue})
+        return int(deleted)
+
     async def get(self, job_id: str) -> Job:
         check_job_id(job_id)
         async with self._tx() as conn:
@@ -672,6 +778,11 @@ class PostgresBackend(EventReading):
         found = dict(await self._rows("counts", {"queue": queue}))
         return {s: found.get(s.value, 0) for s in State}
 
+    async def lag(self, queue: str) -> float:
+        check_name("queue", queue)
+        [(seconds,)] = await self._rows("lag", {"queue": queue})
+        return float(seconds)
+
     async def queues(self) -> builtins.list[str]:
         return [n for (n,) in await self._rows("queue_names")]
 
@@ -695,6 +806,7 @@ class PostgresBackend(EventReading):
             policy = QueuePolicy.from_json(stored).replace(**changes)
             data = orjson.dumps(policy.to_dict()).decode()
             await conn.execute(self.q["set_policy"], {"queue": queue, "policy": data})
+            await self._notify(conn, [queue])  # it may let idle workers claim (a resume)
         return policy
 
     # -- workers -----------------------------------------------------------
@@ -718,8 +830,8 @@ class PostgresBackend(EventReading):
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         return [
-            WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen)
-            for i, h, p, q, s, seen in await self._rows("list_workers")
+            WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, n)
+            for i, h, p, q, s, seen, n in await self._rows("list_workers")
         ]
 
 
@@ -799,17 +911,21 @@ def _failure(
     error: str | None,
     decision: Decision,
     *,
-    rescued: bool,
+    rescued: Rescued | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The fence-checked write that applies a retry decision, and its events."""
-    events = orjson.dumps(failure_events(outcome, decision, rescued=rescued)).decode()
+    """The fence-checked write that applies a retry decision, and its events
+    (a recovery's, ``rescued``, with what the sweeper found)."""
+    stall = None if rescued is None else rescued.stall_data()
+    events = failure_events(outcome, decision, rescued=rescued is not None, stall=stall)
     params = {"id": job_id, "fence": fence, "outcome": outcome.value, "error": error,
-              "stall": int(decision.stall), "events": events}  # fmt: skip
+              "stall": int(decision.stall), "events": orjson.dumps(events).decode()}  # fmt: skip
     if decision.state is State.CANCELLED:
         return "end_cancelled", params
     if decision.state is State.DEAD:
         return "bury", {**params, "dead_reason": decision.dead_reason}
-    return "requeue", {**params, "state": decision.state.value, "delay": decision.delay}
+    recovered_from = None if rescued is None else rescued.proven_at
+    return "requeue", {**params, "state": decision.state.value, "delay": decision.delay,
+                       "recovered_from": recovered_from}  # fmt: skip
 
 
 # The writes that end an attempt and refuse a job whose cancel was requested.

@@ -80,6 +80,8 @@ class EventReading:
         if timeout > 0 and self._event_wakeups is None:
             self._event_wakeups = Wakeups(self.conninfo, self.events_channel)
         while True:
+            wakeups = self._event_wakeups
+            seen = 0 if wakeups is None else wakeups.notices  # before the look
             events, held = await self._read(queue, cursor, limit)
             left = deadline - time.monotonic()
             if events or left <= 0:
@@ -87,8 +89,19 @@ class EventReading:
             if held:
                 await asyncio.sleep(min(HELD_BACK_RETRY, left))
             else:
-                assert self._event_wakeups is not None
-                await self._event_wakeups.wait([""], min(left, SAFETY_POLL))
+                assert wakeups is not None
+                await wakeups.wait_since(seen, min(left, SAFETY_POLL))
+
+    async def events_now(self, queue: str) -> str:
+        # Just before the horizon in (xid, id) order, with the whole of that
+        # (never complete) row skipped: what transactions older than the
+        # horizon recorded comes before, what any other records, after.
+        check_name("queue", queue)
+        async with self._conn() as conn:
+            cur = await conn.execute(self.q["events_horizon"])
+            row = await cur.fetchone()
+        assert row is not None
+        return f"{int(row[0]) - 1}-{MAX_ID}.{MAX_ID}"
 
     async def _read(
         self, queue: str | None, cursor: Cursor, limit: int

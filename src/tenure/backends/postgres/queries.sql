@@ -4,7 +4,7 @@
 -- name: job_columns
 id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
 max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-dead_reason, progress, finished_at, traceparent, cancel_requested
+dead_reason, progress, finished_at, traceparent, cancel_requested, recovered_from
 
 -- name: insert_jobs
 -- Many jobs in one statement: their queues are recorded, and idle workers of
@@ -115,6 +115,20 @@ announced AS (
     FROM (SELECT 1 FROM recorded LIMIT 1) AS any_recorded
 )
 
+-- name: advance_tick
+-- A schedule's last tick moves to %(tick)s (with its job's id) only forward:
+-- no row comes back when it is there already, or past it. A concurrent
+-- advance waits for this one's row lock, then reads the tick it committed.
+INSERT INTO {schema}.schedules AS s (queue, name, tick, job_id)
+VALUES (%(queue)s, %(name)s, %(tick)s, %(job_id)s)
+ON CONFLICT (queue, name) DO UPDATE SET tick = excluded.tick, job_id = excluded.job_id
+WHERE excluded.tick > s.tick
+RETURNING 1
+
+-- name: last_ticks
+SELECT s.queue, s.name, s.tick, s.job_id FROM {schema}.schedules AS s
+WHERE (s.queue, s.name) IN (SELECT * FROM unnest(%(queues)s::text[], %(names)s::text[]))
+
 -- name: find_unfinished_by_keys
 SELECT {job_columns} FROM {schema}.jobs
 WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
@@ -136,8 +150,9 @@ SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[]
 -- {{limit}} is written into the statement (an integer), not sent as a parameter:
 -- a generic plan must know it, or it assumes thousands of rows and hashes the
 -- whole jobs table (benchmarks/postgres_scale.py: 379 ms a claim at 1M jobs).
--- Returns the claimed jobs (rank 1, 2, ...) then the completed leases (rank
--- NULL, only id and fence set). A completed job keeps its attempt's worker
+-- Returns the queues with a fleet-wide limit (rank 0: id is the queue, fence
+-- 1 if it was held back for want of its lock, see gate), the claimed jobs
+-- (rank 1, 2, ...), then the completed leases (rank NULL, only id and fence set). A completed job keeps its attempt's worker
 -- and start: it is its own history row (see get_history). Completions find
 -- their jobs by id; their state is compared with a value the planner cannot
 -- match to the predicate of the index of active jobs (jobs_lease): through
@@ -151,34 +166,34 @@ input AS (
 done AS (
     UPDATE {schema}.jobs AS j
     SET state = 'completed', result = input.result::json, finished_at = clock.now,
-        lease_ttl = NULL, lease_expires_at = NULL
+        lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
     FROM input, clock
     WHERE j.id = input.id AND j.fence = input.fence AND j.state = (SELECT 'active')
     RETURNING j.id, j.fence, j.queue
 ),
+{gate},
 candidates AS (
-    SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name)
+    SELECT c.* FROM gate AS q
     CROSS JOIN LATERAL (
         SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'queued' AND queue = q.name
         ORDER BY priority DESC, run_at, seq
         LIMIT {{limit}} FOR UPDATE SKIP LOCKED
     ) AS c
+    WHERE q.share > 0
     UNION ALL
-    SELECT d.* FROM unnest(%(queues)s::text[]) AS q(name), clock
+    SELECT d.* FROM gate AS q, clock
     CROSS JOIN LATERAL (
         SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now
         ORDER BY run_at
         LIMIT {{limit}} FOR UPDATE SKIP LOCKED
     ) AS d
+    WHERE q.share > 0
 ),
 picked AS (
-    SELECT c.id, CASE WHEN coalesce(p.policy->>'delivery', %(delivery)s) = 'at-most-once'
-                      THEN NULL
-                      ELSE coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END AS ttl,
-           row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
-    FROM candidates c LEFT JOIN {schema}.queues p ON p.name = c.queue
+    SELECT c.id, g.ttl, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
+    FROM {shared}
     ORDER BY c.priority DESC, c.run_at, c.seq
     LIMIT {{limit}}
 ),
@@ -191,6 +206,12 @@ claimed AS (
     WHERE j.id = picked.id
     RETURNING j.*, picked.rank
 ),
+{bucket}
+freed AS (  -- a queue with max_active has room again: its idle workers may claim
+    SELECT count(pg_notify(%(channel)s, d.queue))
+    FROM (SELECT DISTINCT queue FROM done) AS d JOIN {schema}.queues AS p ON p.name = d.queue
+    WHERE p.policy->>'max_active' IS NOT NULL
+),
 recorded_input AS (
     SELECT queue, 'completed' AS kind, id AS job_id, NULL::json AS data, 0 AS ord FROM done
     UNION ALL
@@ -198,10 +219,80 @@ recorded_input AS (
     FROM claimed
 ),
 {record_events}
-SELECT rank, {job_columns} FROM claimed, announced  -- announced: one row, always
+SELECT rank, {job_columns} FROM claimed, announced, freed  -- one row each, always
 UNION ALL
-SELECT NULL, {done_columns} FROM done, announced
+SELECT rank, {done_columns} FROM announced, freed,
+    (SELECT NULL::int, id, fence FROM done
+     UNION ALL
+     SELECT 0, name, unlocked::int FROM gate WHERE limited) AS d(rank, id, fence)
 ORDER BY 1 NULLS LAST
+
+-- name: gate
+-- (A part of complete_and_claim, written into it.) Each queue's share of the
+-- claim and its lease's TTL (NULL: at-most-once): {{limit}}, or none while it
+-- is paused or has a fleet-wide limit (max_active, rate_limit). Those queues
+-- are reported (rank 0, unlocked), and the backend claims from them with
+-- complete_and_claim_limited, under their rows' lock. Kept short: psycopg
+-- converts a statement of more than 4 KiB again at every execution.
+gate AS (
+    SELECT q.name, l.limited, l.limited AS unlocked, l.ttl,
+           CASE WHEN l.limited OR (p.policy->>'paused')::boolean THEN 0 ELSE {{limit}} END AS share
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    LEFT JOIN {schema}.queues AS p ON p.name = q.name,
+    {lease}
+)
+
+-- name: lease
+-- (A part of both gates.) Whether the queue has a fleet-wide limit, and its
+-- lease's TTL.
+LATERAL (SELECT p.policy->>'max_active' IS NOT NULL OR p.policy->>'rate_limit' IS NOT NULL,
+                CASE WHEN coalesce(p.policy->>'delivery', %(delivery)s) <> 'at-most-once'
+                     THEN coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END,
+                (p.policy->>'max_active')::int, (p.policy->>'rate_limit')::float8
+) AS l(limited, ttl, most, rate)
+
+-- name: gate_limited
+-- (A part of complete_and_claim_limited, written into it.) Each queue's share
+-- of the claim (tenure.core.limits): none while it is paused; with a
+-- fleet-wide limit, what max_active (its active jobs counted, but for those
+-- this cycle completes) and the rate bucket's tokens leave, counted only by
+-- a claim that holds the queue's row lock (%(locked)s: the statement before,
+-- in this transaction, took it, so this statement's snapshot holds every
+-- claim of the queue committed before). A claim without the lock takes
+-- nothing from such a queue; it is reported (rank 0, unlocked) and the
+-- backend claims again with the lock.
+gate AS (
+    SELECT q.name, l.limited, u.unlocked, l.ttl, u.tokens,
+           CASE WHEN (p.policy->>'paused')::boolean OR u.unlocked THEN 0
+                ELSE greatest(0, least({{limit}}, floor(u.tokens + 1e-9)::int,
+                    l.most - (SELECT count(*) FROM (
+                        SELECT FROM {schema}.jobs AS a
+                        WHERE l.most > 0 AND a.state = 'active' AND a.queue = q.name
+                          AND a.id NOT IN (SELECT id FROM done) LIMIT l.most) AS n)))
+           END AS share
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    LEFT JOIN {schema}.queues AS p ON p.name = q.name, clock,
+    {lease},
+    LATERAL (SELECT l.limited AND q.name <> ALL(%(locked)s::text[]),
+                    least(l.rate, coalesce(p.rate_tokens + greatest(clock.now - p.rate_at, 0)
+                                           * l.rate / (p.policy->>'rate_interval')::float8,
+                                           l.rate))) AS u(unlocked, tokens)
+)
+
+-- name: shared
+-- (A part of complete_and_claim_limited, written into it.) The candidates
+-- within each queue's share.
+(SELECT *, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, seq) AS nth
+ FROM candidates) AS c
+JOIN gate AS g ON g.name = c.queue AND c.nth <= g.share
+
+-- name: bucket
+-- (A part of complete_and_claim_limited, written into it.)
+bucket AS (  -- each start takes a token
+    UPDATE {schema}.queues AS p SET rate_tokens = g.tokens - n.c, rate_at = clock.now
+    FROM gate AS g, clock, (SELECT queue, count(*) FROM claimed GROUP BY 1) AS n(queue, c)
+    WHERE p.name = g.name AND n.queue = g.name AND g.tokens IS NOT NULL
+)
 
 -- name: heartbeat
 -- The leases one worker presents, in one statement; returns those it still
@@ -249,7 +340,8 @@ SELECT queue FROM done, announced
 WITH done AS (
     UPDATE {schema}.jobs
     SET state = 'completed', result = %(result)s::json,
-        finished_at = extract(epoch FROM now())::float8, lease_ttl = NULL, lease_expires_at = NULL
+        finished_at = extract(epoch FROM now())::float8, lease_ttl = NULL, lease_expires_at = NULL,
+        recovered_from = NULL
     WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
     RETURNING id, queue
 ),
@@ -261,8 +353,9 @@ SELECT queue FROM done, announced
 
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core;
--- a job queued again at once keeps its run_at, hence its place in line. Not a
--- job whose cancel was requested (requeue, bury and release): end_cancelled.
+-- a job queued again at once keeps its run_at, hence its place in line. A
+-- recovery records when the lost attempt's lease was last proven (NULL else).
+-- Not a job whose cancel was requested (requeue, bury and release): end_cancelled.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
     UPDATE {schema}.jobs AS j
@@ -270,7 +363,7 @@ done AS (
         run_at = CASE WHEN %(state)s::text = 'scheduled' THEN clock.now + %(delay)s::float8
                       ELSE j.run_at END,
         error = %(error)s, stalls = j.stalls + %(stall)s, worker = NULL, lease_ttl = NULL,
-        lease_expires_at = NULL
+        lease_expires_at = NULL, recovered_from = %(recovered_from)s::float8
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
       AND NOT j.cancel_requested
@@ -292,7 +385,7 @@ done AS (
     UPDATE {schema}.jobs AS j
     SET state = 'dead', dead_reason = %(dead_reason)s, error = %(error)s,
         stalls = j.stalls + %(stall)s, finished_at = clock.now, worker = NULL, lease_ttl = NULL,
-        lease_expires_at = NULL
+        lease_expires_at = NULL, recovered_from = NULL
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
       AND NOT j.cancel_requested
@@ -314,7 +407,7 @@ WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
     UPDATE {schema}.jobs AS j
     SET state = 'cancelled', error = coalesce(%(error)s, j.error), finished_at = clock.now,
-        worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
+        worker = NULL, lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
@@ -337,7 +430,8 @@ done AS (
     SET state = %(state)s::text,
         run_at = CASE WHEN %(state)s::text = 'scheduled' THEN clock.now + %(delay)s::float8
                       ELSE j.run_at END,
-        attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
+        attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL, lease_expires_at = NULL,
+        recovered_from = NULL
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
       AND NOT j.cancel_requested
@@ -352,6 +446,17 @@ recorded_input AS (
 {record_events}
 SELECT queue FROM done, announced
 
+-- name: lock_queues
+-- The rows of the queues with a fleet-wide limit a claim takes from, locked
+-- until it commits, in one order: claims of one such queue go one at a time.
+-- NO KEY UPDATE: enqueues, which only make sure the row exists, never wait.
+-- The transaction lives past this statement: a worker frozen inside it would
+-- hold the rows (every claim of those queues waits) until the server ends its
+-- session, %(idle)s ms after (set_config local: this transaction only).
+WITH idle AS (SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true))
+SELECT name FROM {schema}.queues, idle WHERE name = ANY(%(queues)s::text[])
+ORDER BY name FOR NO KEY UPDATE OF queues
+
 -- name: job_exists
 SELECT 1 FROM {schema}.jobs WHERE id = %(id)s
 
@@ -359,8 +464,12 @@ SELECT 1 FROM {schema}.jobs WHERE id = %(id)s
 -- One sweep per interval across the fleet: the transaction-scoped lock keeps
 -- two sweeps apart; the row says when the last one ran. One row: whether this
 -- sweep goes ahead, and if not, the seconds until one may (0: another sweep is
--- running now).
-WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+-- running now); and the transaction's clock, the sweep's. The sweep's
+-- transaction spans several statements: a worker frozen inside it would keep
+-- every other sweep out, so the server ends its session once it idles
+-- %(idle)s ms (set_config local: this transaction only).
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now,
+                      set_config('idle_in_transaction_session_timeout', %(idle)s, true)),
 marked AS (
     UPDATE {schema}.sweeps SET last_at = clock.now FROM clock
     WHERE id = 1 AND pg_try_advisory_xact_lock(%(lock)s)
@@ -368,12 +477,12 @@ marked AS (
     RETURNING last_at
 )
 SELECT EXISTS (SELECT 1 FROM marked),
-       greatest(%(interval)s - (clock.now - s.last_at), 0)
+       greatest(%(interval)s - (clock.now - s.last_at), 0), clock.now
 FROM clock, {schema}.sweeps AS s WHERE s.id = 1
 
 -- name: dead_workers
 -- Registered workers whose liveness lock nobody holds: their process, or its
--- connection, is gone.
+-- connection, is gone; with their last heartbeat.
 DELETE FROM {schema}.workers w
 WHERE NOT EXISTS (
     SELECT 1 FROM pg_locks l
@@ -382,17 +491,19 @@ WHERE NOT EXISTS (
       AND l.classid = %(namespace)s::bigint::oid AND l.objid = w.lock_no::bigint::oid
       AND l.objsubid = 2
 )
-RETURNING id
+RETURNING id, last_seen
 
 -- name: orphaned_leases
--- Active jobs whose lease holder is not a registered (live) worker.
-SELECT {job_columns} FROM {schema}.jobs j
+-- Active jobs whose lease holder is not a registered (live) worker, each with
+-- when its lease was last renewed (proven).
+SELECT {job_columns}, {proven} FROM {schema}.jobs j
 WHERE state = 'active'
   AND NOT EXISTS (SELECT 1 FROM {schema}.workers w WHERE w.id = j.worker)
 FOR UPDATE SKIP LOCKED
 
 -- name: expired_leases
-SELECT {job_columns} FROM {schema}.jobs
+-- Each with when its lease was last renewed (proven).
+SELECT {job_columns}, {proven} FROM {schema}.jobs
 WHERE state = 'active' AND lease_expires_at <= extract(epoch FROM now())::float8
 FOR UPDATE SKIP LOCKED
 
@@ -402,6 +513,39 @@ WHERE id IN (SELECT id FROM {schema}.jobs
              WHERE state = 'scheduled' AND run_at <= extract(epoch FROM now())::float8
              FOR UPDATE SKIP LOCKED)
 RETURNING queue
+
+-- name: proven
+-- (A part of statements, written into them.) When an active job's lease was
+-- last renewed (a heartbeat, or its claim: the renewal's time is its expiry
+-- less the TTL it was renewed with); an at-most-once job, without a lease,
+-- was last proven at its claim.
+coalesce(lease_expires_at - lease_ttl, started_at)
+
+-- name: lag
+-- How long the queue's oldest due job has been due, in seconds (0: none is):
+-- queued jobs (the oldest of each priority, read through jobs_ready, an index
+-- seek per distinct priority, at most 100 of them), and scheduled jobs due
+-- that no sweep or claim promoted yet (jobs_scheduled).
+WITH RECURSIVE clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+priorities(p, n) AS (
+    SELECT (SELECT priority FROM {schema}.jobs WHERE state = 'queued' AND queue = %(queue)s
+            ORDER BY priority DESC LIMIT 1), 1
+    UNION ALL
+    SELECT (SELECT priority FROM {schema}.jobs
+            WHERE state = 'queued' AND queue = %(queue)s AND priority < priorities.p
+            ORDER BY priority DESC LIMIT 1), n + 1
+    FROM priorities WHERE priorities.p IS NOT NULL AND n < 100
+),
+oldest AS (
+    SELECT (SELECT run_at FROM {schema}.jobs
+            WHERE state = 'queued' AND queue = %(queue)s AND priority = priorities.p
+            ORDER BY run_at LIMIT 1) AS run_at
+    FROM priorities WHERE p IS NOT NULL
+    UNION ALL
+    SELECT min(run_at) FROM {schema}.jobs, clock
+    WHERE state = 'scheduled' AND queue = %(queue)s AND run_at <= clock.now
+)
+SELECT coalesce(greatest(clock.now - (SELECT min(run_at) FROM oldest), 0), 0) FROM clock
 
 -- name: cancel
 -- queued | scheduled -> cancelled; an active job is marked cancel_requested
@@ -511,6 +655,25 @@ history AS (
     DELETE FROM {schema}.attempts AS a USING pruned WHERE a.job_id = pruned.id
 )
 SELECT count(*) FROM pruned
+-- name: delete_queue_jobs
+-- Every job of the queue but the active ones, with its history: locked by
+-- the delete, none of them can be claimed meanwhile. The caller then counts
+-- the active ones (a fresh snapshot: those claimed before the delete came)
+-- and rolls back if there are any.
+WITH gone AS (
+    DELETE FROM {schema}.jobs WHERE queue = %(queue)s AND state <> 'active' RETURNING id
+),
+history AS (
+    DELETE FROM {schema}.attempts AS a USING gone WHERE a.job_id = gone.id
+)
+SELECT count(*) FROM gone
+
+-- name: active_in_queue
+SELECT count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'active'
+
+-- name: delete_queue
+WITH events AS (DELETE FROM {schema}.events WHERE queue = %(queue)s)
+DELETE FROM {schema}.queues WHERE name = %(queue)s
 
 -- name: get_job
 SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s
@@ -590,8 +753,14 @@ ON CONFLICT (id) DO UPDATE SET lock_no = excluded.lock_no, last_seen = excluded.
 DELETE FROM {schema}.workers WHERE id = %(id)s
 
 -- name: list_workers
-SELECT id, hostname, pid, queues::text, started_at, last_seen FROM {schema}.workers
-ORDER BY started_at
+-- With the leases each holds (active jobs are few: the fleet's slots and
+-- claims ahead, read through jobs_lease).
+SELECT w.id, w.hostname, w.pid, w.queues::text, w.started_at, w.last_seen,
+       coalesce(h.n, 0)
+FROM {schema}.workers AS w
+LEFT JOIN (SELECT worker, count(*) AS n FROM {schema}.jobs WHERE state = 'active'
+           GROUP BY worker) AS h ON h.worker = w.id
+ORDER BY w.started_at
 
 -- name: read_events
 -- The rows of events from (%(xid)s, %(id)s) on (the row of the last event
@@ -613,6 +782,11 @@ FROM horizon LEFT JOIN LATERAL (
     ORDER BY e.xid, e.id
     LIMIT %(limit)s
 ) AS e ON true
+
+-- name: events_horizon
+-- The oldest transaction still running: every transaction older has ended, so
+-- an event recorded from now on is written by this one or a younger one.
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text
 
 -- name: trim_events
 -- Retention, per queue's policy: events older than its events_max_age, or

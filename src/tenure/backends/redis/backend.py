@@ -31,15 +31,19 @@ from tenure.backends.base import (
     Page,
     Renewal,
     RescueReport,
+    Tick,
     WorkerInfo,
     bad_cursor,
     check_cursor,
     check_delay,
     check_listing,
     check_prune_limit,
+    check_schedules,
+    check_tick,
     claim_limit,
     cursor_seq,
     not_cancellable,
+    queue_busy,
 )
 from tenure.backends.redis import codec, retention
 from tenure.backends.redis.events import EventReader
@@ -63,6 +67,7 @@ log = logging.getLogger("tenure.redis")
 ENQUEUE_CHUNK = 500  # jobs per enqueue script call: bounds how long one call holds Redis
 ENQUEUE_WINDOW = 2  # enqueue pipelines in flight at once
 PROMOTE_MAX = 1000  # due scheduled jobs one claim promotes per queue
+DELETE_PIECE = 1000  # jobs one delete_queue call deletes: bounds how long it holds Redis
 ID_CACHE = 100_000  # job id -> queue entries this backend remembers
 DEFAULTS = QueuePolicy()
 
@@ -191,20 +196,49 @@ class RedisBackend:
             each_run = iter(runs)
             async for reply in replies:
                 _, run = next(each_run)
-                created, *made = reply[-1]
-                now = float(created)
-                for spec, entry in zip(run, made, strict=True):
-                    if isinstance(entry, bytes):  # stored now: its run_at
-                        run_at = float(entry)
-                        state = State.SCHEDULED if run_at > now else State.QUEUED
-                        jobs.append(spec.stored(state, run_at, now))
-                    else:  # stored already: the job
-                        jobs.append(codec.job(entry))
+                jobs += _enqueued(run, reply[-1])
         # The index got an entry for every spec; drop those that made no job.
         unused = [s.id for s, j in zip(specs, jobs, strict=True) if s.id != j.id]
         if unused:
             await self.runner.command("HDEL", self.keys.jobs, *unused)
         return self._known(jobs)
+
+    async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        at = check_tick(schedule, at)
+        check_specs([spec], self.max_payload)
+        queue = spec.queue
+        args: list[Arg] = [queue, 1, *codec.shared_args(spec), spec.id, spec.args,
+                           spec.key or "", schedule, repr(at), spec.id]  # fmt: skip
+        # Not repeatable: run again after a lost reply, it would find its own
+        # tick and say None, and the index entry of its job would be dropped.
+        reply = await self.runner.pipeline([
+            Call.command("SADD", self.keys.queues, queue),
+            Call.command("HSET", self.keys.jobs, spec.id, queue),
+            Call.script("enqueue_tick", [self.keys.queue(queue)], args),
+        ])  # fmt: skip
+        if not reply[-1]:  # another worker's tick: no job, so no index entry
+            await self.runner.command("HDEL", self.keys.jobs, spec.id)
+            return None
+        [job] = _enqueued([spec], reply[-1])
+        return self._known([job])[0]
+
+    async def last_ticks(
+        self, schedules: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], Tick]:
+        pairs = check_schedules(schedules)
+        by_queue: dict[str, builtins.list[str]] = {}
+        for queue, name in pairs:
+            by_queue.setdefault(queue, []).append(name)
+        calls = [Call.command("HMGET", self.keys.queue(q) + "ticks", *names)
+                 for q, names in by_queue.items()]  # fmt: skip
+        replies = await self.runner.pipeline(calls, repeatable=True)
+        found: dict[tuple[str, str], Tick] = {}
+        for (queue, names), values in zip(by_queue.items(), replies, strict=True):
+            for name, value in zip(names, values, strict=True):
+                if value is not None:
+                    at, job_id = value.decode().split(" ", 1)
+                    found[queue, name] = Tick(float(at), job_id)
+        return found
 
     async def _pipelines(
         self, pipelines: Sequence[Sequence[Call]]
@@ -440,6 +474,11 @@ class RedisBackend:
             raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
         return await self._events.read(queue, after, limit, timeout)
 
+    async def events_now(self, queue: str) -> str:
+        if self._events is None:
+            raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
+        return await self._events.now(queue)
+
     # -- operators ---------------------------------------------------------
 
     async def cancel(self, job_id: str) -> Job:
@@ -470,6 +509,25 @@ class RedisBackend:
             for job_id in gone:
                 self._queue_of_id.pop(job_id.decode(), None)
         return len(gone)
+
+    async def delete_queue(self, queue: str) -> int:
+        """delete_queue.lua, a piece at a time, then the queue's name."""
+        check_name("queue", queue)
+        deleted = 0
+        while True:
+            code, left, *ids = await self.runner.call(
+                "delete_queue", [self.keys.queue(queue)], [DELETE_PIECE]
+            )
+            if code == INVALID_TRANSITION:
+                raise queue_busy(queue, int(left))
+            if not ids:
+                break
+            await self.runner.command("HDEL", self.keys.jobs, *ids)
+            for job_id in ids:
+                self._queue_of_id.pop(job_id.decode(), None)
+            deleted += len(ids)
+        await self.runner.command("SREM", self.keys.queues, queue)
+        return deleted
 
     async def get(self, job_id: str) -> Job:
         queue = await self._queue_of(check_job_id(job_id))
@@ -513,6 +571,10 @@ class RedisBackend:
         reply = await self.runner.call("counts", [self.keys.queue(queue)], names, repeatable=True)
         return {s: int(n) for s, n in zip(states, reply, strict=True)}
 
+    async def lag(self, queue: str) -> float:
+        check_name("queue", queue)
+        return float(await self.runner.call("lag", [self.keys.queue(queue)], [], repeatable=True))
+
     async def queues(self) -> builtins.list[str]:
         members = await self.runner.command("SMEMBERS", self.keys.queues, repeatable=True)
         return sorted(m.decode() for m in members)
@@ -539,7 +601,8 @@ class RedisBackend:
             stored = await self.runner.command("GET", key, repeatable=True)
             policy = QueuePolicy.from_json(stored).replace(**changes)  # InvalidInput: no change
             new = orjson.dumps(policy.to_dict())
-            if await self.runner.call("change_policy", [key], [stored or b"", new],
+            prefix = [self.keys.queue(queue)]
+            if await self.runner.call("change_policy", prefix, [stored or b"", new],
                                       repeatable=True):  # fmt: skip
                 await self.runner.command("SADD", self.keys.queues, queue, repeatable=True)
                 return policy
@@ -562,14 +625,30 @@ class RedisBackend:
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         _, *entries = await self.runner.call("workers", [self.keys.fleet], repeatable=True)
+        ids = [worker_id.decode() for worker_id, *_ in entries]
+        leases = await self._leases_held(ids)
         found = []
-        for worker_id, info, started_at, last_seen in entries:
+        for worker_id, (_, info, started_at, last_seen) in zip(ids, entries, strict=True):
             data = orjson.loads(info)
             found.append(
-                WorkerInfo(worker_id.decode(), data["hostname"], int(data["pid"]),
-                           tuple(data["queues"]), float(started_at), float(last_seen))
+                WorkerInfo(worker_id, data["hostname"], int(data["pid"]), tuple(data["queues"]),
+                           float(started_at), float(last_seen), leases.get(worker_id, 0))
             )  # fmt: skip
         return sorted(found, key=lambda w: (w.started_at, w.id))
+
+    async def _leases_held(self, worker_ids: builtins.list[str]) -> dict[str, int]:
+        """Active jobs each worker holds: the sizes of its held sets, one per
+        queue (each in its queue's hash slot), in one round trip."""
+        queues = await self.queues()
+        pairs = [(w, q) for w in worker_ids for q in queues]
+        if not pairs:
+            return {}
+        calls = [Call.command("SCARD", self.keys.queue(q) + f"held:{w}") for w, q in pairs]
+        sizes = await self.runner.pipeline(calls, repeatable=True)
+        held: dict[str, int] = {}
+        for (w, _), n in zip(pairs, sizes, strict=True):
+            held[w] = held.get(w, 0) + int(n)
+        return held
 
     async def _warn_if_volatile(self) -> None:
         """Once per backend: a server without AOF loses jobs when it restarts."""
@@ -587,6 +666,21 @@ class RedisBackend:
                 "(see docs/redis.md: appendonly yes, appendfsync everysec)",
                 self._safe_url,
             )
+
+
+def _enqueued(specs: Sequence[JobSpec], reply: list[Any]) -> list[Job]:
+    """The jobs of an enqueue script's reply, one per spec, in order."""
+    created, *made = reply
+    now = float(created)
+    jobs = []
+    for spec, entry in zip(specs, made, strict=True):
+        if isinstance(entry, bytes):  # stored now: its run_at
+            run_at = float(entry)
+            state = State.SCHEDULED if run_at > now else State.QUEUED
+            jobs.append(spec.stored(state, run_at, now))
+        else:  # stored already: the job
+            jobs.append(codec.job(entry))
+    return jobs
 
 
 def _runs(specs: Sequence[JobSpec]) -> list[tuple[str, list[JobSpec]]]:

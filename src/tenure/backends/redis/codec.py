@@ -40,7 +40,8 @@ def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
     reply: ``JOB_FIELDS`` in _lib.lua), an absent one None."""
     (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
      max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-     dead_reason, progress, finished_at, traceparent, cancel_requested) = values  # fmt: skip
+     dead_reason, progress, finished_at, traceparent, cancel_requested,
+     recovered_from) = values  # fmt: skip
     return job_of((
         id_.decode(), task.decode(), queue.decode(), orjson.loads(args), STATES[state.decode()],
         int(priority), float(run_at), float(created_at), int(attempts), int(stalls),
@@ -53,6 +54,7 @@ def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
         None if progress is None else orjson.loads(progress),
         None if finished_at is None else float(finished_at),
         None if traceparent is None else traceparent.decode(), cancel_requested is not None,
+        None if recovered_from is None else float(recovered_from),
         tuple(attempt(entry) for entry in history),
     ))  # fmt: skip
 

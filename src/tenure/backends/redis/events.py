@@ -121,6 +121,16 @@ class EventReader:
             else:
                 await self._block(starts, min(left, MAX_BLOCK))
 
+    async def now(self, queue: str) -> str:
+        """After the newest entry of the queue's stream, all of it: a new entry's
+        id is above every id the stream ever had, trimmed or not."""
+        check_name("queue", queue)
+        newest = await self.runner.command(
+            "XREVRANGE", self.stream(queue), "+", "-", "COUNT", 1, repeatable=True
+        )
+        entry = newest[0][0].decode() if newest else "0-0"
+        return f"{entry}.{MAX_PART}@{queue}"
+
     async def _queues(self) -> list[str]:
         members = await self.runner.command("SMEMBERS", self.keys.queues, repeatable=True)
         return sorted(m.decode() for m in members)

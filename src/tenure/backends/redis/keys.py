@@ -26,6 +26,7 @@ that prefix, passed as ``KEYS[1]``; ``_lib.lua`` mirrors this table)::
     holders         SET     workers whose held set is not empty
     signal          LIST    wake-up tokens for idle workers (BLPOP)
     policy          STRING  the queue's QueuePolicy, JSON
+    ticks           HASH    schedule name -> "<tick> <job id>": its last tick's job
     events          STREAM  lifecycle events {k kind, j job ids, d their data}: events.py
 
 Fleet-wide, under ``<prefix>:{@}:``::

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from tenure.backends.base import Rescued, RescueReport
+from tenure.backends.base import Rescued, RescueReport, last_proof
 from tenure.backends.redis import codec
 from tenure.backends.redis.keys import Keys
 from tenure.backends.redis.liveness import STALE_AFTER, Liveness
@@ -31,11 +31,15 @@ from tenure.backends.redis.scripts import Call, Runner
 from tenure.config import QueuePolicy
 from tenure.core.events import failure_events
 from tenure.core.retry import CANCELLED, decide_for
-from tenure.core.states import Outcome
+from tenure.core.states import Outcome, State
 from tenure.job import Job
 
 BATCH = 1000  # promotions and candidates per queue and sweep; the rest wait one sweep
 MARK_MS = 3_600_000  # how long the sweep guard's mark lives
+
+
+# A candidate for recovery: the job, and when its lease was last renewed.
+Found = tuple[Job, float | None]
 
 
 @dataclass
@@ -46,8 +50,8 @@ class QueueSweep:
     promoted: int
     holders: set[str]
     policy: QueuePolicy
-    expired: list[Job]
-    orphaned: list[Job] = field(default_factory=list)
+    expired: list[Found]
+    orphaned: list[Found] = field(default_factory=list)
 
 
 async def rescue(
@@ -70,6 +74,8 @@ async def rescue(
     registry = replies[len(queues)]
     clients = await liveness.everywhere() if runner.topology.cluster else replies[-1]
     gone, live = _judge(registry, liveness.names(clients))
+    now = float(registry[0])
+    last_seen = {w.decode(): float(seen) for w, _, _, seen in registry[1:]}
 
     dead_holders = {s.queue: sorted(s.holders - live) for s in sweeps if s.holders - live}
     calls = [Call.script("deregister", [keys.fleet], [w]) for w in gone]
@@ -78,9 +84,9 @@ async def rescue(
     buried = tuple(w for w, removed in zip(gone, replies, strict=False) if int(removed))
     by_queue = {s.queue: s for s in sweeps}
     for queue, jobs in zip(dead_holders, replies[len(gone) :], strict=True):
-        by_queue[queue].orphaned = [codec.job(flat) for flat in jobs]
+        by_queue[queue].orphaned = [_found(flat) for flat in jobs]
 
-    rescued = await _recover(runner, keys, sweeps)
+    rescued = await _recover(runner, keys, sweeps, now, last_seen)
     promoted = sum(s.promoted for s in sweeps)
     return RescueReport(swept=True, rescued=rescued, promoted=promoted, dead_workers=buried)
 
@@ -92,8 +98,19 @@ def _queue_sweep(queue: str, reply: Sequence[Any]) -> QueueSweep:
         promoted=int(promoted),
         holders={h.decode() for h in holders},
         policy=QueuePolicy.from_json(policy) if policy else QueuePolicy(),
-        expired=[codec.job(flat) for flat in expired],
+        expired=[_found(flat) for flat in expired],
     )
+
+
+def _found(flat: Sequence[bytes]) -> Found:
+    """A candidate from its hash (a flat HGETALL reply), with when its lease was
+    last renewed: its expiry less the TTL it was renewed with (its claim, for an
+    at-most-once job)."""
+    f = codec.fields(flat)
+    expires, ttl, started = f.get("lease_expires_at"), f.get("lease_ttl"), f.get("started_at")
+    if expires is not None and ttl is not None:
+        return codec.job(flat), float(expires) - float(ttl)
+    return codec.job(flat), None if started is None else float(started)
 
 
 def _judge(registry: Sequence[Any], alive: set[str] | None) -> tuple[list[str], set[str]]:
@@ -116,29 +133,37 @@ def _judge(registry: Sequence[Any], alive: set[str] | None) -> tuple[list[str], 
     return gone, live
 
 
-async def _recover(runner: Runner, keys: Keys, sweeps: list[QueueSweep]) -> tuple[Rescued, ...]:
+async def _recover(
+    runner: Runner, keys: Keys, sweeps: list[QueueSweep], now: float, last_seen: dict[str, float]
+) -> tuple[Rescued, ...]:
     calls, plans = [], []
     for s in sweeps:
-        crashed = {j.id for j in s.orphaned}
-        candidates = [(j, Outcome.CRASHED) for j in s.orphaned]
-        candidates += [(j, Outcome.STALLED) for j in s.expired if j.id not in crashed]
+        crashed = {j.id for j, _ in s.orphaned}
+        candidates = [(j, p, Outcome.CRASHED) for j, p in s.orphaned]
+        candidates += [(j, p, Outcome.STALLED) for j, p in s.expired if j.id not in crashed]
         if not candidates:
             continue
         args: list[Any] = [len(candidates)]
         plan = {}
-        for job, outcome in candidates:
+        for job, renewed, outcome in candidates:
+            proven = last_proof(outcome, renewed, last_seen.get(job.worker or ""))
             decision = decide_for(job, outcome, s.policy)
-            plan[job.id] = Rescued(job.id, job.fence, outcome, decision.state)
+            rescued = plan[job.id] = Rescued.of(job, outcome, decision.state, proven, now)
             error = f"attempt {job.attempts} {outcome}: " + (
                 f"its worker {job.worker} is gone" if outcome is Outcome.CRASHED
                 else f"the lease of worker {job.worker} expired"
             )  # fmt: skip
-            events = orjson.dumps(failure_events(outcome, decision, rescued=True))
-            if_cancelled = orjson.dumps(failure_events(outcome, CANCELLED, rescued=True))
+            stall = rescued.stall_data()
+            events = orjson.dumps(failure_events(outcome, decision, rescued=True, stall=stall))
+            if_cancelled = orjson.dumps(
+                failure_events(outcome, CANCELLED, rescued=True, stall=stall)
+            )
+            recovered_from = "" if decision.state is State.DEAD else codec.number(proven)
             args += [job.id, job.fence, job.worker or "", outcome.value, error,
                      decision.state.value, repr(decision.delay),
                      decision.dead_reason.value if decision.dead_reason else "",
-                     "1" if decision.stall else "0", events, if_cancelled]  # fmt: skip
+                     "1" if decision.stall else "0", events, if_cancelled,
+                     recovered_from]  # fmt: skip
         calls.append(Call.script("recover", [keys.queue(s.queue)], args))
         plans.append(plan)
     replies = await runner.pipeline(calls)

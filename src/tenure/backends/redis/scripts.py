@@ -33,11 +33,17 @@ TRANSIENT = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
 OK, NOT_FOUND, LEASE_LOST, INVALID_TRANSITION = 0, 1, 2, 3
 
 NAMES = (
-    "enqueue", "claim", "cycle", "heartbeat", "progress", "complete", "fail", "release",
+    "enqueue", "enqueue_tick", "claim", "cycle", "heartbeat", "progress", "complete", "fail",
+    "release",
     "sweep_guard", "sweep", "orphans", "recover", "prune",
-    "peek", "cancel", "retry_dead", "purge_dead", "get", "list", "counts",
+    "peek", "cancel", "retry_dead", "purge_dead", "delete_queue", "get", "list", "counts",
+    "lag",
     "register", "deregister", "touch", "workers", "change_policy",
 )  # fmt: skip
+
+
+# Scripts made of several files, in order: a guard in front of a transition.
+PARTS = {"enqueue_tick": ("enqueue_tick", "enqueue")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +58,8 @@ def _load_sources() -> dict[str, Script]:
     lib = (folder / "_lib.lua").read_bytes()
     scripts = {}
     for name in NAMES:
-        source = lib + b"\n" + (folder / f"{name}.lua").read_bytes()
+        parts = [(folder / f"{part}.lua").read_bytes() for part in PARTS.get(name, (name,))]
+        source = lib + b"\n" + b"\n".join(parts)
         scripts[name] = Script(name, source, hashlib.sha1(source).hexdigest())
     return scripts
 

@@ -28,8 +28,12 @@ from tenure.backends.base import (
     Renewal,
     Rescued,
     RescueReport,
+    Tick,
     check_delay,
+    check_schedules,
+    check_tick,
     claim_limit,
+    last_proof,
 )
 from tenure.backends.rows import JOB_COLUMNS, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
@@ -41,6 +45,7 @@ from tenure.backends.sqlite.queries import Q
 from tenure.backends.sqlite.storage import StorageFile
 from tenure.backends.sqlite.within import CallerTransactions
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
+from tenure.core import limits
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.events import EventKind, failure_events
 from tenure.core.payload import encode
@@ -138,6 +143,9 @@ class SQLiteBackend(Opening, Operators, EventReading):
         self._last_trim = 0.0  # when this sweeper last applied events' retention
         self._events_off: set[str] = set()  # queues whose last claim found events off
         self.callers = CallerTransactions(self, LATEST)  # enqueue in a caller's transaction
+        # Queues whose last claim found a max_active: a completion there may let
+        # an idle worker claim, so it rings the doorbells.
+        self._limited: set[str] = set()
 
     @classmethod
     def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteBackend:
@@ -286,6 +294,29 @@ class SQLiteBackend(Opening, Operators, EventReading):
         record(db, now, new)
         return jobs
 
+    async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        at = check_tick(schedule, at)
+        check_specs([spec], self.max_payload)
+        return await self._run(self._enqueue_tick, schedule, at, spec)
+
+    def _enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        with self._tx() as conn:
+            advance = (spec.queue, schedule, at, spec.id)
+            if conn.execute(Q["advance_tick"], advance).rowcount == 0:
+                return None
+            [job] = self.enqueuing(conn, [spec])
+            if job.state is State.QUEUED:
+                self._ring(conn)
+            return job
+
+    async def last_ticks(
+        self, schedules: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], Tick]:
+        pairs = check_schedules(schedules)
+        listed = orjson.dumps(pairs)
+        rows = await self._run(lambda: self.conn.execute(Q["last_ticks"], (listed,)).fetchall())
+        return {(q, n): Tick(at, job_id) for q, n, at, job_id in rows}
+
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         await self.doorbells.wait(timeout)
 
@@ -339,7 +370,15 @@ class SQLiteBackend(Opening, Operators, EventReading):
         rows = conn.execute(_claimable(len(queues)), (*params, limit)).fetchall()
         if not rows:
             return []
-        policies = self._policies(conn, {q for _, q in rows})
+        policies = self._policies(conn, queues)
+        if self._limited:
+            self._limited -= {q for q, p in policies.items() if p.max_active is None}
+        if any(p.paused or p.limited for p in policies.values()):
+            shares = self._shares(conn, policies, limit, now)  # then the claim again, within them
+            if not shares:
+                return []
+            params = [x for q, n in shares.items() for x in (q, n)]
+            rows = conn.execute(_claimable(len(shares)), (*params, limit)).fetchall()
         leases = []
         for seq, queue in rows:
             policy = policies[queue]
@@ -348,6 +387,7 @@ class SQLiteBackend(Opening, Operators, EventReading):
         rank = {seq: i for i, (seq, _) in enumerate(rows)}  # back in claim order
         taken.sort(key=lambda row: rank[row[SEQ]])
         jobs = [job_from_row(row[:SEQ]) for row in taken]
+        self._took_from_buckets(conn, policies, jobs, now)
         off = {q for q, p in policies.items() if not p.events}
         self._events_off = (self._events_off - policies.keys()) | off
         if len(off) < len(policies):
@@ -356,10 +396,56 @@ class SQLiteBackend(Opening, Operators, EventReading):
                                for j in jobs])  # fmt: skip
         return jobs
 
+    def _shares(
+        self, conn: sqlite3.Connection, policies: dict[str, QueuePolicy], limit: int, now: float
+    ) -> dict[str, int]:
+        """How many jobs the claim may take from each queue: ``limit``, less where
+        a fleet-wide limit or a pause holds (tenure.core.limits), counted under
+        the write lock. A queue held back entirely is left out."""
+        shares = {}
+        for queue, policy in policies.items():
+            share = limit
+            if policy.limited or policy.paused:
+                active = 0
+                if policy.max_active is not None:
+                    (active,) = conn.execute(Q["active_in_queue"], (queue,)).fetchone()
+                tokens = None
+                if policy.rate_limit is not None:
+                    tokens = self._bucket(conn, policy, queue, now)
+                share = limits.allowance(policy, limit, active, tokens)
+            if share > 0:
+                shares[queue] = share
+            if policy.max_active is not None:
+                self._limited.add(queue)
+        return shares
+
+    def _took_from_buckets(
+        self,
+        conn: sqlite3.Connection,
+        policies: dict[str, QueuePolicy],
+        jobs: list[Job],
+        now: float,
+    ) -> None:
+        """Each started job takes a token from its queue's rate bucket."""
+        for queue, policy in policies.items():
+            if policy.rate_limit is None:
+                continue
+            started = sum(1 for j in jobs if j.queue == queue)
+            if started:
+                tokens = self._bucket(conn, policy, queue, now) - started
+                conn.execute(Q["take_from_bucket"], (tokens, now, queue))
+
+    @staticmethod
+    def _bucket(conn: sqlite3.Connection, policy: QueuePolicy, queue: str, now: float) -> float:
+        """The tokens in the queue's rate bucket now."""
+        tokens, at = conn.execute(Q["rate_bucket"], (queue,)).fetchone() or (None, None)
+        return limits.refilled(policy, tokens, at, now)
+
     def _policies(
         self, conn: sqlite3.Connection, queues: Collection[str]
     ) -> dict[str, QueuePolicy]:
-        found = dict(conn.execute(_for_queues("policies", len(queues)), tuple(queues)).fetchall())
+        queues = tuple(dict.fromkeys(queues))
+        found = dict(conn.execute(_for_queues("policies", len(queues)), queues).fetchall())
         return {q: _policy_of(found.get(q)) for q in queues}
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
@@ -409,6 +495,8 @@ class SQLiteBackend(Opening, Operators, EventReading):
         # read by every claim): completing costs nothing more there.
         off = self._events_off
         record(conn, now, [(q, EventKind.COMPLETED, i, None) for i, _, q in done if q not in off])
+        if self._limited and any(q in self._limited for _, _, q in done):
+            self._ring(conn)
         return {(i, f) for i, f, _ in items} - {(i, f) for i, f, _ in done}
 
     async def fail(
@@ -495,48 +583,62 @@ class SQLiteBackend(Opening, Operators, EventReading):
             if 0 <= now - last < min_interval:  # a clock that went back does not stop sweeps
                 return RescueReport(swept=False, retry_in=min_interval - (now - last))
             conn.execute(Q["sweep_mark"], (now,))
-            dead_workers = self._bury_dead_workers(conn)
+            last_seen = self._bury_dead_workers(conn)
             rescued = []
             for outcome, query in ((Outcome.CRASHED, "orphaned_leases"),
                                    (Outcome.STALLED, "expired_leases")):  # fmt: skip
                 params = () if outcome is Outcome.CRASHED else (now,)
                 rows = conn.execute(Q[query], params).fetchall()
-                jobs = [job_from_row(r) for r in rows]
-                policies = self._policies(conn, {j.queue for j in jobs}) if jobs else {}
-                for job in jobs:
-                    rescued.append(self._recover(conn, job, outcome, policies[job.queue], now))
+                found = [(job_from_row(r[:-1]), r[-1]) for r in rows]
+                policies = self._policies(conn, {j.queue for j, _ in found}) if found else {}
+                for job, renewed in found:
+                    proven = last_proof(outcome, renewed, last_seen.get(job.worker or ""))
+                    policy = policies[job.queue]
+                    rescued.append(
+                        self._recover(conn, job, outcome, policy, now=now, proven=proven)
+                    )
             promoted = conn.execute(Q["promote_due"], (now,)).rowcount
             if promoted or rescued:
                 self._ring(conn)
             self._trim_events(conn, now)
         return RescueReport(
-            swept=True, rescued=tuple(rescued), promoted=promoted, dead_workers=dead_workers
+            swept=True, rescued=tuple(rescued), promoted=promoted, dead_workers=tuple(last_seen)
         )
 
-    def _bury_dead_workers(self, conn: sqlite3.Connection) -> tuple[str, ...]:
-        """Forget registered workers whose liveness lock is free: they are gone."""
-        dead = []
-        for worker_id, *_ in conn.execute(Q["list_workers"]).fetchall():
+    def _bury_dead_workers(self, conn: sqlite3.Connection) -> dict[str, float]:
+        """Forget registered workers whose liveness lock is free: they are gone.
+        Returns when each was last seen (its last heartbeat)."""
+        dead = {}
+        for worker_id, *_, last_seen in conn.execute(Q["list_workers"]).fetchall():
             if not self._locks.alive(worker_id):
                 conn.execute(Q["deregister_worker"], (worker_id,))
                 self._locks.forget(worker_id)
                 self.doorbells.forget(worker_id)
-                dead.append(worker_id)
-        return tuple(dead)
+                dead[worker_id] = last_seen
+        return dead
 
     def _recover(
-        self, conn: sqlite3.Connection, job: Job, outcome: Outcome, policy: QueuePolicy, now: float
+        self,
+        conn: sqlite3.Connection,
+        job: Job,
+        outcome: Outcome,
+        policy: QueuePolicy,
+        *,
+        now: float,
+        proven: float | None,
     ) -> Rescued:
         decision = decide_for(job, outcome, policy)
         error = f"attempt {job.attempts} {outcome}: " + (
             f"its worker {job.worker} is gone" if outcome is Outcome.CRASHED
             else f"the lease of worker {job.worker} expired"
         )  # fmt: skip
-        sql, params = _failure(job.id, job.fence, error, decision, now)
+        sql, params = _failure(job.id, job.fence, error, decision, now, recovered_from=proven)
         conn.execute(Q["end_attempts"], (now, outcome, error, _listed(job.id, job.fence)))
         conn.execute(sql, params)
-        record_job(conn, now, job.id, failure_events(outcome, decision, rescued=True))
-        return Rescued(job.id, job.fence, outcome, decision.state)
+        rescued = Rescued.of(job, outcome, decision.state, proven, now)
+        events = failure_events(outcome, decision, rescued=True, stall=rescued.stall_data())
+        record_job(conn, now, job.id, events)
+        return rescued
 
 
 # How long the worker's cycle pauses, letting the loop run, before it tries the
@@ -575,13 +677,20 @@ class _Busy(Exception):
 
 
 def _failure(
-    job_id: str, fence: int, error: str | None, decision: Decision, now: float
+    job_id: str,
+    fence: int,
+    error: str | None,
+    decision: Decision,
+    now: float,
+    *,
+    recovered_from: float | None = None,
 ) -> tuple[str, tuple[Any, ...]]:
-    """The fence-checked write that applies a retry decision."""
+    """The fence-checked write that applies a retry decision (a recovery's
+    records when the lost attempt was last proven alive)."""
     stall = int(decision.stall)
     if decision.state is State.CANCELLED:
         return Q["end_cancelled"], (error, now, job_id, fence)
     if decision.state is State.DEAD:
         return Q["bury"], (decision.dead_reason, error, stall, now, job_id, fence)
     run_at = now + decision.delay if decision.state is State.SCHEDULED else None
-    return Q["requeue"], (decision.state, run_at, error, stall, job_id, fence)
+    return Q["requeue"], (decision.state, run_at, error, stall, recovered_from, job_id, fence)

@@ -122,6 +122,14 @@ class EventReading:
                     return []
                 await asyncio.sleep(min(WATCH_INTERVAL, left))
 
+    async def events_now(self, queue: str) -> str:
+        check_name("queue", queue)
+        return str(await self._run(self._last_event))
+
+    def _last_event(self) -> int:
+        (last,) = self.conn.execute(Q["last_event"]).fetchone()
+        return int(last)
+
     def _read_events(self, queue: str | None, after: int, limit: int) -> tuple[list[Event], int]:
         conn = self.conn
         version = self._data_version()

@@ -19,6 +19,7 @@ from tenure.backends.base import (
     check_prune_limit,
     cursor_seq,
     not_cancellable,
+    queue_busy,
 )
 from tenure.backends.rows import attempt_from_row, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
@@ -115,6 +116,23 @@ class Operators:
                 break
         return pruned
 
+    async def delete_queue(self, queue: str) -> int:
+        check_name("queue", queue)
+
+        def run() -> int:
+            with self._tx() as conn:
+                (active,) = conn.execute(Q["active_in_queue"], (queue,)).fetchone()
+                if active:
+                    raise queue_busy(queue, active)
+                conn.execute(Q["delete_queue_attempts"], (queue,))
+                deleted = conn.execute(Q["delete_queue_jobs"], (queue,)).rowcount
+                conn.execute(Q["delete_queue_events"], (queue,))
+                conn.execute(Q["empty_newest_event"], (queue,))
+                conn.execute(Q["delete_queue"], (queue,))
+                return int(deleted)
+
+        return await self._run(run)
+
     async def get(self, job_id: str) -> Job:
         check_job_id(job_id)
         return await self._run(lambda: self._get(self.conn, job_id))
@@ -162,6 +180,16 @@ class Operators:
 
         return await self._run(run)
 
+    async def lag(self, queue: str) -> float:
+        check_name("queue", queue)
+
+        def run() -> float:
+            now = self.clock.now()
+            (due_since,) = self.conn.execute(Q["due_since"], (queue, now)).fetchone()
+            return 0.0 if due_since is None else max(now - due_since, 0.0)
+
+        return await self._run(run)
+
     async def queues(self) -> builtins.list[str]:
         return await self._run(lambda: [n for (n,) in self.conn.execute(Q["queue_names"])])
 
@@ -193,6 +221,7 @@ class Operators:
                 row = conn.execute(Q["get_policy"], (queue,)).fetchone()
                 policy = QueuePolicy.from_json(None if row is None else row[0]).replace(**changes)
                 conn.execute(Q["set_policy"], (queue, orjson.dumps(policy.to_dict()).decode()))
+                self._ring(conn)  # it may let idle workers claim (a resume)
             return policy
 
         return await self._run(run)
@@ -224,8 +253,9 @@ class Operators:
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         def run() -> builtins.list[WorkerInfo]:
+            leases = dict(self.conn.execute(Q["leases_held"]).fetchall())
             return [
-                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen)
+                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, leases.get(i, 0))
                 for i, h, p, q, s, seen in self.conn.execute(Q["list_workers"])
             ]
 

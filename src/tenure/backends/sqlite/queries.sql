@@ -4,7 +4,7 @@
 -- name: job_columns
 id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
 max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-dead_reason, progress, finished_at, traceparent, cancel_requested
+dead_reason, progress, finished_at, traceparent, cancel_requested, recovered_from
 
 -- name: ensure_queue
 INSERT OR IGNORE INTO queues (name, policy) VALUES (?, NULL)
@@ -12,6 +12,18 @@ INSERT OR IGNORE INTO queues (name, policy) VALUES (?, NULL)
 -- name: find_unfinished_by_key
 SELECT {job_columns} FROM jobs
 WHERE queue = ? AND key = ? AND state IN ('scheduled', 'queued', 'active')
+
+-- name: advance_tick
+-- A schedule's last tick moves to ? (with its job's id) only forward: no row
+-- changes when it is there already, or past it (another worker's tick).
+INSERT INTO schedules (queue, name, tick, job_id) VALUES (?, ?, ?, ?)
+ON CONFLICT (queue, name) DO UPDATE SET tick = excluded.tick, job_id = excluded.job_id
+WHERE excluded.tick > schedules.tick
+
+-- name: last_ticks
+-- ?: a JSON array of [queue, name]
+SELECT s.queue, s.name, s.tick, s.job_id FROM schedules AS s
+JOIN json_each(?) AS e ON s.queue = e.value ->> 0 AND s.name = e.value ->> 1
 
 -- name: insert_job
 -- Nothing if the id is stored already (a retried enqueue).
@@ -35,6 +47,16 @@ SELECT seq, queue FROM ({each}) ORDER BY priority DESC, run_at, seq LIMIT ?
 SELECT * FROM (SELECT seq, queue, priority, run_at FROM jobs
                WHERE state = 'queued' AND queue = ?
                ORDER BY priority DESC, run_at, seq LIMIT ?)
+
+-- name: active_in_queue
+-- How many jobs of a queue with max_active are active (through jobs_queue_state).
+SELECT count(*) FROM jobs WHERE queue = ? AND state = 'active'
+
+-- name: rate_bucket
+SELECT rate_tokens, rate_at FROM queues WHERE name = ?
+
+-- name: take_from_bucket
+UPDATE queues SET rate_tokens = ?, rate_at = ? WHERE name = ?
 
 -- name: take_leases
 -- queued -> active for the jobs ?3 lists (a JSON array of [seq, lease_ttl]), in
@@ -71,25 +93,26 @@ UPDATE jobs SET progress = ? WHERE id = ? AND fence = ? AND state = 'active'
 -- result]) that are still held, in one statement; returns those completed.
 UPDATE jobs
 SET state = 'completed', result = t.value -> 2, finished_at = ?1, worker = NULL,
-    lease_ttl = NULL, lease_expires_at = NULL
+    lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
 FROM json_each(?2) AS t
 WHERE jobs.id = t.value ->> 0 AND jobs.fence = t.value ->> 1 AND jobs.state = 'active'
 RETURNING jobs.id, jobs.fence, jobs.queue
 
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core.
--- A job queued again at once keeps its run_at, hence its place in line. Not a
--- job whose cancel was requested (requeue, bury and release): end_cancelled.
+-- A job queued again at once keeps its run_at, hence its place in line. A
+-- recovery records when the lost attempt's lease was last proven (NULL else).
+-- Not a job whose cancel was requested (requeue, bury and release): end_cancelled.
 UPDATE jobs
 SET state = ?, run_at = coalesce(?, run_at), error = ?, stalls = stalls + ?, worker = NULL, lease_ttl = NULL,
-    lease_expires_at = NULL
+    lease_expires_at = NULL, recovered_from = ?
 WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
 
 -- name: bury
 -- active -> dead, as decided by tenure.core.
 UPDATE jobs
 SET state = 'dead', dead_reason = ?, error = ?, stalls = stalls + ?, finished_at = ?,
-    worker = NULL, lease_ttl = NULL, lease_expires_at = NULL
+    worker = NULL, lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
 WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
 
 -- name: end_cancelled
@@ -97,7 +120,7 @@ WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
 -- attempt ended other than completed.
 UPDATE jobs
 SET state = 'cancelled', error = coalesce(?, error), finished_at = ?, worker = NULL,
-    lease_ttl = NULL, lease_expires_at = NULL
+    lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
 WHERE id = ? AND fence = ? AND state = 'active'
 
 -- name: release
@@ -105,7 +128,7 @@ WHERE id = ? AND fence = ? AND state = 'active'
 -- worker that does not know the task, handing it back for later), -> scheduled.
 UPDATE jobs
 SET state = ?, run_at = coalesce(?, run_at), attempts = attempts - 1, worker = NULL,
-    lease_ttl = NULL, lease_expires_at = NULL
+    lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
 WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
 
 -- name: end_attempts
@@ -132,13 +155,15 @@ SELECT last_at FROM sweeps WHERE id = 1
 UPDATE sweeps SET last_at = ? WHERE id = 1
 
 -- name: expired_leases
-SELECT {job_columns} FROM jobs
+-- Each with when its lease was last renewed (proven).
+SELECT {job_columns}, {proven} FROM jobs
 WHERE state = 'active' AND lease_expires_at <= ?
 ORDER BY lease_expires_at
 
 -- name: orphaned_leases
--- Active jobs whose lease holder is not a registered (live) worker.
-SELECT {job_columns} FROM jobs
+-- Active jobs whose lease holder is not a registered (live) worker, each with
+-- when its lease was last renewed (proven).
+SELECT {job_columns}, {proven} FROM jobs
 WHERE state = 'active' AND (worker IS NULL OR worker NOT IN (SELECT id FROM workers))
 
 -- name: all_policies
@@ -154,6 +179,40 @@ DELETE FROM jobs WHERE seq IN (
     WHERE queue = ?1 AND state = ?2 AND state IN ('completed', 'cancelled', 'dead')
       AND finished_at <= ?3
     ORDER BY finished_at LIMIT ?4
+)
+
+-- name: proven
+-- When an active job's lease was last renewed (a heartbeat, or its claim: the
+-- renewal's time is its expiry less the TTL it was renewed with); an
+-- at-most-once job, without a lease, was last proven at its claim.
+coalesce(lease_expires_at - lease_ttl, started_at)
+
+-- name: due_since
+-- The run_at of the queue's oldest due job (NULL: none): queued jobs (the
+-- oldest of each priority, read through jobs_ready, an index seek per distinct
+-- priority, at most 100 of them), and scheduled jobs due by ?2 that no sweep
+-- or claim promoted yet.
+WITH RECURSIVE priorities(p) AS (
+    SELECT (SELECT priority FROM jobs WHERE state = 'queued' AND queue = ?1
+            ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT priority FROM jobs
+            WHERE state = 'queued' AND queue = ?1 AND priority < priorities.p
+            ORDER BY priority DESC LIMIT 1)
+    FROM priorities WHERE priorities.p IS NOT NULL
+    LIMIT 100
+)
+SELECT min(run_at) FROM (
+    SELECT (SELECT run_at FROM jobs
+            WHERE state = 'queued' AND queue = ?1 AND priority = priorities.p
+            ORDER BY run_at LIMIT 1) AS run_at
+    FROM priorities WHERE p IS NOT NULL
+    UNION ALL
+    -- through jobs_scheduled: the due ones only (by queue and state, SQLite
+    -- read every scheduled job of the queue)
+    SELECT * FROM (SELECT run_at FROM jobs INDEXED BY jobs_scheduled
+                   WHERE state = 'scheduled' AND run_at <= ?2 AND queue = ?1
+                   ORDER BY run_at LIMIT 1)
 )
 
 -- name: cancel
@@ -182,6 +241,24 @@ DELETE FROM jobs WHERE queue = ? AND state = 'dead' RETURNING id
 
 -- name: purge_dead_one
 DELETE FROM jobs WHERE queue = ? AND state = 'dead' AND id = ? RETURNING id
+
+-- name: delete_queue_attempts
+DELETE FROM attempts WHERE job_id IN (SELECT id FROM jobs WHERE queue = ?)
+
+-- name: delete_queue_jobs
+DELETE FROM jobs WHERE queue = ?
+
+-- name: delete_queue_events
+-- The newest row stays (as in trim_events: the next event's number follows
+-- it), emptied of its events.
+DELETE FROM events WHERE queue = ? AND id < (SELECT max(id) FROM events)
+
+-- name: empty_newest_event
+UPDATE events SET jobs = '[]', data = NULL
+WHERE queue = ? AND id = (SELECT max(id) FROM events)
+
+-- name: delete_queue
+DELETE FROM queues WHERE name = ?
 
 -- name: get_job
 SELECT {job_columns} FROM jobs WHERE id = ?
@@ -229,6 +306,10 @@ SELECT id FROM workers
 -- name: list_workers
 SELECT id, hostname, pid, queues, started_at, last_seen FROM workers ORDER BY started_at
 
+-- name: leases_held
+-- Active jobs by lease holder (through jobs_worker).
+SELECT worker, count(*) FROM jobs WHERE state = 'active' AND worker IS NOT NULL GROUP BY worker
+
 -- name: record_events
 -- Lifecycle events at time ?1, for those of the queues that record them: ?2 a
 -- JSON array of rows [queue, kind, [job ids], [data] or null, n] (see the
@@ -255,6 +336,11 @@ WHERE jobs.id = ?2 AND queues.events
 SELECT id, n, queue, kind, at, jobs, data FROM events
 WHERE id > ?1 AND (?2 IS NULL OR queue = ?2)
 ORDER BY id LIMIT ?3
+
+-- name: last_event
+-- The number of the newest event: the next one is numbered after it (the
+-- retention pass keeps the newest row for that reason).
+SELECT coalesce(max(id), 0) FROM events
 
 -- name: trim_events
 -- Retention, per queue's policy: events older than its events_max_age, or

@@ -30,7 +30,7 @@ local function opt(x) if x == '' then return nil end return x end
 local JOB_FIELDS = {'id', 'task', 'queue', 'args', 'state', 'priority', 'run_at', 'created_at',
   'attempts', 'stalls', 'max_attempts', 'timeout', 'fence', 'key', 'worker', 'lease_expires_at',
   'result', 'error', 'dead_reason', 'progress', 'finished_at', 'traceparent',
-  'cancel_requested'}
+  'cancel_requested', 'recovered_from'}
 
 local function job_key(p, id) return p .. 'job:' .. id end
 local function history_key(p, id) return p .. 'history:' .. id end
@@ -57,6 +57,19 @@ local function signal(p, n)
   for i = 1, math.min(n, SIGNAL_MAX) do tokens[i] = '1' end
   redis.call('RPUSH', p .. 'signal', unpack(tokens))
   redis.call('LTRIM', p .. 'signal', -SIGNAL_MAX, -1)
+end
+
+-- The queue's stored policy, decoded (false when none is stored), read once
+-- per queue and script call.
+local policies = {}
+local function policy_of(p)
+  local policy = policies[p]
+  if policy == nil then
+    local raw = redis.call('GET', p .. 'policy')
+    policy = raw and cjson.decode(raw) or false
+    policies[p] = policy
+  end
+  return policy
 end
 
 -- -> queued, in line by its stored priority, run_at and seq (so a job queued
@@ -112,8 +125,10 @@ local function call_with(cmd, key, values)
 end
 
 -- The fields of an active job that go when its attempt ends (rank, its member
--- of the ready set while it was queued, goes with them: the claim leaves it).
-local LEASE_FIELDS = {'worker', 'lease_ttl', 'lease_expires_at', 'started_at', 'rank'}
+-- of the ready set while it was queued, goes with them: the claim leaves it;
+-- so does recovered_from, which a recovery set for the attempt after it).
+local LEASE_FIELDS = {'worker', 'lease_ttl', 'lease_expires_at', 'started_at', 'rank',
+  'recovered_from'}
 
 -- The leases of the jobs ids end, workers[i] holding ids[i] (false: none): out
 -- of the lease set and the workers' held sets; no worker, no expiry, no
@@ -133,6 +148,13 @@ local function leave_active(p, ids, workers)
     local hk = held_key(p, worker)
     call_with('SREM', hk, of_worker)
     if redis.call('SCARD', hk) == 0 then redis.call('SREM', p .. 'holders', worker) end
+  end
+  -- Under max_active, an ended attempt is room for a job waiting: wake for it.
+  if #ids > 0 then
+    local policy = policy_of(p)
+    if policy and tonumber(policy.max_active) and redis.call('ZCARD', p .. 'ready') > 0 then
+      signal(p, #ids)
+    end
   end
 end
 
@@ -161,19 +183,6 @@ local ATTEMPT_FIELDS = {'started_at', 'attempts', 'worker', 'fence'}
 -- only, cheap); a queue whose policy says events = false records none. The
 -- policy is read once per queue and call.
 local EVENTS_MAX_COUNT = 100000  -- QueuePolicy.events_max_count's default
-
--- The queue's stored policy, decoded (false when none is stored), read once
--- per queue and script call.
-local policies = {}
-local function policy_of(p)
-  local policy = policies[p]
-  if policy == nil then
-    local raw = redis.call('GET', p .. 'policy')
-    policy = raw and cjson.decode(raw) or false
-    policies[p] = policy
-  end
-  return policy
-end
 
 local events_kept = {}
 local function events_of(p)
@@ -305,6 +314,34 @@ local function lease_ttl_of(p, default_ttl, default_delivery)
   return ttl
 end
 
+-- The share of a claim of limit jobs the queue allows now, and its rate
+-- bucket's tokens (nil without a rate_limit), as tenure.core.limits decides:
+-- none while paused; no more than max_active leaves (its active jobs
+-- counted), nor the bucket's whole tokens. The bucket, p .. 'rate' (HASH
+-- tokens, at), holds up to rate_limit tokens and refills at rate_limit per
+-- rate_interval seconds; absent, it is full.
+local function share_of(p, limit, now)
+  local policy = policy_of(p)
+  if not policy then return limit, nil end
+  if policy.paused == true then return 0, nil end
+  local max_active = tonumber(policy.max_active)
+  if max_active then
+    limit = math.min(limit, max_active - redis.call('ZCARD', state_key(p, 'active')))
+  end
+  local tokens
+  local rate = tonumber(policy.rate_limit)
+  if rate then
+    local b = redis.call('HMGET', p .. 'rate', 'tokens', 'at')
+    tokens = rate
+    if b[1] and b[2] then
+      local per = tonumber(policy.rate_interval) or 1
+      tokens = math.min(rate, tonumber(b[1]) + math.max(now - tonumber(b[2]), 0) * rate / per)
+    end
+    limit = math.min(limit, math.floor(tokens + 1e-9))
+  end
+  return math.max(limit, 0), tokens
+end
+
 -- ---------------------------------------------------------------------------
 
 -- Take up to limit due jobs of the queues (prefixes in keys), best first ->
@@ -314,12 +351,17 @@ end
 -- JOB_FIELDS of each job taken.
 local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, promote_max, now)
   local now_s = num(now)
-  local candidates = {}
+  local candidates, buckets, held_back = {}, {}, {}
   for q, p in ipairs(keys) do
     promote(p, now, promote_max)
-    local ready = redis.call('ZRANGE', p .. 'ready', 0, limit - 1, 'WITHSCORES')
-    for i = 1, #ready, 2 do
-      candidates[#candidates + 1] = {score = tonumber(ready[i + 1]), member = ready[i], q = q}
+    local share, tokens = share_of(p, limit, now)
+    buckets[q] = tokens
+    held_back[q] = share == 0
+    if share > 0 then
+      local ready = redis.call('ZRANGE', p .. 'ready', 0, share - 1, 'WITHSCORES')
+      for i = 1, #ready, 2 do
+        candidates[#candidates + 1] = {score = tonumber(ready[i + 1]), member = ready[i], q = q}
+      end
     end
   end
   if #keys > 1 then
@@ -379,11 +421,15 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     call_with('SADD', held_key(p, worker), t.ids)
     redis.call('SADD', p .. 'holders', worker)
     append_events(p, 'started', t.ids, t.started)
+    if buckets[q] then  -- each start takes a token
+      redis.call('HSET', p .. 'rate', 'tokens', num(buckets[q] - #t.ids), 'at', now_s)
+    end
   end
-  -- A queue left empty has no claimable job: its wake-up tokens are stale (an
-  -- enqueue pushes new ones), and an idle worker should not wake for nothing.
+  -- A queue left empty has no claimable job, nor one held back by its limits:
+  -- its wake-up tokens are stale (an enqueue, or an active job's end under
+  -- max_active, pushes new ones), and an idle worker should not wake for nothing.
   for q, p in ipairs(keys) do
-    if redis.call('ZCARD', p .. 'ready') == 0 then
+    if held_back[q] or redis.call('ZCARD', p .. 'ready') == 0 then
       redis.call('DEL', p .. 'signal')
     end
   end

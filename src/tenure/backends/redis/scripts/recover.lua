@@ -6,17 +6,18 @@
 -- must still belong to the same worker. Those that changed are left alone.
 --
 -- KEYS[1]  the queue's key prefix
--- ARGV[1]  n; then 11 values per attempt: job id, fence, worker, outcome
+-- ARGV[1]  n; then 12 values per attempt: job id, fence, worker, outcome
 --          (stalled | crashed), error, state, delay, dead_reason (''), stall ('1'),
 --          events (JSON: [[kind, data or null], ...], see tenure.core.events),
---          the events if its job's cancel was requested
+--          the events if its job's cancel was requested, recovered_from (when the
+--          lease was last proven; '': unknown, or dead)
 -- Returns  the ids of the jobs recovered, in order
 
 local p, n = KEYS[1], tonumber(ARGV[1])
 local now = clock()
 local done = {}
 for i = 0, n - 1 do
-  local b = 2 + i * 11
+  local b = 2 + i * 12
   local id, fence, worker, outcome = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local jk = job_key(p, id)
   local f = redis.call('HMGET', jk, 'state', 'fence', 'worker', 'lease_expires_at')
@@ -27,6 +28,9 @@ for i = 0, n - 1 do
   if current then
     settle_failure(p, id, jk, outcome, ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6]),
       opt(ARGV[b + 7]), ARGV[b + 8] == '1', now, ARGV[b + 9], ARGV[b + 10])
+    if ARGV[b + 11] ~= '' and redis.call('HGET', jk, 'state') ~= 'cancelled' then
+      redis.call('HSET', jk, 'recovered_from', ARGV[b + 11])
+    end
     done[#done + 1] = id
   end
 end

@@ -1,0 +1,110 @@
+"""The operator's commands: the fleet's workers, a queue's pause and deletion,
+and the health probe of a container."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import click
+
+from tenure.cli.common import CliError, json_option, open_app
+from tenure.cli.output import print_json, print_policy, show, workers_table
+from tenure.errors import TenureError
+
+QUEUE = click.argument("queue")
+
+
+@click.command()
+@json_option
+def workers(as_json: bool) -> None:
+    """List the registered workers: where they run, their queues, the leases
+    they hold and when each last heartbeat came."""
+    found = open_app().workers()
+    if as_json:
+        print_json([
+            {"id": w.id, "host": w.hostname, "pid": w.pid, "queues": list(w.queues),
+             "started_at": w.started_at, "leases": w.leases, "last_heartbeat": w.last_seen}
+            for w in found
+        ])  # fmt: skip
+        return
+    if not found:
+        click.echo("no workers")
+        return
+    show(workers_table(found, time.time()))
+
+
+@click.group()
+def queue() -> None:
+    """Pause, resume or delete a queue, for the whole fleet."""
+
+
+@queue.command()
+@QUEUE
+def pause(queue: str) -> None:
+    """Stop every worker claiming from QUEUE (at once: claims check it).
+    Enqueues still land; running attempts finish."""
+    print_policy(queue, open_app(create=True).queue(queue).pause())
+
+
+@queue.command()
+@QUEUE
+def resume(queue: str) -> None:
+    """Let workers claim from QUEUE again."""
+    print_policy(queue, open_app(create=True).queue(queue).resume())
+
+
+@queue.command()
+@QUEUE
+@click.option("--yes", is_flag=True, help="Confirm: the queue's jobs are deleted for good.")
+def delete(queue: str, yes: bool) -> None:
+    """Delete QUEUE: its jobs in every state with their history, its policy
+    and its events. Refused while any of its jobs is active: pause it first."""
+    if not yes:
+        raise CliError(f"deleting queue {queue!r} deletes all its jobs for good: pass --yes")
+    deleted = open_app(write=True).queue(queue).delete()
+    click.echo(f"deleted queue {queue!r} and its {deleted} job(s)")
+
+
+@click.command()
+@click.option(
+    "--storage-only",
+    is_flag=True,
+    help="Only check that storage answers (a readiness probe); no worker needed.",
+)
+@click.option(
+    "--max-age",
+    type=click.FloatRange(0.1, 86_400.0),
+    default=30.0,
+    show_default=True,
+    help="Seconds since a worker's last heartbeat within which it counts as alive.",
+)
+@click.option(
+    "--host",
+    default=None,
+    metavar="NAME",
+    help="The host whose workers to check  [default: this host's name]",
+)
+def health(storage_only: bool, max_age: float, host: str | None) -> None:
+    """Exit 0 when storage answers and a worker on this host heartbeats (for
+    container probes); else exit 1 with a one-line reason on stderr."""
+    host = host or socket.gethostname()
+    try:
+        found = open_app().workers()
+    except TenureError as exc:
+        raise CliError(f"unhealthy: storage does not answer: {exc}") from None
+    if storage_only:
+        click.echo("healthy: storage answers")
+        return
+    here = [w for w in found if w.hostname == host]
+    if not here:
+        raise CliError(f"unhealthy: no worker registered on host {host!r}")
+    # The heartbeat's time is storage's clock; this host's clock should agree
+    # within max_age (NTP keeps them within milliseconds).
+    age = time.time() - max(w.last_seen for w in here)
+    if age > max_age:
+        raise CliError(
+            f"unhealthy: the last heartbeat of a worker on {host!r} was {age:.1f} s ago "
+            f"(more than {max_age:g} s)"
+        )
+    click.echo(f"healthy: {len(here)} worker(s) on {host}, last heartbeat {max(age, 0):.1f} s ago")
