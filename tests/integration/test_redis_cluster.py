@@ -27,6 +27,7 @@ from tests.conformance.test_lag import *  # noqa: F403
 from tests.conformance.test_operators import *  # noqa: F403
 from tests.conformance.test_races import *  # noqa: F403
 from tests.conformance.test_rescue import *  # noqa: F403
+from tests.conformance.test_retention import *  # noqa: F403
 from tests.conformance.test_settle import *  # noqa: F403
 from tests.conformance.test_state_machine import *  # noqa: F403
 from tests.conformance.test_ticks import *  # noqa: F403

@@ -168,6 +168,18 @@ def cursor_seq(text: str) -> int:
     return int(text)
 
 
+PRUNE_LIMIT = 10_000  # the most finished jobs one prune deletes: a bounded transaction
+
+
+def check_prune_limit(limit: object) -> int:
+    """A prune's ``limit``: an integer within [1, PRUNE_LIMIT]."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= PRUNE_LIMIT:
+        raise InvalidInput(
+            f"limit must be an integer within [1, {PRUNE_LIMIT}], got {shown(limit)}"
+        )
+    return limit
+
+
 def check_tick(schedule: object, at: object) -> float:
     """Validate a tick's schedule name and time; the time as a float."""
     check_name("schedule", schedule)
@@ -352,6 +364,16 @@ class Backend(Protocol):
         gone (``crashed``), deciding each job's fate with ``tenure.core.retry``,
         and promote due scheduled jobs. Skipped (``swept=False``) when any
         process swept less than ``min_interval`` seconds ago."""
+
+    async def prune(self, limit: int) -> int:
+        """Retention: delete up to ``limit`` finished jobs that finished longer
+        ago than their queue's policy keeps them (``keep_completed`` for
+        completed and cancelled jobs, ``keep_dead`` for dead ones; judged by
+        storage's clock), oldest first, with their history and every index
+        entry; return how many. Bounded: in short transactions (or script
+        calls) of a few ms each, never holding storage for all ``limit`` at
+        once; the sweeper calls it again while it returns ``limit``. Records
+        no event."""
 
     # -- operators ---------------------------------------------------------
 

@@ -34,6 +34,7 @@ from tenure.backends.base import (
     check_cursor,
     check_delay,
     check_listing,
+    check_prune_limit,
     check_schedules,
     check_tick,
     claim_limit,
@@ -49,6 +50,7 @@ from tenure.backends.postgres.within import CallerTransactions
 from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
 from tenure.backends.sqlfile import latest_version, load_migrations, load_queries
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
+from tenure.core import retention
 from tenure.core.events import EventKind, failure_events
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
@@ -715,6 +717,22 @@ class PostgresBackend(EventReading):
             cur = await conn.execute(self.q["purge_dead"], params, prepare=False)
             [(purged, _)] = await cur.fetchall()
             return int(purged)
+
+    async def prune(self, limit: int) -> int:
+        check_prune_limit(limit)
+        async with self._conn() as conn:
+            cur = await conn.execute(self.q["all_policies"])
+            policies = {q: QueuePolicy.from_json(p) for q, p in await cur.fetchall()}
+            rules = retention.rules(policies)
+            if not rules:
+                return 0
+            queues, states, keeps = zip(*rules, strict=True)
+            params = {"queues": list(queues), "states": [str(s) for s in states],
+                      "keeps": list(keeps)}  # fmt: skip
+            query = self.q["prune"].replace(b"{limit}", b"%d" % limit)
+            cur = await conn.execute(query, params, prepare=False)
+            [(pruned,)] = await cur.fetchall()
+        return int(pruned)
 
     async def delete_queue(self, queue: str) -> int:
         check_name("queue", queue)

@@ -37,6 +37,7 @@ from tenure.backends.base import (
     check_cursor,
     check_delay,
     check_listing,
+    check_prune_limit,
     check_schedules,
     check_tick,
     claim_limit,
@@ -44,7 +45,7 @@ from tenure.backends.base import (
     not_cancellable,
     queue_busy,
 )
-from tenure.backends.redis import codec
+from tenure.backends.redis import codec, retention
 from tenure.backends.redis.events import EventReader
 from tenure.backends.redis.liveness import Liveness
 from tenure.backends.redis.rescue import rescue
@@ -457,6 +458,12 @@ class RedisBackend:
             queues = await self.queues()
             await self._events.trim(queues, {q: await self.get_policy(q) for q in queues})
         return report
+
+    async def prune(self, limit: int) -> int:
+        gone = await retention.prune(self.runner, self.keys, check_prune_limit(limit))
+        for job_id in gone:
+            self._queue_of_id.pop(job_id, None)
+        return len(gone)
 
     # -- lifecycle events --------------------------------------------------
 
