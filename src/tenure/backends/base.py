@@ -443,11 +443,11 @@ class Backend(Protocol):
         transactions: a reader sees an event once, and never one whose
         transition did not happen."""
 
-    async def events_now(self, queue: str) -> str:
-        """An event id to read ``queue``'s events after from now on: every event
-        recorded after this call comes after it (a few recorded just before may
-        too). It need not be an event's own id. Costs one cheap round trip and
-        no read of the events themselves."""
+    async def events_now(self, queue: str | None) -> str:
+        """An event id to read ``queue``'s events (None: every queue's) after
+        from now on: every event recorded after this call comes after it (a few
+        recorded just before may too). It need not be an event's own id. Costs
+        one cheap round trip and no read of the events themselves."""
 
     # -- workers -----------------------------------------------------------
 

@@ -474,7 +474,7 @@ class RedisBackend:
             raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
         return await self._events.read(queue, after, limit, timeout)
 
-    async def events_now(self, queue: str) -> str:
+    async def events_now(self, queue: str | None) -> str:
         if self._events is None:
             raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
         return await self._events.now(queue)
