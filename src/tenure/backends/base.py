@@ -20,7 +20,7 @@ from tenure.config import QueuePolicy, check_seconds
 from tenure.core.events import Detector, Event
 from tenure.core.names import check_name, is_text, shown
 from tenure.core.retry import Decision
-from tenure.core.states import Outcome, State, parse_state
+from tenure.core.states import DeadReason, Outcome, State, parse_state
 from tenure.errors import InvalidInput, InvalidTransition
 from tenure.job import Job, JobSpec
 
@@ -408,6 +408,13 @@ class Backend(Protocol):
 
     async def counts(self, queue: str) -> dict[State, int]:
         """How many jobs of the queue are in each state (every state present)."""
+
+    async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
+        """How many of the queue's dead jobs died of each reason (reasons none
+        died of are absent). SQL: one GROUP BY over the queue's dead jobs. Redis,
+        which keeps no index by reason: a scan of the queue's dead jobs by
+        pieces of ``DEAD_COUNT_PIECE``, one script (a few milliseconds) each, so
+        the counts may miss or repeat a job that moves in or out meanwhile."""
 
     async def lag(self, queue: str) -> float:
         """How long the queue's oldest due job has been due, in seconds of the
