@@ -99,6 +99,10 @@ def test_dashboard__live_jobs_recovery_dlq_and_policy(
         board.open("/")
         expect(page.locator("#chart .bar").first).to_be_attached()
         board.shoot("phone")
+        page.click("form.logout button")  # the browser's own form POST passes the CSRF check
+        expect(page.locator("input[name=token]")).to_be_visible()
+        board.open("/workers")
+        expect(page.locator("input[name=token]")).to_be_visible()  # the session is gone
     finally:
         app.close()
 
