@@ -247,22 +247,31 @@ def test_tenure_serve__refuses_other_addresses_without_a_token(tmp_path: Path) -
     short.write_text("abc\n")
     refused = serve("--host", "::", "--token-file", str(short))
     assert refused.exit_code == 1 and "at least 16" in refused.output
+    refused = serve("--root-path", "tenure")
+    assert refused.exit_code == 1 and "--root-path 'tenure'" in refused.output
     assert list(tmp_path.iterdir()) == [short]  # no storage opened
 
 
-def test_tenure_serve__with_a_token_file_needs_it(tmp_path: Path) -> None:
+def test_tenure_serve__with_a_token_file_needs_it_under_its_root_path(tmp_path: Path) -> None:
     App(f"sqlite:///{tmp_path / 't.db'}").close()
     (tmp_path / "t.db").touch()
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     port = free_port()
     server = serve_command(tmp_path, "--port", str(port), "--token-file", str(token_file),
-                           env={"TENURE_TOKEN": ""})  # fmt: skip
+                           "--root-path", "/ops/tenure/", env={"TENURE_TOKEN": ""})  # fmt: skip
     try:
         wait_port(port)
-        url = f"http://127.0.0.1:{port}/api/queues"
-        assert httpx.get(url).status_code == 401
-        assert httpx.get(url, headers={"authorization": f"Bearer {TOKEN}"}).status_code == 200
+        # As a proxy passes requests on: the prefix stripped.
+        url = f"http://127.0.0.1:{port}"
+        assert httpx.get(url + "/api/queues").status_code == 401
+        bearer = {"authorization": f"Bearer {TOKEN}"}
+        assert httpx.get(url + "/api/queues", headers=bearer).status_code == 200
+        to_login = httpx.get(url + "/", headers={"accept": "text/html"})
+        assert to_login.headers["location"] == "/ops/tenure/login"
+        page = httpx.get(url + "/", headers={"accept": "text/html", **bearer}).text
+        assert 'src="/ops/tenure/static/dashboard.js"' in page
+        assert httpx.get(url + "/static/dashboard.js", headers=bearer).status_code == 200
     finally:
         server.send_signal(signal.SIGTERM)
         out, err = server.communicate(timeout=30)
