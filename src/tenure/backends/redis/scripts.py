@@ -37,6 +37,7 @@ NAMES = (
     "release",
     "sweep_guard", "sweep", "orphans", "recover", "prune",
     "peek", "cancel", "retry_dead", "purge_dead", "delete_queue", "get", "list", "counts",
+    "dead_counts",
     "lag",
     "register", "deregister", "touch", "workers", "change_policy",
 )  # fmt: skip
