@@ -238,7 +238,10 @@ class Supervisor:
             on_dead=self._tell_dead,
             on_rescued=None if self.metrics is None else self.metrics.rescued,
         )
-        await self.sweeper.run_once(force=True)  # recovery never waits for a sweep interval
+        try:  # recovery never waits for a sweep interval
+            await self.sweeper.run_once(force=True)
+        except TenureError as exc:  # the periodic sweeps carry on
+            self.faults.failed("sweep", exc)
         stop_keeping, stop_sweeping = asyncio.Event(), asyncio.Event()
         background = [
             asyncio.create_task(
