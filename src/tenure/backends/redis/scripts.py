@@ -184,7 +184,7 @@ class Runner:
 
     async def _send(self, calls: Sequence[Call], hot: bool = False) -> list[Any]:
         """The replies of the calls, error replies as values (ResponseError)."""
-        transport = self.topology.hot if hot else self.topology.pool
+        transport = self.topology.hot if hot else self.topology.redis_py
         try:
             return await transport.pipeline([c.args for c in calls])
         except (redis_errors.RedisError, redis_errors.RedisClusterException, OSError) as exc:

@@ -37,9 +37,9 @@ TIMEOUTS = {"socket_connect_timeout": 5.0, "socket_timeout": 30.0}
 
 
 class Topology:
-    """The client, the transports of calls (``pool`` for all, ``hot`` for the hot
-    ones: the lane, where there is one), and dedicated connections to the node
-    of a key."""
+    """The client, the transports of calls (``redis_py`` for any, ``hot`` for the
+    hot ones: the lane, where there is one), and dedicated connections to the
+    node of a key."""
 
     def __init__(self, options: Options) -> None:
         self.cluster = options.cluster
@@ -56,15 +56,15 @@ class Topology:
             )  # fmt: skip
             self._pool.connection_class = hiredis_packing(self._pool.connection_class)
             self.client = Redis(connection_pool=self._pool)
-        self.pool: Transport = RedisPyTransport(self.client)
+        self.redis_py: Transport = RedisPyTransport(self.client)
         self.hot: Transport = self._hot_transport(options)
 
     def _hot_transport(self, options: Options) -> Transport:
         """The lane where the URL allows one (a standalone Redis, not over TLS:
         on Cluster a call goes to its queue's node, which only redis-py's cluster
-        client keeps track of) and this process can run one; else the pool."""
+        client keeps track of) and this process can run one; else redis-py."""
         if options.transport is Transports.REDIS_PY or not options.lane_reachable:
-            return self.pool
+            return self.redis_py
         if lane.UNAVAILABLE is not None:
             if options.transport is Transports.LANE:
                 raise BackendUnavailable(
@@ -73,7 +73,7 @@ class Topology:
                     "or use transport=redis-py"
                 )
             _fall_back(lane.UNAVAILABLE)
-            return self.pool
+            return self.redis_py
         return lane.Lane(options.redis_url, **TIMEOUTS)
 
     async def open(self) -> None:
