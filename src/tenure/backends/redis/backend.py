@@ -245,15 +245,15 @@ class RedisBackend:
         self, pipelines: Sequence[Sequence[Call]]
     ) -> AsyncGenerator[list[Any], None]:
         """Run repeatable pipelines in order, yielding their replies as they come.
-        On the lane, up to ENQUEUE_WINDOW in flight: while Redis runs one, the
-        next is sent, and the caller reads the last reply meanwhile. Without a
-        lane (Cluster, TLS), one at a time: on two pooled connections, a later
+        On an ordered transport (the lane), up to ENQUEUE_WINDOW in flight:
+        while Redis runs one, the next is sent, and the caller reads the last
+        reply meanwhile. Else one at a time: on two pooled connections, a later
         one could run first."""
         run = functools.partial(self.runner.pipeline, repeatable=True, hot=True)
         if len(pipelines) == 1:
             yield await run(pipelines[0])
             return
-        window = ENQUEUE_WINDOW if self.runner.topology.lane is not None else 1
+        window = ENQUEUE_WINDOW if self.runner.topology.hot.ordered else 1
         sent: deque[asyncio.Future[list[Any]]] = deque()
         try:
             for calls in pipelines:
