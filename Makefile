@@ -28,8 +28,12 @@ lint: $(BIN)/.installed
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy --strict src
 
+## The suite in two passes: tests that only wait on storage and processes, two at a
+## time (pytest-xdist, a file per process); then, alone, those whose figures are
+## timings under faults (marked serial in tests/conftest.py).
 pytest: $(BIN)/.installed
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not soak and not serial" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "serial and not soak" $(PYTEST_ARGS)
 
 ## make docs: serve the documentation site on http://127.0.0.1:8000, rebuilt on every edit.
 docs: $(BIN)/.installed

@@ -25,6 +25,19 @@ from tenure.backends.factory import available_kinds
 from tenure.portal import Portal
 from tests.servers import PostgresServer, RedisServer, ServerUnavailable
 
+TESTS = Path(__file__).parent
+# Tests whose figures are timings under faults (recoveries, drains, a soak, a
+# browser's waits): make test runs them alone, after the rest ran two at a time.
+SERIAL = (TESTS / "fault", TESTS / "web" / "test_browser.py",
+          TESTS / "integration" / "test_redis_cluster.py")  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.path == p or p in item.path.parents for p in SERIAL):
+            item.add_marker(pytest.mark.serial)
+
+
 BACKENDS = available_kinds()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 from click.core import ParameterSource
 
@@ -11,7 +13,7 @@ from tenure.cli.common import CliError, CliState, cli_state
 from tenure.cli.logs import LOG_FORMATS, LOG_LEVELS, stderr_logging
 from tenure.config import WorkerConfig
 from tenure.core.urls import redacted
-from tenure.errors import InvalidInput
+from tenure.errors import InvalidInput, StorageLost
 
 DEFAULTS = WorkerConfig()
 
@@ -125,7 +127,13 @@ def worker(
         metrics_host=metrics_host,
     )
     with app, stderr_logging(log_level, log_format):
-        run_worker(app, config, app_path)
+        try:
+            run_worker(app, config, app_path)
+        except StorageLost:
+            raise  # said by the worker, without a traceback
+        except Exception:  # the one line the CLI prints is not enough to find why
+            logging.getLogger("tenure.worker").exception("worker stopped by an error")
+            raise
 
 
 def load_app(path: str) -> App:
