@@ -281,6 +281,20 @@ def test_two_schemas_in_one_database_are_two_tenures(pg_url):
         assert a.queue().counts()[State.QUEUED] == 1
 
 
+def test_a_schema_named_with_odd_characters__is_quoted_in_every_statement(pg_url, open_backend):
+    """Uppercase, dots, dashes and colons: one identifier, quoted once, in the
+    statements, the migrations and the wake-up channels."""
+    backend = open_backend(pg_url + "?schema=Odd-Name.v2:x")
+    [job] = backend.enqueue([JobSpec.create("t", queue="q")])
+    register(backend, "w")
+    [claimed] = backend.claim("w", ["q"], 1)
+    backend.complete(claimed.id, claimed.fence, {"ok": 1})
+    assert backend.get(job.id).state is State.COMPLETED
+    assert [e.kind for e in backend.read_events("q", None, 10, 5.0)] == [
+        "enqueued", "started", "completed"
+    ]  # fmt: skip
+
+
 def test_bulk_enqueue_of_10000__honours_keys_in_one_call(pg_url, open_backend):
     backend = open_backend(pg_url)
     specs = [JobSpec.create("t", {"i": i}, key=f"k{i % 5000}") for i in range(10_000)]

@@ -441,11 +441,13 @@ class PostgresBackend(EventReading):
             "queues": _text_array(queues), "worker": worker_id, "locked": _text_array(locked),
             "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl,
             "channel": self.channel, "events_channel": self.events_channel}  # fmt: skip
+        # One prepared statement, with a plan that knows its limit, per limit a
+        # worker uses (see queries.sql).
         if locked:
-            query = self._cycle_query(limit, limited=True)
+            query = self.q.limited("complete_and_claim_limited", limit)
             rows = await self._locked_cycle_fetch(query, params, locked)
         else:
-            rows = await self._cycle_fetch(self._cycle_query(limit), params)
+            rows = await self._cycle_fetch(self.q.limited("complete_and_claim", limit), params)
         jobs = [job_from_row(r[1:]) for r in rows if r[0]]
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
         limited = {r[1]: r[FENCE] for r in rows if r[0] == 0}
@@ -467,14 +469,6 @@ class PostgresBackend(EventReading):
             await conn.execute(self.q["lock_queues"], {"queues": locked, "idle": IDLE_MS})
             cur = await conn.execute(query, params, prepare=True)
             return await cur.fetchall()
-
-    def _cycle_query(self, limit: int, *, limited: bool = False) -> bytes:
-        """The cycle's statement with its limit written in (see queries.sql): one
-        prepared statement, with a plan that knows it, per limit a worker uses;
-        ``limited``: the one that claims from queues with a fleet-wide limit."""
-        return self.q.limited(
-            "complete_and_claim_limited" if limited else "complete_and_claim", limit
-        )
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
         await self.liveness.check(worker_id)
