@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import redis as redis_sync
 
+from tenure.backends.redis.transport import RedisPyTransport
 from tests.conformance.conftest import open_killable, worker  # noqa: F401 - fixtures
 from tests.conformance.test_claim import *  # noqa: F403
 from tests.conformance.test_dlq import *  # noqa: F403
@@ -147,4 +148,4 @@ def test_on_a_cluster__there_is_no_lane_every_call_is_routed_by_redis_py(
     backend: SyncBackend,
 ) -> None:
     """A lane is one connection to one node; a queue's calls go to its slot's node."""
-    assert backend.inner.runner.topology.lane is None
+    assert isinstance(backend.inner.runner.topology.hot, RedisPyTransport)

@@ -20,7 +20,7 @@ from tenure.config import QueuePolicy, check_seconds
 from tenure.core.events import Detector, Event
 from tenure.core.names import check_name, is_text, shown
 from tenure.core.retry import Decision
-from tenure.core.states import Outcome, State, parse_state
+from tenure.core.states import DeadReason, Outcome, State, parse_state
 from tenure.errors import InvalidInput, InvalidTransition
 from tenure.job import Job, JobSpec
 
@@ -409,6 +409,13 @@ class Backend(Protocol):
     async def counts(self, queue: str) -> dict[State, int]:
         """How many jobs of the queue are in each state (every state present)."""
 
+    async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
+        """How many of the queue's dead jobs died of each reason (reasons none
+        died of are absent). SQL: one GROUP BY over the queue's dead jobs. Redis,
+        which keeps no index by reason: a scan of the queue's dead jobs by
+        pieces of ``DEAD_COUNT_PIECE``, one script (a few milliseconds) each, so
+        the counts may miss or repeat a job that moves in or out meanwhile."""
+
     async def lag(self, queue: str) -> float:
         """How long the queue's oldest due job has been due, in seconds of the
         storage's clock (0 when none is): its queued jobs' (a job queued again
@@ -443,11 +450,11 @@ class Backend(Protocol):
         transactions: a reader sees an event once, and never one whose
         transition did not happen."""
 
-    async def events_now(self, queue: str) -> str:
-        """An event id to read ``queue``'s events after from now on: every event
-        recorded after this call comes after it (a few recorded just before may
-        too). It need not be an event's own id. Costs one cheap round trip and
-        no read of the events themselves."""
+    async def events_now(self, queue: str | None) -> str:
+        """An event id to read ``queue``'s events (None: every queue's) after
+        from now on: every event recorded after this call comes after it (a few
+        recorded just before may too). It need not be an event's own id. Costs
+        one cheap round trip and no read of the events themselves."""
 
     # -- workers -----------------------------------------------------------
 

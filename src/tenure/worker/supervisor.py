@@ -43,7 +43,7 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
 from tenure.app import App
@@ -89,6 +89,9 @@ MAX_AHEAD_PER_SLOT_COSTLY = 12
 # cycles are costly (PostgreSQL, 2 workers: cycles of 15 -> 38 jobs, 24k -> 35k jobs/s)
 BATCH_HORIZON = 0.005
 AVERAGING = 0.2  # weight of the newest sample in the moving averages of times
+# Seconds a starting worker waits for storage that does not answer (a server
+# restarting, a database started after its workers) before it gives up, exit 1.
+START_PATIENCE = 30.0
 EXIT_GRACE = 10.0  # seconds a stopping worker waits for its last tasks (hooks, settles)
 SETTLE_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 5.0, 5.0)
 NOT_BEGUN = Cancelled("it had not begun")  # claimed ahead, cancelled before a slot freed
@@ -178,7 +181,7 @@ class Supervisor:
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()  # kept: see ThreadExecutor._loop
-        await self.backend.open()
+        await self._patiently(self.backend.open, "open")
         server = None
         try:
             server = self._serve_metrics()
@@ -201,9 +204,30 @@ class Supervisor:
         return serve_worker(self.metrics, self.backend, self._loop, c.queues,
                             host=c.metrics_host, port=c.metrics_port)  # fmt: skip
 
-    async def _run(self) -> None:
+    async def _patiently(self, step: Callable[[], Awaitable[None]], what: str) -> None:
+        """A step of the start, retried while storage does not answer, for up to
+        START_PATIENCE seconds (said once, as any storage fault)."""
+        deadline = self._loop.time() + START_PATIENCE
+        while True:
+            try:
+                await step()
+            except BackendUnavailable as exc:
+                pause = self.faults.failed(what, exc)
+                if self._loop.time() + pause >= deadline:
+                    raise
+                await asyncio.sleep(pause)
+            else:
+                self.faults.succeeded(what)
+                return
+
+    async def _register_at_start(self) -> None:
+        if "register" in self.faults.episodes:
+            self.worker_id = new_worker_id()  # a failed try may have left its id half-held
         await self._register()
-        await self.refresh_policies()
+
+    async def _run(self) -> None:
+        await self._patiently(self._register_at_start, "register")
+        await self._patiently(self.refresh_policies, "policy refresh")
         self.keeper = LeaseKeeper(
             self.backend, self.worker_id, self._heartbeat_interval(), self._register_again,
             on_cancel_requested=self._on_cancel_requested,
@@ -214,7 +238,10 @@ class Supervisor:
             on_dead=self._tell_dead,
             on_rescued=None if self.metrics is None else self.metrics.rescued,
         )
-        await self.sweeper.run_once(force=True)  # recovery never waits for a sweep interval
+        try:  # recovery never waits for a sweep interval
+            await self.sweeper.run_once(force=True)
+        except TenureError as exc:  # the periodic sweeps carry on
+            self.faults.failed("sweep", exc)
         stop_keeping, stop_sweeping = asyncio.Event(), asyncio.Event()
         background = [
             asyncio.create_task(

@@ -55,7 +55,7 @@ from tenure.core.events import EventKind, failure_events
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import CANCELLED, Decision, decide_for
-from tenure.core.states import Outcome, State
+from tenure.core.states import DeadReason, Outcome, State
 from tenure.core.urls import MAX_PAYLOAD, UrlOptions, one_line, redacted, scrub
 from tenure.errors import (
     BackendUnavailable,
@@ -699,6 +699,11 @@ class PostgresBackend(EventReading):
         check_name("queue", queue)
         found = dict(await self._rows("counts", {"queue": queue}))
         return {s: found.get(s.value, 0) for s in State}
+
+    async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
+        check_name("queue", queue)
+        rows = await self._rows("dead_counts", {"queue": queue})
+        return {DeadReason(reason): n for reason, n in rows}
 
     async def lag(self, queue: str) -> float:
         check_name("queue", queue)

@@ -732,6 +732,10 @@ WHERE queue = %(queue)s AND state <> 'active' GROUP BY state
 UNION ALL
 SELECT 'active', count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'active'
 
+-- name: dead_counts
+SELECT dead_reason, count(*) FROM {schema}.jobs
+WHERE queue = %(queue)s AND state = 'dead' GROUP BY dead_reason
+
 -- name: queue_names
 SELECT name FROM {schema}.queues ORDER BY name
 

@@ -31,7 +31,7 @@ from tenure.core import retention
 from tenure.core.clock import Clock
 from tenure.core.events import EventKind
 from tenure.core.names import check_job_id, check_job_ids, check_name
-from tenure.core.states import State
+from tenure.core.states import DeadReason, State
 from tenure.errors import JobNotFound
 from tenure.job import Job
 
@@ -177,6 +177,15 @@ class Operators:
         def run() -> dict[State, int]:
             found = dict(self.conn.execute(Q["counts"], (queue,)).fetchall())
             return {s: found.get(s.value, 0) for s in State}
+
+        return await self._run(run)
+
+    async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
+        check_name("queue", queue)
+
+        def run() -> dict[DeadReason, int]:
+            rows = self.conn.execute(Q["dead_counts"], (queue,)).fetchall()
+            return {DeadReason(reason): n for reason, n in rows}
 
         return await self._run(run)
 

@@ -280,6 +280,9 @@ SELECT seq, {job_columns} FROM jobs {where} ORDER BY seq DESC LIMIT ?
 -- name: counts
 SELECT state, count(*) FROM jobs WHERE queue = ? GROUP BY state
 
+-- name: dead_counts
+SELECT dead_reason, count(*) FROM jobs WHERE queue = ? AND state = 'dead' GROUP BY dead_reason
+
 -- name: queue_names
 SELECT name FROM queues ORDER BY name
 
