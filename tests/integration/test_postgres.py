@@ -281,6 +281,20 @@ def test_two_schemas_in_one_database_are_two_tenures(pg_url):
         assert a.queue().counts()[State.QUEUED] == 1
 
 
+def test_a_schema_named_with_odd_characters__is_quoted_in_every_statement(pg_url, open_backend):
+    """Uppercase, dots, dashes and colons: one identifier, quoted once, in the
+    statements, the migrations and the wake-up channels."""
+    backend = open_backend(pg_url + "?schema=Odd-Name.v2:x")
+    [job] = backend.enqueue([JobSpec.create("t", queue="q")])
+    register(backend, "w")
+    [claimed] = backend.claim("w", ["q"], 1)
+    backend.complete(claimed.id, claimed.fence, {"ok": 1})
+    assert backend.get(job.id).state is State.COMPLETED
+    assert [e.kind for e in backend.read_events("q", None, 10, 5.0)] == [
+        "enqueued", "started", "completed"
+    ]  # fmt: skip
+
+
 def test_bulk_enqueue_of_10000__honours_keys_in_one_call(pg_url, open_backend):
     backend = open_backend(pg_url)
     specs = [JobSpec.create("t", {"i": i}, key=f"k{i % 5000}") for i in range(10_000)]
@@ -404,12 +418,12 @@ def test_every_statement__is_short_enough_for_psycopgs_cache_of_conversions():
     (the cycle's, with its comments, cost a seventh of a draining worker)."""
     from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
 
-    b = PostgresBackend.from_url("postgresql://localhost/db")
+    q = PostgresBackend.from_url("postgresql://localhost/db").q
+    sizes = {n: len(q.limited(n, 64) if n in q.with_limit else q[n]) for n in q}
     # But the cycle of a queue with a fleet-wide limit (4.5 KB), which counts
     # and already pays a transaction of two statements for the queue's lock.
-    limited = b.q.pop("complete_and_claim_limited")
-    assert max(len(b._cycle_query(64)), *map(len, b.q.values())) <= MAX_CACHED_STATEMENT_LENGTH
-    assert len(limited) < 5000
+    assert sizes.pop("complete_and_claim_limited") < 5000
+    assert max(sizes.values()) <= MAX_CACHED_STATEMENT_LENGTH
 
 
 def test_a_notification_another_reader_woke_on__still_wakes_one_that_looked_before(pg_url):
@@ -420,7 +434,7 @@ def test_a_notification_another_reader_woke_on__still_wakes_one_that_looked_befo
 
     async def main() -> float:
         backend = from_url(pg_url)
-        wakeups = Wakeups(backend.conninfo, backend.events_channel)
+        wakeups = Wakeups(backend.conninfo, backend.q["listen_events"])
         first = asyncio.ensure_future(wakeups.wait([""], 10))
         while not wakeups._waiters:  # listening, and the first reader waits
             await asyncio.sleep(0.01)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import re
 import zlib
 from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -20,7 +19,7 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 import orjson
 import psycopg
 import psycopg_pool
-from psycopg import pq, sql
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
 from tenure.backends.base import (
@@ -45,10 +44,11 @@ from tenure.backends.base import (
 )
 from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
 from tenure.backends.postgres.liveness import Liveness, Wakeups, hung_up
+from tenure.backends.postgres.statements import Statements
 from tenure.backends.postgres.steps import Steps, run_steps
 from tenure.backends.postgres.within import CallerTransactions
 from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
-from tenure.backends.sqlfile import latest_version, load_migrations, load_queries
+from tenure.backends.sqlfile import latest_version, load_migrations
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core import retention
 from tenure.core.events import EventKind, failure_events
@@ -65,67 +65,11 @@ from tenure.errors import (
 )
 from tenure.job import Job, JobSpec, check_specs
 
-TEXT_JSON = {"args", "result", "progress"}
-# A completed job keeps the worker of its last attempt, for its history; a
-# job's worker is its lease holder, while it is active.
-SELECT_COLUMNS = ", ".join(
-    f"{c}::text" if c in TEXT_JSON
-    else "CASE WHEN state = 'active' THEN worker END" if c == "worker" else c
-    for c in JOB_COLUMNS
-)  # fmt: skip
-DONE_COLUMNS = ", ".join(c if c in ("id", "fence") else "NULL" for c in JOB_COLUMNS)
-
-
-_TRAILING_COMMENT = re.compile(r"--[^'\n]*$")  # none of our statements has "--" in a string
-
-
-def _without_comments(text: str) -> str:
-    """A query as sent: its comments and indentation are for readers of
-    queries.sql, and psycopg converts a query of more than 4 KiB again at
-    every execution (the cycle's statement, with its comments, took a seventh
-    of a draining worker's main thread doing so)."""
-    code = (ln.strip() for ln in text.splitlines() if not ln.lstrip().startswith("--"))
-    return "\n".join(_TRAILING_COMMENT.sub("", ln).rstrip() for ln in code)
-
-
-_LOADED = {n: _without_comments(t) for n, t in load_queries("tenure.backends.postgres").items()}
-END_ATTEMPT = _LOADED.pop("end_attempt")  # a part of statements, not one
-RECORD_EVENTS = _LOADED.pop("record_events")  # likewise
-PROVEN = _LOADED.pop("proven")  # likewise
-# The cycle's statement, for queues without a fleet-wide limit, and with.
-_CYCLE = _LOADED.pop("complete_and_claim")
-_LEASE = _LOADED.pop("lease")
-_PARTS = {
-    "complete_and_claim": {
-        "gate": _LOADED.pop("gate"),
-        "shared": "candidates AS c JOIN gate AS g ON g.name = c.queue",
-        "bucket": "",
-    },
-    "complete_and_claim_limited": {
-        "gate": _LOADED.pop("gate_limited"),
-        "shared": _LOADED.pop("shared"),
-        "bucket": _LOADED.pop("bucket") + ",",
-    },
-}
-for _name, _parts in _PARTS.items():
-    _LOADED[_name] = _CYCLE
-    for _part, _text in _parts.items():
-        _LOADED[_name] = _LOADED[_name].replace("{" + _part + "}", _text)
-    _LOADED[_name] = _LOADED[_name].replace("{lease}", _LEASE)
-RAW_QUERIES = {
-    name: text.replace("{job_columns}", SELECT_COLUMNS)
-    .replace("{proven}", PROVEN)
-    .replace("{done_columns}", DONE_COLUMNS)
-    .replace("{end_attempt}", END_ATTEMPT)
-    .replace("{record_events}", RECORD_EVENTS)
-    for name, text in _LOADED.items()
-}
 MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
 LATEST = latest_version(MIGRATIONS)
 FENCE = 1 + JOB_COLUMNS.index("fence")  # in a row of complete_and_claim
 UNREACHABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout)  # -> BackendUnavailable
 HELD_FOR_CYCLES = 3  # a worker has up to 3 cycles in flight
-CYCLE_STATEMENTS = 64  # distinct limits whose cycle statement is kept (and prepared)
 COPY_FROM = 100  # jobs in a batch from which COPY (5 round trips, less server time) wins
 # How long a transaction of several statements that others wait on (a sweep, a
 # limited queue's claim) may idle before the server ends it: its worker froze.
@@ -180,11 +124,9 @@ class PostgresBackend(EventReading):
         self.namespace = zlib.crc32(f"tenure:{schema}".encode()) & 0x7FFFFFFF
         self.channel = f"tenure.{schema}"
         self.events_channel = f"tenure:{schema}"  # events announced (events.py)
-        self.q = {  # rendered once: psycopg then caches each query's conversion
-            n: sql.SQL(t).format(schema=sql.Identifier(schema)).as_bytes(None)
-            for n, t in RAW_QUERIES.items()
-        }
-        self._cycles: dict[tuple[int, bool], bytes] = {}  # the cycle's statement per limit
+        self.q = Statements(
+            {"schema": schema, "channel": self.channel, "events_channel": self.events_channel}
+        )
         self._limited: set[str] = set()  # queues whose last claim found a fleet-wide limit
         # Connections kept out of the pool for the cycle (see _cycle_fetch), at
         # most HELD_FOR_CYCLES and never more than a third of the pool.
@@ -193,7 +135,7 @@ class PostgresBackend(EventReading):
         self._pool: psycopg_pool.AsyncConnectionPool[Any] | None = None
         self._effects: psycopg.Connection[Any] | None = None  # handlers' own transactions
         self.liveness = Liveness(conninfo, self.namespace)
-        self.wakeups = Wakeups(conninfo, self.channel)
+        self.wakeups = Wakeups(conninfo, self.q["listen"])
         self._event_wakeups: Wakeups | None = None  # for readers of events, once one waits
         self._last_trim = -TRIM_INTERVAL  # when this sweeper last applied events' retention
         self.callers = CallerTransactions(self, LATEST)  # enqueue in a caller's transaction
@@ -343,17 +285,11 @@ class PostgresBackend(EventReading):
 
     async def _migrate(self) -> None:
         """Apply pending migrations, once across the fleet (an advisory lock)."""
-        schema = sql.Identifier(self.schema)
         async with self._tx() as conn:
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", ((self.namespace << 32) | 2,))
-            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-            await conn.execute(sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {}.schema_migrations (version integer PRIMARY KEY,"
-                " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-            ).format(schema))  # fmt: skip
-            cur = await conn.execute(
-                sql.SQL("SELECT version FROM {}.schema_migrations").format(schema)
-            )
+            await conn.execute(self.q["migration_lock"], {"lock": (self.namespace << 32) | 2})
+            await conn.execute(self.q["create_schema"])
+            await conn.execute(self.q["create_migrations"])
+            cur = await conn.execute(self.q["migrations_applied"])
             done = {v for (v,) in await cur.fetchall()}
             if max(done, default=0) > LATEST:
                 raise BackendUnavailable(
@@ -362,11 +298,10 @@ class PostgresBackend(EventReading):
                 )
             for version, name, script in MIGRATIONS:
                 if version not in done:
-                    await conn.execute(sql.SQL(script).format(schema=schema))
+                    await conn.execute(self.q.render(script))
                     await conn.execute(
-                        sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)")
-                        .format(schema), (version, name),
-                    )  # fmt: skip
+                        self.q["record_migration"], {"version": version, "name": name}
+                    )
 
     async def close(self) -> None:
         if self._effects is not None:
@@ -506,11 +441,13 @@ class PostgresBackend(EventReading):
             "queues": _text_array(queues), "worker": worker_id, "locked": _text_array(locked),
             "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl,
             "channel": self.channel, "events_channel": self.events_channel}  # fmt: skip
+        # One prepared statement, with a plan that knows its limit, per limit a
+        # worker uses (see queries.sql).
         if locked:
-            query = self._cycle_query(limit, limited=True)
+            query = self.q.limited("complete_and_claim_limited", limit)
             rows = await self._locked_cycle_fetch(query, params, locked)
         else:
-            rows = await self._cycle_fetch(self._cycle_query(limit), params)
+            rows = await self._cycle_fetch(self.q.limited("complete_and_claim", limit), params)
         jobs = [job_from_row(r[1:]) for r in rows if r[0]]
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
         limited = {r[1]: r[FENCE] for r in rows if r[0] == 0}
@@ -532,18 +469,6 @@ class PostgresBackend(EventReading):
             await conn.execute(self.q["lock_queues"], {"queues": locked, "idle": IDLE_MS})
             cur = await conn.execute(query, params, prepare=True)
             return await cur.fetchall()
-
-    def _cycle_query(self, limit: int, *, limited: bool = False) -> bytes:
-        """The cycle's statement with its limit written in (see queries.sql): one
-        prepared statement, with a plan that knows it, per limit a worker uses;
-        ``limited``: the one that claims from queues with a fleet-wide limit."""
-        query = self._cycles.get((limit, limited))
-        if query is None:
-            name = "complete_and_claim_limited" if limited else "complete_and_claim"
-            query = self.q[name].replace(b"{limit}", b"%d" % int(limit))
-            if len(self._cycles) < CYCLE_STATEMENTS:
-                self._cycles[limit, limited] = query
-        return query
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
         await self.liveness.check(worker_id)
@@ -680,9 +605,7 @@ class PostgresBackend(EventReading):
     ) -> dict[str, QueuePolicy]:
         if not queues:
             return {}
-        cur = await conn.execute(
-            sql.SQL("SELECT name, policy::text FROM {}.queues WHERE name = ANY(%s)").format(
-                sql.Identifier(self.schema)), (list(queues),))  # fmt: skip
+        cur = await conn.execute(self.q["policies"], {"queues": list(queues)})
         found = dict(await cur.fetchall())
         return {q: QueuePolicy.from_json(found.get(q)) for q in queues}
 
@@ -729,8 +652,7 @@ class PostgresBackend(EventReading):
             queues, states, keeps = zip(*rules, strict=True)
             params = {"queues": list(queues), "states": [str(s) for s in states],
                       "keeps": list(keeps)}  # fmt: skip
-            query = self.q["prune"].replace(b"{limit}", b"%d" % limit)
-            cur = await conn.execute(query, params, prepare=False)
+            cur = await conn.execute(self.q.limited("prune", limit), params, prepare=False)
             [(pruned,)] = await cur.fetchall()
         return int(pruned)
 

@@ -25,6 +25,7 @@ import orjson
 import psycopg
 
 from tenure.backends.postgres.liveness import Wakeups
+from tenure.backends.postgres.statements import Statements
 from tenure.config import QueuePolicy
 from tenure.core.events import Event
 from tenure.core.names import check_name, shown
@@ -60,7 +61,7 @@ def parse_event_id(after: str | None) -> Cursor:
 class EventReading:
     """The event verbs of :class:`~tenure.backends.postgres.PostgresBackend` (a mixin)."""
 
-    q: dict[str, bytes]
+    q: Statements
     conninfo: str
     events_channel: str
     _event_wakeups: Wakeups | None
@@ -78,7 +79,7 @@ class EventReading:
         cursor = parse_event_id(after)
         deadline = time.monotonic() + timeout
         if timeout > 0 and self._event_wakeups is None:
-            self._event_wakeups = Wakeups(self.conninfo, self.events_channel)
+            self._event_wakeups = Wakeups(self.conninfo, self.q["listen_events"])
         while True:
             wakeups = self._event_wakeups
             seen = 0 if wakeups is None else wakeups.notices  # before the look

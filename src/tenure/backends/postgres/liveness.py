@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from tenure.core.urls import one_line
 from tenure.errors import LivenessLost
@@ -113,9 +112,9 @@ class Liveness:
 class Wakeups:
     """LISTEN for the queues' channel; tell waiting workers which queue got a job."""
 
-    def __init__(self, conninfo: str, channel: str) -> None:
+    def __init__(self, conninfo: str, listen: bytes) -> None:
         self.conninfo = conninfo
-        self.channel = channel
+        self.listen = listen  # the LISTEN statement of the channel (statements.py)
         self._pending: set[str] = set()
         self._waiters: list[tuple[frozenset[str], asyncio.Event]] = []
         self._task: asyncio.Task[None] | None = None
@@ -159,7 +158,7 @@ class Wakeups:
                     self.conninfo, autocommit=True, application_name="tenure-listen"
                 )
                 async with conn:
-                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                    await conn.execute(self.listen)
                     self._listening.set()
                     delay = 0.1
                     if lost:

@@ -1,10 +1,9 @@
--- Named queries of the PostgreSQL backend. {schema} is the configured schema,
--- quoted; parameters are %(name)s; "now" is always the server's clock.
-
--- name: job_columns
-id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
-max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-dead_reason, progress, finished_at, traceparent, cancel_requested, recovered_from
+-- Named blocks of the PostgreSQL backend (composed by statements.py). A
+-- block's {name} is the text of another block, a part (or of one the code
+-- makes: job_columns, done_columns); a block no other names is a statement.
+-- {schema} is the configured schema, {channel} and {events_channel} the
+-- wake-up channels, each quoted; {limit} an integer written in per call.
+-- Parameters are %(name)s; "now" is always the server's clock.
 
 -- name: insert_jobs
 -- Many jobs in one statement: their queues are recorded, and idle workers of
@@ -140,14 +139,16 @@ SELECT {job_columns} FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[])
 -- name: notify
 SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[])) AS d(q)
 
--- name: complete_and_claim
+-- name: cycle
+-- (Composed into complete_and_claim and complete_and_claim_limited, with
+-- their gate, shared and bucket: statements.COMPOSED.)
 -- The worker's cycle in one statement, one transaction: complete the presented
 -- leases still held (%(ids)s, %(fences)s, %(results)s; empty arrays for none),
 -- then claim up to LIMIT due jobs of the given queues, best first (0 for
 -- none): queued jobs and scheduled jobs that became due, each queue read through
 -- its own index (cost O(log n) per queue), rows locked with SKIP LOCKED so that
 -- concurrent claimers never wait for each other nor take the same job.
--- {{limit}} is written into the statement (an integer), not sent as a parameter:
+-- {limit} is written into the statement (an integer), not sent as a parameter:
 -- a generic plan must know it, or it assumes thousands of rows and hashes the
 -- whole jobs table (benchmarks/postgres_scale.py: 379 ms a claim at 1M jobs).
 -- Returns the queues with a fleet-wide limit (rank 0: id is the queue, fence
@@ -178,7 +179,7 @@ candidates AS (
         SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'queued' AND queue = q.name
         ORDER BY priority DESC, run_at, seq
-        LIMIT {{limit}} FOR UPDATE SKIP LOCKED
+        LIMIT {limit} FOR UPDATE SKIP LOCKED
     ) AS c
     WHERE q.share > 0
     UNION ALL
@@ -187,7 +188,7 @@ candidates AS (
         SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now
         ORDER BY run_at
-        LIMIT {{limit}} FOR UPDATE SKIP LOCKED
+        LIMIT {limit} FOR UPDATE SKIP LOCKED
     ) AS d
     WHERE q.share > 0
 ),
@@ -195,7 +196,7 @@ picked AS (
     SELECT c.id, g.ttl, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
     FROM {shared}
     ORDER BY c.priority DESC, c.run_at, c.seq
-    LIMIT {{limit}}
+    LIMIT {limit}
 ),
 claimed AS (
     UPDATE {schema}.jobs AS j
@@ -229,14 +230,14 @@ ORDER BY 1 NULLS LAST
 
 -- name: gate
 -- (A part of complete_and_claim, written into it.) Each queue's share of the
--- claim and its lease's TTL (NULL: at-most-once): {{limit}}, or none while it
+-- claim and its lease's TTL (NULL: at-most-once): {limit}, or none while it
 -- is paused or has a fleet-wide limit (max_active, rate_limit). Those queues
 -- are reported (rank 0, unlocked), and the backend claims from them with
 -- complete_and_claim_limited, under their rows' lock. Kept short: psycopg
 -- converts a statement of more than 4 KiB again at every execution.
 gate AS (
     SELECT q.name, l.limited, l.limited AS unlocked, l.ttl,
-           CASE WHEN l.limited OR (p.policy->>'paused')::boolean THEN 0 ELSE {{limit}} END AS share
+           CASE WHEN l.limited OR (p.policy->>'paused')::boolean THEN 0 ELSE {limit} END AS share
     FROM unnest(%(queues)s::text[]) AS q(name)
     LEFT JOIN {schema}.queues AS p ON p.name = q.name,
     {lease}
@@ -264,7 +265,7 @@ LATERAL (SELECT p.policy->>'max_active' IS NOT NULL OR p.policy->>'rate_limit' I
 gate AS (
     SELECT q.name, l.limited, u.unlocked, l.ttl, u.tokens,
            CASE WHEN (p.policy->>'paused')::boolean OR u.unlocked THEN 0
-                ELSE greatest(0, least({{limit}}, floor(u.tokens + 1e-9)::int,
+                ELSE greatest(0, least({limit}, floor(u.tokens + 1e-9)::int,
                     l.most - (SELECT count(*) FROM (
                         SELECT FROM {schema}.jobs AS a
                         WHERE l.most > 0 AND a.state = 'active' AND a.queue = q.name
@@ -279,7 +280,7 @@ gate AS (
                                            l.rate))) AS u(unlocked, tokens)
 )
 
--- name: shared
+-- name: shared_limited
 -- (A part of complete_and_claim_limited, written into it.) The candidates
 -- within each queue's share.
 (SELECT *, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, seq) AS nth
@@ -292,7 +293,15 @@ bucket AS (  -- each start takes a token
     UPDATE {schema}.queues AS p SET rate_tokens = g.tokens - n.c, rate_at = clock.now
     FROM gate AS g, clock, (SELECT queue, count(*) FROM claimed GROUP BY 1) AS n(queue, c)
     WHERE p.name = g.name AND n.queue = g.name AND g.tokens IS NOT NULL
-)
+),
+
+-- name: shared
+-- (A part of complete_and_claim, written into it.) The candidates, within the
+-- claim's limit.
+candidates AS c JOIN gate AS g ON g.name = c.queue
+
+-- name: no_bucket
+-- (A part of complete_and_claim, written into it.) No rate bucket to take from.
 
 -- name: heartbeat
 -- The leases one worker presents, in one statement; returns those it still
@@ -621,13 +630,13 @@ SELECT count(*), (SELECT n FROM announced) FROM purged
 SELECT name, policy::text FROM {schema}.queues
 
 -- name: prune
--- Retention: up to {{limit}} finished jobs, each of a rule (%(queues)s,
+-- Retention: up to {limit} finished jobs, each of a rule (%(queues)s,
 -- %(states)s, %(keeps)s: a queue, a finished state, the seconds its jobs are
 -- kept) and finished at least that long ago, oldest first within a rule, read
 -- through jobs_finished (the IN names its predicate); deleted with their
 -- attempts. Rows are not locked first (that wrote each one twice): the
 -- delete tests state and finished_at again, so a job that a retry from the
--- DLQ changed meanwhile is tested as it now is, and left alone. {{limit}} is
+-- DLQ changed meanwhile is tested as it now is, and left alone. {limit} is
 -- written in (an integer): a generic plan that does not know it reads every
 -- finished job (250 ms at 200,000, against 30). Returns how many jobs.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
@@ -642,9 +651,9 @@ victims AS (
           AND state IN ('completed', 'cancelled', 'dead')
           AND finished_at <= clock.now - r.keep
         ORDER BY finished_at
-        LIMIT {{limit}}
+        LIMIT {limit}
     ) AS v
-    LIMIT {{limit}}
+    LIMIT {limit}
 ),
 pruned AS (
     DELETE FROM {schema}.jobs AS j USING victims AS v
@@ -818,3 +827,33 @@ SELECT EXISTS (SELECT FROM pg_catalog.pg_tables
 
 -- name: caller_schema_version
 SELECT coalesce(max(version), 0) FROM {schema}.schema_migrations
+
+-- name: policies
+-- The stored policies of the queues a sweep recovers jobs of.
+SELECT name, policy::text FROM {schema}.queues WHERE name = ANY(%(queues)s::text[])
+
+-- name: migration_lock
+-- Migrations are applied once across the fleet: the others wait, then find
+-- them applied.
+SELECT pg_advisory_xact_lock(%(lock)s)
+
+-- name: create_schema
+CREATE SCHEMA IF NOT EXISTS {schema}
+
+-- name: create_migrations
+CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (version integer PRIMARY KEY,
+    name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())
+
+-- name: migrations_applied
+SELECT version FROM {schema}.schema_migrations
+
+-- name: record_migration
+INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(name)s)
+
+-- name: listen
+-- Idle workers are woken by a NOTIFY on this channel, its payload a queue's name.
+LISTEN {channel}
+
+-- name: listen_events
+-- Readers of events are told on this channel that some were recorded.
+LISTEN {events_channel}

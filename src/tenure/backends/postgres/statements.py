@@ -1,0 +1,162 @@
+"""The PostgreSQL backend's statements: the blocks of ``queries.sql``, composed
+by name at import and rendered to bytes once per backend.
+
+A block (``-- name: x``) may name others as ``{y}``: the text of block ``y``
+(a part), or of a part the code makes (``CODE_PARTS``: the job columns, from
+``rows.JOB_COLUMNS``). A block that no other names is a statement;
+``COMPOSED`` makes statements of one block with some of its parts bound to
+other blocks. Comments and indentation are stripped at import: they are for
+readers of queries.sql, and psycopg converts a query of more than 4 KiB again
+at every execution (the cycle's statement, with its comments, took a seventh
+of a draining worker's main thread doing so).
+
+What is left is filled in per backend: ``{schema}``, ``{channel}`` and
+``{events_channel}``, identifiers quoted once (``Statements``). One value
+varies per call: ``{limit}``, an integer written into the text (a generic plan
+must know it, see queries.sql), by ``Statements.limited``; it is the only
+value ever formatted into SQL, every other one is a parameter.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Iterator, Mapping
+
+from psycopg import sql
+
+from tenure.backends.rows import JOB_COLUMNS
+from tenure.backends.sqlfile import load_queries
+
+TEXT_JSON = {"args", "result", "progress"}
+
+
+def _selected(column: str) -> str:
+    """A column as job_columns reads it: JSON as text; a job's worker is its
+    lease holder while it is active (a completed job keeps the worker of its
+    last attempt, for its history)."""
+    if column in TEXT_JSON:
+        return f"{column}::text"
+    return "CASE WHEN state = 'active' THEN worker END" if column == "worker" else column
+
+
+CODE_PARTS = {
+    "job_columns": ", ".join(map(_selected, JOB_COLUMNS)),
+    "done_columns": ", ".join(c if c in ("id", "fence") else "NULL" for c in JOB_COLUMNS),
+}
+# The cycle's statement, for queues without a fleet-wide limit, and with.
+COMPOSED = {
+    "complete_and_claim": ("cycle", {"gate": "gate", "shared": "shared", "bucket": "no_bucket"}),
+    "complete_and_claim_limited": (
+        "cycle",
+        {"gate": "gate_limited", "shared": "shared_limited", "bucket": "bucket"},
+    ),
+}
+IDENTIFIERS = frozenset({"schema", "channel", "events_channel"})
+LIMIT = "limit"
+LIMITS_KEPT = 64  # distinct limits whose statement is kept (and so prepared), per statement
+
+_MARK = re.compile(r"\{([a-z_]+)\}")
+_TRAILING_COMMENT = re.compile(r"--[^'\n]*$")  # none of our statements has "--" in a string
+
+
+def without_comments(text: str) -> str:
+    """A block as sent: without its comment lines, trailing comments and indentation."""
+    code = (ln.strip() for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+    return "\n".join(_TRAILING_COMMENT.sub("", ln).rstrip() for ln in code)
+
+
+def compose(
+    blocks: Mapping[str, str],
+    code_parts: Mapping[str, str] = CODE_PARTS,
+    composed: Mapping[str, tuple[str, Mapping[str, str]]] = COMPOSED,
+) -> dict[str, str]:
+    """Every statement's text, its parts written in; ``{schema}``, the other
+    identifiers and ``{limit}`` are left for ``Statements``. ValueError for a
+    part that no block or code part is, a block that names itself, or a name
+    given twice."""
+    if twice := blocks.keys() & code_parts.keys():
+        raise ValueError(f"queries.sql: {sorted(twice)} are made by the code, not blocks")
+
+    def text(name: str, binds: Mapping[str, str], within: tuple[str, ...]) -> str:
+        if name in within:
+            raise ValueError(f"queries.sql: {' -> '.join((*within, name))} names itself")
+        if name in code_parts:
+            return code_parts[name]
+        if name not in blocks:
+            raise ValueError(f"queries.sql: {within[-1]!r} names a part {name!r}, which is none")
+        return _MARK.sub(lambda m: mark(m.group(1), binds, (*within, name)), blocks[name])
+
+    def mark(name: str, binds: Mapping[str, str], within: tuple[str, ...]) -> str:
+        if name in IDENTIFIERS or name == LIMIT:
+            return "{" + name + "}"
+        return text(binds.get(name, name), binds, within)
+
+    named = {m for body in blocks.values() for m in _MARK.findall(body)}
+    for block, binds in composed.values():
+        named |= {block, *binds.values()}
+    statements = {n: text(n, {}, ()) for n in blocks if n not in named}
+    for name, (block, binds) in composed.items():
+        if name in blocks:
+            raise ValueError(f"queries.sql: {name!r} is a block and composed")
+        statements[name] = text(block, binds, (name,))
+    return statements
+
+
+TEMPLATES = compose(
+    {n: without_comments(t) for n, t in load_queries("tenure.backends.postgres").items()}
+)
+
+
+def quoted(identifier: str) -> str:
+    """An identifier as SQL text, quoted (PostgreSQL's rules, any characters)."""
+    return sql.Identifier(identifier).as_string(None)
+
+
+class Statements:
+    """The statements of one backend (its schema and channels), as psycopg is
+    given them: bytes, each made once, so that psycopg's cache of conversions
+    (keyed on the query) finds it at every execution."""
+
+    def __init__(
+        self, identifiers: Mapping[str, str], templates: Mapping[str, str] = TEMPLATES
+    ) -> None:
+        if set(identifiers) != IDENTIFIERS:
+            raise ValueError(f"Statements takes the identifiers {sorted(IDENTIFIERS)}")
+        self._quoted = {n: quoted(v) for n, v in identifiers.items()}
+        self._fixed: dict[str, bytes] = {}
+        self._pieces: dict[str, list[bytes]] = {}  # of a statement with a limit, around it
+        for name, text in templates.items():
+            pieces = self.render(text).split(b"{" + LIMIT.encode() + b"}")
+            if len(pieces) == 1:
+                self._fixed[name] = pieces[0]
+            else:
+                self._pieces[name] = pieces
+        self._limited: dict[str, dict[int, bytes]] = {n: {} for n in self._pieces}
+        self.with_limit = frozenset(self._pieces)  # statements that take one (limited)
+
+    def render(self, text: str) -> bytes:
+        """``text`` with this backend's identifiers in (a migration's script)."""
+        return _MARK.sub(lambda m: self._quoted.get(m.group(1), m.group(0)), text).encode()
+
+    def __getitem__(self, name: str) -> bytes:
+        found = self._fixed.get(name)
+        if found is None:
+            if name in self._pieces:
+                raise KeyError(f"statement {name!r} takes a limit: Statements.limited")
+            raise KeyError(f"no statement {name!r} in queries.sql")
+        return found
+
+    def limited(self, name: str, limit: int) -> bytes:
+        """Statement ``name`` with ``limit`` written in (an integer: ``%d``)."""
+        kept = self._limited[name]
+        found = kept.get(limit)
+        if found is None:
+            found = (b"%d" % operator.index(limit)).join(self._pieces[name])
+            if len(kept) < LIMITS_KEPT:
+                kept[limit] = found
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._fixed
+        yield from self._pieces
