@@ -64,8 +64,9 @@ def test_long_jobs__get_no_claims_ahead_nor_the_executors_own():
     assert claims_ahead(pace, SERVER, slots=2, kept=6, limited=False) == 0
 
 
-@pytest.mark.parametrize(("capabilities", "cap"), [(SERVER, MAX_AHEAD_PER_SLOT),
-                                                   (COSTLY, MAX_AHEAD_PER_SLOT_COSTLY)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("capabilities", "cap"), [(SERVER, MAX_AHEAD_PER_SLOT), (COSTLY, MAX_AHEAD_PER_SLOT_COSTLY)]
+)
 def test_claims_ahead__are_capped_per_slot(capabilities: Capabilities, cap: int):
     pace = Pace(run_time=1e-7, cycle_time=0.01)
     assert claims_ahead(pace, capabilities, slots=2, kept=0, limited=False) == 2 * cap
