@@ -273,6 +273,11 @@ class Backend(Protocol):
         result)`` is a context manager giving a connection in a transaction
         that also completes the job, fence-checked (``job.transaction()``)."""
 
+    @property
+    def callers(self) -> CallerTransactions | None:
+        """Enqueue in a caller's own transaction (``enqueue(..., conn=)``), where
+        storage is a database the caller shares (PostgreSQL, SQLite; None on Redis)."""
+
     async def open(self) -> None:
         """Connect and apply pending migrations. Raises BackendUnavailable."""
 

@@ -78,6 +78,7 @@ class RedisBackend:
     # A cycle is one script call: cheap, and it gains more from overlapping than filling.
     capabilities = Capabilities(remote=True, costly_cycles=False)
     transaction = None  # no database a handler writes to: no exactly-once effects here
+    callers = None  # nor a caller's transaction to enqueue in
 
     def __init__(self, options: Options) -> None:
         self.url = options.url

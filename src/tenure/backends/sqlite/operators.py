@@ -37,6 +37,8 @@ T = TypeVar("T")
 
 
 class Operators:
+    """The SQLite backend's operator verbs: reading, cancelling, the DLQ, policies, workers."""
+
     clock: Clock
     _locks: WorkerLocks
     doorbells: Doorbells
