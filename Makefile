@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install demo test lint typecheck pytest docs docs-build system-deps soak bench clean
+.PHONY: install demo test lint typecheck pytest docs docs-build system-deps soak bench screenshots clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) scripts/check_python.py
@@ -55,6 +55,10 @@ soak: $(BIN)/.installed system-deps
 ## creates benchmarks/.venv with the pinned peers); prints the table, writes benchmarks/results/.
 bench: system-deps
 	$(PYTHON) benchmarks/run.py $(if $(QUICK),--quick) $(BENCH_ARGS)
+
+## make screenshots: the dashboard's browser test, saving its pages' screenshots in docs/img/.
+screenshots: $(BIN)/.installed system-deps
+	TENURE_SCREENSHOTS=docs/img $(BIN)/python -m pytest tests/web/test_browser.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache site

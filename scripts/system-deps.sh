@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install the servers the backends' tests start (PostgreSQL, Redis), and the
-# tools of the soak's nemesis (iproute2, libfaketime), when they are missing and
+# Install the servers the backends' tests start (PostgreSQL, Redis), the tools
+# of the soak's nemesis (iproute2, libfaketime), and the browser the dashboard's
+# test drives (chromium: Playwright's own download is not used), when they are missing and
 # we can: as root, or with passwordless sudo, on Debian.
 set -euo pipefail
 
@@ -11,6 +12,7 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 # The soak's nemesis: a worker in a network namespace (ip), one under a skewed clock.
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || missing+=(faketime)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -4,6 +4,8 @@ Real `tenure worker` processes (spawned by the chaos lab) on a real server
 that the test restarts or whose backends it terminates.
 """
 
+import os
+import signal
 import time
 
 import pytest
@@ -127,6 +129,43 @@ def test_a_server_down_for_seconds__is_said_once_and_the_worker_carries_on_after
         assert "Traceback" not in during
         assert len(during.splitlines()) <= 16  # five kinds of call, twice each, and LISTEN's
         assert recovered < 20  # the pool's doubling backoff took 24 s after 30 s down
+        assert worker.poll() is None
+
+
+def test_a_worker_frozen_inside_its_sweep__keeps_no_other_sweep_out(pg_url, postgres_server):
+    """SIGSTOP while the sweep's transaction is open (it holds the fleet's sweep
+    lock): the server ends that session after it idles a second, and the
+    others sweep again; woken, the worker carries on."""
+    with Lab(pg_url, "frozen-sweep", sweep_interval=0.01) as lab:
+        worker = lab.worker("--concurrency", "1")
+        backend = lab.app.backend
+        namespace = backend.namespace
+        db = pg_url.rsplit("/", 1)[1]
+        holding = (  # the sweep lock held by a session idle in its transaction
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+            f" WHERE l.locktype = 'advisory' AND l.classid = {namespace} AND l.objid = 1"
+            " AND l.objsubid = 1 AND l.granted AND a.state = 'idle in transaction'"
+        )
+
+        def frozen_inside() -> bool:
+            if postgres_server.psql(holding, db) == "0":
+                return False
+            os.kill(worker.pid, signal.SIGSTOP)
+            if postgres_server.psql(holding, db) != "0":
+                return True
+            os.kill(worker.pid, signal.SIGCONT)  # it had moved on: try again
+            return False
+
+        lab.wait("a freeze inside a sweep", frozen_inside)
+        try:
+            frozen = time.monotonic()
+            lab.wait("a sweep of another", lambda: lab.app.call(backend.rescue()).swept, 10)
+            took = time.monotonic() - frozen
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
+        assert 0.5 < took < 5, took  # the idle timeout (1 s), not the worker's thaw
+        job = lab.enqueue("chaos.sleep", seconds=0)
+        lab.wait("the woken worker to run a job", lambda: _finished(lab, job.id), timeout=30)
         assert worker.poll() is None
 
 

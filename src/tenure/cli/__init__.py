@@ -15,7 +15,18 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tenure.cli import bench, chaos, dlq, events, jobs, operators, periodic, policy, worker
+from tenure.cli import (
+    bench,
+    chaos,
+    dlq,
+    events,
+    jobs,
+    operators,
+    periodic,
+    policy,
+    serve,
+    worker,
+)
 from tenure.cli.common import CliState
 from tenure.cli.output import report
 from tenure.config import DEFAULT_URL
@@ -84,6 +95,7 @@ for command in (
     operators.workers,
     operators.health,
     worker.worker,
+    serve.serve,
     chaos.chaos,
     bench.bench,
 ):

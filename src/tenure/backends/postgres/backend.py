@@ -126,6 +126,9 @@ UNREACHABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout)  # -> Backend
 HELD_FOR_CYCLES = 3  # a worker has up to 3 cycles in flight
 CYCLE_STATEMENTS = 64  # distinct limits whose cycle statement is kept (and prepared)
 COPY_FROM = 100  # jobs in a batch from which COPY (5 round trips, less server time) wins
+# How long a transaction of several statements that others wait on (a sweep, a
+# limited queue's claim) may idle before the server ends it: its worker froze.
+IDLE_MS = "1000"
 COPY_CHUNK = 200  # jobs per write of a COPY: the server stores one chunk while the next is made
 URL_OPTIONS = {"schema", "max_payload", "pool_size"}
 LIBPQ_OPTIONS = frozenset(o.keyword.decode() for o in pq.Conninfo.get_defaults())
@@ -525,7 +528,7 @@ class PostgresBackend(EventReading):
         async with self._tx() as conn:
             if self.liveness.seems_lost(params["worker"]):  # as in _cycle_fetch
                 params = {**params, "queues": "{}"}
-            await conn.execute(self.q["lock_queues"], {"queues": locked})
+            await conn.execute(self.q["lock_queues"], {"queues": locked, "idle": IDLE_MS})
             cur = await conn.execute(query, params, prepare=True)
             return await cur.fetchall()
 
@@ -624,7 +627,7 @@ class PostgresBackend(EventReading):
         lock = (self.namespace << 32) | 1
         async with self._tx() as conn:
             cur = await conn.execute(
-                self.q["sweep_guard"], {"lock": lock, "interval": min_interval}
+                self.q["sweep_guard"], {"lock": lock, "interval": min_interval, "idle": IDLE_MS}
             )
             row = await cur.fetchone()
             assert row is not None

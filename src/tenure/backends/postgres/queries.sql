@@ -450,8 +450,12 @@ SELECT queue FROM done, announced
 -- The rows of the queues with a fleet-wide limit a claim takes from, locked
 -- until it commits, in one order: claims of one such queue go one at a time.
 -- NO KEY UPDATE: enqueues, which only make sure the row exists, never wait.
-SELECT name FROM {schema}.queues WHERE name = ANY(%(queues)s::text[])
-ORDER BY name FOR NO KEY UPDATE
+-- The transaction lives past this statement: a worker frozen inside it would
+-- hold the rows (every claim of those queues waits) until the server ends its
+-- session, %(idle)s ms after (set_config local: this transaction only).
+WITH idle AS (SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true))
+SELECT name FROM {schema}.queues, idle WHERE name = ANY(%(queues)s::text[])
+ORDER BY name FOR NO KEY UPDATE OF queues
 
 -- name: job_exists
 SELECT 1 FROM {schema}.jobs WHERE id = %(id)s
@@ -460,8 +464,12 @@ SELECT 1 FROM {schema}.jobs WHERE id = %(id)s
 -- One sweep per interval across the fleet: the transaction-scoped lock keeps
 -- two sweeps apart; the row says when the last one ran. One row: whether this
 -- sweep goes ahead, and if not, the seconds until one may (0: another sweep is
--- running now); and the transaction's clock, the sweep's.
-WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+-- running now); and the transaction's clock, the sweep's. The sweep's
+-- transaction spans several statements: a worker frozen inside it would keep
+-- every other sweep out, so the server ends its session once it idles
+-- %(idle)s ms (set_config local: this transaction only).
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now,
+                      set_config('idle_in_transaction_session_timeout', %(idle)s, true)),
 marked AS (
     UPDATE {schema}.sweeps SET last_at = clock.now FROM clock
     WHERE id = 1 AND pg_try_advisory_xact_lock(%(lock)s)

@@ -1,0 +1,180 @@
+"""The JSON API: queues, policies, jobs, the dead-letter queue and workers.
+
+Every handler validates what it reads with tenure's own checks; their
+``InvalidInput`` (400), ``InvalidTransition`` (409) and ``JobNotFound`` (404)
+become JSON errors in ``tenure.web.asgi_app``. Job shapes are the CLI's
+(``tenure jobs --json``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from tenure.app import App
+from tenure.backends.base import LIST_LIMIT, Backend
+from tenure.cli.output import job_dict
+from tenure.core.names import check_job_id, check_job_ids, check_name, shown
+from tenure.core.states import State
+from tenure.core.urls import redacted
+from tenure.errors import InvalidInput
+from tenure.metrics import read_queues
+from tenure.web.responses import JSON, json_object
+
+ENQUEUE_OPTIONS = frozenset(
+    {"queue", "delay", "run_at", "priority", "key", "max_attempts", "timeout"}
+)
+BODY_MARGIN = 64 * 1024  # what a body holds besides a job's arguments
+
+
+class Api:
+    """The API's handlers, over one App (its async API, on the server's loop)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.body_limit = app.max_payload + BODY_MARGIN
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/api/queues", self.queues, methods=["GET"]),
+            Route("/api/queues/{queue}/policy", self.policy, methods=["GET"]),
+            Route("/api/queues/{queue}/policy", self.set_policy, methods=["PUT"]),
+            Route("/api/queues/{queue}/dead", self.dead, methods=["GET"]),
+            Route("/api/queues/{queue}/dead/retry", self.retry_dead, methods=["POST"]),
+            Route("/api/queues/{queue}/dead/purge", self.purge_dead, methods=["POST"]),
+            Route("/api/jobs", self.jobs, methods=["GET"]),
+            Route("/api/jobs", self.enqueue, methods=["POST"]),
+            Route("/api/jobs/{id}", self.job, methods=["GET"]),
+            Route("/api/jobs/{id}/cancel", self.cancel, methods=["POST"]),
+            Route("/api/workers", self.workers, methods=["GET"]),
+        ]
+
+    async def backend(self) -> Backend:
+        return await self.app.abackend()
+
+    # -- queues --------------------------------------------------------------
+
+    async def queues(self, request: Request) -> JSON:
+        """Every queue with its jobs counted by state and its lag, and which storage this is."""
+        queues = [
+            {"name": r.queue, "counts": r.counts, "lag": r.lag}
+            for r in await read_queues(await self.backend())
+        ]
+        return JSON({"storage": redacted(self.app.url), "queues": queues})
+
+    async def policy(self, request: Request) -> JSON:
+        queue = check_name("queue", request.path_params["queue"])
+        return JSON((await (await self.backend()).get_policy(queue)).to_dict())
+
+    async def set_policy(self, request: Request) -> JSON:
+        """Change the fields the body names, as ``tenure policy set`` does; the rest stay."""
+        queue = check_name("queue", request.path_params["queue"])
+        changes = await json_object(request, self.body_limit)
+        policy = await (await self.backend()).change_policy(queue, changes)
+        return JSON(policy.to_dict())
+
+    # -- jobs ----------------------------------------------------------------
+
+    async def jobs(self, request: Request) -> JSON:
+        queue, state, after = (_param(request, n) for n in ("queue", "state", "after"))
+        page = await self.app.ajobs(queue, state, _limit(request), after)
+        return JSON({"jobs": [job_dict(j) for j in page.jobs], "next_cursor": page.next_cursor})
+
+    async def job(self, request: Request) -> JSON:
+        return JSON(job_dict(await self.app.aget_job(check_job_id(request.path_params["id"]))))
+
+    async def enqueue(self, request: Request) -> JSON:
+        """A job of a task by name: ``{"task": ..., "args": {...}, ...options}``."""
+        body = await json_object(request, self.body_limit)
+        unknown = sorted(set(body) - ENQUEUE_OPTIONS - {"task", "args"})
+        if unknown:
+            raise InvalidInput(
+                f"unknown field(s) {', '.join(map(repr, unknown))}; known: task, args, "
+                f"{', '.join(sorted(ENQUEUE_OPTIONS))}"
+            )
+        task = check_name("task", body.get("task"))
+        options = {k: v for k, v in body.items() if k in ENQUEUE_OPTIONS}
+        job = await self.app.aenqueue(task, body.get("args"), **options)
+        return JSON(job_dict(job), 201)
+
+    async def cancel(self, request: Request) -> JSON:
+        """Cancel a scheduled or queued job; an active one is marked
+        ``cancel_requested``, and its worker stops the attempt."""
+        return JSON(job_dict(await self.app.acancel(check_job_id(request.path_params["id"]))))
+
+    # -- the dead-letter queue -------------------------------------------------
+
+    async def dead(self, request: Request) -> JSON:
+        """A page of dead jobs, newest first, and how many died of each reason."""
+        queue = check_name("queue", request.path_params["queue"])
+        page = await self.app.ajobs(queue, State.DEAD, _limit(request), _param(request, "after"))
+        reasons, complete = await tally(await self.backend(), queue, State.DEAD, "dead_reason")
+        return JSON({
+            "jobs": [job_dict(j) for j in page.jobs], "next_cursor": page.next_cursor,
+            "counts_by_reason": reasons, "counts_complete": complete,
+        })  # fmt: skip
+
+    async def retry_dead(self, request: Request) -> JSON:
+        """``{"ids": [...]}`` or ``{"all": true}``: back to queued, budgets reset."""
+        queue = check_name("queue", request.path_params["queue"])
+        ids = _selection(await json_object(request, self.body_limit), set())
+        return JSON({"retried": await (await self.backend()).retry_dead(queue, ids)})
+
+    async def purge_dead(self, request: Request) -> JSON:
+        """As ``retry_dead``, and ``"confirm"`` must repeat the queue's name."""
+        queue = check_name("queue", request.path_params["queue"])
+        body = await json_object(request, self.body_limit)
+        ids = _selection(body, {"confirm"})
+        if body.get("confirm") != queue:
+            raise InvalidInput(
+                f'purging deletes dead jobs for good: confirm with "confirm": {queue!r}'
+            )
+        return JSON({"purged": await (await self.backend()).purge_dead(queue, ids)})
+
+    # -- workers ---------------------------------------------------------------
+
+    async def workers(self, request: Request) -> JSON:
+        """Registered workers, each with how many leases (active jobs) it holds."""
+        workers = await (await self.backend()).workers()
+        return JSON({"workers": [dataclasses.asdict(w) for w in workers]})
+
+
+async def tally(
+    backend: Backend, queue: str | None, state: State, field: str
+) -> tuple[dict[str, int], bool]:
+    """How many of the newest LIST_LIMIT jobs in ``state`` have each value of
+    ``field``; and whether those were all of them. (No backend verb counts by
+    field: one listing bounds the cost of a request.)"""
+    page = await backend.list(queue, state, LIST_LIMIT)
+    counted = Counter(str(getattr(j, field)) for j in page.jobs)
+    return dict(counted), page.next_cursor is None
+
+
+def _param(request: Request, name: str) -> str | None:
+    """A query parameter; empty counts as absent (a form's empty field)."""
+    return request.query_params.get(name) or None
+
+
+def _limit(request: Request) -> int:
+    raw = request.query_params.get("limit") or "50"
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6):
+        raise InvalidInput(f"limit must be an integer within [1, {LIST_LIMIT}], got {shown(raw)}")
+    return int(raw)  # the backend checks the range
+
+
+def _selection(body: dict[str, Any], also: set[str]) -> list[str] | None:
+    """The jobs a DLQ action names: ``ids`` (a list) or ``all`` (true), one of them."""
+    unknown = sorted(set(body) - {"ids", "all"} - also)
+    if unknown:
+        raise InvalidInput(f"unknown field(s) {', '.join(map(repr, unknown))}")
+    if "ids" in body and "all" not in body:
+        ids = check_job_ids(body["ids"])
+        if ids:
+            return ids
+    elif "all" in body and "ids" not in body and body["all"] is True:
+        return None
+    raise InvalidInput('name the jobs: {"ids": [id, ...]} (not empty) or {"all": true}')

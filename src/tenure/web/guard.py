@@ -1,0 +1,247 @@
+"""Who may use the server, and what every response carries.
+
+- Without a token, the server answers only requests addressed to a loopback
+  host (``Host: localhost``, ``127.0.0.1``, ``[::1]``): a page of another site
+  that rebinds its own name to 127.0.0.1 (DNS rebinding) is refused.
+- With a token, every request but the login form's presents it: the header
+  ``Authorization: Bearer <token>``, or the session cookie the login form sets
+  (HttpOnly, SameSite=Strict). The cookie holds a digest of the token, never
+  the token: a new token ends every session. Tokens are compared in constant time.
+- A request that changes something (any method but GET, HEAD and OPTIONS) that
+  a browser sends must come from the server's own pages: ``Sec-Fetch-Site``
+  ``same-origin`` (or ``none``: the user typed it), ``Origin`` the server's own
+  host; else 403. The bearer header is exempt: no page of another site can make
+  a browser send it.
+- Every response carries the security headers below: a CSP without inline
+  script, ``nosniff``, no framing, no referrer to other sites, no caching.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import re
+from collections.abc import Iterable
+from urllib.parse import parse_qs, urlsplit
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tenure.errors import InvalidInput
+from tenure.web.responses import error_response, read_body
+
+SESSION_COOKIE = "tenure_session"
+MIN_TOKEN_LENGTH = 16
+TOKEN = re.compile(r"[\x21-\x7e]+")  # printable ASCII: what a header carries unchanged
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+SAME_SITE = frozenset({"same-origin", "none"})
+LOGIN_PATHS = frozenset({"/login"})
+LOGIN_BODY_LIMIT = 4096
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    # Not no-referrer: with it, a browser sends a form's POST with "Origin: null",
+    # which the CSRF check must refuse.
+    (b"referrer-policy", b"same-origin"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
+NEW_TOKEN_HINT = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
+
+
+def check_token(token: object) -> str:
+    """A token fit to guard the server: printable ASCII, at least 16 characters."""
+    if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH or not TOKEN.fullmatch(token):
+        raise InvalidInput(
+            f"a token is at least {MIN_TOKEN_LENGTH} printable ASCII characters without "
+            f"spaces; make one with: {NEW_TOKEN_HINT}"
+        )
+    return token
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, without port) is this machine only."""
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).digest()
+
+
+class Guard:
+    """ASGI middleware: the rules of the module docstring, before ``inner`` sees a request.
+
+    ``any_host``: answer any ``Host`` without a token, for an app mounted
+    behind its owner's own authentication."""
+
+    def __init__(self, inner: ASGIApp, token: str | None, *, any_host: bool = False) -> None:
+        self.inner = inner
+        self.token = None if token is None else check_token(token)
+        self.any_host = any_host
+        self._digest = None if token is None else _digest(token)
+        # A digest of the token, keyed by it: what a session cookie holds.
+        self.session = None
+        if token is not None:
+            self.session = hmac.new(token.encode(), b"tenure-session", "sha256").hexdigest()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+
+        async def send_guarded(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = _with_security_headers(message.get("headers", []))
+            await send(message)
+
+        request = Request(scope)
+        refusal = self.refusal(request)
+        if refusal is not None:
+            await refusal(scope, receive, send_guarded)
+        elif self.token is not None and route_path(scope) in LOGIN_PATHS:
+            await self.login(scope, receive, send_guarded)
+        else:
+            await self.inner(scope, receive, send_guarded)
+
+    def refusal(self, request: Request) -> Response | None:
+        """The response that refuses ``request``, or None to let it through."""
+        host = request.headers.get("host", "")
+        if self.token is None and not self.any_host and not is_loopback(_host_name(host)):
+            return error_response(
+                403,
+                "Forbidden",
+                "this server has no token, so it answers only requests addressed to "
+                "localhost; to serve other hosts, start it with TENURE_TOKEN set",
+            )
+        bearer = self.bearer_ok(request)
+        needs_token = self.token is not None and route_path(request.scope) not in LOGIN_PATHS
+        if needs_token and not (bearer or self.cookie_ok(request)):
+            return self.unauthenticated(request)
+        if request.method not in SAFE_METHODS and not bearer and cross_site(request):
+            return error_response(
+                403, "Forbidden", "cross-site request refused: send it from this server's pages"
+            )
+        return None
+
+    def matches(self, given: str) -> bool:
+        return self._digest is not None and hmac.compare_digest(_digest(given), self._digest)
+
+    def bearer_ok(self, request: Request) -> bool:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and self.matches(given.strip())
+
+    def cookie_ok(self, request: Request) -> bool:
+        given = request.cookies.get(SESSION_COOKIE)
+        return (
+            self.session is not None
+            and given is not None
+            and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self.session.encode())
+        )
+
+    def unauthenticated(self, request: Request) -> Response:
+        if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
+            return RedirectResponse(_root(request.scope) + "/login", 303)
+        response = error_response(
+            401, "Unauthorized", "this server needs its token: Authorization: Bearer <token>"
+        )
+        response.headers["www-authenticate"] = 'Bearer realm="tenure"'
+        return response
+
+    def logged_in(self, request: Request) -> Response:
+        """The way back to the dashboard, with the session cookie."""
+        root = _root(request.scope)
+        response = RedirectResponse(root + "/", 303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            self.session or "",
+            path=root + "/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    async def login(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The login form (GET), or a login (POST): its cookie, or the form again."""
+        request = Request(scope, receive)
+        await (await self._login(request))(scope, receive, send)
+
+    async def _login(self, request: Request) -> Response:
+        if request.method != "POST":
+            return HTMLResponse(login_page(""))
+        try:
+            body = await read_body(request, LOGIN_BODY_LIMIT)
+        except HTTPException as exc:  # outside Starlette's handlers, here
+            return error_response(exc.status_code, "HTTPError", exc.detail)
+        given = parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0]
+        if self.matches(given):
+            return self.logged_in(request)
+        return HTMLResponse(login_page("wrong token"), 401)
+
+
+def cross_site(request: Request) -> bool:
+    """Whether a browser sent ``request`` from a page of another site."""
+    if request.headers.get("sec-fetch-site", "same-origin") not in SAME_SITE:
+        return True
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False  # not a browser's cross-origin request: they all say where from
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:
+        return True
+    return netloc.lower() != request.headers.get("host", "").lower()
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path within this app (mounted under ``root_path``, maybe)."""
+    path: str = scope["path"]
+    root = _root(scope)
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+def _root(scope: Scope) -> str:
+    return str(scope.get("root_path", "")).rstrip("/")
+
+
+def _host_name(host: str) -> str:
+    try:
+        return urlsplit("//" + host).hostname or ""
+    except ValueError:
+        return ""
+
+
+def _with_security_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    out = list(headers)
+    names = {name.lower() for name, _ in out}
+    out += [(name, value) for name, value in SECURITY_HEADERS if name not in names]
+    if b"cache-control" not in names:
+        out.append((b"cache-control", b"no-store"))
+    return out
+
+
+def login_page(message: str) -> str:
+    """The login form: plain HTML, no script; ``message`` is one of ours, never input."""
+    note = f"<p>{message}</p>" if message else ""
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<title>tenure: log in</title></head><body><h1>tenure</h1>"
+        f'{note}<form method="post" action="login"><label>Token '
+        '<input type="password" name="token" autocomplete="current-password" required>'
+        "</label> <button>Log in</button></form></body></html>"
+    )

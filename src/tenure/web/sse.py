@@ -1,0 +1,72 @@
+"""``GET /api/events``: lifecycle events as a server-sent event stream.
+
+Each event is one message: ``id:`` its event id, ``data:`` the event as JSON
+(``Event.to_dict``). A client that reconnects sends the last id it saw as
+``Last-Event-ID`` (an ``EventSource`` does it by itself) and the stream resumes
+right after it: no event kept by the retention is missed. While nothing
+happens, a comment line every KEEPALIVE seconds keeps proxies from closing
+the connection, and tells a server that the client is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from tenure.app import App
+from tenure.backends.base import Backend
+from tenure.core.events import Event
+from tenure.events import BATCH
+from tenure.web.responses import dumps, error_response
+
+KEEPALIVE = 15.0  # seconds between two keep-alive comments of an idle stream
+RETRY_MS = 1000  # how soon a client reconnects
+# Streams open at once: on Redis, a waiting stream holds one of the pool's
+# connections (32 by default), and the API needs the others.
+MAX_STREAMS = 16
+
+
+def message(event: Event) -> bytes:
+    return b"id: %s\ndata: %s\n\n" % (event.id.encode(), dumps(event.to_dict()))
+
+
+class EventStream:
+    """The endpoint, over one App's backend on the server's loop."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.open = 0
+
+    async def respond(self, request: Request) -> Response:
+        queue = request.query_params.get("queue") or None
+        after = request.headers.get("last-event-id") or request.query_params.get("after") or None
+        backend = await self.app.abackend()
+        # Read once before the response starts: a bad queue or id is a 400, not a broken stream.
+        first = await backend.read_events(queue, after, BATCH, 0.0)
+        if self.open >= MAX_STREAMS:
+            return error_response(
+                503, "TooManyStreams", f"{MAX_STREAMS} event streams are open; try again later"
+            )
+        return StreamingResponse(
+            self.stream(backend, queue, after, first),
+            media_type="text/event-stream",
+            headers={"x-accel-buffering": "no"},  # nginx: pass each message on at once
+        )
+
+    async def stream(
+        self, backend: Backend, queue: str | None, after: str | None, events: list[Event]
+    ) -> AsyncIterator[bytes]:
+        self.open += 1
+        try:
+            yield b"retry: %d\n\n" % RETRY_MS
+            while True:
+                if events:
+                    yield b"".join(message(e) for e in events)
+                    after = events[-1].id
+                else:
+                    yield b": keep-alive\n\n"
+                events = await backend.read_events(queue, after, BATCH, KEEPALIVE)
+        finally:
+            self.open -= 1
