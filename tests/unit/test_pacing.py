@@ -26,6 +26,10 @@ COSTLY = Capabilities(remote=True, costly_cycles=True)  # PostgreSQL
 IN_PROCESS = Capabilities(remote=False, costly_cycles=False)  # SQLite
 
 
+def ahead(pace: Pace, capabilities: Capabilities, *, slots: int, kept: int, limited: bool) -> int:
+    return claims_ahead(pace, capabilities, slots=slots, limited=lambda: limited, kept=lambda: kept)
+
+
 def test_a_moving_average__starts_at_its_first_sample_and_moves_by_its_weight():
     assert moving_average(None, 2.0) == 2.0
     assert moving_average(1.0, 2.0) == pytest.approx(1.0 + AVERAGING)
@@ -42,26 +46,26 @@ def test_a_pace__ignores_attempts_that_never_started():
 
 
 def test_no_claims_ahead__before_a_pace_or_for_limited_queues():
-    assert claims_ahead(Pace(), SERVER, slots=4, kept=0, limited=False) == 0
+    assert ahead(Pace(), SERVER, slots=4, kept=0, limited=False) == 0
     short = Pace(run_time=1e-5, cycle_time=1e-3)
-    assert claims_ahead(short, SERVER, slots=4, kept=0, limited=True) == 0
+    assert ahead(short, SERVER, slots=4, kept=0, limited=True) == 0
 
 
 def test_on_a_server__claims_ahead_cover_one_round_trip_of_work():
     # 4 slots, jobs of 1 ms, cycles of 2 ms: 8 jobs start within a round trip
     pace = Pace(run_time=0.001, cycle_time=0.002)
-    assert claims_ahead(pace, SERVER, slots=4, kept=0, limited=False) == 8
-    assert claims_ahead(pace, SERVER, slots=4, kept=12, limited=False) == 20  # the executor's own
+    assert ahead(pace, SERVER, slots=4, kept=0, limited=False) == 8
+    assert ahead(pace, SERVER, slots=4, kept=12, limited=False) == 20  # the executor's own
 
 
 def test_in_process__claims_ahead_cover_the_batch_horizon():
     pace = Pace(run_time=BATCH_HORIZON / 2, cycle_time=1.0)  # a slow cycle does not count here
-    assert claims_ahead(pace, IN_PROCESS, slots=3, kept=0, limited=False) == 6
+    assert ahead(pace, IN_PROCESS, slots=3, kept=0, limited=False) == 6
 
 
 def test_long_jobs__get_no_claims_ahead_nor_the_executors_own():
     pace = Pace(run_time=0.1, cycle_time=0.001)
-    assert claims_ahead(pace, SERVER, slots=2, kept=6, limited=False) == 0
+    assert ahead(pace, SERVER, slots=2, kept=6, limited=False) == 0
 
 
 @pytest.mark.parametrize(
@@ -69,7 +73,7 @@ def test_long_jobs__get_no_claims_ahead_nor_the_executors_own():
 )
 def test_claims_ahead__are_capped_per_slot(capabilities: Capabilities, cap: int):
     pace = Pace(run_time=1e-7, cycle_time=0.01)
-    assert claims_ahead(pace, capabilities, slots=2, kept=0, limited=False) == 2 * cap
+    assert ahead(pace, capabilities, slots=2, kept=0, limited=False) == 2 * cap
 
 
 def test_a_full_cycle__is_the_slots_or_with_costly_cycles_a_full_claim():

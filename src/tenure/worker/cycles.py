@@ -94,10 +94,14 @@ class Cycles:
                 self.in_flight -= 1
 
     def claims_ahead(self) -> int:
-        kept = self.executor.room() - self.executor.capacity()  # the executor's own waiting
         return pacing.claims_ahead(self.pace, self.backend.capabilities,
-                                   slots=self.config.concurrency, kept=kept,
-                                   limited=self.policies.limit_claims_ahead())  # fmt: skip
+                                   slots=self.config.concurrency,
+                                   limited=self.policies.limit_claims_ahead,
+                                   kept=self._kept)  # fmt: skip
+
+    def _kept(self) -> int:
+        """Attempts the executor takes beyond its slots, to start them itself."""
+        return self.executor.room() - self.executor.capacity()
 
     def _free(self) -> int:
         """Slots to claim for: free now, plus ahead, minus those spoken for."""

@@ -30,6 +30,7 @@ The figures behind these constants are in ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tenure.backends.base import Capabilities
@@ -64,18 +65,24 @@ class Pace:
 
 
 def claims_ahead(
-    pace: Pace, capabilities: Capabilities, *, slots: int, kept: int, limited: bool
+    pace: Pace,
+    capabilities: Capabilities,
+    *,
+    slots: int,
+    limited: Callable[[], bool],
+    kept: Callable[[], int],
 ) -> int:
-    """How many jobs to claim beyond the free slots. ``kept``: attempts the
-    executor takes beyond its slots; ``limited``: a queue served is
-    at-most-once or has ``max_active``."""
-    if pace.run_time is None or limited:
+    """How many jobs to claim beyond the free slots. ``limited``: whether a
+    queue served is at-most-once or has ``max_active``; ``kept``: attempts the
+    executor takes beyond its slots (each asked only when it matters: the
+    cycle loop asks this often)."""
+    if pace.run_time is None or limited():
         return 0
     horizon = pace.cycle_time if capabilities.remote else BATCH_HORIZON
     if (within := int(slots * horizon / max(pace.run_time, 1e-6))) <= 0:
         return 0
     cap = MAX_AHEAD_PER_SLOT_COSTLY if capabilities.costly_cycles else MAX_AHEAD_PER_SLOT
-    return min(cap * slots, within + kept)
+    return min(cap * slots, within + kept())
 
 
 def full_cycle(capabilities: Capabilities, *, slots: int, ahead: int) -> int:
