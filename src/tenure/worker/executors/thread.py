@@ -78,8 +78,8 @@ class ThreadExecutor:
     and the thread whose attempt ends hands its slot to the next at once and
     runs it (a sync one) in the same breath. A worker draining short jobs then
     seldom puts a handler thread to sleep or wakes one, or waits for the loop,
-    between two jobs: that cost a fifth to a third of its CPU per job, most of
-    it the kernel's, switching and waking threads.
+    between two jobs: switching and waking threads, most of it in the kernel,
+    was a large share of its CPU per job (docs/design.md).
     """
 
     def __init__(
