@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from tenure.backends.base import LeaseRef
@@ -78,14 +77,13 @@ class Child:
         if not self.transport.is_closing():
             self.transport.write(frame(message))
 
-    async def frames(self) -> AsyncIterator[Frame]:
-        """The child's frames until its pipe closes (then it is dead, or dying)."""
+    async def read(self) -> Frame | None:
+        """The child's next frame; None once its pipe closed (it is dead, or dying)."""
         try:
-            while True:
-                header = await self.reader.readexactly(4)
-                yield parse(await self.reader.readexactly(size_of(header)))
+            header = await self.reader.readexactly(4)
+            return parse(await self.reader.readexactly(size_of(header)))
         except (asyncio.IncompleteReadError, ConnectionError, WireError):
-            return
+            return None
 
     def kill_all(self) -> None:
         """Kill it to stop an attempt: the others it runs are collateral,

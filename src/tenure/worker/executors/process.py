@@ -130,7 +130,7 @@ class ProcessPool:
     async def _watch(self, child: Child) -> None:
         """Read the child's frames until its pipe closes: then it is dead."""
         try:
-            async for message in child.frames():
+            while (message := await child.read()) is not None:
                 self._on_frame(child, message)
         except asyncio.CancelledError:
             child.kill()
