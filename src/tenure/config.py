@@ -58,10 +58,15 @@ POLICY_BOUNDS: dict[str, tuple[float, float]] = {
     "max_active": (1, 1_000_000),
     "rate_limit": (1, 1_000_000_000),
     "rate_interval": (0.001, 86_400.0),
+    # Finished jobs are kept for these many seconds (None: forever); 0 prunes
+    # them at the next sweep.
+    "keep_completed": (0.0, MAX_SECONDS),
+    "keep_dead": (0.0, MAX_SECONDS),
 }
 _COUNTS = frozenset({"max_attempts", "max_stalls", "events_max_count", "max_active", "rate_limit"})
 _ABOVE = frozenset({"timeout"})  # bounds (lo, hi]: zero is not a deadline
-_OPTIONAL = frozenset({"timeout", "max_active", "rate_limit"})  # None: no deadline, no limit
+# None: no deadline, no limit, kept forever
+_OPTIONAL = frozenset({"timeout", "max_active", "rate_limit", "keep_completed", "keep_dead"})
 _FLAGS = ("events", "paused")
 
 
@@ -132,7 +137,8 @@ class QueuePolicy:
       integer within [1, 1000000000];
     - ``max_active`` (when set) an integer within [1, 1000000];
       ``rate_limit`` (when set) an integer within [1, 1000000000];
-      ``rate_interval`` within [0.001, 86400].
+      ``rate_interval`` within [0.001, 86400];
+    - ``keep_completed`` and ``keep_dead`` (when set) within [0, ten years].
 
     They are ``POLICY_BOUNDS``. ``events`` (a bool) says whether the queue's
     transitions record lifecycle events; the sweep deletes those older than
@@ -147,6 +153,12 @@ class QueuePolicy:
     starts, and any span of ``t`` seconds at most
     ``rate_limit * (1 + t / rate_interval)``. ``paused`` (a bool): the queue's
     jobs are not claimed; enqueues still land.
+
+    Retention: the sweep deletes a job that finished (by storage's clock)
+    ``keep_completed`` seconds ago when it is ``completed`` or ``cancelled``,
+    ``keep_dead`` seconds ago when it is ``dead``, with its history; 0 deletes
+    it at the next sweep, None keeps it forever. A dead job retried from the
+    DLQ is unfinished again, and is kept until it finishes again.
     """
 
     lease_ttl: float = 15.0
@@ -204,6 +216,12 @@ class QueuePolicy:
     at ``rate_limit`` per ``rate_interval``)."""
     paused: bool = False
     """A paused queue's jobs are not claimed; enqueues still land."""
+    keep_completed: float | None = 86_400.0
+    """How long a completed or cancelled job is kept after it finished, before
+    the sweep prunes it: a day (0: at the next sweep; None: forever)."""
+    keep_dead: float | None = 14 * 86_400.0
+    """How long a dead job is kept after it died: two weeks, time to look at
+    the DLQ (0: at the next sweep; None: forever)."""
 
     def __post_init__(self) -> None:
         self.validate()

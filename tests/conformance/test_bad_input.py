@@ -139,6 +139,11 @@ BAD_POLICIES: dict[str, dict[str, Any]] = {
     "timeout 1e12": {"timeout": 1e12},
     "nan timeout": {"timeout": NAN},
     "delivery a list": {"delivery": ["at-most-once"]},
+    "keep_completed -1": {"keep_completed": -1},
+    "keep_completed a day": {"keep_completed": "1d"},
+    "nan keep_completed": {"keep_completed": NAN},
+    "keep_dead 1e12": {"keep_dead": 1e12},
+    "keep_dead True": {"keep_dead": True},
 }
 
 
@@ -157,10 +162,12 @@ def test_a_policy_out_of_bounds__is_refused_and_the_stored_one_kept(
 def test_a_policy_at_its_bounds__is_stored(backend: Any) -> None:
     edges = QueuePolicy(lease_ttl=3600, heartbeat_interval=1800, sweep_interval=60,
                         max_attempts=1_000_000, max_stalls=1, backoff_jitter=1,
-                        timeout=TEN_YEARS, backoff_max=TEN_YEARS)  # fmt: skip
+                        timeout=TEN_YEARS, backoff_max=TEN_YEARS, keep_completed=0,
+                        keep_dead=TEN_YEARS)  # fmt: skip
     backend.set_policy("q", edges)
     assert backend.get_policy("q") == edges
-    short = {"lease_ttl": 0.05, "heartbeat_interval": 0.01, "sweep_interval": 0.01}
+    short = {"lease_ttl": 0.05, "heartbeat_interval": 0.01, "sweep_interval": 0.01,
+             "keep_completed": None, "keep_dead": None}  # fmt: skip
     assert backend.change_policy("q", short) == dataclasses.replace(edges, **short)
 
 

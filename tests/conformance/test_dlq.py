@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tenure.core.states import DeadReason, Outcome, State
-from tenure.errors import JobNotFound
+from tenure.errors import InvalidInput, JobNotFound
 from tenure.job import Job
 from tests.conformance.helpers import (
     all_jobs,
@@ -170,3 +170,39 @@ def test_retry_dead_whose_key_is_taken_by_an_unfinished_job__leaves_it_dead(
     assert backend.get(newer.id).state == State.QUEUED
     again = enqueue_one(backend, key="k")
     assert again.id == newer.id
+
+
+def kill(backend: Any, worker: str, outcome: Outcome, queue: str = "default") -> Job:
+    """A job whose only attempt ends with ``outcome``: dead of that outcome's reason."""
+    enqueue_one(backend, queue=queue, max_attempts=1)
+    job = claim_one(backend, worker, (queue,))
+    backend.fail(job.id, job.fence, outcome, "it broke", decision_for(backend, job, outcome))
+    dead: Job = backend.get(job.id)
+    assert dead.state == State.DEAD
+    return dead
+
+
+def test_dead_counts__count_the_dead_jobs_of_the_queue_by_reason(
+    backend: Any, dlq_worker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Redis counts by pieces: three pieces (the last one partly full) for five jobs.
+    monkeypatch.setattr("tenure.backends.redis.backend.DEAD_COUNT_PIECE", 2)
+    assert backend.dead_counts("default") == {}
+    buried = [bury(backend, dlq_worker) for _ in range(2)]
+    timed_out = kill(backend, dlq_worker, Outcome.TIMEOUT)
+    exhausted = [kill(backend, dlq_worker, Outcome.ERROR) for _ in range(2)]
+    kill(backend, dlq_worker, Outcome.ERROR, queue="other")
+    enqueue_one(backend)  # not dead
+    assert timed_out.dead_reason == DeadReason.TIMEOUT
+    assert exhausted[0].dead_reason == DeadReason.MAX_ATTEMPTS
+    expected = {DeadReason.ERROR: 2, DeadReason.TIMEOUT: 1, DeadReason.MAX_ATTEMPTS: 2}
+    assert backend.dead_counts("default") == expected
+    assert backend.dead_counts("other") == {DeadReason.MAX_ATTEMPTS: 1}
+
+    backend.retry_dead("default", [buried[0].id])
+    backend.purge_dead("default", [exhausted[0].id])
+    expected = {DeadReason.ERROR: 1, DeadReason.TIMEOUT: 1, DeadReason.MAX_ATTEMPTS: 1}
+    assert backend.dead_counts("default") == expected
+    assert backend.dead_counts("nothing-here") == {}
+    with pytest.raises(InvalidInput):
+        backend.dead_counts("no spaces allowed")

@@ -169,6 +169,23 @@ def test_a_worker_frozen_inside_its_sweep__keeps_no_other_sweep_out(pg_url, post
         assert worker.poll() is None
 
 
+def test_a_worker_started_while_the_server_is_down__waits_for_it(pg_url, postgres_server):
+    """A worker that starts before its database answers (a server restarting,
+    a fleet started all at once) says so once and starts when it answers."""
+    with Lab(pg_url, "late-server") as lab:
+        postgres_server.stop()
+        try:
+            worker = lab.worker("--concurrency", "1", "--log-level", "info")
+            log = lab.logs / "worker-0.log"
+            lab.wait("the worker to find no server", lambda: "open failed" in log.read_text())
+        finally:
+            postgres_server.start()
+        job = lab.wait("an enqueue", lambda: _enqueued(lab), timeout=30)
+        lab.wait("the job", lambda: _finished(lab, job.id), timeout=60)
+        assert worker.poll() is None
+        assert "open works again" in log.read_text()
+
+
 def _enqueued(lab):
     try:
         return lab.enqueue("chaos.sleep", seconds=0)

@@ -247,12 +247,14 @@ def test_dlq__list_show_retry_and_purge(tenure: Any, tmp_path: Path, url: str) -
 
 def test_policy_set_then_get__round_trips(tenure: Any) -> None:
     ok(tenure("policy", "set", "-q", "emails", "lease_ttl=5", "delivery=at-most-once",
-              "timeout=null", "max_attempts=7"))  # fmt: skip
+              "timeout=null", "max_attempts=7", "keep_completed=null", "keep_dead=0"))  # fmt: skip
 
     defaults = as_json(tenure("policy", "get", "--json"))
     assert defaults["delivery"] == "at-least-once"
+    assert (defaults["keep_completed"], defaults["keep_dead"]) == (86_400, 14 * 86_400)
     got = as_json(tenure("policy", "get", "-q", "emails", "--json"))
-    assert got == {**defaults, "lease_ttl": 5, "delivery": "at-most-once", "max_attempts": 7}
+    assert got == {**defaults, "lease_ttl": 5, "delivery": "at-most-once", "max_attempts": 7,
+                   "keep_completed": None, "keep_dead": 0}  # fmt: skip
     assert as_json(tenure("policy", "get", "--json")) == defaults  # other queues untouched
     table = ok(tenure("policy", "get", "--queue", "emails")).stdout
     assert "at-most-once" in table
@@ -266,6 +268,7 @@ def test_policy_set_then_get__round_trips(tenure: Any) -> None:
         (["lease_ttl=abc"], "lease_ttl must be a number of seconds", 1),
         (["heartbeat_interval=10"], "at most half of lease_ttl", 1),
         (["delivery=sometimes"], "delivery must be one of", 1),
+        (["keep_dead=-1"], "keep_dead must be a number of seconds within [0, ", 1),
         (["lease_ttl"], "expected FIELD=VALUE", 2),
         ([], "Missing argument", 2),
     ],

@@ -66,7 +66,7 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
     indexes = postgres_server.psql(query, db)
     assert set(indexes.split(",")) == {
         "jobs_pkey", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_key", "jobs_queue_state",
-        "jobs_seq", "attempts_pkey", "queues_pkey", "workers_pkey", "sweeps_pkey",
+        "jobs_seq", "jobs_finished", "attempts_pkey", "queues_pkey", "workers_pkey", "sweeps_pkey",
         "schema_migrations_pkey", "events_pkey", "schedules_pkey",
     }  # fmt: skip
     versions = postgres_server.psql("SELECT count(*) FROM tenure.schema_migrations", db)

@@ -27,12 +27,13 @@ import redis as redis_sync
 from redis.crc import key_slot
 
 from tenure.backends.base import Renewal, WorkerInfo
-from tenure.backends.redis import RedisBackend
+from tenure.backends.redis import RedisBackend, retention
 from tenure.backends.redis.backend import ENQUEUE_CHUNK, ENQUEUE_WINDOW
 from tenure.backends.redis.scripts import NAMES, SCRIPTS, Runner
+from tenure.backends.redis.transport import RedisPyTransport
 from tenure.config import QueuePolicy
 from tenure.core.retry import Decision
-from tenure.core.states import Outcome, State
+from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import BackendUnavailable, InvalidInput, LivenessLost
 from tenure.job import JobSpec
 from tenure.portal import Portal
@@ -233,7 +234,7 @@ def test_rediss_url__speaks_tls(
     server, ca = tls_redis
     url = f"rediss://127.0.0.1:{server.tls_port}/0?ssl_ca_certs={ca}"  # type: ignore[attr-defined]
     b = open_backend(url)
-    assert b.inner.runner.topology.lane is None  # the lane does not speak TLS
+    assert isinstance(b.inner.runner.topology.hot, RedisPyTransport)  # no lane over TLS
     w = register(b, "tls-worker")
     [job] = b.enqueue([spec()])
     [claimed] = b.claim(w, ["default"], 1)
@@ -305,7 +306,8 @@ def _answers(b: SyncBackend) -> bool:
 # -- the key layout ------------------------------------------------------------
 
 QUEUE_KEY = re.compile(
-    r"tenure:\{(?P<q>[^}]+)\}:(job:.+|history:.+|ready|scheduled|leases|state:[a-z]+|all|seq|"
+    r"tenure:\{(?P<q>[^}]+)\}:(job:.+|history:.+|ready|scheduled|leases|state:[a-z]+|all|"
+    r"retained:(completed|dead|backfill)|seq|"
     r"keys|held:.+|holders|signal|policy|events)"
 )
 FLEET_KEY = re.compile(r"tenure:\{@\}:(queues|jobs|workers|worker:.+|sweep)")
@@ -351,6 +353,112 @@ def test_every_script_call__names_keys_of_one_slot_only(
         assert len({key_slot(k.encode()) for k in keys}) == 1, (name, keys)
 
 
+def mentions(url: str, needles: set[str]) -> dict[str, set[str]]:
+    """Each key whose name or content (every member, field and value; not the
+    events stream, which has its own retention) mentions one of ``needles``."""
+    found: dict[str, set[str]] = {}
+    with redis_sync.Redis.from_url(url, decode_responses=True) as r:
+        for key in r.keys("*"):
+            kind = r.type(key)
+            if kind == "zset":
+                text = r.zrange(key, 0, -1)
+            elif kind == "hash":
+                text = [x for pair in r.hgetall(key).items() for x in pair]
+            elif kind == "set":
+                text = list(r.smembers(key))
+            elif kind == "list":
+                text = r.lrange(key, 0, -1)
+            elif kind == "string":
+                text = [r.get(key) or ""]
+            else:
+                continue
+            hits = {n for n in needles if n in key or any(n in t for t in text)}
+            if hits:
+                found[key] = hits
+    return found
+
+
+def test_a_pruned_job__leaves_no_key_and_no_index_entry(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    b = open_backend(redis_url)
+    b.change_policy("default", {"keep_completed": 0, "keep_dead": 0})
+    w = register(b, "w1")
+    done, dead, cancelled = b.enqueue([spec(key="a"), spec(key="b"), spec(key="c", delay=60)])
+    for job in b.claim(w, ["default"], 2):
+        if job.id == done.id:
+            b.complete(job.id, job.fence, {"big": "x" * 1000})
+        else:
+            fatal = Decision(State.DEAD, dead_reason=DeadReason.ERROR)
+            b.fail(job.id, job.fence, Outcome.ERROR, "boom", fatal)
+    b.cancel(cancelled.id)
+    ids = {done.id, dead.id, cancelled.id}
+    assert set(mentions(redis_url, ids)) >= {f"tenure:{{default}}:job:{i}" for i in ids}
+    assert b.prune(1000) == 3
+    assert mentions(redis_url, ids) == {}
+    assert b.counts("default") == dict.fromkeys(State, 0)
+
+
+def test_jobs_finished_before_retention_existed__are_indexed_by_prunes_and_pruned(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    """Such jobs have no entry in retained:*; prune.lua finds them, 250 a call."""
+    b = open_backend(redis_url)
+    w = register(b, "w1")
+    b.enqueue([spec() for _ in range(260)] + [spec(delay=60)])
+    claimed = b.claim(w, ["default"], 260)
+    assert b.complete_many([(j.id, j.fence, b"1") for j in claimed[:259]]) == set()
+    last = claimed[259]
+    b.fail(
+        last.id, last.fence, Outcome.ERROR, "x", Decision(State.DEAD, dead_reason=DeadReason.ERROR)
+    )
+    [scheduled] = [j for j in b.list(state=State.SCHEDULED).jobs]
+    b.cancel(scheduled.id)
+    p = "tenure:{default}:"
+    for kept in ("retained:completed", "retained:dead"):
+        admin(redis_url, "DEL", p + kept)  # as an older tenure left them
+    b.change_policy("default", {"keep_completed": 0, "keep_dead": 0})
+    assert b.prune(1000) == 261  # two script calls, each indexing up to 250 first
+    assert b.prune(1000) == 0
+    assert b.counts("default") == dict.fromkeys(State, 0)
+    assert admin(redis_url, "HGET", p + "retained:backfill", "done") == b"1"
+
+
+def test_a_deleted_queue__leaves_none_of_its_keys_retention_s_included(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    b = open_backend(redis_url)
+    w = register(b, "w1")
+    b.enqueue([spec(), spec()])
+    assert b.complete_many([(j.id, j.fence, b"1") for j in b.claim(w, ["default"], 1)]) == set()
+    b.prune(1000)  # the backfill walk leaves its mark
+    assert b.delete_queue("default") == 2
+    assert admin(redis_url, "KEYS", "tenure:{default}:*") == []
+
+
+def test_a_prune__goes_in_script_calls_of_at_most_script_max_jobs(
+    redis_url: str, open_backend: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(retention, "SCRIPT_MAX", 4)
+    b = open_backend(redis_url)
+    b.change_policy("default", {"keep_completed": 0})
+    w = register(b, "w1")
+    b.enqueue([spec() for _ in range(10)])
+    assert b.complete_many([(j.id, j.fence, b"1") for j in b.claim(w, ["default"], 10)]) == set()
+    calls: list[int] = []
+    call = Runner.call
+
+    async def spy(self: Runner, name: str, keys: Any, args: Any = (), **kw: Any) -> Any:
+        if name == "prune":
+            calls.append(int(args[0]))
+        return await call(self, name, keys, args, **kw)
+
+    monkeypatch.setattr(Runner, "call", spy)
+    assert (b.prune(7), b.prune(7)) == (7, 3)
+    assert calls == [4, 3, 4]  # the second prune finds 3 of 4 in its first call: done
+    assert b.counts("default")[State.COMPLETED] == 0
+
+
 # -- bulk enqueue ----------------------------------------------------------------
 
 
@@ -378,7 +486,7 @@ def test_bulk_enqueue_of_10000_jobs__goes_in_overlapping_runs_and_honours_keys(
     # queue), then the index clean-up of key hits; runs overlap on the lane
     runs = 10_000 // ENQUEUE_CHUNK
     assert trips == [3] + [2] * (runs - 1) + [1], trips
-    assert in_flight[1] == ENQUEUE_WINDOW
+    assert in_flight[1] == (ENQUEUE_WINDOW if b.inner.runner.topology.hot.ordered else 1)
     assert len(jobs) == 10_000
     assert jobs[7].id == held.id  # the key of an unfinished job: that job
     assert [j.id for j in jobs[5000:]] == [j.id for j in jobs[:5000]]  # within the batch

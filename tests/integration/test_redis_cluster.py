@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import redis as redis_sync
 
+from tenure.backends.redis.transport import RedisPyTransport
 from tests.conformance.conftest import open_killable, worker  # noqa: F401 - fixtures
 from tests.conformance.test_claim import *  # noqa: F403
 from tests.conformance.test_dlq import *  # noqa: F403
@@ -27,6 +28,7 @@ from tests.conformance.test_lag import *  # noqa: F403
 from tests.conformance.test_operators import *  # noqa: F403
 from tests.conformance.test_races import *  # noqa: F403
 from tests.conformance.test_rescue import *  # noqa: F403
+from tests.conformance.test_retention import *  # noqa: F403
 from tests.conformance.test_settle import *  # noqa: F403
 from tests.conformance.test_state_machine import *  # noqa: F403
 from tests.conformance.test_ticks import *  # noqa: F403
@@ -146,4 +148,4 @@ def test_on_a_cluster__there_is_no_lane_every_call_is_routed_by_redis_py(
     backend: SyncBackend,
 ) -> None:
     """A lane is one connection to one node; a queue's calls go to its slot's node."""
-    assert backend.inner.runner.topology.lane is None
+    assert isinstance(backend.inner.runner.topology.hot, RedisPyTransport)

@@ -3,6 +3,9 @@
 On its own: pipelined calls, error replies as redis-py's exception classes, a
 cancelled call. Under the backend: the cycle and one-by-one enqueues go through
 it, NOSCRIPT reloads, a restart, a frozen server, a password and a database.
+Without it: a redis-py whose private parser moved is detected, the backend falls
+back to redis-py's client and says so once (or refuses, if the URL demands the
+lane), and a worker drains a queue alike on either transport.
 Real redis-server processes only: the session's, or a test's own where it
 restarts, freezes or protects the server.
 """
@@ -10,9 +13,12 @@ restarts, freezes or protects the server.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import re
 import signal
 import time
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,12 +26,19 @@ import pytest
 import redis as redis_sync
 from redis import exceptions as redis_errors
 
-from tenure.backends.redis.lane import Command, Lane
+from tenure import App, State, WorkerConfig
+from tenure.backends import from_url
+from tenure.backends.redis import lane as lane_module
+from tenure.backends.redis import topology
+from tenure.backends.redis.lane import Command, Lane, LaneUnavailable, parse_error_of
 from tenure.backends.redis.scripts import SCRIPTS
 from tenure.backends.redis.topology import TIMEOUTS
-from tenure.errors import BackendUnavailable
+from tenure.backends.redis.transport import RedisPyTransport
+from tenure.backends.redis.url import TRANSPORT_ENV, Transports
+from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import JobSpec
 from tenure.portal import Portal
+from tenure.worker import Supervisor
 from tests.conformance.helpers import wait_for
 from tests.conftest import SyncBackend, server_or_skip
 from tests.servers import RedisServer
@@ -33,6 +46,12 @@ from tests.servers import RedisServer
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:redis")
 
 SCRIPT_OF_SHA = {s.sha: s.name for s in SCRIPTS.values()}
+
+
+@pytest.fixture(autouse=True)
+def transport_by_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests choose the transport: a run forcing one for all does not apply."""
+    monkeypatch.delenv(TRANSPORT_ENV, raising=False)
 
 
 @pytest.fixture
@@ -84,8 +103,8 @@ def spec() -> JobSpec:
 
 
 def lane_of(b: SyncBackend) -> Lane:
-    lane = b.inner.runner.topology.lane
-    assert lane is not None
+    lane = b.inner.runner.topology.hot
+    assert isinstance(lane, Lane)
     return lane
 
 
@@ -142,10 +161,14 @@ def test_a_cancelled_call__leaves_the_next_call_its_own_reply(lane: Lane, portal
     assert portal.run(scenario()) == b"mine"
 
 
-def test_a_lane__reaches_tcp_and_unix_sockets_but_not_tls() -> None:
-    assert Lane.supports("redis://127.0.0.1:6379/0")
-    assert Lane.supports("unix:///run/redis.sock?db=1")
-    assert not Lane.supports("rediss://127.0.0.1:6380/0")
+def test_a_lane__reaches_tcp_and_unix_sockets_but_not_tls_or_a_cluster() -> None:
+    def reachable(url: str) -> bool:
+        return bool(from_url(url).options.lane_reachable)  # type: ignore[attr-defined]
+
+    assert reachable("redis://127.0.0.1:6379/0")
+    assert reachable("unix:///run/redis.sock?db=1")
+    assert not reachable("rediss://127.0.0.1:6380/0")
+    assert not reachable("redis://127.0.0.1:6379/0?cluster=yes")
 
 
 # -- under the backend -----------------------------------------------------------
@@ -234,3 +257,115 @@ def test_a_url_with_a_password_and_a_db__works_through_the_lane(
     with pytest.raises(redis_errors.AuthenticationError):
         portal.run(wrong.call("PING"))
     portal.run(wrong.close())
+
+
+# -- without a lane --------------------------------------------------------------
+
+
+def test_the_redis_py_installed__runs_the_lane() -> None:
+    """Fails after an upgrade of redis-py that moved or changed its private
+    parser: pin what was tested (pyproject.toml) or adapt lane.py."""
+    assert lane_module.UNAVAILABLE is None
+    assert lane_module.PARSE_ERROR is not None
+
+
+def test_a_redis_py_without_its_private_parser__is_detected_naming_the_version() -> None:
+    moved = types.ModuleType("redis._parsers")  # as after an upgrade that moved it
+    expected = f"redis-py {redis_sync.__version__} has no redis._parsers.BaseParser.parse_error"
+    with pytest.raises(LaneUnavailable, match=re.escape(expected)):
+        parse_error_of(moved)
+
+
+def test_a_private_parser_that_maps_a_reply_otherwise__is_detected_naming_it() -> None:
+    class BaseParser:
+        @classmethod
+        def parse_error(cls, response: str) -> redis_errors.RedisError:
+            return redis_errors.ResponseError(response)  # NOSCRIPT would no longer reload
+
+    changed = types.ModuleType("redis._parsers")
+    changed.BaseParser = BaseParser  # type: ignore[attr-defined]
+    with pytest.raises(LaneUnavailable, match="maps NOSCRIPT to ResponseError, not NoScriptError"):
+        parse_error_of(changed)
+
+
+@pytest.fixture
+def no_lane(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """This process as if its redis-py had moved the private parser."""
+    reason = "redis-py 99.0 has no redis._parsers.BaseParser.parse_error"
+    monkeypatch.setattr(lane_module, "UNAVAILABLE", reason)
+    topology._fall_back.cache_clear()
+    yield reason
+    topology._fall_back.cache_clear()
+
+
+def test_without_a_lane__the_backend_falls_back_to_redis_py_and_says_so_once(
+    redis_url: str,
+    open_backend: Callable[[str], SyncBackend],
+    no_lane: str,
+    on_lane: list[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="tenure.redis"):
+        producer, worker = open_backend(redis_url), open_backend(redis_url)
+    said = [r.getMessage() for r in caplog.records if "lane is off" in r.getMessage()]
+    assert len(said) == 1 and no_lane in said[0] and "slower" in said[0]
+    assert isinstance(worker.inner.runner.topology.hot, RedisPyTransport)
+    [job] = producer.enqueue([spec()])
+    [claimed] = worker.claim("w", ["default"], 1)
+    assert claimed.id == job.id
+    assert worker.complete_many([(claimed.id, claimed.fence, b"1")]) == set()
+    assert on_lane == []
+
+
+def test_a_url_that_demands_the_lane_without_one__fails_at_open_saying_why(
+    redis_url: str, open_backend: Callable[[str], SyncBackend], no_lane: str
+) -> None:
+    with pytest.raises(BackendUnavailable) as caught:
+        open_backend(f"{redis_url}?transport=lane")
+    assert "transport=lane" in str(caught.value) and no_lane in str(caught.value)
+
+
+def test_the_transport__comes_from_the_url_else_the_environment_else_auto(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def transport(url: str) -> Transports:
+        return from_url(url).options.transport  # type: ignore[attr-defined, no-any-return]
+
+    assert transport("redis://h/0") is Transports.AUTO
+    monkeypatch.setenv(TRANSPORT_ENV, "redis-py")
+    assert transport("redis://h/0") is Transports.REDIS_PY
+    assert transport("redis://h/0?transport=lane") is Transports.LANE
+    monkeypatch.setenv(TRANSPORT_ENV, "fast")
+    with pytest.raises(InvalidInput, match=r"bad \$TENURE_REDIS_TRANSPORT: must be one of"):
+        transport("redis://h/0")
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://h/0?transport=hiredis", "transport: must be one of auto/lane/redis-py"),
+        ("rediss://h/0?transport=lane", "the lane reaches one Redis without TLS"),
+        ("redis://h/0?cluster=yes&transport=lane", "the lane reaches one Redis without TLS"),
+    ],
+)
+def test_a_transport_the_url_cannot_have__is_refused(url: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        from_url(url)
+
+
+@pytest.mark.parametrize("transport", [Transports.LANE, Transports.REDIS_PY], ids=lambda t: t.value)
+def test_a_worker__drains_a_queue_alike_on_either_transport(
+    redis_url: str, transport: Transports, on_lane: list[str]
+) -> None:
+    config = WorkerConfig(burst=True, concurrency=4, pool="thread", idle_poll_max=0.05)
+    with App(f"{redis_url}?transport={transport.value}") as app:
+
+        @app.task
+        def noop(n: int) -> int:
+            return n
+
+        noop.enqueue_many([{"n": i} for i in range(300)])
+        asyncio.run(Supervisor(app, config).run())
+        assert app.queue().counts()[State.COMPLETED] == 300
+    # the hot calls went through the transport asked for, and only through it
+    assert ("cycle" in on_lane) is (transport is Transports.LANE)

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from tenure import App, Outcome
 from tenure.backends import from_url
 from tenure.backends.base import WorkerInfo
-from tenure.backends.sqlite import SQLiteBackend
+from tenure.backends.sqlite import SQLiteBackend, operators
 from tenure.backends.sqlite.backend import _claimable
 from tenure.backends.sqlite.opening import MIGRATIONS
 from tenure.cli import cli
@@ -48,6 +48,7 @@ EXPECTED_TABLES = {
 }  # fmt: skip
 EXPECTED_INDEXES = {
     "jobs_key", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_worker", "jobs_queue_state",
+    "jobs_finished",
 }  # fmt: skip
 
 
@@ -450,3 +451,19 @@ def test_another_user__cannot_ring_a_workers_bell(shared_dir, open_backend):
     backend.enqueue([JobSpec.create("t", {})])  # rings every registered worker
     backend.wait_for_jobs(["default"], 30.0)
     assert time.monotonic() - began < 10.0  # woken, not timed out
+
+
+def test_a_prune__goes_in_transactions_of_at_most_prune_tx_jobs(
+    sqlite_url, open_backend, monkeypatch
+):
+    """Each holds the write lock that the workers' cycles wait for."""
+    monkeypatch.setattr(operators, "PRUNE_TX", 4)
+    b = open_backend(sqlite_url)
+    b.change_policy("default", {"keep_completed": 0})
+    b.register_worker(WorkerInfo("w", "h", 1, ("default",)))
+    b.enqueue([JobSpec.create("t", {}) for _ in range(10)])
+    assert b.complete_many([(j.id, j.fence, b"1") for j in b.claim("w", ["default"], 10)]) == set()
+    commits = []
+    b.inner.conn.set_trace_callback(lambda s: commits.append(s) if s == "COMMIT" else None)
+    assert (b.prune(7), b.prune(7)) == (7, 3)
+    assert len(commits) == 3  # 4 + 3, then 3 of 4: none is left

@@ -79,6 +79,13 @@ def test_a_stored_policy_out_of_bounds__is_read_within_them() -> None:
     assert (tiny.lease_ttl, tiny.heartbeat_interval) == (0.05, 0.01)
 
 
+def test_a_stored_retention_out_of_bounds__is_read_within_them_and_null_is_forever() -> None:
+    policy = QueuePolicy.from_json(b'{"keep_completed": -5, "keep_dead": null}')
+    assert (policy.keep_completed, policy.keep_dead) == (0, None)
+    odd = QueuePolicy.from_json(b'{"keep_completed": "a day", "keep_dead": 1e300}')
+    assert (odd.keep_completed, odd.keep_dead) == (QueuePolicy().keep_completed, MAX_SECONDS)
+
+
 def test_a_valid_stored_policy__is_read_as_stored() -> None:
     policy = QueuePolicy(lease_ttl=5, heartbeat_interval=1, max_attempts=7, timeout=2.5)
     assert QueuePolicy.from_json(orjson.dumps(policy.to_dict())) == policy

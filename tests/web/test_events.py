@@ -89,3 +89,26 @@ def test_events__streams_beyond_the_limit_get_503_until_one_ends(
             return again.status_code == 200
 
     wait_for(a_stream_opens)  # the server notices the first one's end
+
+
+def test_events_after_now__start_live_and_resume_exactly_from_the_first_id(
+    api: httpx.Client, web_app: App
+) -> None:
+    web_app.enqueue("t", {"n": 0})  # before the stream: not replayed
+    with api.stream("GET", "/api/events", params={"queue": "default", "after": "now"}) as r:
+        stream = messages(r.iter_lines())
+        assert next(stream) == {"retry": str(sse.RETRY_MS)}
+        start = next(stream)  # the position, without data: an EventSource's Last-Event-ID
+        assert list(start) == ["id"]
+        live = web_app.enqueue("t", {"n": 1})
+        assert next_event(stream)[1]["job_id"] == live.id
+
+    # A client that lost the stream before any event came resumes at that
+    # position (its Last-Event-ID wins over ?after=now): what came since is not lost.
+    missed = web_app.enqueue("t", {"n": 2})
+    headers = {"last-event-id": start["id"]}
+    with api.stream("GET", "/api/events?after=now&queue=default", headers=headers) as r:
+        stream = messages(r.iter_lines())
+        got = [next_event(stream)[1]["job_id"] for _ in range(2)]
+    assert got == [live.id, missed.id]
+    assert api.get("/api/events?after=now&queue=no%20spaces").status_code == 400

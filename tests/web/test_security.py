@@ -18,7 +18,7 @@ from starlette.routing import Mount
 
 from tenure import App
 from tenure.cli import cli
-from tenure.web import asgi_app
+from tenure.web import asgi_app, guard
 from tenure.web.guard import SESSION_COOKIE
 from tests.conftest import PostgresServer
 from tests.servers import free_port, wait_port
@@ -83,6 +83,51 @@ def test_login_form__sets_an_httponly_strict_session_cookie(guarded: Served) -> 
     same_site = {"sec-fetch-site": "same-origin", "origin": guarded.url}
     created = browser.post("/api/jobs", json={"task": "t"}, headers=same_site)
     assert created.status_code == 201
+
+
+def test_logout__clears_the_session_from_a_same_site_post_only(guarded: Served) -> None:
+    browser = guarded.client()
+    browser.post("/login", data={"token": TOKEN})
+    page = browser.get("/", headers={"accept": "text/html"})
+    assert 'action="/logout"' in page.text
+    assert browser.get("/logout").status_code == 405
+    forged = browser.post("/logout", headers={"sec-fetch-site": "cross-site"})
+    assert forged.status_code == 403
+    assert browser.get("/api/queues").status_code == 200  # still logged in
+    same_site = {"sec-fetch-site": "same-origin", "origin": guarded.url}
+    out = browser.post("/logout", headers=same_site)
+    assert out.status_code == 303 and out.headers["location"] == "/login"
+    assert out.headers["set-cookie"].startswith(f'{SESSION_COOKIE}="";')
+    assert "Path=/;" in out.headers["set-cookie"]
+    assert browser.get("/api/queues").status_code == 401
+
+
+def test_wrong_tokens__past_the_limit_get_429_even_with_the_right_one(guarded: Served) -> None:
+    browser = guarded.client()
+    for _ in range(guard.LOGIN_FAILURES - 1):
+        assert browser.post("/login", data={"token": "wrong-token-0123456789"}).status_code == 401
+    wrong_bearer = guarded.client(authorization="Bearer wrong-token-0123456789")
+    assert wrong_bearer.get("/api/queues").status_code == 401  # the last failure allowed
+    throttled = browser.post("/login", data={"token": TOKEN})
+    assert throttled.status_code == 429 and "try again in" in throttled.text
+    assert 0 < int(throttled.headers["retry-after"]) <= guard.LOGIN_WINDOW
+    right_bearer = guarded.client(authorization=f"Bearer {TOKEN}").get("/api/queues")
+    assert right_bearer.status_code == 429 and right_bearer.json()["error"] == "TooManyAttempts"
+    security_headers_in(right_bearer)
+
+
+def test_login_throttle__counts_per_address_and_forgets_old_failures() -> None:
+    now = [0.0]
+    throttle = guard.LoginThrottle(limit=2, window=10.0, clock=lambda: now[0])
+    throttle.failed("10.0.0.1")
+    now[0] = 4.0
+    throttle.failed("10.0.0.1")
+    assert throttle.wait("10.0.0.1") == 6.0  # until the first failure is 10 s old
+    assert throttle.wait("10.0.0.2") == 0.0
+    now[0] = 10.0
+    assert throttle.wait("10.0.0.1") == 0.0
+    now[0] = 14.0
+    assert throttle.wait("10.0.0.1") == 0.0 and throttle.failures == {}
 
 
 def test_a_cross_site_post__gets_403_and_changes_nothing(
@@ -202,22 +247,31 @@ def test_tenure_serve__refuses_other_addresses_without_a_token(tmp_path: Path) -
     short.write_text("abc\n")
     refused = serve("--host", "::", "--token-file", str(short))
     assert refused.exit_code == 1 and "at least 16" in refused.output
+    refused = serve("--root-path", "tenure")
+    assert refused.exit_code == 1 and "--root-path 'tenure'" in refused.output
     assert list(tmp_path.iterdir()) == [short]  # no storage opened
 
 
-def test_tenure_serve__with_a_token_file_needs_it(tmp_path: Path) -> None:
+def test_tenure_serve__with_a_token_file_needs_it_under_its_root_path(tmp_path: Path) -> None:
     App(f"sqlite:///{tmp_path / 't.db'}").close()
     (tmp_path / "t.db").touch()
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     port = free_port()
     server = serve_command(tmp_path, "--port", str(port), "--token-file", str(token_file),
-                           env={"TENURE_TOKEN": ""})  # fmt: skip
+                           "--root-path", "/ops/tenure/", env={"TENURE_TOKEN": ""})  # fmt: skip
     try:
         wait_port(port)
-        url = f"http://127.0.0.1:{port}/api/queues"
-        assert httpx.get(url).status_code == 401
-        assert httpx.get(url, headers={"authorization": f"Bearer {TOKEN}"}).status_code == 200
+        # As a proxy passes requests on: the prefix stripped.
+        url = f"http://127.0.0.1:{port}"
+        assert httpx.get(url + "/api/queues").status_code == 401
+        bearer = {"authorization": f"Bearer {TOKEN}"}
+        assert httpx.get(url + "/api/queues", headers=bearer).status_code == 200
+        to_login = httpx.get(url + "/", headers={"accept": "text/html"})
+        assert to_login.headers["location"] == "/ops/tenure/login"
+        page = httpx.get(url + "/", headers={"accept": "text/html", **bearer}).text
+        assert 'src="/ops/tenure/static/dashboard.js"' in page
+        assert httpx.get(url + "/static/dashboard.js", headers=bearer).status_code == 200
     finally:
         server.send_signal(signal.SIGTERM)
         out, err = server.communicate(timeout=30)

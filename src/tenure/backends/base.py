@@ -21,7 +21,7 @@ from tenure.context import Transaction
 from tenure.core.events import Detector, Event
 from tenure.core.names import check_name, is_text, shown
 from tenure.core.retry import Decision
-from tenure.core.states import Outcome, State, parse_state
+from tenure.core.states import DeadReason, Outcome, State, parse_state
 from tenure.errors import InvalidInput, InvalidTransition
 from tenure.job import Job, JobSpec
 
@@ -184,6 +184,18 @@ def cursor_seq(text: str) -> int:
     if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= SEQ_MAX):
         raise bad_cursor(text)
     return int(text)
+
+
+PRUNE_LIMIT = 10_000  # the most finished jobs one prune deletes: a bounded transaction
+
+
+def check_prune_limit(limit: object) -> int:
+    """A prune's ``limit``: an integer within [1, PRUNE_LIMIT]."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= PRUNE_LIMIT:
+        raise InvalidInput(
+            f"limit must be an integer within [1, {PRUNE_LIMIT}], got {shown(limit)}"
+        )
+    return limit
 
 
 def check_tick(schedule: object, at: object) -> float:
@@ -374,6 +386,16 @@ class Backend(Protocol):
         and promote due scheduled jobs. Skipped (``swept=False``) when any
         process swept less than ``min_interval`` seconds ago."""
 
+    async def prune(self, limit: int) -> int:
+        """Retention: delete up to ``limit`` finished jobs that finished longer
+        ago than their queue's policy keeps them (``keep_completed`` for
+        completed and cancelled jobs, ``keep_dead`` for dead ones; judged by
+        storage's clock), oldest first, with their history and every index
+        entry; return how many. Bounded: in short transactions (or script
+        calls) of a few ms each, never holding storage for all ``limit`` at
+        once; the sweeper calls it again while it returns ``limit``. Records
+        no event."""
+
     # -- operators ---------------------------------------------------------
 
     async def cancel(self, job_id: str) -> Job:
@@ -407,6 +429,13 @@ class Backend(Protocol):
 
     async def counts(self, queue: str) -> dict[State, int]:
         """How many jobs of the queue are in each state (every state present)."""
+
+    async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
+        """How many of the queue's dead jobs died of each reason (reasons none
+        died of are absent). SQL: one GROUP BY over the queue's dead jobs. Redis,
+        which keeps no index by reason: a scan of the queue's dead jobs by
+        pieces of ``DEAD_COUNT_PIECE``, one script (a few milliseconds) each, so
+        the counts may miss or repeat a job that moves in or out meanwhile."""
 
     async def lag(self, queue: str) -> float:
         """How long the queue's oldest due job has been due, in seconds of the
@@ -442,11 +471,11 @@ class Backend(Protocol):
         transactions: a reader sees an event once, and never one whose
         transition did not happen."""
 
-    async def events_now(self, queue: str) -> str:
-        """An event id to read ``queue``'s events after from now on: every event
-        recorded after this call comes after it (a few recorded just before may
-        too). It need not be an event's own id. Costs one cheap round trip and
-        no read of the events themselves."""
+    async def events_now(self, queue: str | None) -> str:
+        """An event id to read ``queue``'s events (None: every queue's) after
+        from now on: every event recorded after this call comes after it (a few
+        recorded just before may too). It need not be an event's own id. Costs
+        one cheap round trip and no read of the events themselves."""
 
     # -- workers -----------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from tenure.errors import InvalidInput
 
 # Seconds open event streams get to end when the server stops: they never end by themselves.
 SHUTDOWN_GRACE = 2
+ROOT_PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 
 
 @click.command()
@@ -29,7 +31,14 @@ SHUTDOWN_GRACE = 2
     help="A file holding the token every request must present (default: TENURE_TOKEN). "
     "Needed to listen on any address but loopback.",
 )
-def serve(host: str, port: int, token_file: Path | None) -> None:
+@click.option(
+    "--root-path",
+    default="",
+    metavar="PREFIX",
+    help="The path prefix a reverse proxy serves this under and strips, e.g. /tenure: "
+    "links, redirects and the session cookie carry it.",
+)
+def serve(host: str, port: int, token_file: Path | None, root_path: str) -> None:
     """Serve the JSON API and live events (see docs/serve.md).
 
     On loopback (the default) no token is needed. On any other address, a token
@@ -58,11 +67,13 @@ def serve(host: str, port: int, token_file: Path | None) -> None:
             "change and delete jobs. Set TENURE_TOKEN or pass --token-file, or listen on "
             "127.0.0.1 (behind a reverse proxy, say)."
         )
+    root_path = _root_path(root_path)
     app = open_app(write=True)
     config = uvicorn.Config(
         asgi_app(app, token=token or None),
         host=host,
         port=port,
+        root_path=root_path,
         server_header=False,
         timeout_graceful_shutdown=SHUTDOWN_GRACE,
         log_level="info",
@@ -77,6 +88,17 @@ def serve(host: str, port: int, token_file: Path | None) -> None:
             await app.aclose()
 
     asyncio.run(run())
+
+
+def _root_path(given: str) -> str:
+    """``--root-path``: '' or '/' and path segments, without a trailing '/'."""
+    root = given.rstrip("/")
+    if root and not ROOT_PATH.fullmatch(root):
+        raise CliError(
+            f"--root-path {given!r}: give the prefix the proxy serves under, such as "
+            "/tenure (a '/', then letters, digits, '-', '_', '.', '~' and more '/')"
+        )
+    return root
 
 
 def _quiet_exit(server_class: type[Any]) -> type[Any]:

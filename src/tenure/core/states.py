@@ -19,6 +19,10 @@ Which component moves a job in and out of each state:
 ``cancelled``  terminal; a user cancelled it before it was claimed, or while it
                was active: then the lease holder's settle, or the sweeper's
                rescue, of its attempt put it here (anything but a completion).
+
+A finished job (completed, dead, cancelled) leaves storage when the sweeper
+prunes it, its queue's ``keep_completed`` or ``keep_dead`` after it finished
+(``tenure.core.retention``), or when an operator purges it from the DLQ.
 """
 
 from __future__ import annotations

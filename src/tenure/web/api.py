@@ -9,7 +9,6 @@ become JSON errors in ``tenure.web.asgi_app``. Job shapes are the CLI's
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from typing import Any
 
 from starlette.requests import Request
@@ -112,10 +111,10 @@ class Api:
         """A page of dead jobs, newest first, and how many died of each reason."""
         queue = check_name("queue", request.path_params["queue"])
         page = await self.app.ajobs(queue, State.DEAD, _limit(request), _param(request, "after"))
-        reasons, complete = await tally(await self.backend(), queue, State.DEAD, "dead_reason")
+        reasons = await (await self.backend()).dead_counts(queue)
         return JSON({
             "jobs": [job_dict(j) for j in page.jobs], "next_cursor": page.next_cursor,
-            "counts_by_reason": reasons, "counts_complete": complete,
+            "counts_by_reason": reasons,
         })  # fmt: skip
 
     async def retry_dead(self, request: Request) -> JSON:
@@ -141,17 +140,6 @@ class Api:
         """Registered workers, each with how many leases (active jobs) it holds."""
         workers = await (await self.backend()).workers()
         return JSON({"workers": [dataclasses.asdict(w) for w in workers]})
-
-
-async def tally(
-    backend: Backend, queue: str | None, state: State, field: str
-) -> tuple[dict[str, int], bool]:
-    """How many of the newest LIST_LIMIT jobs in ``state`` have each value of
-    ``field``; and whether those were all of them. (No backend verb counts by
-    field: one listing bounds the cost of a request.)"""
-    page = await backend.list(queue, state, LIST_LIMIT)
-    counted = Counter(str(getattr(j, field)) for j in page.jobs)
-    return dict(counted), page.next_cursor is None
 
 
 def _param(request: Request, name: str) -> str | None:

@@ -12,6 +12,10 @@
   ``same-origin`` (or ``none``: the user typed it), ``Origin`` the server's own
   host; else 403. The bearer header is exempt: no page of another site can make
   a browser send it.
+- Failed token attempts (a wrong bearer token, a wrong token in the login
+  form) are limited per client address, in memory: past LOGIN_FAILURES within
+  LOGIN_WINDOW seconds, every token attempt from it gets 429 (the right token
+  too: else guessing would go on at full speed) until the oldest failure ages out.
 - Every response carries the security headers below: a CSP without inline
   script, ``nosniff``, no framing, no referrer to other sites, no caching.
 """
@@ -21,8 +25,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import math
 import re
-from collections.abc import Iterable
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
 
 from starlette.exceptions import HTTPException
@@ -38,7 +45,10 @@ MIN_TOKEN_LENGTH = 16
 TOKEN = re.compile(r"[\x21-\x7e]+")  # printable ASCII: what a header carries unchanged
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SAME_SITE = frozenset({"same-origin", "none"})
-LOGIN_PATHS = frozenset({"/login"})
+LOGIN_PATHS = frozenset({"/login", "/logout"})
+LOGIN_FAILURES = 10  # failed token attempts a client address may make ...
+LOGIN_WINDOW = 60.0  # ... within this many seconds, before it gets 429
+THROTTLED_CLIENTS = 10_000  # addresses remembered: the oldest are forgotten past it
 LOGIN_BODY_LIMIT = 4096
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -82,6 +92,40 @@ def _digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).digest()
 
 
+class LoginThrottle:
+    """Failed token attempts per client address, in memory: past ``limit``
+    within ``window`` seconds, the address waits until the oldest ages out."""
+
+    def __init__(
+        self,
+        limit: int = LOGIN_FAILURES,
+        window: float = LOGIN_WINDOW,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit, self.window, self.clock = limit, window, clock
+        self.failures: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def wait(self, client: str) -> float:
+        """Seconds ``client`` must wait before its next attempt (0: none)."""
+        failed = self.failures.get(client)
+        if failed is None:
+            return 0.0
+        now = self.clock()
+        while failed and failed[0] <= now - self.window:
+            failed.popleft()
+        if not failed:
+            del self.failures[client]
+            return 0.0
+        return failed[0] + self.window - now if len(failed) >= self.limit else 0.0
+
+    def failed(self, client: str) -> None:
+        failed = self.failures.setdefault(client, deque(maxlen=self.limit))
+        failed.append(self.clock())
+        self.failures.move_to_end(client)
+        if len(self.failures) > THROTTLED_CLIENTS:  # many addresses (IPv6): memory stays bounded
+            self.failures.popitem(last=False)
+
+
 class Guard:
     """ASGI middleware: the rules of the module docstring, before ``inner`` sees a request.
 
@@ -97,6 +141,7 @@ class Guard:
         self.session = None
         if token is not None:
             self.session = hmac.new(token.encode(), b"tenure-session", "sha256").hexdigest()
+        self.throttle = LoginThrottle()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -127,7 +172,13 @@ class Guard:
                 "this server has no token, so it answers only requests addressed to "
                 "localhost; to serve other hosts, start it with TENURE_TOKEN set",
             )
+        if self.token is not None and self.tries_token(request):
+            wait = self.throttle.wait(_client(request))
+            if wait > 0:
+                return too_many_attempts(request, wait)
         bearer = self.bearer_ok(request)
+        if self.token is not None and _bearer(request) is not None and not bearer:
+            self.throttle.failed(_client(request))
         needs_token = self.token is not None and route_path(request.scope) not in LOGIN_PATHS
         if needs_token and not (bearer or self.cookie_ok(request)):
             return self.unauthenticated(request)
@@ -141,8 +192,14 @@ class Guard:
         return self._digest is not None and hmac.compare_digest(_digest(given), self._digest)
 
     def bearer_ok(self, request: Request) -> bool:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and self.matches(given.strip())
+        given = _bearer(request)
+        return given is not None and self.matches(given)
+
+    @staticmethod
+    def tries_token(request: Request) -> bool:
+        """Whether ``request`` presents a token to check: a bearer, or a login."""
+        login = request.method == "POST" and route_path(request.scope) == "/login"
+        return login or _bearer(request) is not None
 
     def cookie_ok(self, request: Request) -> bool:
         given = request.cookies.get(SESSION_COOKIE)
@@ -175,12 +232,31 @@ class Guard:
         )
         return response
 
+    def logged_out(self, request: Request) -> Response:
+        """The way back to the login form, without the session cookie."""
+        root = _root(request.scope)
+        response = RedirectResponse(root + "/login", 303)
+        response.delete_cookie(
+            SESSION_COOKIE,
+            path=root + "/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
     async def login(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The login form (GET), or a login (POST): its cookie, or the form again."""
+        """The login form (GET), a login (POST): its cookie, or the form again;
+        or a logout (POST /logout): the cookie cleared."""
         request = Request(scope, receive)
         await (await self._login(request))(scope, receive, send)
 
     async def _login(self, request: Request) -> Response:
+        logout = route_path(request.scope) == "/logout"
+        if logout:
+            if request.method != "POST":
+                return error_response(405, "MethodNotAllowed", "log out with a POST")
+            return self.logged_out(request)
         if request.method != "POST":
             return HTMLResponse(login_page(""))
         try:
@@ -190,7 +266,32 @@ class Guard:
         given = parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0]
         if self.matches(given):
             return self.logged_in(request)
+        self.throttle.failed(_client(request))
         return HTMLResponse(login_page("wrong token"), 401)
+
+
+def too_many_attempts(request: Request, wait: float) -> Response:
+    """429, with Retry-After: a page for the login form, JSON otherwise."""
+    seconds = math.ceil(wait)
+    message = f"too many wrong tokens from your address: try again in {seconds} s"
+    if route_path(request.scope) == "/login":
+        response: Response = HTMLResponse(login_page(message), 429)
+    else:
+        response = error_response(429, "TooManyAttempts", message)
+    response.headers["retry-after"] = str(seconds)
+    return response
+
+
+def _bearer(request: Request) -> str | None:
+    """The bearer token the request presents, if any."""
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return given.strip() if scheme.lower() == "bearer" else None
+
+
+def _client(request: Request) -> str:
+    """The client's address: behind a proxy on loopback, the one it forwards
+    (uvicorn trusts X-Forwarded-For from 127.0.0.1)."""
+    return request.client.host if request.client else ""
 
 
 def cross_site(request: Request) -> bool:

@@ -24,7 +24,7 @@ from tenure.core.names import check_job_id, check_name
 from tenure.core.states import UNFINISHED, State
 from tenure.core.urls import redacted
 from tenure.metrics import read_queues
-from tenure.web.api import tally
+from tenure.web.guard import SESSION_COOKIE
 
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("tenure.web", "templates"),
@@ -37,7 +37,11 @@ PAGE_SIZE = 50
 
 def render(request: Request, name: str, code: int = 200, **values: Any) -> HTMLResponse:
     root = str(request.scope.get("root_path", "")).rstrip("/")
-    page = TEMPLATES.get_template(name).render(root=root, states=list(State), **values)
+    # The session cookie is HttpOnly: the page, not its script, offers to log out.
+    session = SESSION_COOKIE in request.cookies
+    page = TEMPLATES.get_template(name).render(
+        root=root, states=list(State), session=session, **values
+    )
     return HTMLResponse(page, code)
 
 
@@ -78,9 +82,8 @@ class Pages:
         queue = check_name("queue", request.path_params["queue"])
         after = request.query_params.get("after") or None
         page = await self.app.ajobs(queue, State.DEAD, PAGE_SIZE, after)
-        reasons, complete = await tally(await self.backend(), queue, State.DEAD, "dead_reason")
-        return render(request, "dead.html", queue=queue, page=page, reasons=reasons,
-                           complete=complete)  # fmt: skip
+        reasons = await (await self.backend()).dead_counts(queue)
+        return render(request, "dead.html", queue=queue, page=page, reasons=reasons)
 
     async def policy(self, request: Request) -> HTMLResponse:
         queue = check_name("queue", request.path_params["queue"])

@@ -3,7 +3,10 @@
 Each event is one message: ``id:`` its event id, ``data:`` the event as JSON
 (``Event.to_dict``). A client that reconnects sends the last id it saw as
 ``Last-Event-ID`` (an ``EventSource`` does it by itself) and the stream resumes
-right after it: no event kept by the retention is missed. While nothing
+right after it: no event kept by the retention is missed. ``?after=now``
+starts at the present instead of the oldest kept event (a fresh dashboard);
+the stream then first sends the id of that position, without data, which an
+``EventSource`` keeps as its ``Last-Event-ID``. While nothing
 happens, a comment line every KEEPALIVE seconds keeps proxies from closing
 the connection, and tells a server that the client is gone.
 """
@@ -26,6 +29,7 @@ RETRY_MS = 1000  # how soon a client reconnects
 # Streams open at once: on Redis, a waiting stream holds one of the pool's
 # connections (32 by default), and the API needs the others.
 MAX_STREAMS = 16
+NOW = "now"  # ?after=now: only events recorded from the request on
 
 
 def message(event: Event) -> bytes:
@@ -43,6 +47,9 @@ class EventStream:
         queue = request.query_params.get("queue") or None
         after = request.headers.get("last-event-id") or request.query_params.get("after") or None
         backend = await self.app.abackend()
+        start = None
+        if after == NOW:
+            after = start = await backend.events_now(queue)
         # Read once before the response starts: a bad queue or id is a 400, not a broken stream.
         first = await backend.read_events(queue, after, BATCH, 0.0)
         if self.open >= MAX_STREAMS:
@@ -50,17 +57,26 @@ class EventStream:
                 503, "TooManyStreams", f"{MAX_STREAMS} event streams are open; try again later"
             )
         return StreamingResponse(
-            self.stream(backend, queue, after, first),
+            self.stream(backend, queue, after, first, start),
             media_type="text/event-stream",
             headers={"x-accel-buffering": "no"},  # nginx: pass each message on at once
         )
 
     async def stream(
-        self, backend: Backend, queue: str | None, after: str | None, events: list[Event]
+        self,
+        backend: Backend,
+        queue: str | None,
+        after: str | None,
+        events: list[Event],
+        start: str | None,
     ) -> AsyncIterator[bytes]:
         self.open += 1
         try:
             yield b"retry: %d\n\n" % RETRY_MS
+            if start is not None:
+                # An id without data: the client's Last-Event-ID from here on,
+                # so a reconnect before the first event resumes here, not at "now".
+                yield b"id: %s\n\n" % start.encode()
             while True:
                 if events:
                     yield b"".join(message(e) for e in events)

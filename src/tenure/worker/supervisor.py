@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from tenure.app import App
@@ -27,7 +28,7 @@ from tenure.backends.base import Backend, WorkerInfo
 from tenure.backends.factory import from_url
 from tenure.config import WorkerConfig
 from tenure.core.urls import redacted
-from tenure.errors import InvalidInput, LeaseLost, TenureError
+from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost, TenureError
 from tenure.job import Job
 from tenure.loader import path_of
 from tenure.worker.attempts import Attempts
@@ -50,6 +51,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tenure.worker")
 
+# Seconds a starting worker waits for storage that does not answer (a server
+# restarting, a database started after its workers) before it gives up, exit 1.
+START_PATIENCE = 30.0
 EXIT_GRACE = 10.0  # seconds a stopping worker waits for its last tasks (hooks, settles)
 
 
@@ -149,7 +153,7 @@ class Supervisor:
     # -- life cycle --------------------------------------------------------
 
     async def run(self) -> None:
-        await self.backend.open()
+        await self._patiently(self.backend.open, "open")
         server = None
         try:
             server = self._serve_metrics()
@@ -172,11 +176,37 @@ class Supervisor:
         return serve_worker(self.metrics, self.backend, asyncio.get_running_loop(), c.queues,
                             host=c.metrics_host, port=c.metrics_port)  # fmt: skip
 
-    async def _run(self) -> None:
+    async def _patiently(self, step: Callable[[], Awaitable[None]], what: str) -> None:
+        """A step of the start, retried while storage does not answer, for up to
+        START_PATIENCE seconds (said once, as any storage fault)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + START_PATIENCE
+        while True:
+            try:
+                await step()
+            except BackendUnavailable as exc:
+                pause = self.faults.failed(what, exc)
+                if loop.time() + pause >= deadline:
+                    raise
+                await asyncio.sleep(pause)
+            else:
+                self.faults.succeeded(what)
+                return
+
+    async def _register_at_start(self) -> None:
+        if "register" in self.faults.episodes:
+            self.worker_id = new_worker_id()  # a failed try may have left its id half-held
+            self.keeper.worker_id = self.worker_id
         await self._register()
-        await self.policies.refresh()
+
+    async def _run(self) -> None:
+        await self._patiently(self._register_at_start, "register")
+        await self._patiently(self.policies.refresh, "policy refresh")
         self._policies_changed()
-        await self.sweeper.run_once(force=True)  # recovery never waits for a sweep interval
+        try:  # recovery never waits for a sweep interval
+            await self.sweeper.run_once(force=True)
+        except TenureError as exc:  # the periodic sweeps carry on
+            self.faults.failed("sweep", exc)
         stop_keeping, stop_sweeping = asyncio.Event(), asyncio.Event()
         background = [
             asyncio.create_task(

@@ -1,4 +1,5 @@
-"""The sweeper: recovers stalled attempts and attempts of dead workers.
+"""The sweeper: recovers stalled attempts and attempts of dead workers, then
+prunes finished jobs past their queue's retention (``pruner.py``).
 
 Every worker runs one; the backend's guard makes one sweep per interval across
 the whole fleet, so more workers do not mean more sweeping. A sweeper the guard
@@ -15,6 +16,7 @@ from tenure.backends.base import Backend, Rescued, RescueReport
 from tenure.core.states import State
 from tenure.worker.faults import StorageFaults
 from tenure.worker.periodic import every
+from tenure.worker.pruner import SHARE, Pruner
 
 log = logging.getLogger("tenure.sweeper")
 
@@ -35,6 +37,7 @@ class Sweeper:
         self.interval = interval
         self.on_dead = on_dead  # called with each job a sweep dead-letters
         self.on_rescued = on_rescued  # called with each attempt a sweep recovers
+        self.pruner = Pruner(backend)
         self.sweeps = 0
         self.rescued = 0
 
@@ -52,6 +55,8 @@ class Sweeper:
                 self.on_dead(r.job_id)
         for w in report.dead_workers:
             log.warning("worker %s is gone; its leases were recovered", w)
+        if report.swept:  # after the recoveries: they never wait for it
+            await self.pruner.run_once(self.interval * SHARE)
         return report
 
     async def run(self, stop: asyncio.Event, faults: StorageFaults | None = None) -> None:

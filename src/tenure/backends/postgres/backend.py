@@ -35,6 +35,7 @@ from tenure.backends.base import (
     check_cursor,
     check_delay,
     check_listing,
+    check_prune_limit,
     check_schedules,
     check_tick,
     claim_limit,
@@ -50,11 +51,12 @@ from tenure.backends.postgres.within import CallerTransactions
 from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
 from tenure.backends.sqlfile import latest_version, load_migrations, load_queries
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
+from tenure.core import retention
 from tenure.core.events import EventKind, failure_events
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import CANCELLED, Decision, decide_for
-from tenure.core.states import Outcome, State
+from tenure.core.states import DeadReason, Outcome, State
 from tenure.core.urls import MAX_PAYLOAD, UrlOptions, one_line, redacted, scrub
 from tenure.errors import (
     BackendUnavailable,
@@ -717,6 +719,22 @@ class PostgresBackend(EventReading):
             [(purged, _)] = await cur.fetchall()
             return int(purged)
 
+    async def prune(self, limit: int) -> int:
+        check_prune_limit(limit)
+        async with self._conn() as conn:
+            cur = await conn.execute(self.q["all_policies"])
+            policies = {q: QueuePolicy.from_json(p) for q, p in await cur.fetchall()}
+            rules = retention.rules(policies)
+            if not rules:
+                return 0
+            queues, states, keeps = zip(*rules, strict=True)
+            params = {"queues": list(queues), "states": [str(s) for s in states],
+                      "keeps": list(keeps)}  # fmt: skip
+            query = self.q["prune"].replace(b"{limit}", b"%d" % limit)
+            cur = await conn.execute(query, params, prepare=False)
+            [(pruned,)] = await cur.fetchall()
+        return int(pruned)
+
     async def delete_queue(self, queue: str) -> int:
         check_name("queue", queue)
         async with self._tx() as conn:
@@ -760,6 +778,11 @@ class PostgresBackend(EventReading):
         check_name("queue", queue)
         found = dict(await self._rows("counts", {"queue": queue}))
         return {s: found.get(s.value, 0) for s in State}
+
+    async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
+        check_name("queue", queue)
+        rows = await self._rows("dead_counts", {"queue": queue})
+        return {DeadReason(reason): n for reason, n in rows}
 
     async def lag(self, queue: str) -> float:
         check_name("queue", queue)

@@ -92,11 +92,12 @@ class EventReading:
                 assert wakeups is not None
                 await wakeups.wait_since(seen, min(left, SAFETY_POLL))
 
-    async def events_now(self, queue: str) -> str:
+    async def events_now(self, queue: str | None) -> str:
         # Just before the horizon in (xid, id) order, with the whole of that
         # (never complete) row skipped: what transactions older than the
         # horizon recorded comes before, what any other records, after.
-        check_name("queue", queue)
+        if queue is not None:
+            check_name("queue", queue)
         async with self._conn() as conn:
             cur = await conn.execute(self.q["events_horizon"])
             row = await cur.fetchone()

@@ -19,7 +19,7 @@ import builtins
 import contextlib
 import functools
 import logging
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncGenerator, Awaitable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +38,7 @@ from tenure.backends.base import (
     check_cursor,
     check_delay,
     check_listing,
+    check_prune_limit,
     check_schedules,
     check_tick,
     claim_limit,
@@ -45,7 +46,7 @@ from tenure.backends.base import (
     not_cancellable,
     queue_busy,
 )
-from tenure.backends.redis import codec
+from tenure.backends.redis import codec, retention
 from tenure.backends.redis.events import EventReader
 from tenure.backends.redis.liveness import Liveness
 from tenure.backends.redis.rescue import rescue
@@ -58,7 +59,7 @@ from tenure.core.events import Event, failure_events
 from tenure.core.names import NAME_PATTERN, check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import CANCELLED, Decision
-from tenure.core.states import Outcome, State
+from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import BackendUnavailable, InvalidInput, JobNotFound
 from tenure.job import Job, JobSpec, check_specs
 
@@ -68,6 +69,7 @@ ENQUEUE_CHUNK = 500  # jobs per enqueue script call: bounds how long one call ho
 ENQUEUE_WINDOW = 2  # enqueue pipelines in flight at once
 PROMOTE_MAX = 1000  # due scheduled jobs one claim promotes per queue
 DELETE_PIECE = 1000  # jobs one delete_queue call deletes: bounds how long it holds Redis
+DEAD_COUNT_PIECE = 5000  # dead jobs one dead_counts call looks at: bounds how long it holds Redis
 ID_CACHE = 100_000  # job id -> queue entries this backend remembers
 DEFAULTS = QueuePolicy()
 
@@ -246,15 +248,15 @@ class RedisBackend:
         self, pipelines: Sequence[Sequence[Call]]
     ) -> AsyncGenerator[list[Any], None]:
         """Run repeatable pipelines in order, yielding their replies as they come.
-        On the lane, up to ENQUEUE_WINDOW in flight: while Redis runs one, the
-        next is sent, and the caller reads the last reply meanwhile. Without a
-        lane (Cluster, TLS), one at a time: on two pooled connections, a later
+        On an ordered transport (the lane), up to ENQUEUE_WINDOW in flight:
+        while Redis runs one, the next is sent, and the caller reads the last
+        reply meanwhile. Else one at a time: on two pooled connections, a later
         one could run first."""
         run = functools.partial(self.runner.pipeline, repeatable=True, hot=True)
         if len(pipelines) == 1:
             yield await run(pipelines[0])
             return
-        window = ENQUEUE_WINDOW if self.runner.topology.lane is not None else 1
+        window = ENQUEUE_WINDOW if self.runner.topology.hot.ordered else 1
         sent: deque[asyncio.Future[list[Any]]] = deque()
         try:
             for calls in pipelines:
@@ -461,6 +463,12 @@ class RedisBackend:
             await self._events.trim(queues, {q: await self.get_policy(q) for q in queues})
         return report
 
+    async def prune(self, limit: int) -> int:
+        gone = await retention.prune(self.runner, self.keys, check_prune_limit(limit))
+        for job_id in gone:
+            self._queue_of_id.pop(job_id, None)
+        return len(gone)
+
     # -- lifecycle events --------------------------------------------------
 
     async def read_events(
@@ -470,7 +478,7 @@ class RedisBackend:
             raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
         return await self._events.read(queue, after, limit, timeout)
 
-    async def events_now(self, queue: str) -> str:
+    async def events_now(self, queue: str | None) -> str:
         if self._events is None:
             raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
         return await self._events.now(queue)
@@ -566,6 +574,19 @@ class RedisBackend:
         names = [s.value for s in states]
         reply = await self.runner.call("counts", [self.keys.queue(queue)], names, repeatable=True)
         return {s: int(n) for s, n in zip(states, reply, strict=True)}
+
+    async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
+        check_name("queue", queue)
+        counted: Counter[str] = Counter()
+        after: str | None = ""
+        while after is not None:
+            reply = await self.runner.call(
+                "dead_counts", [self.keys.queue(queue)], [after, DEAD_COUNT_PIECE], repeatable=True
+            )
+            for reason, n in zip(reply[1::2], reply[2::2], strict=True):
+                counted[reason.decode()] += int(n)
+            after = reply[0].decode() or None
+        return {DeadReason(reason): n for reason, n in counted.items()}
 
     async def lag(self, queue: str) -> float:
         check_name("queue", queue)

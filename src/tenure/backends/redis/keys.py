@@ -17,6 +17,9 @@ that prefix, passed as ``KEYS[1]``; ``_lib.lua`` mirrors this table)::
     leases          ZSET    active at-least-once job ids by lease expiry (Redis TIME)
     state:<state>   ZSET    job ids in that state by seq (listing, counts)
     all             ZSET    every job id by seq (listing)
+    retained:completed  ZSET  completed and cancelled job ids by finished_at
+    retained:dead   ZSET    dead job ids by finished_at (retention: prune.lua)
+    retained:backfill  HASH  how far prune.lua indexed jobs finished before those
     seq             STRING  the last seq: max(now in µs, last + 1), insertion order
     keys            HASH    key= -> id of the unfinished job that holds it
     held:<worker>   SET     ids of the active jobs a worker holds

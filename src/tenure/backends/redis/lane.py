@@ -13,10 +13,17 @@ Kept from redis-py: the URL (parsed by redis-py), ``AUTH``, ``SELECT`` and
 ``CLIENT SETNAME`` as the URL asks, ``socket_connect_timeout`` and
 ``socket_timeout``, and the exception classes (``NoScriptError``,
 ``BusyLoadingError``, ``ConnectionError``, ``TimeoutError``…), so that
-``scripts.Runner`` treats a lane's failures as the pool's. Left out: TLS (on a
-``rediss://`` URL every call stays on redis-py, see :meth:`Lane.supports`),
-RESP3 (scripts reply alike in both), and retries: a command is never sent
-twice, because a claim whose reply was lost must not claim again.
+``scripts.Runner`` treats a lane's failures as the pool's. Left out: TLS and
+Redis Cluster (every call stays on redis-py, see ``topology.py``), RESP3
+(scripts reply alike in both), and retries: a command is never sent twice,
+because a claim whose reply was lost must not claim again.
+
+Which exception class an error reply stands for is redis-py's own mapping,
+``redis._parsers.BaseParser.parse_error``: private, so it may move or change in
+any release. It is found and checked once, at import (:func:`parse_error_of`);
+if it is gone or maps a reply the backend relies on differently, or hiredis is
+missing, :data:`UNAVAILABLE` says why and the backend uses redis-py's client
+instead (``topology.py``), rather than fail mid-run on a reply it cannot map.
 
 A reply later than ``socket_timeout`` aborts the connection and fails every
 call in flight (TimeoutError); a lost connection fails them too
@@ -26,14 +33,16 @@ call in flight (TimeoutError); a lost connection fails them too
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
+import redis
 from redis import exceptions as redis_errors
-from redis._parsers import BaseParser
 from redis.asyncio.connection import parse_url
+
+from tenure.backends.redis.transport import Command
 
 try:
     from hiredis import Reader, pack_command
@@ -42,9 +51,60 @@ except ImportError:  # pragma: no cover - redis-py without hiredis, or hiredis o
 else:
     HIREDIS = True
 
-Command = tuple[str | bytes | int | float, ...]  # as scripts.Call.args
-
+ParseError = Callable[[str], redis_errors.RedisError]
 INCOMPLETE = object()  # what the reader returns until a whole reply has arrived
+
+# Error replies whose class the backend acts on: NOSCRIPT reloads the scripts,
+# LOADING (a ConnectionError) lets a repeatable call ride out a restart, a
+# refused password fails the handshake, anything else is a ResponseError.
+PROBES: tuple[tuple[str, type[redis_errors.RedisError]], ...] = (
+    ("NOSCRIPT No matching script. Please use EVAL.", redis_errors.NoScriptError),
+    ("LOADING Redis is loading the dataset in memory", redis_errors.BusyLoadingError),
+    ("WRONGPASS invalid username-password pair", redis_errors.AuthenticationError),
+    ("ERR unknown command 'NOPE'", redis_errors.ResponseError),
+)
+
+
+class LaneUnavailable(Exception):
+    """This process cannot run a lane: what the redis-py or hiredis installed lacks."""
+
+
+def parse_error_of(parsers: object) -> ParseError:
+    """redis-py's mapping of an error reply to its exception, from ``parsers``
+    (the module ``redis._parsers``), checked against :data:`PROBES`.
+    LaneUnavailable, naming the redis-py version and what changed, if it is
+    missing or maps one of them to another class."""
+    where = f"redis-py {redis.__version__}"
+    parse_error = getattr(getattr(parsers, "BaseParser", None), "parse_error", None)
+    if not callable(parse_error):
+        raise LaneUnavailable(f"{where} has no redis._parsers.BaseParser.parse_error")
+    for reply, expected in PROBES:
+        try:
+            error = parse_error(reply)
+        except Exception as exc:
+            message = f"{where}: BaseParser.parse_error({reply!r}) raised {exc!r}"
+            raise LaneUnavailable(message) from exc
+        if type(error) is not expected:
+            raise LaneUnavailable(
+                f"{where}: BaseParser.parse_error maps {reply.split()[0]} to "
+                f"{type(error).__name__}, not {expected.__name__}"
+            )
+    return parse_error  # type: ignore[no-any-return]
+
+
+def _detect() -> tuple[ParseError | None, str | None]:
+    if not HIREDIS:
+        return None, "hiredis 2.1 or later is not installed"
+    try:
+        return parse_error_of(importlib.import_module("redis._parsers")), None
+    except ImportError:
+        return None, f"redis-py {redis.__version__} has no module redis._parsers"
+    except LaneUnavailable as exc:
+        return None, str(exc)
+
+
+# Why this process cannot run a lane (None: it can), and the mapping it uses.
+PARSE_ERROR, UNAVAILABLE = _detect()
 
 
 class _Calls:
@@ -63,14 +123,13 @@ class _Connection(asyncio.Protocol):
     """One connection: the calls in flight, oldest first, and the parser of their
     replies. Once broken (lost, timed out, closed) it is not used again."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, parse_error: ParseError) -> None:
         self.loop = asyncio.get_running_loop()
         self.timeout = timeout
         self.transport: asyncio.Transport | None = None
-        # redis-py's own mapping of error prefixes to its exception classes
         self.reader = Reader(
             protocolError=redis_errors.InvalidResponse,
-            replyError=BaseParser.parse_error,
+            replyError=parse_error,
             notEnoughData=INCOMPLETE,
         )
         self.in_flight: deque[_Calls] = deque()
@@ -147,12 +206,18 @@ class _Connection(asyncio.Protocol):
 
 
 class Lane:
-    """One connection of its own for hot calls (see the module docstring).
-    It connects on its first call, and again on the first call after a loss."""
+    """One connection of its own for hot calls (see the module docstring): a
+    ``transport.Transport``. It connects on its first call, and again on the
+    first call after a loss. LaneUnavailable if this process cannot run one."""
+
+    ordered = True  # one connection: Redis runs calls in the order they were written
 
     def __init__(
         self, redis_url: str, *, socket_connect_timeout: float, socket_timeout: float
     ) -> None:
+        if PARSE_ERROR is None:
+            raise LaneUnavailable(UNAVAILABLE)
+        self.parse_error = PARSE_ERROR
         options: dict[str, Any] = {
             "socket_connect_timeout": socket_connect_timeout,
             "socket_timeout": socket_timeout,
@@ -167,11 +232,6 @@ class Lane:
         self._connection: _Connection | None = None
         self._connecting = asyncio.Lock()
         self._closed = False
-
-    @staticmethod
-    def supports(redis_url: str) -> bool:
-        """Whether a lane can reach this URL's Redis: TCP or a unix socket, not TLS."""
-        return HIREDIS and urlsplit(redis_url).scheme in ("redis", "unix")
 
     @property
     def in_flight(self) -> int:
@@ -218,15 +278,16 @@ class Lane:
     async def _open(self) -> _Connection:
         loop = asyncio.get_running_loop()
         where = self.path or f"{self.host}:{self.port}"
+        timeout, parse_error = self.timeout, self.parse_error
         try:
             async with asyncio.timeout(self.connect_timeout):
                 if self.path is not None:
                     _, connection = await loop.create_unix_connection(
-                        lambda: _Connection(self.timeout), self.path
+                        lambda: _Connection(timeout, parse_error), self.path
                     )
                 else:
                     _, connection = await loop.create_connection(
-                        lambda: _Connection(self.timeout), self.host, self.port
+                        lambda: _Connection(timeout, parse_error), self.host, self.port
                     )
         except TimeoutError:
             raise redis_errors.TimeoutError(f"Timeout connecting to {where}") from None

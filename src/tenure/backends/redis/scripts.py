@@ -35,8 +35,9 @@ OK, NOT_FOUND, LEASE_LOST, INVALID_TRANSITION = 0, 1, 2, 3
 NAMES = (
     "enqueue", "enqueue_tick", "claim", "cycle", "heartbeat", "progress", "complete", "fail",
     "release",
-    "sweep_guard", "sweep", "orphans", "recover",
+    "sweep_guard", "sweep", "orphans", "recover", "prune",
     "peek", "cancel", "retry_dead", "purge_dead", "delete_queue", "get", "list", "counts",
+    "dead_counts",
     "lag",
     "register", "deregister", "touch", "workers", "change_policy",
 )  # fmt: skip
@@ -153,8 +154,9 @@ class Runner:
         reads, progress, enqueue by job id) ride out a restart of Redis: they are
         run again for a moment when the connection drops.
         ``hot`` calls (a worker's cycle, an enqueue of one job) go through the
-        topology's lane where it has one (a standalone Redis, not over TLS): the
-        same commands and errors, without redis-py's per-call costs.
+        topology's hot transport, the lane where there is one (a standalone
+        Redis, not over TLS): the same commands and errors, without redis-py's
+        per-call costs.
         """
         for delay in (*RETRY_BACKOFF, None) if repeatable else (None,):
             try:
@@ -185,19 +187,9 @@ class Runner:
 
     async def _send(self, calls: Sequence[Call], hot: bool = False) -> list[Any]:
         """The replies of the calls, error replies as values (ResponseError)."""
-        lane = self.topology.lane if hot else None
+        transport = self.topology.hot if hot else self.topology.redis_py
         try:
-            if lane is not None:
-                return await lane.pipeline([c.args for c in calls])
-            if len(calls) == 1:
-                try:
-                    return [await self.client.execute_command(*calls[0].args)]
-                except redis_errors.ResponseError as exc:
-                    return [exc]
-            async with self.client.pipeline(transaction=False) as pipe:
-                for c in calls:
-                    pipe.execute_command(*c.args)
-                return list(await pipe.execute(raise_on_error=False))
+            return await transport.pipeline([c.args for c in calls])
         except (redis_errors.RedisError, redis_errors.RedisClusterException, OSError) as exc:
             raise unavailable(exc, self.url) from exc
 

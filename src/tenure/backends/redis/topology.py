@@ -4,12 +4,14 @@ Everything else in the backend is the same on both: every script call names the
 keys of one queue (one hash slot), and the client routes it. What differs is
 here: the client (a connection pool, or redis-py's cluster client), dedicated
 connections (liveness, blocking pops) to the node that holds a given key, the
-few commands that concern every node (``SCRIPT LOAD``, ``CLIENT LIST``), and,
-on a standalone Redis, the lane for hot calls (``lane.py``).
+few commands that concern every node (``SCRIPT LOAD``, ``CLIENT LIST``), and
+the transport of hot calls: on a standalone Redis, the lane (``lane.py``).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 from typing import Any, TypeVar
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -19,8 +21,12 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from tenure.backends.redis.lane import Lane
-from tenure.backends.redis.url import Options
+from tenure.backends.redis import lane
+from tenure.backends.redis.transport import RedisPyTransport, Transport
+from tenure.backends.redis.url import Options, Transports
+from tenure.errors import BackendUnavailable
+
+log = logging.getLogger("tenure.redis")
 
 C = TypeVar("C", bound=AbstractConnection)
 
@@ -31,15 +37,13 @@ TIMEOUTS = {"socket_connect_timeout": 5.0, "socket_timeout": 30.0}
 
 
 class Topology:
-    """The client, and dedicated connections to the node of a key."""
+    """The client, the transports of calls (``redis_py`` for any, ``hot`` for the
+    hot ones: the lane, where there is one), and dedicated connections to the
+    node of a key."""
 
     def __init__(self, options: Options) -> None:
         self.cluster = options.cluster
         self.client: Redis | RedisCluster
-        # For the hot calls (scripts.Runner, hot=True) of a standalone Redis, not
-        # over TLS. On Cluster, a call goes to the node of its queue's hash slot,
-        # which only redis-py's cluster client keeps track of.
-        self.lane: Lane | None = None
         if options.cluster:
             self.client = RedisCluster.from_url(
                 options.redis_url, retry=NO_RETRY, max_connections=options.pool_size, **TIMEOUTS
@@ -52,8 +56,25 @@ class Topology:
             )  # fmt: skip
             self._pool.connection_class = hiredis_packing(self._pool.connection_class)
             self.client = Redis(connection_pool=self._pool)
-            if Lane.supports(options.redis_url):
-                self.lane = Lane(options.redis_url, **TIMEOUTS)
+        self.redis_py: Transport = RedisPyTransport(self.client)
+        self.hot: Transport = self._hot_transport(options)
+
+    def _hot_transport(self, options: Options) -> Transport:
+        """The lane where the URL allows one (a standalone Redis, not over TLS:
+        on Cluster a call goes to its queue's node, which only redis-py's cluster
+        client keeps track of) and this process can run one; else redis-py."""
+        if options.transport is Transports.REDIS_PY or not options.lane_reachable:
+            return self.redis_py
+        if lane.UNAVAILABLE is not None:
+            if options.transport is Transports.LANE:
+                raise BackendUnavailable(
+                    f"the URL asks for the lane (transport=lane) but {lane.UNAVAILABLE}; "
+                    "install a redis-py tenure was tested with (see its pyproject), "
+                    "or use transport=redis-py"
+                )
+            _fall_back(lane.UNAVAILABLE)
+            return self.redis_py
+        return lane.Lane(options.redis_url, **TIMEOUTS)
 
     async def open(self) -> None:
         if isinstance(self.client, RedisCluster):
@@ -62,8 +83,7 @@ class Topology:
                 node.connection_class = hiredis_packing(node.connection_class)
 
     async def close(self) -> None:
-        if self.lane is not None:
-            await self.lane.close()
+        await self.hot.close()
         await self.client.aclose()
         if self._pool is not None:
             await self._pool.aclose()
@@ -99,6 +119,16 @@ class Topology:
             node = self.client.get_node_from_key(key)
             return await self.client.execute_command(*command, target_nodes=node)
         return await self.client.execute_command(*command)  # type: ignore[no-untyped-call]
+
+
+@functools.cache  # once per process and reason: each backend opened would repeat it
+def _fall_back(reason: str) -> None:
+    log.warning(
+        "the Redis lane is off: %s. A worker's hot calls go through redis-py's client "
+        "instead: correct, but slower (docs/redis.md). Pin a tested redis-py, or set "
+        "transport=redis-py in the URL to choose it knowingly.",
+        reason,
+    )
 
 
 def hiredis_packing(cls: type[C]) -> type[C]:

@@ -4,8 +4,10 @@
 (``ssl_ca_certs``, ``ssl_certfile``… as redis-py takes them), or
 ``unix://[user[:password]@]/path/to/redis.sock?db=N``. tenure's own options:
 ``prefix`` (of every key, default ``tenure``), ``max_payload`` (bytes of JSON),
-``pool_size`` (connections) and ``cluster`` (``yes``: the URL names a node of a
-Redis Cluster); the others go to redis-py (``socket_timeout``,
+``pool_size`` (connections), ``cluster`` (``yes``: the URL names a node of a
+Redis Cluster) and ``transport`` (of a worker's hot calls: ``auto``, ``lane`` or
+``redis-py``, see ``topology.py``; default ``$TENURE_REDIS_TRANSPORT``, else
+``auto``); the others go to redis-py (``socket_timeout``,
 ``socket_connect_timeout``, ``ssl_*``…), checked as strictly as tenure's own
 (``core/urls.py``). Passwords, in the URL or as ``?password=``, never appear in
 messages.
@@ -13,6 +15,8 @@ messages.
 
 from __future__ import annotations
 
+import enum
+import os
 from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -24,7 +28,7 @@ from tenure.core.urls import MAX_PAYLOAD, UrlOptions, redacted
 from tenure.errors import InvalidInput
 
 SCHEMES = ("redis", "rediss", "unix")
-OUR_OPTIONS = {"prefix", "max_payload", "pool_size", "cluster"}
+OUR_OPTIONS = {"prefix", "max_payload", "pool_size", "cluster", "transport"}
 REDIS_OPTIONS = set(URL_QUERY_ARGUMENT_PARSERS) | {
     "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile",
     "ssl_password", "ssl_ciphers", "client_name", "username", "password",
@@ -33,6 +37,15 @@ DEFAULT_POOL_SIZE = 32
 MAX_POOL_SIZE = 1000
 MAX_DB = 2**31 - 1  # and the bound of redis-py's other integer options
 MAX_SECONDS = 86_400.0  # of redis-py's timeouts
+TRANSPORT_ENV = "TENURE_REDIS_TRANSPORT"  # the default of the URL option transport
+
+
+class Transports(enum.Enum):
+    """What carries a worker's hot calls (``?transport=``)."""
+
+    AUTO = "auto"  # the lane where the URL and this process allow one, else redis-py
+    LANE = "lane"  # the lane, or an error saying why not
+    REDIS_PY = "redis-py"  # redis-py's client: slower, for debugging or comparison
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +59,13 @@ class Options:
     max_payload: int = DEFAULT_MAX_PAYLOAD
     pool_size: int = DEFAULT_POOL_SIZE
     cluster: bool = False
+    transport: Transports = Transports.AUTO
+
+    @property
+    def lane_reachable(self) -> bool:
+        """Whether a lane can reach this Redis: one node, over TCP or a unix
+        socket, not TLS."""
+        return _lane_reaches(urlsplit(self.redis_url).scheme, self.cluster)
 
 
 def parse(url: str) -> Options:
@@ -62,6 +82,7 @@ def parse(url: str) -> Options:
     cluster = options.flag("cluster", False)
     if cluster and parts.scheme == "unix":
         raise InvalidInput(f"a Redis Cluster is reached over TCP, not a unix socket: {safe!r}")
+    transport = _transport(options, lane_possible=_lane_reaches(parts.scheme, cluster))
     return Options(
         url=url,
         redis_url=urlunsplit(parts._replace(query=urlencode(_for_redis_py(options)))),
@@ -70,7 +91,32 @@ def parse(url: str) -> Options:
         max_payload=options.integer("max_payload", DEFAULT_MAX_PAYLOAD, low=1, high=MAX_PAYLOAD),
         pool_size=options.integer("pool_size", DEFAULT_POOL_SIZE, low=2, high=MAX_POOL_SIZE),
         cluster=cluster,
+        transport=transport,
     )
+
+
+def _lane_reaches(scheme: str, cluster: bool) -> bool:
+    return not cluster and scheme in ("redis", "unix")
+
+
+def _transport(options: UrlOptions, *, lane_possible: bool) -> Transports:
+    """The URL's ``transport``, else ``$TENURE_REDIS_TRANSPORT`` (to switch a
+    whole fleet, or a test run, without editing URLs), else ``auto``."""
+    given, where = options.values.get("transport"), "URL option transport"
+    if given is None:
+        given, where = os.environ.get(TRANSPORT_ENV) or "auto", f"${TRANSPORT_ENV}"
+    try:
+        transport = Transports(given.strip().lower())
+    except ValueError:
+        choices = "/".join(t.value for t in Transports)
+        raise InvalidInput(
+            f"bad {where}: must be one of {choices}, not {given!r}, for {options.safe_url!r}"
+        ) from None
+    if transport is Transports.LANE and not lane_possible:
+        raise InvalidInput(
+            f"bad {where}: the lane reaches one Redis without TLS, not {options.safe_url!r}"
+        )
+    return transport
 
 
 def _check_db(path: str, options: UrlOptions) -> None:

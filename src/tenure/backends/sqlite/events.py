@@ -122,8 +122,9 @@ class EventReading:
                     return []
                 await asyncio.sleep(min(WATCH_INTERVAL, left))
 
-    async def events_now(self, queue: str) -> str:
-        check_name("queue", queue)
+    async def events_now(self, queue: str | None) -> str:
+        if queue is not None:
+            check_name("queue", queue)
         return str(await self._run(self._last_event))
 
     def _last_event(self) -> int:

@@ -16,6 +16,7 @@ from tenure.backends.base import (
     WorkerInfo,
     check_cursor,
     check_listing,
+    check_prune_limit,
     cursor_seq,
     not_cancellable,
     queue_busy,
@@ -26,14 +27,16 @@ from tenure.backends.sqlite.events import record, record_job
 from tenure.backends.sqlite.liveness import WorkerLocks
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
+from tenure.core import retention
 from tenure.core.clock import Clock
 from tenure.core.events import EventKind
 from tenure.core.names import check_job_id, check_job_ids, check_name
-from tenure.core.states import State
+from tenure.core.states import DeadReason, State
 from tenure.errors import JobNotFound
 from tenure.job import Job
 
 T = TypeVar("T")
+PRUNE_TX = 250  # jobs per transaction of a prune: a few ms (docs/benchmarks.md)
 
 
 class Operators:
@@ -91,6 +94,29 @@ class Operators:
                 self._ring(conn)
             record(conn, self.clock.now(), [(queue, kind, i, None) for i in ids])
             return len(ids)
+
+    async def prune(self, limit: int) -> int:
+        return await self._run(self._prune, check_prune_limit(limit))
+
+    def _prune(self, limit: int) -> int:
+        """In transactions of at most PRUNE_TX jobs: each holds the database's
+        one write lock, which the workers' cycles wait for."""
+        pruned = 0
+        while pruned < limit:
+            want = min(PRUNE_TX, limit - pruned)
+            left = want
+            now = self.clock.now()
+            with self._tx() as conn:
+                found = conn.execute(Q["all_policies"])
+                policies = {q: QueuePolicy.from_json(p) for q, p in found}
+                for queue, state, keep in retention.rules(policies):
+                    left -= conn.execute(Q["prune"], (queue, state, now - keep, left)).rowcount
+                    if left == 0:
+                        break
+            pruned += want - left
+            if left:
+                break
+        return pruned
 
     async def delete_queue(self, queue: str) -> int:
         check_name("queue", queue)
@@ -153,6 +179,15 @@ class Operators:
         def run() -> dict[State, int]:
             found = dict(self.conn.execute(Q["counts"], (queue,)).fetchall())
             return {s: found.get(s.value, 0) for s in State}
+
+        return await self._run(run)
+
+    async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
+        check_name("queue", queue)
+
+        def run() -> dict[DeadReason, int]:
+            rows = self.conn.execute(Q["dead_counts"], (queue,)).fetchall()
+            return {DeadReason(reason): n for reason, n in rows}
 
         return await self._run(run)
 

@@ -166,6 +166,21 @@ ORDER BY lease_expires_at
 SELECT {job_columns}, {proven} FROM jobs
 WHERE state = 'active' AND (worker IS NULL OR worker NOT IN (SELECT id FROM workers))
 
+-- name: all_policies
+SELECT name, policy FROM queues
+
+-- name: prune
+-- Retention: up to ?4 jobs of queue ?1 in finished state ?2 that finished at
+-- or before ?3, oldest first, through jobs_finished (the IN names its
+-- predicate, so that the planner may use it); their attempts go by the
+-- foreign key's cascade.
+DELETE FROM jobs WHERE seq IN (
+    SELECT seq FROM jobs
+    WHERE queue = ?1 AND state = ?2 AND state IN ('completed', 'cancelled', 'dead')
+      AND finished_at <= ?3
+    ORDER BY finished_at LIMIT ?4
+)
+
 -- name: proven
 -- When an active job's lease was last renewed (a heartbeat, or its claim: the
 -- renewal's time is its expiry less the TTL it was renewed with); an
@@ -264,6 +279,9 @@ SELECT seq, {job_columns} FROM jobs {where} ORDER BY seq DESC LIMIT ?
 
 -- name: counts
 SELECT state, count(*) FROM jobs WHERE queue = ? GROUP BY state
+
+-- name: dead_counts
+SELECT dead_reason, count(*) FROM jobs WHERE queue = ? AND state = 'dead' GROUP BY dead_reason
 
 -- name: queue_names
 SELECT name FROM queues ORDER BY name

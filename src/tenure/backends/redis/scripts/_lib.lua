@@ -101,6 +101,11 @@ local function promote(p, now, max)
   return #due
 end
 
+-- Retention: the finished jobs of a queue by finished_at, one sorted set per
+-- policy field that says how long they are kept (prune.lua deletes them).
+local RETAINED = {completed = 'retained:completed', cancelled = 'retained:completed',
+  dead = 'retained:dead'}
+
 -- A finished job gives its key= back (if it still holds it).
 local function release_key(p, jk, id)
   local key = redis.call('HGET', jk, 'key')
@@ -251,6 +256,7 @@ end
 local function end_cancelled(p, id, jk, now)
   redis.call('HSET', jk, 'state', 'cancelled', 'finished_at', num(now))
   set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'cancelled')
+  redis.call('ZADD', p .. RETAINED.cancelled, num(now), id)
   release_key(p, jk, id)
 end
 
@@ -273,6 +279,7 @@ local function settle_failure(p, id, jk, outcome, err, state, delay, reason, sta
   elseif state == 'dead' then
     redis.call('HSET', jk, 'state', 'dead', 'dead_reason', reason, 'finished_at', num(now))
     set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'dead')
+    redis.call('ZADD', p .. RETAINED.dead, num(now), id)
     release_key(p, jk, id)
   elseif state == 'scheduled' then
     schedule_job(p, id, now + delay, 'active')
@@ -434,9 +441,9 @@ end
 local function complete_jobs(p, args, first, last, now)
   local codes = {}
   local now_s = num(now)
-  -- the jobs completed, their workers and their (seq, id) pairs: the sets they
-  -- leave and join are written after the loop, one call each
-  local ids, workers, completed = {}, {}, {}
+  -- the jobs completed, their workers, their (seq, id) and (finished_at, id)
+  -- pairs: the sets they leave and join are written after the loop, one call each
+  local ids, workers, completed, retained = {}, {}, {}, {}
   for i = first, last, 3 do
     local id, fence = args[i], args[i + 1]
     local jk = job_key(p, id)
@@ -453,6 +460,7 @@ local function complete_jobs(p, args, first, last, now)
       ids[#ids + 1] = id
       workers[#ids] = a[3]
       completed[#completed + 1], completed[#completed + 2] = a[6], id
+      retained[#retained + 1], retained[#retained + 2] = now_s, id
       redis.call('HSET', jk, 'state', 'completed', 'result', args[i + 2], 'finished_at', now_s)
       if a[7] and redis.call('HGET', p .. 'keys', a[7]) == id then
         redis.call('HDEL', p .. 'keys', a[7])
@@ -464,6 +472,7 @@ local function complete_jobs(p, args, first, last, now)
   leave_active(p, ids, workers)
   call_with('ZREM', state_key(p, 'active'), ids)
   call_with('ZADD', state_key(p, 'completed'), completed)
+  call_with('ZADD', p .. RETAINED.completed, retained)
   append_events(p, 'completed', ids, nil)
   return codes
 end

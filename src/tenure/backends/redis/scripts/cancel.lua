@@ -21,9 +21,11 @@ elseif f[1] == 'active' then
 else
   return {INVALID_TRANSITION, f[1]}
 end
-redis.call('HSET', jk, 'state', 'cancelled', 'finished_at', num(clock()))
+local now = clock()
+redis.call('HSET', jk, 'state', 'cancelled', 'finished_at', num(now))
 redis.call('HDEL', jk, 'rank')
 set_state(p, id, f[3], f[1], 'cancelled')
+redis.call('ZADD', p .. RETAINED.cancelled, num(now), id)
 release_key(p, jk, id)
 record_event(p, 'cancelled', id, nil)
 local job = job_with_history(p, id)

@@ -15,7 +15,8 @@ if active > 0 then return {INVALID_TRANSITION, active} end
 local ids = redis.call('ZRANGE', p .. 'all', 0, tonumber(ARGV[1]) - 1)
 if #ids == 0 then
   redis.call('DEL', p .. 'ready', p .. 'scheduled', p .. 'leases', p .. 'seq', p .. 'keys',
-    p .. 'holders', p .. 'signal', p .. 'policy', p .. 'events', p .. 'rate')
+    p .. 'holders', p .. 'signal', p .. 'policy', p .. 'events', p .. 'rate',
+    p .. RETAINED.completed, p .. RETAINED.dead, p .. 'retained:backfill')
   for _, state in ipairs({'scheduled', 'queued', 'active', 'completed', 'dead', 'cancelled'}) do
     redis.call('DEL', state_key(p, state))
   end

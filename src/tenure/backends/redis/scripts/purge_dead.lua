@@ -12,6 +12,7 @@ for _, id in ipairs(ids) do
   if redis.call('HGET', job_key(p, id), 'state') == 'dead' then
     redis.call('DEL', job_key(p, id), history_key(p, id))
     redis.call('ZREM', state_key(p, 'dead'), id)
+    redis.call('ZREM', p .. RETAINED.dead, id)
     redis.call('ZREM', p .. 'all', id)
     gone[#gone + 1] = id
   end

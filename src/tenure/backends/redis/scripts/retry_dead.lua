@@ -17,6 +17,7 @@ for _, id in ipairs(ids) do
   if f[1] == 'dead' and not (f[2] and redis.call('HEXISTS', p .. 'keys', f[2]) == 1) then
     redis.call('HSET', jk, 'attempts', 0, 'stalls', 0, 'run_at', now)
     redis.call('HDEL', jk, 'dead_reason', 'finished_at')
+    redis.call('ZREM', p .. RETAINED.dead, id)  -- unfinished again: never pruned
     queue_job(p, id, 'dead')
     if f[2] then redis.call('HSET', p .. 'keys', f[2], id) end
     moved = moved + 1

@@ -1,0 +1,67 @@
+"""The seam between the backend and a Redis client: what ``scripts.Runner`` sends
+commands through.
+
+Two transports: redis-py's client (:class:`RedisPyTransport`, every call, on
+every topology) and the lane (``lane.py``, tenure's own protocol client, for a
+worker's hot calls on a standalone Redis). Both reply alike, error replies as
+redis-py's exception classes, so the backend does not know which one it has;
+``topology.py`` chooses when the backend opens (URL option ``transport``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+Command = tuple[str | bytes | int | float, ...]  # as scripts.Call.args
+
+
+class Transport(Protocol):
+    """Runs commands on Redis, one round trip per pipeline, never twice."""
+
+    @property
+    def ordered(self) -> bool:
+        """Whether pipelines sent while others await their replies run in the
+        order they were sent (one connection), so a caller may overlap them."""
+        ...
+
+    async def pipeline(self, commands: Sequence[Command]) -> list[Any]:
+        """The commands' replies in order, an error reply as its exception
+        (redis-py's class); redis-py's ConnectionError or TimeoutError when the
+        connection is lost or a reply is late: the commands may have run."""
+        ...
+
+    async def close(self) -> None:
+        """Drop what the transport holds; later calls fail."""
+        ...
+
+
+class RedisPyTransport:
+    """Commands through redis-py's public client (a pool, or the cluster client,
+    which routes each command to the node of its keys): a :class:`Transport`
+    everywhere, slower per call than the lane."""
+
+    # On a pool, a pipeline sent while another awaits its replies may take
+    # another connection and run first.
+    ordered = False
+
+    def __init__(self, client: Redis | RedisCluster) -> None:
+        self.client = client
+
+    async def pipeline(self, commands: Sequence[Command]) -> list[Any]:
+        if len(commands) == 1:
+            try:
+                return [await self.client.execute_command(*commands[0])]
+            except redis_errors.ResponseError as exc:
+                return [exc]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute(raise_on_error=False))
+
+    async def close(self) -> None:
+        """Nothing: the client is the topology's, which closes it."""
