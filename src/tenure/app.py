@@ -349,7 +349,7 @@ class App:
     def callers(self, conn: object) -> CallerTransactions:
         """What enqueues in ``conn``'s transaction; InvalidInput unless ``conn``
         is a connection of the kind this App's storage takes."""
-        callers: CallerTransactions | None = getattr(self._described, "callers", None)
+        callers = self._described.callers
         if callers is None:
             raise InvalidInput(
                 f"conn= enqueues in a transaction of the App's own database, on PostgreSQL "

@@ -79,6 +79,8 @@ class BenchFailed(TenureError):
 
 
 class Bench:
+    """One ``tenure bench`` run: workers, queues, and the figures it measures."""
+
     def __init__(self, config: BenchConfig, progress: Progress | None = None) -> None:
         self.config = config
         self.app = App(config.url)

@@ -48,7 +48,7 @@ from tenure.backends.base import Backend, Rescued
 from tenure.core.states import State
 from tenure.errors import BackendUnavailable, InvalidInput, StorageLost, TenureError
 from tenure.job import Job
-from tenure.worker.executor import AttemptResult, Crashed, Raised, Returned, Settled, TimedOut
+from tenure.worker.executors.base import AttemptResult, Crashed, Raised, Returned, Settled, TimedOut
 
 if TYPE_CHECKING:
     from tenure.app import App

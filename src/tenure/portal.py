@@ -15,6 +15,8 @@ T = TypeVar("T")
 
 
 class Portal:
+    """An event loop in a thread of its own, for sync callers of async code."""
+
     def __init__(self, name: str = "tenure-portal") -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)

@@ -15,7 +15,7 @@ import pytest
 
 from tenure import App, Outcome, State, WorkerConfig
 from tenure.worker import Supervisor
-from tenure.worker.supervisor import MAX_AHEAD_PER_SLOT, MAX_AHEAD_PER_SLOT_COSTLY
+from tenure.worker.pacing import MAX_AHEAD_PER_SLOT, MAX_AHEAD_PER_SLOT_COSTLY
 
 CONFIG = WorkerConfig(concurrency=2, pool="thread", idle_poll_min=0.005, idle_poll_max=0.05)
 
@@ -39,8 +39,8 @@ class Worker:
         """Set the pace the worker measured (its moving averages), and wake it."""
 
         def set_pace() -> None:
-            self.supervisor._run_time, self.supervisor._cycle_time = run_time, cycle_time
-            self.supervisor._wake.set()
+            self.supervisor.pace.run_time, self.supervisor.pace.cycle_time = run_time, cycle_time
+            self.supervisor.wake.set()
 
         self.call(set_pace)
 
@@ -84,7 +84,7 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
 
 def ahead_per_slot(worker: Worker) -> int:
     """The cap on claims ahead, per slot, on the worker's storage."""
-    costly = worker.supervisor.backend.costly_cycles
+    costly = worker.supervisor.backend.capabilities.costly_cycles
     return MAX_AHEAD_PER_SLOT_COSTLY if costly else MAX_AHEAD_PER_SLOT
 
 
@@ -161,10 +161,10 @@ def test_a_job_waiting_for_a_slot__goes_back_unrun_on_a_drain_also_at_most_once(
 
         async def claim_with_no_slot_free() -> None:
             [job] = await supervisor.backend.claim(supervisor.worker_id, ["default"], 1)
-            supervisor._start(job)
+            supervisor.attempts.start(job)
 
         worker.call(lambda: asyncio.ensure_future(claim_with_no_slot_free()))
-        wait_for(lambda: supervisor._unbegun() == 1)
+        wait_for(lambda: supervisor.attempts.unbegun == 1)
         worker.drain()
         wait_for(lambda: app.queue().counts()[State.QUEUED] == 8)
     finally:

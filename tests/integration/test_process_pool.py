@@ -11,8 +11,8 @@ from tenure import App, DeadReason, InvalidInput, Outcome, State, WorkerConfig
 from tenure.job import Job
 from tenure.loader import path_of
 from tenure.worker import Supervisor
-from tenure.worker.executor import Stopped
-from tenure.worker.process import ProcessPool
+from tenure.worker.executors.base import Stopped
+from tenure.worker.executors.process import ProcessPool
 
 MODULE = """
 import asyncio, os, time, tenure
@@ -143,7 +143,7 @@ def test_two_attempts_of_one_job__each_is_stopped_by_its_fence(pool_app, task):
     async def main():
         ends = {}
         pool = ProcessPool(path_of(pool_app), lambda name: pool_app.tasks[name].is_async,
-                           _no_requests, concurrency=2, async_slots=2)  # fmt: skip
+                           _NoRequests(), concurrency=2, async_slots=2)  # fmt: skip
         await pool.start()
         try:
             first = Job(
@@ -167,5 +167,9 @@ def test_two_attempts_of_one_job__each_is_stopped_by_its_fence(pool_app, task):
     asyncio.run(main())
 
 
-async def _no_requests(op, job, data):
-    raise AssertionError("no handler here asks the supervisor anything")
+class _NoRequests:
+    async def progress(self, job, data):
+        raise AssertionError("no handler here asks the supervisor anything")
+
+    async def heartbeat(self, job):
+        raise AssertionError("no handler here asks the supervisor anything")

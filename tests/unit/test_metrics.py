@@ -13,7 +13,7 @@ from tenure.backends.sqlite import SQLiteBackend
 from tenure.errors import StorageLost
 from tenure.job import JobSpec
 from tenure.metrics import CountedBackend, Histogram, WorkerMetrics
-from tenure.worker.executor import Crashed, Raised, Returned, Stopped, TimedOut
+from tenure.worker.executors.base import Crashed, Raise, Raised, Returned, Stopped, TimedOut
 
 
 def test_a_value_on_a_bound__is_counted_in_that_bucket_and_above_all_in_inf() -> None:
@@ -30,7 +30,7 @@ def test_a_value_on_a_bound__is_counted_in_that_bucket_and_above_all_in_inf() ->
     ("result", "lost", "outcome", "stall"),
     [
         (Returned(None), False, "completed", None),
-        (Raised("error", "tb"), False, "error", None),
+        (Raised(Raise.ERROR, "tb"), False, "error", None),
         (TimedOut(1.0), False, "timeout", "deadline"),
         (Crashed("gone"), False, "crashed", "executor_died"),
         (Stopped(), True, "stopped", None),

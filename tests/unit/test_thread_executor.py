@@ -18,15 +18,8 @@ import pytest
 
 from tenure import App, State
 from tenure.job import Job
-from tenure.worker.executor import (
-    WAITING_PER_SLOT,
-    AttemptResult,
-    Raised,
-    Returned,
-    Stopped,
-    ThreadExecutor,
-    TimedOut,
-)
+from tenure.worker.executors.base import AttemptResult, Raised, Returned, Stopped, TimedOut
+from tenure.worker.executors.thread import WAITING_PER_SLOT, ThreadExecutor
 
 
 @pytest.fixture
@@ -43,8 +36,14 @@ def job(task: str, **args: Any) -> Job:
                state=State.ACTIVE, priority=0, run_at=0.0, created_at=0.0, fence=1)  # fmt: skip
 
 
-async def nothing_asked(op: str, job: Job, data: Any) -> None:
-    raise AssertionError("no handler here asks the supervisor anything")
+class NothingAsked:
+    """The supervisor's side of a link no handler here uses."""
+
+    async def progress(self, job: Job, data: Any) -> None:
+        raise AssertionError("no handler here asks the supervisor anything")
+
+    async def heartbeat(self, job: Job) -> None:
+        raise AssertionError("no handler here asks the supervisor anything")
 
 
 class Ends:
@@ -70,7 +69,7 @@ class Ends:
 
 
 async def started_executor(app: App, slots: int) -> ThreadExecutor:
-    executor = ThreadExecutor(app.tasks, nothing_asked, slots)
+    executor = ThreadExecutor(app.tasks, NothingAsked(), slots)
     await executor.start()
     return executor
 

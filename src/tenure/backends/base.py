@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from tenure.config import QueuePolicy, check_seconds
+from tenure.context import Transaction
 from tenure.core.events import Detector, Event
 from tenure.core.names import check_name, is_text, shown
 from tenure.core.retry import Decision
@@ -25,6 +26,23 @@ from tenure.errors import InvalidInput, InvalidTransition
 from tenure.job import Job, JobSpec
 
 LeaseRef = tuple[str, int]  # (job_id, fence)
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend is like, as the worker paces its cycles by it (see
+    ``tenure.worker.pacing``); storage itself never acts on it."""
+
+    # Storage is a server: a worker's cycle waits for a round trip, which the
+    # worker hides by claiming ahead of its free slots. False: the cycle is the
+    # worker's own work (SQLite), which claims ahead make fewer and fuller.
+    remote: bool
+    # A cycle costs storage much more than each job in it (PostgreSQL: one
+    # statement of many parts): while a cycle is out, the worker lets the next
+    # gather a full claim (its slots plus claims ahead), not just its slots;
+    # while jobs claimed ahead keep its slots busy, it holds completions back
+    # for a moment, as it does without round trips.
+    costly_cycles: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,16 +276,19 @@ class Backend(Protocol):
 
     url: str
     max_payload: int  # the largest JSON arguments, result or progress, in bytes
-    # Storage is a server: a worker's cycle waits for a round trip, which the
-    # worker hides by claiming ahead of its free slots. False: the cycle is the
-    # worker's own work (SQLite), which claims ahead make fewer and fuller.
-    remote: bool
-    # A cycle costs storage much more than each job in it (PostgreSQL: one
-    # statement of many parts): while a cycle is out, the worker lets the next
-    # gather a full claim (its slots plus claims ahead), not just its slots;
-    # while jobs claimed ahead keep its slots busy, it holds completions back
-    # (BATCH_HORIZON at most), as it does without round trips.
-    costly_cycles: bool
+    capabilities: Capabilities
+
+    @property
+    def transaction(self) -> Transaction | None:
+        """Exactly-once effects, where storage is a database a handler can write
+        to (PostgreSQL, SQLite; None on Redis): ``transaction(job_id, fence,
+        result)`` is a context manager giving a connection in a transaction
+        that also completes the job, fence-checked (``job.transaction()``)."""
+
+    @property
+    def callers(self) -> CallerTransactions | None:
+        """Enqueue in a caller's own transaction (``enqueue(..., conn=)``), where
+        storage is a database the caller shares (PostgreSQL, SQLite; None on Redis)."""
 
     async def open(self) -> None:
         """Connect and apply pending migrations. Raises BackendUnavailable."""

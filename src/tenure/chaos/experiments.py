@@ -23,6 +23,8 @@ from tenure.core.states import Outcome, State
 
 @dataclass(frozen=True)
 class Figure:
+    """One measured figure of an experiment, against its target."""
+
     name: str
     value: float
     target: str
@@ -32,6 +34,8 @@ class Figure:
 
 @dataclass
 class Report:
+    """What one experiment measured, and the guarantees it saw broken."""
+
     experiment: str
     figures: list[Figure] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)

@@ -31,6 +31,8 @@ class ExperimentFailed(Exception):
 
 
 class Lab:
+    """A private queue and the workers an experiment starts, signals and watches."""
+
     def __init__(self, url: str, name: str, **policy: Any) -> None:
         self.url = url
         self.app = App(url)

@@ -33,6 +33,8 @@ from tenure.errors import InvalidInput
 
 
 class State(StrEnum):
+    """Where a job is in its life (the module's doc says who moves it in and out)."""
+
     SCHEDULED = "scheduled"
     QUEUED = "queued"
     ACTIVE = "active"

@@ -34,6 +34,8 @@ Written = Callable[[BaseException | None], None]
 
 
 class Completer:
+    """Successes waiting for the next cycle, which writes them all at once."""
+
     def __init__(self, max_payload: int, wake: Callable[[], None]) -> None:
         self.max_payload = max_payload
         self.wake = wake

@@ -27,6 +27,8 @@ BACKOFF_MAX = 2.0  # how long a recovered storage may wait for the next claim
 
 @dataclass
 class Episode:
+    """One run of failures of one kind of call, from its first failure."""
+
     began: float
     failures: int = 0
 

@@ -20,6 +20,8 @@ log = logging.getLogger("tenure.leases")
 
 
 class LeaseKeeper:
+    """Renews every lease the worker holds, in one heartbeat per interval."""
+
     def __init__(
         self,
         backend: Backend,

@@ -14,10 +14,11 @@ from tenure.core.states import Outcome, State
 from tenure.errors import InvalidInput
 from tenure.job import Job
 from tenure.worker.completer import Completer
-from tenure.worker.executor import (
+from tenure.worker.executors.base import (
     AttemptResult,
     Cancelled,
     Crashed,
+    Raise,
     Raised,
     Returned,
     Settled,
@@ -48,11 +49,11 @@ async def settle(
                 return None
             except InvalidInput as exc:  # the result is not JSON, or too large
                 return await _fail(backend, job, policy, Outcome.ERROR, f"bad result: {exc}")
-        case Raised("retry", tb, retry_in, reason):
+        case Raised(Raise.RETRY, tb, retry_in, reason):
             text = f"Retry requested: {reason}" if reason else "Retry requested"
             return await _fail(backend, job, policy, Outcome.ERROR, text, retry_in=retry_in)
         case Raised(kind, tb):
-            return await _fail(backend, job, policy, Outcome.ERROR, tb, fatal=kind == "fail")
+            return await _fail(backend, job, policy, Outcome.ERROR, tb, fatal=kind is Raise.FAIL)
         case TimedOut(after):
             text = f"attempt {job.attempts} exceeded its deadline of {after} s"
             return await _fail(backend, job, policy, Outcome.TIMEOUT, text)
@@ -81,7 +82,7 @@ def cancelled(result: AttemptResult) -> Cancelled:
             how = "the handler returned (its result is discarded)"
         case Raised(kind, tb):
             how = f"the handler raised {tb.rstrip().rsplit(chr(10), 1)[-1]}"
-            how = "the handler was cancelled" if kind == "cancelled" else how
+            how = "the handler was cancelled" if kind is Raise.CANCELLED else how
         case TimedOut(after):
             how = f"it passed its deadline of {after} s"
         case Crashed(reason):

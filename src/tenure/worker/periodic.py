@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 
 class Periodic(Protocol):
+    """A maintenance component that ``every`` runs: one ``run_once`` per interval."""
+
     interval: float
 
     async def run_once(self) -> Any: ...

@@ -24,6 +24,8 @@ SHARE = 0.25  # of the sweep interval, the most a sweeper spends pruning
 
 
 class Pruner:
+    """Deletes finished jobs past their queue's retention, a batch at a time."""
+
     def __init__(
         self, backend: Backend, batch: int = BATCH, clock: Callable[[], float] = time.monotonic
     ) -> None:

@@ -24,6 +24,8 @@ RETRY_PAST_GUARD = 0.01  # seconds past the guard's window (one landing in it is
 
 
 class Sweeper:
+    """Recovers stalled attempts and those of dead workers, one sweep per interval."""
+
     def __init__(
         self,
         backend: Backend,

@@ -31,6 +31,8 @@ LONGEST_SLEEP = 60.0  # a wall clock set forward is noticed within this long
 
 
 class Ticker:
+    """Enqueues one job per tick of the periodic schedules of the queues served."""
+
     def __init__(
         self,
         backend: Backend,

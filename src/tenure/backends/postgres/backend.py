@@ -23,6 +23,7 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
 from tenure.backends.base import (
+    Capabilities,
     LeaseRef,
     Page,
     Renewal,
@@ -98,8 +99,8 @@ __all__ = ["PostgresBackend"]
 class PostgresBackend(EventReading):
     """Jobs in PostgreSQL, under their own schema (default ``tenure``)."""
 
-    remote = True
-    costly_cycles = True  # fuller cycles: server CPU per job -37% (docs/design.md)
+    # Fuller cycles cost its server less CPU per job (docs/design.md).
+    capabilities = Capabilities(remote=True, costly_cycles=True)
 
     def __init__(
         self,

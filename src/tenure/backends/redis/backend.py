@@ -27,6 +27,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from tenure.backends.base import (
+    Capabilities,
     LeaseRef,
     Page,
     Renewal,
@@ -76,8 +77,10 @@ DEFAULTS = QueuePolicy()
 class RedisBackend:
     """Jobs in Redis (keys laid out for Redis Cluster). See the module docstring."""
 
-    remote = True
-    costly_cycles = False  # a script call: fuller cycles only cost it overlap
+    # A cycle is one script call: cheap, and it gains more from overlapping than filling.
+    capabilities = Capabilities(remote=True, costly_cycles=False)
+    transaction = None  # no database a handler writes to: no exactly-once effects here
+    callers = None  # nor a caller's transaction to enqueue in
 
     def __init__(self, options: Options) -> None:
         self.url = options.url

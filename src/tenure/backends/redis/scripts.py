@@ -49,6 +49,8 @@ PARTS = {"enqueue_tick": ("enqueue_tick", "enqueue")}
 
 @dataclass(frozen=True, slots=True)
 class Script:
+    """One Lua script of ``scripts/``, with the SHA1 that EVALSHA names it by."""
+
     name: str
     source: bytes
     sha: str

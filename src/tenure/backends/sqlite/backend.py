@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 import orjson
 
 from tenure.backends.base import (
+    Capabilities,
     LeaseRef,
     Renewal,
     Rescued,
@@ -101,8 +102,7 @@ def path_of_url(url: str) -> str:
 class SQLiteBackend(Opening, Operators, EventReading):
     """Jobs in one SQLite file (WAL mode). See the module docstring."""
 
-    remote = False
-    costly_cycles = False  # its cycles gather otherwise (Supervisor._gather_for)
+    capabilities = Capabilities(remote=False, costly_cycles=False)
 
     def __init__(
         self,

@@ -24,6 +24,8 @@ MAX_ADDRESS = 107  # bytes of a unix socket's path (sun_path, less its final NUL
 
 
 class Doorbells:
+    """Wake-ups of idle workers on one host: a datagram to each worker's socket."""
+
     def __init__(self, directory: str | None) -> None:
         self.directory = directory  # the workers' directory; None: no bells (in memory)
         self._dir_fd: int | None = None  # to reach it by a short path, if its own is too long

@@ -20,6 +20,8 @@ SQLITE_READONLY_DIRECTORY = 1544  # sqlite3 names it from Python 3.11.4 only
 
 
 class Opening:
+    """The SQLite backend's part that opens the file, checks it and migrates it."""
+
     path: str
     read_only: bool
     adopt: bool

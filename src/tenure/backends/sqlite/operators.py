@@ -40,6 +40,8 @@ PRUNE_TX = 250  # jobs per transaction of a prune: a few ms (docs/benchmarks.md)
 
 
 class Operators:
+    """The SQLite backend's operator verbs: reading, cancelling, the DLQ, policies, workers."""
+
     clock: Clock
     _locks: WorkerLocks
     doorbells: Doorbells

@@ -1,12 +1,11 @@
-"""Executors run handlers; the supervisor decides what their results mean.
+"""The thread executor: sync handlers on a thread pool, async handlers on an
+event loop of their own (never the supervisor's, so a handler cannot delay a
+heartbeat through the loop).
 
-An executor turns one attempt into an :class:`AttemptResult`. This module has
-the thread executor: sync handlers on a thread pool, async handlers on an event
-loop of their own (never the supervisor's, so a handler cannot delay a
-heartbeat through the loop). Its trade-off: a thread cannot be killed, so an
-attempt past its deadline, whose lease was lost, or whose job was cancelled and
-did not stop within the grace, is abandoned, and whatever it returns later is
-thrown away; it keeps its thread until it ends.
+Its trade-off: a thread cannot be killed, so an attempt past its deadline,
+whose lease was lost, or whose job was cancelled and did not stop within the
+grace, is abandoned, and whatever it returns later is thrown away; it keeps
+its thread until it ends.
 """
 
 from __future__ import annotations
@@ -15,152 +14,35 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import enum
 import functools
 import threading
 import time
-import traceback
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from tenure.backends.base import LeaseRef
-from tenure.context import JobContext, Transaction, running
-from tenure.core.names import as_text
-from tenure.errors import Fail, Retry
+from tenure.context import JobContext, Transaction
 from tenure.hooks import Hooks
 from tenure.job import Job
 from tenure.portal import Portal
 from tenure.threads import DaemonThreads
+from tenure.worker.executors.base import AttemptResult, Link, OnEnd, Stopped, TimedOut
+from tenure.worker.executors.handlers import raised, run_async, run_sync
 
 if TYPE_CHECKING:
     from tenure.app import Task
 
-TRACEBACK_LIMIT = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Returned:
-    value: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Raised:
-    """The handler raised. ``kind``: ``error``, ``retry`` (tenure.Retry), ``fail``
-    (tenure.Fail) or ``cancelled``."""
-
-    kind: str
-    traceback: str
-    retry_in: float | None = None
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class TimedOut:
-    after: float
-
-
-@dataclass(frozen=True, slots=True)
-class Crashed:
-    """The process running the handler died under it."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Settled:
-    """The handler completed its job itself, in its own transaction
-    (``job.transaction()``); ``error`` is what it raised afterwards, if anything."""
-
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Stopped:
-    """The supervisor stopped the attempt (lease lost, drain budget spent, or
-    collateral of stopping another attempt in the same process)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Cancelled:
-    """The job was cancelled while the attempt ran and the handler was told:
-    whatever ended the attempt then (``how``), the job ends ``cancelled``."""
-
-    how: str
-
-
-AttemptResult = Returned | Raised | TimedOut | Crashed | Settled | Stopped | Cancelled
-
-# How an executor asks the supervisor to act for a running handler:
-# ``await link("progress", job, data)`` or ``await link("heartbeat", job, None)``.
-Link = Callable[[str, Job, Any], Coroutine[Any, Any, None]]
-
-
-def describe(exc: BaseException) -> str:
-    text = as_text("".join(traceback.format_exception(exc)))  # a message may hold surrogates
-    return text if len(text) <= TRACEBACK_LIMIT else text[:TRACEBACK_LIMIT] + "\n[truncated]"
-
-
-def raised(exc: BaseException) -> Raised:
-    """Classify what a handler raised."""
-    text = describe(exc)
-    if isinstance(exc, Retry):
-        return Raised("retry", text, exc.in_, as_text(str(exc.reason)))
-    if isinstance(exc, Fail):
-        return Raised("fail", text)
-    if isinstance(exc, asyncio.CancelledError):
-        return Raised("cancelled", text)
-    return Raised("error", text)
-
-
-def outcome_of(ctx: JobContext, value: Any, exc: BaseException | None) -> AttemptResult:
-    """What a handler's end means: settled by itself, returned, or raised."""
-    if ctx.settled:
-        return Settled(None if exc is None else describe(exc))
-    return Returned(value) if exc is None else raised(exc)
-
-
-# What an executor calls, on the supervisor's loop, when an attempt has ended:
-# its result, and how long it ran (seconds from its start; 0 if it never started).
-OnEnd = Callable[[AttemptResult, float], None]
-
-
-class Executor(Protocol):
-    """Runs attempts; the supervisor asks it how many more it can take."""
-
-    def capacity(self) -> int:
-        """Free slots: attempts that would start now."""
-
-    def room(self) -> int:
-        """How many more attempts ``begin`` takes now: the free slots, and those
-        it keeps to start by itself as slots free."""
-
-    async def start(self) -> None: ...
-
-    def begin(self, job: Job, timeout: float | None, on_end: OnEnd) -> None:
-        """Start an attempt now, or as soon as a slot frees (it counts against
-        capacity at once, and its deadline runs from its start); call
-        ``on_end`` with its result, exactly once, from the loop."""
-
-    def withdraw(self) -> list[Job]:
-        """Take back the attempts begun that have not started (waiting for a
-        slot): they never will, and ``on_end`` is not called for them."""
-
-    def stop(self, lease: LeaseRef) -> None:
-        """End one attempt (job id and fence: a worker may hold two of one job)
-        with Stopped; its handler is killed, cancelled or abandoned."""
-
-    def abort(self, lease: LeaseRef, grace: float) -> None:
-        """Tell a running attempt's handler that its job was cancelled
-        (``current_job().cancelled``; an async one's task is cancelled) and, if
-        it has not ended ``grace`` seconds later, stop it as ``stop`` does. One
-        that has not started is stopped now."""
-
-    async def close(self) -> None: ...
-
-
 WAITING_PER_SLOT = 3  # attempts the thread executor takes beyond its slots, per slot
-PENDING, RUNNING, FREED = 0, 1, 2  # an attempt's hold on a slot: waits for one, holds one, done
+
+
+class Slot(enum.Enum):
+    """An attempt's hold on a slot."""
+
+    PENDING = "pending"  # begun, waits for a slot
+    RUNNING = "running"  # holds one
+    FREED = "freed"  # done with it, or never got one
 
 
 class Attempt:
@@ -176,7 +58,7 @@ class Attempt:
         self.timer: asyncio.TimerHandle | None = None
         self.handler: Future[Any] | None = None  # an async handler's, to cancel
         self.ended = False  # on the loop: its first end is known
-        self.slot = PENDING  # under the executor's lock
+        self.slot = Slot.PENDING  # under the executor's lock
         self.started = 0.0  # time.monotonic() (the loop's clock) when it got a slot
         self.ctx: JobContext
         self.fn: Callable[..., Any]  # the handler
@@ -196,8 +78,8 @@ class ThreadExecutor:
     and the thread whose attempt ends hands its slot to the next at once and
     runs it (a sync one) in the same breath. A worker draining short jobs then
     seldom puts a handler thread to sleep or wakes one, or waits for the loop,
-    between two jobs: that cost a fifth to a third of its CPU per job, most of
-    it the kernel's, switching and waking threads.
+    between two jobs: switching and waking threads, most of it in the kernel,
+    was a large share of its CPU per job (docs/design.md).
     """
 
     def __init__(
@@ -221,7 +103,7 @@ class ThreadExecutor:
         self._busy = 0  # slots held
         self._pending: collections.deque[Attempt] = collections.deque()  # waiting for a slot
         # Once started. The loop is kept: on Python 3.11, asyncio.get_running_loop()
-        # makes a getpid() system call each time (5% of a draining worker's loop).
+        # makes a getpid() system call each time, and a draining worker asks often.
         self._loop: asyncio.AbstractEventLoop
         self._ended: Mailbox
 
@@ -244,14 +126,14 @@ class ThreadExecutor:
             if task.is_async and self._aio is None:
                 self._aio = Portal("tenure-async-handlers")
         except Exception as exc:  # it never starts: it ends now
-            attempt.slot = FREED
+            attempt.slot = Slot.FREED
             self._loop.call_soon(self._end, attempt, raised(exc))
             return
         with self._lock:
             starts = self._busy < self.slots
             if starts:
                 self._busy += 1
-                attempt.slot = RUNNING
+                attempt.slot = Slot.RUNNING
             else:
                 self._pending.append(attempt)
         if starts:
@@ -275,7 +157,7 @@ class ThreadExecutor:
             self._threads.submit(functools.partial(self._work, attempt))
             return
         assert self._aio is not None
-        coroutine = _run_async(attempt.fn, attempt.ctx, self.hooks)
+        coroutine = run_async(attempt.fn, attempt.ctx, self.hooks)
         handler = asyncio.run_coroutine_threadsafe(coroutine, self._aio.loop)
         attempt.handler = handler
         handler.add_done_callback(functools.partial(self._async_ended, attempt))
@@ -285,7 +167,7 @@ class ThreadExecutor:
     def _work(self, attempt: Attempt | None) -> None:
         """In a handler thread: run sync attempts, this one and those it hands its slot to."""
         while attempt is not None:
-            result = attempt.context.run(_run_sync, attempt.fn, attempt.ctx, self.hooks)
+            result = attempt.context.run(run_sync, attempt.fn, attempt.ctx, self.hooks)
             attempt = self._after(attempt, result)
 
     def _async_ended(self, attempt: Attempt, f: Future[AttemptResult]) -> None:
@@ -312,14 +194,14 @@ class ThreadExecutor:
 
     def _release(self, attempt: Attempt) -> Attempt | None:
         """Under the lock: the slot an attempt held goes to the next waiting, if any."""
-        if attempt.slot != RUNNING:
+        if attempt.slot is not Slot.RUNNING:
             return None
-        attempt.slot = FREED
+        attempt.slot = Slot.FREED
         if not self._pending:
             self._busy -= 1
             return None
         after = self._pending.popleft()
-        after.slot = RUNNING
+        after.slot = Slot.RUNNING
         after.started = time.monotonic()
         return after
 
@@ -343,9 +225,9 @@ class ThreadExecutor:
         if attempt.handler is not None and not attempt.handler.done():
             attempt.handler.cancel()
         with self._lock:
-            if attempt.slot == PENDING:  # stopped before it started: it never will
+            if attempt.slot is Slot.PENDING:  # stopped before it started: it never will
                 self._pending.remove(attempt)
-                attempt.slot = FREED
+                attempt.slot = Slot.FREED
             after = self._release(attempt)
         if after is not None:
             self._launch(after)
@@ -355,15 +237,18 @@ class ThreadExecutor:
         with self._lock:
             waiting, self._pending = list(self._pending), collections.deque()
             for attempt in waiting:
-                attempt.slot = FREED
+                attempt.slot = Slot.FREED
         for attempt in waiting:
             attempt.ended = True
             del self._attempts[attempt.job.id, attempt.job.fence]
         return [attempt.job for attempt in waiting]
 
     def _context(self, job: Job) -> JobContext:
-        def call(op: str, data: Any) -> None:
-            asyncio.run_coroutine_threadsafe(self.link(op, job, data), self._loop).result()
+        def progress(data: Any) -> None:
+            asyncio.run_coroutine_threadsafe(self.link.progress(job, data), self._loop).result()
+
+        def heartbeat() -> None:
+            asyncio.run_coroutine_threadsafe(self.link.heartbeat(job), self._loop).result()
 
         return JobContext(
             id=job.id,
@@ -374,8 +259,8 @@ class ThreadExecutor:
             args=job.args,
             key=job.key,
             traceparent=job.traceparent,
-            _progress=lambda data: call("progress", data),
-            _heartbeat=lambda: call("heartbeat", None),
+            _progress=progress,
+            _heartbeat=heartbeat,
             _transaction=self.transaction,
         )
 
@@ -393,7 +278,7 @@ class ThreadExecutor:
         attempt = self._attempts.get(lease)
         if attempt is None or attempt.ended:
             return
-        if attempt.slot != RUNNING:  # not started (or never will): it goes now
+        if attempt.slot is not Slot.RUNNING:  # not started (or never will): it goes now
             self._loop.call_soon(self._end, attempt, Stopped())
             return
         attempt.ctx._cancel()
@@ -433,31 +318,3 @@ class Mailbox:
         ends = self._ends
         while ends:
             self._deliver_one(*ends.popleft())
-
-
-def _run_sync(fn: Callable[..., Any], ctx: JobContext, hooks: Hooks) -> AttemptResult:
-    """In a handler thread: run the handler, wrapped in the attempt's hooks; what its end means."""
-    try:
-        with running(ctx), hooks.around(ctx):
-            return outcome_of(ctx, fn(**ctx.args), None)
-    except BaseException as exc:
-        return outcome_of(ctx, None, exc)
-
-
-async def _run_async(fn: Callable[..., Any], ctx: JobContext, hooks: Hooks) -> AttemptResult:
-    """On the handlers' loop: run the handler; what its end means. What it
-    raises ends here, SystemExit and KeyboardInterrupt too: out of a task they
-    would stop the loop every async attempt of the worker runs on. So does a
-    CancelledError nobody asked for: the task would look stopped, and the
-    attempt would never end."""
-    ctx._running_in(asyncio.current_task())
-    try:
-        with running(ctx), hooks.around(ctx):
-            return outcome_of(ctx, await fn(**ctx.args), None)
-    except asyncio.CancelledError as exc:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling() and not ctx.cancelled:
-            raise  # stopped, or past its deadline: the end is known already
-        return outcome_of(ctx, None, exc)
-    except BaseException as exc:
-        return outcome_of(ctx, None, exc)

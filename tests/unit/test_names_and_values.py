@@ -1,36 +1,11 @@
 import pytest
 
 from tenure.config import QueuePolicy, WorkerConfig
-from tenure.core import lease
 from tenure.core.clock import FakeClock
 from tenure.core.names import check_key, check_name
 from tenure.core.payload import decode, encode, encode_args
 from tenure.errors import InvalidInput
 from tenure.job import JobSpec, new_job_id
-
-
-def test_a_fence_grows_by_one_per_claim():
-    assert lease.next_fence(0) == lease.FIRST_FENCE
-    assert lease.next_fence(41) == 42
-
-
-def test_a_lease_expires_at_its_ttl_and_not_before():
-    clock = FakeClock()
-    held = lease.Lease("j", 1, "w", lease.expires_at(clock.now(), 15.0))
-    clock.advance(14.999)
-    assert not held.expired(clock.now())
-    clock.advance(0.001)
-    assert held.expired(clock.now())
-    assert not lease.Lease("j", 1, "w", None).expired(clock.now() + 1e9)
-
-
-def test_only_the_current_fence_may_write():
-    assert lease.is_current(3, 3)
-    assert not lease.is_current(3, 2)
-
-
-def test_lost_leases_are_those_held_but_not_renewed():
-    assert lease.lost_leases({("a", 1), ("b", 2)}, {("a", 1), ("c", 9)}) == {("b", 2)}
 
 
 def test_a_fake_clock_never_goes_back():

@@ -16,72 +16,34 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from typing import Any
 
 from tenure.backends.base import LeaseRef
 from tenure.errors import LeaseLost, TenureError
 from tenure.job import Job
-from tenure.worker.executor import (
-    AttemptResult,
-    Crashed,
-    Link,
-    OnEnd,
-    Raised,
-    Returned,
-    Settled,
-    Stopped,
-    TimedOut,
+from tenure.worker.executors.base import AttemptResult, Crashed, Link, OnEnd, Stopped
+from tenure.worker.executors.children import Child, Running, StopReason, spawn
+from tenure.worker.executors.wire import (
+    Abort,
+    Cancel,
+    Done,
+    Exit,
+    Fatal,
+    Frame,
+    Heartbeat,
+    Progress,
+    Ready,
+    Refusal,
+    Reply,
+    Run,
+    Started,
 )
-from tenure.worker.wire import Message, WireError, frame, parse, size_of
 
 log = logging.getLogger("tenure.executor")
 
 ASYNC_CANCEL_GRACE = 1.0
-START_TIMEOUT = 60.0
 CLOSE_WAIT = 5.0  # seconds close() waits for the tasks watching executors to end
-
-
-@dataclass
-class Running:
-    job: Job
-    is_async: bool
-    result: asyncio.Future[AttemptResult]
-    timeout: float | None
-    timer: asyncio.TimerHandle | None = None
-    stop_reason: str | None = None  # why the supervisor stopped it: timeout, stopped
-
-
-@dataclass
-class Child:
-    """One executor process and what it runs."""
-
-    proc: subprocess.Popen[bytes]
-    transport: asyncio.WriteTransport
-    ready: asyncio.Future[None]
-    jobs: dict[LeaseRef, Running] = field(default_factory=dict)  # by attempt
-    done: int = 0
-    retiring: bool = False
-    killed: bool = False
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def send(self, message: Message) -> None:
-        if not self.transport.is_closing():
-            self.transport.write(frame(message))
-
-    def kill(self) -> None:
-        if not self.killed:
-            self.killed = True
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGKILL)
 
 
 class ProcessPool:
@@ -111,8 +73,8 @@ class ProcessPool:
         self._closing = False
         # Attempts, not jobs: a worker may hold two attempts of one job (the
         # second claimed after the first was recovered from under it).
-        self._waiting: set[LeaseRef] = set()  # attempts waiting for an executor
-        self._stopped_waiting: set[LeaseRef] = set()
+        self._unplaced: set[LeaseRef] = set()  # begun, waiting for an executor
+        self._stopped_unplaced: set[LeaseRef] = set()
         self._tasks: set[asyncio.Task[None]] = set()  # watchers and answers, kept referenced
         self._runs: set[asyncio.Task[AttemptResult]] = set()  # attempts begun
 
@@ -126,7 +88,7 @@ class ProcessPool:
                 free += 1
             elif all(r.is_async for r in c.jobs.values()):
                 free += self.async_slots - len(c.jobs)
-        return max(free - len(self._waiting), 0)
+        return max(free - len(self._unplaced), 0)
 
     def room(self) -> int:
         """As many as can start now: jobs wait for an executor in the supervisor."""
@@ -155,27 +117,9 @@ class ProcessPool:
         await asyncio.gather(*(c.ready for c in self.children))
 
     async def _spawn(self) -> Child:
-        loop = asyncio.get_running_loop()
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or "." for p in sys.path)}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tenure.worker.child", self.app_path,
-             str(to_child_r), str(from_child_w), str(os.getpid())],
-            pass_fds=(to_child_r, from_child_w), env=env, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        os.close(to_child_r)
-        os.close(from_child_w)
+        child = await spawn(self.app_path)
         self.started += 1
-        transport, _ = await loop.connect_write_pipe(
-            asyncio.Protocol, os.fdopen(to_child_w, "wb", buffering=0)
-        )
-        reader = asyncio.StreamReader(limit=2**31)
-        await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(from_child_r, "rb", buffering=0)
-        )
-        child = Child(proc, transport, loop.create_future())
-        self._keep(self._watch(child, reader), f"executor-{proc.pid}")
+        self._keep(self._watch(child), f"executor-{child.pid}")
         return child
 
     def _keep(self, coroutine: Coroutine[Any, Any, None], name: str | None = None) -> None:
@@ -183,15 +127,11 @@ class ProcessPool:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _watch(self, child: Child, reader: asyncio.StreamReader) -> None:
-        """Read the child's messages until its pipe closes: then it is dead."""
+    async def _watch(self, child: Child) -> None:
+        """Read the child's frames until its pipe closes: then it is dead."""
         try:
-            while True:
-                header = await reader.readexactly(4)
-                message = parse(await reader.readexactly(size_of(header)))
-                await self._on_message(child, message)
-        except (asyncio.IncompleteReadError, ConnectionError, WireError):
-            pass
+            while (message := await child.read()) is not None:
+                self._on_frame(child, message)
         except asyncio.CancelledError:
             child.kill()
             raise
@@ -199,78 +139,64 @@ class ProcessPool:
             child.transport.close()
         await self._on_death(child)
 
-    async def _on_message(self, child: Child, message: Message) -> None:
-        op = message.get("op")
-        if op == "ready":
-            if not child.ready.done():
-                child.ready.set_result(None)
-            self._changed.set()
-        elif op == "fatal":
-            if not child.ready.done():
-                child.ready.set_exception(TenureError(message.get("error", "executor failed")))
-        elif op == "started":
-            running = child.jobs.get(_attempt_of(message))
-            if running is not None and running.timeout is not None:
-                running.timer = asyncio.get_running_loop().call_later(
-                    running.timeout, self._deadline, child, running
-                )
-        elif op == "done":
-            self._finish(child, message)
-        elif op in ("progress", "heartbeat"):
-            self._keep(self._answer(child, message))
+    def _on_frame(self, child: Child, message: Frame) -> None:
+        match message:
+            case Ready():
+                if not child.ready.done():
+                    child.ready.set_result(None)
+                self._changed.set()
+            case Fatal(error):
+                if not child.ready.done():
+                    child.ready.set_exception(TenureError(error or "executor failed"))
+            case Started(id=job_id, fence=fence):
+                running = child.jobs.get((job_id, fence))
+                if running is not None and running.timeout is not None:
+                    running.timer = asyncio.get_running_loop().call_later(
+                        running.timeout, self._deadline, child, running
+                    )
+            case Done():
+                self._finish(child, message)
+            case Progress() | Heartbeat():
+                self._keep(self._answer(child, message))
 
-    async def _answer(self, child: Child, message: Message) -> None:
-        running = child.jobs.get(_attempt_of(message))
-        reply: Message = {"op": "reply", "req": message["req"]}
+    async def _answer(self, child: Child, request: Progress | Heartbeat) -> None:
+        running = child.jobs.get((request.id, request.fence))
+        reply = Reply(request.req)
         try:
             if running is None or running.stop_reason is not None:
-                raise LeaseLost(f"job {message['id']} is no longer run by this executor")
-            await self.link(message["op"], running.job, message.get("data"))
+                raise LeaseLost(f"job {request.id} is no longer run by this executor")
+            if isinstance(request, Progress):
+                await self.link.progress(running.job, request.data)
+            else:
+                await self.link.heartbeat(running.job)
         except LeaseLost as exc:
-            reply.update(error="lease_lost", message=str(exc))
+            reply.error, reply.message = Refusal.LEASE_LOST, str(exc)
         except Exception as exc:
-            reply.update(error="failed", message=str(exc))
+            reply.error, reply.message = Refusal.FAILED, str(exc)
         child.send(reply)
 
-    def _finish(self, child: Child, message: Message) -> None:
-        running = child.jobs.pop(_attempt_of(message), None)
+    def _finish(self, child: Child, done: Done) -> None:
+        running = child.jobs.pop((done.id, done.fence), None)
         if running is None:
             return
         child.done += 1
         if running.timer is not None:
             running.timer.cancel()
-        if running.stop_reason == "timeout":
-            result: AttemptResult = TimedOut(running.timeout or 0.0)
-        elif running.stop_reason is not None:
-            result = Stopped()
-        elif message["kind"] == "returned":
-            result = Returned(message.get("value"))
-        elif message["kind"] == "settled":
-            result = Settled(message.get("error"))
-        else:
-            result = Raised(message["kind"], message["error"], message.get("retry_in"),
-                            message.get("reason", ""))  # fmt: skip
-        if not running.result.done():
-            running.result.set_result(result)
+        running.end(done.result())
         self._maybe_retire(child)
         self._changed.set()
 
     async def _on_death(self, child: Child) -> None:
-        code = await asyncio.get_running_loop().run_in_executor(None, child.proc.wait)
+        code = await child.wait()
         how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
         if not child.ready.done():
             child.ready.set_exception(TenureError(f"executor {child.pid} {how} while starting"))
         for running in child.jobs.values():
             if running.timer is not None:
                 running.timer.cancel()
-            if running.result.done():
-                continue
-            if running.stop_reason == "timeout":
-                running.result.set_result(TimedOut(running.timeout or 0.0))
-            elif running.stop_reason is not None or child.retiring:
-                running.result.set_result(Stopped())
-            else:
-                running.result.set_result(Crashed(f"executor process {child.pid} {how}"))
+            if child.retiring:
+                running.stop()
+            running.end(Crashed(f"executor process {child.pid} {how}"))
         if child.jobs and not child.killed:
             log.error("executor %d %s, running %d job(s)", child.pid, how, len(child.jobs))
         child.jobs.clear()
@@ -285,7 +211,7 @@ class ProcessPool:
             child = await self._spawn()
             if self._closing:  # closed while it started: close() did not see it
                 child.kill()
-                await asyncio.get_running_loop().run_in_executor(None, child.proc.wait)
+                await child.wait()
                 return
             self.children.append(child)
             await child.ready
@@ -297,7 +223,7 @@ class ProcessPool:
     def _maybe_retire(self, child: Child) -> None:
         if self.max_jobs is not None and child.done >= self.max_jobs and not child.jobs:
             child.retiring = True
-            child.send({"op": "exit"})
+            child.send(Exit())
 
     async def close(self) -> None:
         self._closing = True
@@ -305,14 +231,14 @@ class ProcessPool:
             child.kill()
         for child in list(self.children):
             with contextlib.suppress(Exception):
-                await asyncio.get_running_loop().run_in_executor(None, child.proc.wait)
+                await child.wait()
         if self._tasks:  # watchers end with their process; one replacing an executor kills it
             await asyncio.wait(self._tasks, timeout=CLOSE_WAIT)
 
     # -- attempts ------------------------------------------------------------
 
     def begin(self, job: Job, timeout: float | None, on_end: OnEnd) -> None:
-        self._waiting.add((job.id, job.fence))  # counted against capacity from now on
+        self._unplaced.add((job.id, job.fence))  # counted against capacity from now on
         loop = asyncio.get_running_loop()
         task = loop.create_task(self.run(job, timeout))
         self._runs.add(task)
@@ -332,9 +258,9 @@ class ProcessPool:
     async def run(self, job: Job, timeout: float | None) -> AttemptResult:
         is_async = self.is_async(job.task)
         lease = (job.id, job.fence)
-        self._waiting.add(lease)
+        self._unplaced.add(lease)
         try:
-            while lease not in self._stopped_waiting:
+            while lease not in self._stopped_unplaced:
                 if (child := self._place(is_async)) is not None:
                     break
                 self._changed.clear()
@@ -342,25 +268,23 @@ class ProcessPool:
             else:
                 return Stopped()
         finally:
-            self._waiting.discard(lease)
-            self._stopped_waiting.discard(lease)
+            self._unplaced.discard(lease)
+            self._stopped_unplaced.discard(lease)
         running = Running(job, is_async, asyncio.get_running_loop().create_future(), timeout)
         child.jobs[lease] = running
-        child.send({"op": "run", "async": is_async, "id": job.id, "task": job.task,
-                    "queue": job.queue, "attempt": job.attempts, "fence": job.fence,
-                    "args": job.args, "key": job.key, "timed": timeout is not None,
-                    "traceparent": job.traceparent})  # fmt: skip
+        child.send(Run(job.id, job.fence, job.task, job.queue, job.attempts, job.args, job.key,
+                       job.traceparent, is_async, timeout is not None))  # fmt: skip
         return await running.result
 
     def stop(self, lease: LeaseRef) -> None:
         for child in self.children:
             running = child.jobs.get(lease)
             if running is not None:
-                running.stop_reason = running.stop_reason or "stopped"
+                running.stop()
                 self._interrupt(child, running)
                 return
-        if lease in self._waiting:  # not placed yet: it never will be
-            self._stopped_waiting.add(lease)
+        if lease in self._unplaced:  # not placed yet: it never will be
+            self._stopped_unplaced.add(lease)
             self._changed.set()
 
     def abort(self, lease: LeaseRef, grace: float) -> None:
@@ -369,7 +293,7 @@ class ProcessPool:
         for child in self.children:
             running = child.jobs.get(lease)
             if running is not None:
-                child.send({"op": "abort", "id": running.job.id, "fence": running.job.fence})
+                child.send(Abort(running.job.id, running.job.fence))
                 asyncio.get_running_loop().call_later(grace, self._abort_overdue, child, running)
                 return
         self.stop(lease)  # not placed yet: it never will be
@@ -378,33 +302,23 @@ class ProcessPool:
         if child.jobs.get((running.job.id, running.job.fence)) is running:
             log.warning("job %s was cancelled and did not stop: killing its executor %d",
                         running.job.id, child.pid)  # fmt: skip
-            running.stop_reason = running.stop_reason or "stopped"
-            self._kill(child)
+            running.stop()
+            child.kill_all()
 
     def _deadline(self, child: Child, running: Running) -> None:
-        running.stop_reason = "timeout"
+        running.stop_reason = StopReason.TIMEOUT
         log.warning("job %s passed its deadline of %s s", running.job.id, running.timeout)
         self._interrupt(child, running)
 
     def _interrupt(self, child: Child, running: Running) -> None:
         """Stop one attempt: cancel an async one (kill if it will not yield); kill a sync one."""
         if running.is_async and len(child.jobs) > 1:
-            child.send({"op": "cancel", "id": running.job.id, "fence": running.job.fence})
+            child.send(Cancel(running.job.id, running.job.fence))
             asyncio.get_running_loop().call_later(ASYNC_CANCEL_GRACE, self._kill_if_running,
                                                   child, running)  # fmt: skip
             return
-        self._kill(child)
-
-    def _kill(self, child: Child) -> None:
-        for other in child.jobs.values():  # collateral: handed back, no penalty
-            other.stop_reason = other.stop_reason or "stopped"
-        child.kill()
+        child.kill_all()
 
     def _kill_if_running(self, child: Child, running: Running) -> None:
         if child.jobs.get((running.job.id, running.job.fence)) is running:
-            self._kill(child)
-
-
-def _attempt_of(message: Message) -> LeaseRef:
-    """The attempt an executor's message is about."""
-    return (message["id"], message["fence"])
+            child.kill_all()

@@ -1,0 +1,238 @@
+"""The executor process: runs handlers for its supervisor, and nothing else.
+
+It never talks to storage. It dies with its supervisor: ``PR_SET_PDEATHSIG``
+kills it the moment the supervisor's thread that spawned it dies, and end of
+file on its command pipe makes it exit at once (belt and braces: the signal is
+Linux-only, the pipe is not). It ignores SIGINT and SIGTERM, which a terminal or
+an init system may send to the whole process group: the supervisor decides when
+its handlers stop.
+
+Sync handlers run on the main thread, one at a time; async handlers run on an
+event loop in a second thread, up to ``--async-slots`` at once. A reader
+thread takes commands and replies off the pipe.
+
+Run as ``python -m tenure.worker.executors.child APP_PATH FD_IN FD_OUT PARENT_PID``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import queue
+import signal
+import sys
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from tenure.context import JobContext, Transaction
+from tenure.core.payload import check as check_json
+from tenure.errors import InvalidInput, LeaseLost, TenureError
+from tenure.hooks import Hooks
+from tenure.worker.executors.base import HandlerEnd, Raise, Raised, Returned
+from tenure.worker.executors.handlers import raised, run_async, run_sync
+from tenure.worker.executors.wire import (
+    Abort,
+    Cancel,
+    Done,
+    Exit,
+    Fatal,
+    Heartbeat,
+    Progress,
+    Ready,
+    Refusal,
+    Reply,
+    Run,
+    Started,
+    ToSupervisor,
+    frame,
+    read_frame,
+    write_all,
+)
+
+PR_SET_PDEATHSIG = 1
+
+Attempt = tuple[str, int]  # (job id, fence)
+
+
+def die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent dies; exit now if it already has."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(0)
+
+
+class ExecutorProcess:
+    """The inside of one executor process: takes attempts off the pipe, runs
+    their handlers, and sends back how each ended."""
+
+    def __init__(self, fd_in: int, fd_out: int) -> None:
+        self.fd_in, self.fd_out = fd_in, fd_out
+        self._write_lock = threading.Lock()
+        self._sync_runs: queue.SimpleQueue[tuple[Run, JobContext] | None] = queue.SimpleQueue()
+        # Attempts given to run and not done: made by the reader thread, so
+        # that an abort right after the run finds its attempt.
+        self._contexts: dict[Attempt, JobContext] = {}
+        self._replies: dict[int, Future[Reply]] = {}
+        self._next_request = 0
+        self._request_lock = threading.Lock()
+        self._aio_loop: asyncio.AbstractEventLoop | None = None
+        self._aio_tasks: dict[Attempt, asyncio.Task[Any]] = {}
+        self.tasks: dict[str, Any] = {}
+        self.transaction: Transaction | None = None
+        self.hooks = Hooks()  # the App's, once loaded
+
+    def send(self, message: ToSupervisor) -> None:
+        data = frame(message)
+        with self._write_lock:
+            write_all(self.fd_out, data)
+
+    # -- requests to the supervisor (progress, heartbeat) --------------------
+
+    def _request_number(self) -> tuple[int, Future[Reply]]:
+        with self._request_lock:
+            self._next_request += 1
+            req = self._next_request
+            reply: Future[Reply] = Future()
+            self._replies[req] = reply
+        return req, reply
+
+    def _ask(self, request: Progress | Heartbeat, reply: Future[Reply]) -> None:
+        self.send(request)
+        answer = reply.result()
+        if answer.error is Refusal.LEASE_LOST:
+            raise LeaseLost(answer.message or "this attempt's lease was lost")
+        if answer.error is not None:
+            raise TenureError(answer.message)
+
+    def progress(self, run: Run, data: Any) -> None:
+        req, reply = self._request_number()
+        self._ask(Progress(req, run.id, run.fence, data), reply)
+
+    def heartbeat(self, run: Run) -> None:
+        req, reply = self._request_number()
+        self._ask(Heartbeat(req, run.id, run.fence), reply)
+
+    def context(self, run: Run) -> JobContext:
+        return JobContext(
+            id=run.id,
+            task=run.task,
+            queue=run.queue,
+            attempt=run.attempt,
+            fence=run.fence,
+            args=run.args,
+            key=run.key,
+            traceparent=run.traceparent,
+            _progress=lambda data: self.progress(run, data),
+            _heartbeat=lambda: self.heartbeat(run),
+            _transaction=self.transaction,
+        )
+
+    # -- the reader thread ---------------------------------------------------
+
+    def read_forever(self) -> None:
+        while True:
+            try:
+                message = read_frame(self.fd_in)
+            except Exception:  # a broken pipe or frame: the supervisor is gone or mad
+                message = None
+            match message:
+                case None | Exit():
+                    os._exit(0)  # the supervisor is gone or asked: no handler runs on
+                case Reply(req=req):
+                    if (future := self._replies.pop(req, None)) is not None:
+                        future.set_result(message)
+                case Run(is_async=is_async):
+                    ctx = self._contexts[message.id, message.fence] = self.context(message)
+                    if is_async:
+                        self._start_async(message, ctx)
+                    else:
+                        self._sync_runs.put((message, ctx))
+                case Cancel(id=job_id, fence=fence):
+                    self._cancel_async((job_id, fence))
+                case Abort(id=job_id, fence=fence):  # the job was cancelled: tell its handler
+                    if (told := self._contexts.get((job_id, fence))) is not None:
+                        told._cancel()
+
+    # -- running handlers ----------------------------------------------------
+
+    def run_sync_forever(self) -> None:
+        while (item := self._sync_runs.get()) is not None:
+            run, ctx = item
+            if run.timed:  # the deadline counts from here: tell the supervisor
+                self.send(Started(run.id, run.fence))
+            result: HandlerEnd
+            try:
+                result = run_sync(self.tasks[run.task].fn, ctx, self.hooks)
+            except BaseException as exc:  # no such task here
+                result = raised(exc)
+            self._contexts.pop((run.id, run.fence), None)
+            self.send(_done(run, result))
+
+    def _start_async(self, run: Run, ctx: JobContext) -> None:
+        if self._aio_loop is None:
+            self._aio_loop = asyncio.new_event_loop()
+            threading.Thread(target=self._aio_loop.run_forever, daemon=True).start()
+        asyncio.run_coroutine_threadsafe(self._run_async(run, ctx), self._aio_loop)
+
+    async def _run_async(self, run: Run, ctx: JobContext) -> None:
+        attempt = (run.id, run.fence)
+        self._aio_tasks[attempt] = asyncio.current_task()  # type: ignore[assignment]
+        if run.timed:
+            self.send(Started(run.id, run.fence))
+        result: HandlerEnd
+        try:
+            result = await run_async(self.tasks[run.task].fn, ctx, self.hooks)
+        except asyncio.CancelledError:  # the supervisor asked: it knows the end already
+            result = Raised(Raise.CANCELLED, "cancelled by the supervisor")
+        except BaseException as exc:  # no such task here
+            result = raised(exc)
+        finally:
+            self._aio_tasks.pop(attempt, None)
+            self._contexts.pop(attempt, None)
+        self.send(_done(run, result))
+
+    def _cancel_async(self, attempt: Attempt) -> None:
+        task = self._aio_tasks.get(attempt)
+        if task is not None and self._aio_loop is not None:
+            self._aio_loop.call_soon_threadsafe(task.cancel)
+
+
+def _done(run: Run, result: HandlerEnd) -> Done:
+    if isinstance(result, Returned):
+        try:  # here: on the pipe, a NaN would become null and a datetime a string
+            check_json(result.value, what="job result")
+        except InvalidInput as error:
+            result = Raised(Raise.ERROR, f"bad result: {error}")
+    return Done.of(run.id, run.fence, result)
+
+
+def main(argv: list[str]) -> None:
+    app_path, fd_in, fd_out, parent = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+    die_with_parent(parent)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    for fd in (fd_in, fd_out):
+        os.set_inheritable(fd, False)  # a handler's own children must not hold our pipes
+    executor = ExecutorProcess(fd_in, fd_out)
+    try:
+        from tenure.backends.factory import from_url
+        from tenure.loader import load_app
+
+        app = load_app(app_path)
+        executor.tasks = app.tasks
+        executor.hooks = app.hooks
+        executor.transaction = from_url(app.url).transaction
+    except BaseException as exc:
+        executor.send(Fatal(f"executor cannot load {app_path}: {exc}"))
+        os._exit(1)
+    threading.Thread(target=executor.read_forever, name="tenure-reader", daemon=True).start()
+    executor.send(Ready(os.getpid()))
+    executor.run_sync_forever()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
