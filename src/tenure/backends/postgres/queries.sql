@@ -95,6 +95,18 @@ ended AS (
     SET ended_at = excluded.ended_at, outcome = excluded.outcome, error = excluded.error
 )
 
+-- name: one_ended
+-- (A part of the statements that end one attempt, written into them, after
+-- their `done`.) The attempt's history row, its events (%(events)s: JSON
+-- [[kind, data], ...]), and the queue to announce.
+{end_attempt},
+recorded_input AS (
+    SELECT done.queue, e.value->>0 AS kind, done.id AS job_id, e.value->1 AS data, e.ord
+    FROM done, json_array_elements(%(events)s::json) WITH ORDINALITY AS e(value, ord)
+),
+{record_events}
+SELECT queue FROM done, announced
+
 -- name: record_events
 -- (A part of statements, written into them.) The events of `recorded_input`
 -- (queue, kind, job_id, data; in the order of ord) for the queues that record
@@ -379,13 +391,7 @@ done AS (
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
               %(outcome)s::text AS outcome, %(error)s::text AS error
 ),
-{end_attempt},
-recorded_input AS (
-    SELECT done.queue, e.value->>0 AS kind, done.id AS job_id, e.value->1 AS data, e.ord
-    FROM done, json_array_elements(%(events)s::json) WITH ORDINALITY AS e(value, ord)
-),
-{record_events}
-SELECT queue FROM done, announced
+{one_ended}
 
 -- name: bury
 -- active -> dead, as decided by tenure.core.
@@ -401,13 +407,7 @@ done AS (
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
               %(outcome)s::text AS outcome, %(error)s::text AS error
 ),
-{end_attempt},
-recorded_input AS (
-    SELECT done.queue, e.value->>0 AS kind, done.id AS job_id, e.value->1 AS data, e.ord
-    FROM done, json_array_elements(%(events)s::json) WITH ORDINALITY AS e(value, ord)
-),
-{record_events}
-SELECT queue FROM done, announced
+{one_ended}
 
 -- name: end_cancelled
 -- active -> cancelled: the job was cancelled while its attempt ran, and that
@@ -422,13 +422,7 @@ done AS (
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
               %(outcome)s::text AS outcome, %(error)s::text AS error
 ),
-{end_attempt},
-recorded_input AS (
-    SELECT done.queue, e.value->>0 AS kind, done.id AS job_id, e.value->1 AS data, e.ord
-    FROM done, json_array_elements(%(events)s::json) WITH ORDINALITY AS e(value, ord)
-),
-{record_events}
-SELECT queue FROM done, announced
+{one_ended}
 
 -- name: release
 -- active -> queued without penalty: the attempt is given back. With a delay (a
@@ -447,13 +441,7 @@ done AS (
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
               'released' AS outcome, NULL AS error
 ),
-{end_attempt},
-recorded_input AS (
-    SELECT done.queue, e.value->>0 AS kind, done.id AS job_id, e.value->1 AS data, e.ord
-    FROM done, json_array_elements(%(events)s::json) WITH ORDINALITY AS e(value, ord)
-),
-{record_events}
-SELECT queue FROM done, announced
+{one_ended}
 
 -- name: lock_queues
 -- The rows of the queues with a fleet-wide limit a claim takes from, locked
