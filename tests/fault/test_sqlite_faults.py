@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -235,3 +236,80 @@ def _enqueued(backend: SyncBackend) -> bool:
     except BackendUnavailable:
         return False
     return True
+
+
+# -- a worker frozen while it holds the write lock --------------------------
+
+FREEZE_APP = """
+import sqlite3, time
+from pathlib import Path
+import tenure
+
+app = tenure.App({url!r})
+
+@app.task(queue="healthy")
+def slow(seconds: float) -> None:
+    time.sleep(seconds)
+
+@app.task(queue="holder")
+def hold(inside: str) -> None:
+    db = sqlite3.connect({path!r}, isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")  # the write lock: every writer waits for it
+    Path(inside).touch()
+    time.sleep(0.5)
+    db.execute("COMMIT")
+    db.close()
+"""
+
+
+def test_a_worker_frozen_holding_the_write_lock__costs_no_healthy_lease(tmp_path, open_backend):
+    """SIGSTOP a worker while it holds SQLite's write lock, longer than a lease:
+    every heartbeat waits for the lock meanwhile. Thawed, the frozen worker's
+    overdue sweep must not judge the healthy worker's lease, whose renewal is
+    still waiting for the lock, as stalled (the 60 s soak caught this); nor
+    may a third worker's sweep that waited in line behind its own heartbeat."""
+    path = tmp_path / "t.db"
+    url = f"sqlite:///{path}"
+    backend = open_backend(url)
+    queues = ("healthy", "holder", "spare")
+    for queue in queues:
+        policy = backend.get_policy(queue).replace(
+            lease_ttl=2.0, heartbeat_interval=0.5, sweep_interval=0.25
+        )
+        backend.set_policy(queue, policy)
+    (tmp_path / "freeze_app.py").write_text(FREEZE_APP.format(url=url, path=str(path)))
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("TENURE_URL", None)
+    workers = []
+    for queue in queues:
+        with (tmp_path / f"{queue}.log").open("wb") as out:
+            workers.append(subprocess.Popen(
+                [sys.executable, "-m", "tenure.cli", "worker", "freeze_app:app", "--pool",
+                 "thread", "--concurrency", "1", "--queue", queue],
+                env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
+                start_new_session=True,
+            ))  # fmt: skip
+    holder = workers[1]
+    inside = tmp_path / "inside"
+    try:
+        wait_for("the workers", lambda: len(backend.workers()) == 3)
+        slow = backend.enqueue([JobSpec.create("slow", {"seconds": 6.0}, queue="healthy")])[0]
+        wait_for("the slow job to start", lambda: backend.get(slow.id).state == "active")
+        backend.enqueue([JobSpec.create("hold", {"inside": str(inside)}, queue="holder")])
+        wait_for("the lock taken", inside.exists)
+        os.killpg(holder.pid, signal.SIGSTOP)
+        try:
+            time.sleep(3.25)  # the fault: 1.5 leases and a sweep, as the soak's stop-long
+        finally:
+            os.killpg(holder.pid, signal.SIGCONT)
+        job = wait_for("the slow job to end", lambda: _ended(backend, slow.id), timeout=30.0)
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait()
+    assert (job.state, job.attempts, job.stalls) == ("completed", 1, 0), job
+
+
+def _ended(backend: SyncBackend, job_id: str):  # type: ignore[no-untyped-def]
+    job = backend.get(job_id)
+    return job if job.state not in ("active", "queued", "scheduled") else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from tenure.backends.base import Backend, Rescued, RescueReport
@@ -21,6 +22,12 @@ from tenure.worker.pruner import SHARE, Pruner
 log = logging.getLogger("tenure.sweeper")
 
 RETRY_PAST_GUARD = 0.01  # seconds past the guard's window (one landing in it is refused again)
+# A sweep this many seconds later than planned means this process was frozen
+# or starved; if it froze holding SQLite's write lock, every other worker's
+# heartbeat is still waiting for that lock when it wakes. It lets them land
+# first (HEARTBEATS_LAND) rather than take their leases for expired.
+LATE = 0.5
+HEARTBEATS_LAND = 0.5
 
 
 class Sweeper:
@@ -40,9 +47,14 @@ class Sweeper:
         self.pruner = Pruner(backend)
         self.sweeps = 0
         self.rescued = 0
+        self._due: float | None = None  # when the next sweep is planned (monotonic)
 
     async def run_once(self, *, force: bool = False) -> RescueReport:
         """One sweep, unless another worker swept within the interval; ``force`` skips the guard."""
+        late = 0.0 if self._due is None else time.monotonic() - self._due
+        if late > LATE:
+            log.debug("sweep %.1f s late: letting heartbeats land first", late)
+            await asyncio.sleep(HEARTBEATS_LAND)
         report = await self.backend.rescue(0.0 if force else self.interval * 0.9)
         if report.swept:
             self.sweeps += 1
@@ -67,9 +79,11 @@ class Sweeper:
         allowed: if the fleet's last sweep was a worker's that died then, its
         jobs are recovered within an interval of it (waiting a whole interval
         from a refusal took up to twice that)."""
-        if report.swept:
-            return self.interval
-        return min(self.interval, report.retry_in + RETRY_PAST_GUARD)
+        wait = self.interval
+        if not report.swept:
+            wait = min(wait, report.retry_in + RETRY_PAST_GUARD)
+        self._due = time.monotonic() + wait
+        return wait
 
 
 def _log_recovery(r: Rescued) -> None:

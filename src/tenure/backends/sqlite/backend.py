@@ -15,6 +15,7 @@ import contextlib
 import functools
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -141,6 +142,7 @@ class SQLiteBackend(Opening, Operators, EventReading):
         self.doorbells = Doorbells(workers)
         self._to_ring: list[str] = []
         self._last_trim = 0.0  # when this sweeper last applied events' retention
+        self._blocked_at = -SETTLE  # when a transaction last waited for, or held, the lock long
         self._events_off: set[str] = set()  # queues whose last claim found events off
         self.callers = CallerTransactions(self, LATEST)  # enqueue in a caller's transaction
         # Queues whose last claim found a max_active: a completion there may let
@@ -194,12 +196,14 @@ class SQLiteBackend(Opening, Operators, EventReading):
         once instead of waiting."""
         conn = self.conn if conn is None else conn
         main = conn is self._conn  # the only connection whose transactions ring doorbells
+        asked = time.monotonic()
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             if not main and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                 raise _Busy from None
             raise
+        began = time.monotonic()
         try:
             yield conn
             conn.commit()
@@ -209,6 +213,10 @@ class SQLiteBackend(Opening, Operators, EventReading):
             if main:
                 self._to_ring = []
             raise
+        finally:
+            ended = time.monotonic()
+            if began - asked > BLOCKED or ended - began > BLOCKED:
+                self._blocked_at = ended
         to_ring, self._to_ring = (self._to_ring, []) if main else ([], self._to_ring)
         self.doorbells.ring(to_ring)
         if self._full and conn not in self._small_wal:
@@ -577,6 +585,11 @@ class SQLiteBackend(Opening, Operators, EventReading):
 
     def _rescue(self, min_interval: float) -> RescueReport:
         self._file.check()
+        # Just after the write lock was held long (by a process frozen holding it,
+        # or a long transaction), every worker's renewal waited for it and some
+        # still sleep in SQLite's busy handler: judge no lease expired until they
+        # have landed. Dead workers (their flock free) are recovered regardless.
+        judge_leases = time.monotonic() - self._blocked_at > SETTLE
         now = self.clock.now()
         with self._tx() as conn:
             (last,) = conn.execute(Q["sweep_guard"]).fetchone()
@@ -587,6 +600,8 @@ class SQLiteBackend(Opening, Operators, EventReading):
             rescued = []
             for outcome, query in ((Outcome.CRASHED, "orphaned_leases"),
                                    (Outcome.STALLED, "expired_leases")):  # fmt: skip
+                if outcome is Outcome.STALLED and not judge_leases:
+                    continue
                 params = () if outcome is Outcome.CRASHED else (now,)
                 rows = conn.execute(Q[query], params).fetchall()
                 found = [(job_from_row(r[:-1]), r[-1]) for r in rows]
@@ -647,6 +662,8 @@ class SQLiteBackend(Opening, Operators, EventReading):
 FAST_PATH_PAUSES = (0.0, 0.0002, 0.0005, 0.001)
 SEQ = len(JOB_COLUMNS)  # where take_leases returns a job's seq, after its columns
 SMALL_WAL_PAGES = 64  # the WAL's checkpoint interval once the disk was full
+BLOCKED = 0.25  # seconds of waiting for, or holding, the write lock that others notice
+SETTLE = 1.0  # seconds after such a block before a sweep judges leases again
 
 
 def _refused(conn: sqlite3.Connection, job_id: str, fence: int) -> NoReturn:
