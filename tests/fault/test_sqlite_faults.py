@@ -313,3 +313,23 @@ def test_a_worker_frozen_holding_the_write_lock__costs_no_healthy_lease(tmp_path
 def _ended(backend: SyncBackend, job_id: str):  # type: ignore[no-untyped-def]
     job = backend.get(job_id)
     return job if job.state not in ("active", "queued", "scheduled") else None
+
+
+def test_a_heartbeat_keeps_the_wal_another_process_would_delete(tmp_path, open_backend):
+    """The heartbeat's check of the file must not drop this process's locks on
+    it (a plain open()/close() does, for every connection of the process):
+    another process closing its last connection would then delete the WAL this
+    backend still writes to, and every write from then on was lost."""
+    path = tmp_path / "t.db"
+    backend = open_backend(f"sqlite:///{path}")
+    backend.enqueue(one_job())
+    backend.heartbeat("w1", [])  # checks the file
+    other = (
+        f"import sqlite3; c = sqlite3.connect({str(path)!r}); "
+        "print(c.execute('SELECT count(*) FROM jobs').fetchone()[0]); c.close()"
+    )
+    subprocess.run([sys.executable, "-c", other], check=True, capture_output=True)
+    assert Path(f"{path}-wal").exists()
+    backend.enqueue(one_job())
+    seen = subprocess.run([sys.executable, "-c", other], check=True, capture_output=True)
+    assert seen.stdout.strip() == b"2"  # the second job is in the WAL the other process reads

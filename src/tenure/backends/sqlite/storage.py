@@ -19,7 +19,6 @@ from urllib.parse import quote
 
 from tenure.errors import BackendUnavailable, InvalidInput, StorageLost, TenureError
 
-HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
 # PRAGMA application_id of every file tenure creates ("tenu"): how a reader tells
 # tenure's database from another program's without reading its tables.
 APPLICATION_ID = 0x74656E75
@@ -78,16 +77,24 @@ class StorageFile:
                 f"SQLite database {self.path} was replaced by another file while open: "
                 "stopping rather than going on alone with the old one"
             )
+        # SQLite reads the file's first page only when its WAL lacks it, so read
+        # it here: through SQLite, never open()/close(). Closing any descriptor of
+        # the file drops every POSIX lock this process holds on it; another
+        # process closing its last connection then takes itself for the last one
+        # and deletes the WAL this process still writes to (writes lost). SQLite's
+        # own close waits while its connections hold locks.
         try:
-            with open(self.path, "rb") as f:
-                header = f.read(len(HEADER))
-        except OSError:
-            return
-        if header != HEADER:  # SQLite reads it only when its WAL lacks the first page
-            raise StorageLost(
-                f"SQLite database {self.path} was overwritten while open: the file is not a "
-                "database any more"
-            )
+            probe = sqlite3.connect(self.read_only_uri(immutable=True), uri=True)
+            try:
+                probe.execute("PRAGMA schema_version").fetchone()  # reads the header
+            finally:
+                probe.close()
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_NOTADB:
+                raise StorageLost(
+                    f"SQLite database {self.path} was overwritten while open: the file is "
+                    "not a database any more"
+                ) from None
 
     def error(self, exc: sqlite3.Error | OSError) -> TenureError:
         """The typed error for an error of this file's storage."""
