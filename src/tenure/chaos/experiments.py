@@ -95,10 +95,12 @@ def freeze(url: str, *, lease_ttl: float = 3.0) -> Report:
     sweep = 1.0
     with Lab(url, "freeze", lease_ttl=lease_ttl, heartbeat_interval=lease_ttl / 4,
              sweep_interval=sweep) as lab:  # fmt: skip
-        frozen = lab.worker("--concurrency", "1")
+        # Both started first: a start under load is neither the recovery nor the
+        # handler's time; whichever claims the job is the one frozen.
+        workers = [lab.worker("--concurrency", "1") for _ in range(2)]
+        lab.wait("both workers", lambda: all(lab.ready(w) for w in workers))
         job = lab.enqueue("chaos.sleep", seconds=lease_ttl * 3)  # outlives the freeze
-        _, executor_pid = lab.wait("the handler to start", lambda: lab.running_on(job.id))
-        lab.worker("--concurrency", "1")
+        frozen, executor_pid = lab.wait("the handler to start", lambda: lab.running_on(job.id))
         stopped_at = time.time()
         os.killpg(frozen.pid, signal.SIGSTOP)
         first = lab.wait(
