@@ -59,8 +59,8 @@ the document are {schemes}:
   to listen on another address without a token.
 - **A token** (`TENURE_TOKEN` or `--token-file`): every request needs it,
   as `Authorization: Bearer <token>` or as the session cookie that the
-  dashboard's `/login` form sets; 401 otherwise. After 10 wrong tokens
-  within 60 s from one address, every token attempt from it gets 429 with
+  dashboard's `/login` form sets; 401 otherwise. After {failures} wrong tokens
+  within {window:g} s from one address, every token attempt from it gets 429 with
   `Retry-After`.
 - **Requests that change something** (`PUT`, `POST`) sent by a browser must
   come from the server's own pages (`Sec-Fetch-Site`, `Origin`), else 403;
@@ -279,7 +279,10 @@ def http_page() -> str:
              for n, s in schemes.items()]  # fmt: skip
     none = [] if {} not in doc.get("security", []) else ["none"]
     listed = " or ".join(none + names) or "none"
-    text = INTRO.format(version=doc["openapi"], schemes=listed)
+    from tenure.web.guard import LOGIN_FAILURES, LOGIN_WINDOW
+
+    text = INTRO.format(version=doc["openapi"], schemes=listed, failures=LOGIN_FAILURES,
+                        window=LOGIN_WINDOW)  # fmt: skip
     common = common_errors(doc)
     errors, _ = responses_table(common)
     text += "\n".join(errors) + "\n\n## Operations\n\n" + OPERATIONS
