@@ -50,6 +50,10 @@ def test_the_wheel__installs_alone_in_a_clean_venv_and_runs(tmp_path: Path) -> N
     assert {"tenure/py.typed", "tenure/backends/sqlite/queries.sql",
             "tenure/backends/redis/scripts/claim.lua"} <= names  # fmt: skip
     assert not any(n.startswith(("tests/", "docs/", "benchmarks/")) for n in names)
+    metadata = zipfile.ZipFile(wheel).read(f"tenure-{VERSION}.dist-info/METADATA").decode()
+    urls = {line.split(": ", 1)[1].split(",")[0] for line in metadata.splitlines()
+            if line.startswith("Project-URL: ")}  # fmt: skip
+    assert urls == {"Homepage", "Documentation", "Source", "Issues", "Changelog"}, metadata
 
     env = tmp_path / "venv"
     venv.create(env, with_pip=True)

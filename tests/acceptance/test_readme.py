@@ -90,13 +90,13 @@ def test_the_use_it_section__runs_as_written_and_loses_nothing(tmp_path: Path) -
                                                     {"to": "b@example.com"})  # fmt: skip
 
 
-def test_waiting_for_a_result_and_testing_your_tasks__run_as_written(tmp_path: Path) -> None:
-    """results.py beside a worker of the README's tasks.py; then test_tasks.py under pytest."""
+def test_waiting_for_a_result__runs_as_written(tmp_path: Path) -> None:
+    """results.py beside a worker of the README's tasks.py. (Testing your tasks
+    is a page of the docs, whose samples test_docs_samples.py runs.)"""
     write_python_blocks(use_it_blocks(), tmp_path)
     waiting = section_blocks("### Waiting for a result")
-    testing = section_blocks("### Testing your tasks")
-    assert [lang for lang, _ in waiting + testing] == ["python", "python"]
-    write_python_blocks(waiting + testing, tmp_path)
+    assert [lang for lang, _ in waiting] == ["python"]
+    write_python_blocks(waiting, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TENURE_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["TENURE_APP"] = "tasks:app"
@@ -115,5 +115,3 @@ def test_waiting_for_a_result_and_testing_your_tasks__run_as_written(tmp_path: P
         "sent 'Hi' to i@example.com",
         "cancelled",
     ]
-    tests = run("python -m pytest -q -p no:cacheprovider test_tasks.py", tmp_path, env)
-    assert "2 passed" in tests, tests

@@ -93,9 +93,10 @@ def _errors(*codes: int) -> dict[str, Any]:
         409: "not in a state that allows it",
         413: "body too large",
         415: "body not JSON",
+        429: "too many wrong tokens from this address; Retry-After says when to try again",
         503: "storage unavailable",
     }
-    return {str(c): _json(_ref("Error"), text[c]) for c in (400, 401, 403, 503, *codes)}
+    return {str(c): _json(_ref("Error"), text[c]) for c in (400, 401, 403, 429, 503, *codes)}
 
 
 def _op(summary: str, ok: dict[str, Any], *codes: int, **more: Any) -> dict[str, Any]:
@@ -113,8 +114,14 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
     }
 
 
-def _path(name: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "in": "path", "required": True, "schema": schema}
+def _path(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": schema,
+        "description": description,
+    }
 
 
 def _body(schema: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +130,7 @@ def _body(schema: dict[str, Any]) -> dict[str, Any]:
 
 NAME = {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$"}
 JOB_ID = {"type": "string", "minLength": 1, "maxLength": JOB_ID_MAX_LENGTH}
-QUEUE = _path("queue", NAME)
+QUEUE = _path("queue", NAME, "the queue's name")
 PAGING = [
     _query("limit", {"type": "integer", "minimum": 1, "maximum": LIST_LIMIT}, "page size"),
     _query("after", {"type": "string"}, "the next_cursor of the previous page"),
@@ -267,11 +274,11 @@ def document() -> dict[str, Any]:
             ),
         },
         "/api/jobs/{id}": {
-            "parameters": [_path("id", JOB_ID)],
+            "parameters": [_path("id", JOB_ID, "the job's id")],
             "get": _op("A job with its history of attempts", _json(_ref("Job"), "the job"), 404),
         },
         "/api/jobs/{id}/cancel": {
-            "parameters": [_path("id", JOB_ID)],
+            "parameters": [_path("id", JOB_ID, "the job's id")],
             "post": _op(
                 "Cancel a scheduled or queued job; stop an active one's attempt",
                 _json(_ref("Job"), "the job, cancelled (or cancel_requested)"),
@@ -317,11 +324,17 @@ def document() -> dict[str, Any]:
                         "in": "header",
                         "required": False,
                         "schema": {"type": "string"},
+                        "description": "the last event id seen (a reconnecting EventSource "
+                        "sends it); wins over after",
                     },
                 ],
             )
         },
     }
+    # Past MAX_STREAMS open streams (tenure.web.sse), another is refused.
+    paths["/api/events"]["get"]["responses"]["503"] = _json(
+        _ref("Error"), "storage unavailable, or too many event streams open (TooManyStreams)"
+    )
     schemas = {
         "Job": object_schema(Job),
         "Attempt": object_schema(Attempt),
