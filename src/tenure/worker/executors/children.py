@@ -1,7 +1,9 @@
 """Executor processes as the supervisor holds them: spawned, spoken to, killed.
 
 The process pool (``process.py``) decides what runs where; this module only
-starts a child, keeps its pipes, and reads its frames until it dies.
+starts a child, keeps its pipes, and hands on its frames as they arrive, in
+the loop's own read callback: no task wakes per frame, and one read takes
+every frame waiting.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tenure.backends.base import LeaseRef
 from tenure.job import Job
-from tenure.worker.executors.base import AttemptResult, Stopped, TimedOut
-from tenure.worker.executors.wire import Frame, ToExecutor, WireError, frame, parse, size_of
+from tenure.worker.executors.base import AttemptResult, OnEnd, Stopped, TimedOut
+from tenure.worker.executors.wire import Exit, Frame, Run, ToExecutor, WireError, frame, split
 
 
 class StopReason(enum.Enum):
@@ -28,43 +31,83 @@ class StopReason(enum.Enum):
     STOPPED = "stopped"  # lease lost, drain, cancel grace spent, or collateral: Stopped
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Running:
-    """One attempt placed in an executor process, until its end is known."""
+    """One attempt begun in the process pool, until its end is told."""
 
     job: Job
     is_async: bool
-    result: asyncio.Future[AttemptResult]
+    on_end: OnEnd
     timeout: float | None
+    started: float = 0.0  # loop time it was sent to an executor (0: not yet)
     timer: asyncio.TimerHandle | None = None
     stop_reason: StopReason | None = None
+    ended: bool = False
+
+    @property
+    def lease(self) -> LeaseRef:
+        return self.job.id, self.job.fence
 
     def stop(self, reason: StopReason = StopReason.STOPPED) -> None:
         """Mark it stopped, unless it was already, for whatever reason."""
         if self.stop_reason is None:
             self.stop_reason = reason
 
-    def end(self, result: AttemptResult) -> None:
-        """Its end, once: one the supervisor stopped ends as it stopped it,
-        whatever the handler did meanwhile."""
-        if self.result.done():
+    def end(self, result: AttemptResult, now: float) -> None:
+        """Tell its end, once: one the supervisor stopped ends as it stopped
+        it, whatever the handler did meanwhile."""
+        if self.ended:
             return
+        self.ended = True
+        if self.timer is not None:
+            self.timer.cancel()
         if self.stop_reason is StopReason.TIMEOUT:
             result = TimedOut(self.timeout or 0.0)
         elif self.stop_reason is StopReason.STOPPED:
             result = Stopped()
-        self.result.set_result(result)
+        self.on_end(result, now - self.started if self.started else 0.0)
 
 
-@dataclass
+class FrameReader(asyncio.Protocol):
+    """The frames of a child's pipe, handed to ``on_frames`` as they complete;
+    ``closed`` is done at end of file (the child is dead, or dying)."""
+
+    def __init__(self, on_frames: Callable[[list[Frame]], None]) -> None:
+        self.on_frames = on_frames
+        self.buffer = bytearray()
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        try:
+            frames = split(self.buffer)
+        except WireError:  # not our child any more: as good as dead
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if frames:
+            self.on_frames(frames)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+@dataclass(eq=False)
 class Child:
     """One executor process and the attempts it runs."""
 
     proc: subprocess.Popen[bytes]
-    transport: asyncio.WriteTransport
-    reader: asyncio.StreamReader
     ready: asyncio.Future[None]
+    runs: asyncio.WriteTransport | None = None  # attempts and Exit, to the thread running them
+    control: asyncio.WriteTransport | None = None  # cancels, aborts, replies
+    reader: FrameReader | None = None
     jobs: dict[LeaseRef, Running] = field(default_factory=dict)  # by attempt
+    sync: int = 0  # of which sync: one, or none
     done: int = 0
     retiring: bool = False
     killed: bool = False
@@ -74,16 +117,15 @@ class Child:
         return self.proc.pid
 
     def send(self, message: ToExecutor) -> None:
-        if not self.transport.is_closing():
-            self.transport.write(frame(message))
+        pipe = self.runs if isinstance(message, Run | Exit) else self.control
+        if pipe is not None and not pipe.is_closing():
+            pipe.write(frame(message))
 
-    async def read(self) -> Frame | None:
-        """The child's next frame; None once its pipe closed (it is dead, or dying)."""
-        try:
-            header = await self.reader.readexactly(4)
-            return parse(await self.reader.readexactly(size_of(header)))
-        except (asyncio.IncompleteReadError, ConnectionError, WireError):
-            return None
+    def close(self) -> None:
+        reading = self.reader.transport if self.reader is not None else None
+        for pipe in (self.runs, self.control, reading):
+            if pipe is not None:
+                pipe.close()
 
     def kill_all(self) -> None:
         """Kill it to stop an attempt: the others it runs are collateral,
@@ -103,25 +145,30 @@ class Child:
         return await asyncio.get_running_loop().run_in_executor(None, self.proc.wait)
 
 
-async def spawn(app_path: str) -> Child:
+async def spawn(app_path: str, on_frames: Callable[[Child, list[Frame]], None]) -> Child:
     """Start an executor process for the App at ``app_path``; it is ready
-    when its ``ready`` future is done."""
+    when its ``ready`` future is done. Its frames go to ``on_frames``."""
     loop = asyncio.get_running_loop()
-    to_child_r, to_child_w = os.pipe()
+    runs_r, runs_w = os.pipe()
+    control_r, control_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
+    theirs = (runs_r, control_r, from_child_w)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or "." for p in sys.path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tenure.worker.executors.child", app_path,
-         str(to_child_r), str(from_child_w), str(os.getpid())],
-        pass_fds=(to_child_r, from_child_w), env=env, stdin=subprocess.DEVNULL,
+         *map(str, theirs), str(os.getpid())],
+        pass_fds=theirs, env=env, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    os.close(to_child_r)
-    os.close(from_child_w)
-    transport, _ = await loop.connect_write_pipe(
-        asyncio.Protocol, os.fdopen(to_child_w, "wb", buffering=0)
+    for fd in theirs:
+        os.close(fd)
+    child = Child(proc, loop.create_future())
+    child.runs, _ = await loop.connect_write_pipe(
+        asyncio.Protocol, os.fdopen(runs_w, "wb", buffering=0)
     )
-    reader = asyncio.StreamReader(limit=2**31)
-    await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(from_child_r, "rb", buffering=0)
+    child.control, _ = await loop.connect_write_pipe(
+        asyncio.Protocol, os.fdopen(control_w, "wb", buffering=0)
     )
-    return Child(proc, transport, reader, loop.create_future())
+    reader = FrameReader(lambda frames: on_frames(child, frames))
+    await loop.connect_read_pipe(lambda: reader, os.fdopen(from_child_r, "rb", buffering=0))
+    child.reader = reader
+    return child

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
+from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from tenure.backends.base import LeaseRef
 from tenure.errors import LeaseLost, TenureError
 from tenure.job import Job
-from tenure.worker.executors.base import AttemptResult, Crashed, Link, OnEnd, Stopped
+from tenure.worker.executors.base import Crashed, Link, OnEnd, Stopped
 from tenure.worker.executors.children import Child, Running, StopReason, spawn
 from tenure.worker.executors.wire import (
     Abort,
@@ -47,7 +47,12 @@ CLOSE_WAIT = 5.0  # seconds close() waits for the tasks watching executors to en
 
 
 class ProcessPool:
-    """``concurrency`` executor processes for the App at ``app_path``."""
+    """``concurrency`` executor processes for the App at ``app_path``.
+
+    An attempt begun is sent to an executor at once if one is free, else it
+    waits here, in order, and goes to the first that frees: no task per
+    attempt; its end is told from the read callback of its executor's pipe.
+    """
 
     def __init__(
         self,
@@ -69,26 +74,24 @@ class ProcessPool:
         self.on_capacity = on_capacity  # called when a replacement executor is ready
         self.children: list[Child] = []
         self.started = 0
-        self._changed = asyncio.Event()
         self._closing = False
         # Attempts, not jobs: a worker may hold two attempts of one job (the
         # second claimed after the first was recovered from under it).
-        self._unplaced: set[LeaseRef] = set()  # begun, waiting for an executor
-        self._stopped_unplaced: set[LeaseRef] = set()
+        self._waiting: deque[Running] = deque()  # begun, waiting for an executor
         self._tasks: set[asyncio.Task[None]] = set()  # watchers and answers, kept referenced
-        self._runs: set[asyncio.Task[AttemptResult]] = set()  # attempts begun
 
     # -- capacity and placement ----------------------------------------------
 
     def capacity(self) -> int:
         """How many more jobs can start now, whatever their kind."""
-        free = 0
-        for c in self._usable():
-            if not c.jobs:
-                free += 1
-            elif all(r.is_async for r in c.jobs.values()):
-                free += self.async_slots - len(c.jobs)
-        return max(free - len(self._unplaced), 0)
+        free = -len(self._waiting)
+        for c in self.children:  # asked often: kept lean
+            if c.ready.done() and not c.retiring and not c.killed:
+                if not c.jobs:
+                    free += 1
+                elif not c.sync:
+                    free += self.async_slots - len(c.jobs)
+        return max(free, 0)
 
     def room(self) -> int:
         """As many as can start now: jobs wait for an executor in the supervisor."""
@@ -97,17 +100,34 @@ class ProcessPool:
     def withdraw(self) -> list[Job]:
         return []  # every attempt begun has, or is about to get, an executor
 
-    def _usable(self) -> list[Child]:
-        return [c for c in self.children if c.ready.done() and not c.retiring and not c.killed]
+    @staticmethod
+    def _usable(c: Child) -> bool:
+        return c.ready.done() and not c.retiring and not c.killed
 
-    def _place(self, is_async: bool) -> Child | None:
-        usable = self._usable()
+    def _slot(self, is_async: bool) -> Child | None:
+        """The executor an attempt of this kind goes to now, if any."""
+        usable = [c for c in self.children if self._usable(c)]
         if is_async:
-            shared = [c for c in usable if c.jobs and len(c.jobs) < self.async_slots
-                      and all(r.is_async for r in c.jobs.values())]  # fmt: skip
+            shared = [c for c in usable if c.jobs and not c.sync
+                      and len(c.jobs) < self.async_slots]  # fmt: skip
             if shared:
                 return max(shared, key=lambda c: len(c.jobs))
         return next((c for c in usable if not c.jobs), None)
+
+    def _place(self) -> None:
+        """Send waiting attempts, in order, to the executors free for them."""
+        while self._waiting:
+            running = self._waiting[0]
+            if (child := self._slot(running.is_async)) is None:
+                return
+            self._waiting.popleft()
+            job = running.job
+            running.started = asyncio.get_running_loop().time()
+            child.jobs[running.lease] = running
+            child.sync += not running.is_async
+            child.send(Run(job.id, job.fence, job.task, job.queue, job.attempts, job.args,
+                           job.key, job.traceparent, running.is_async,
+                           running.timeout is not None))  # fmt: skip
 
     # -- life cycle ----------------------------------------------------------
 
@@ -117,7 +137,7 @@ class ProcessPool:
         await asyncio.gather(*(c.ready for c in self.children))
 
     async def _spawn(self) -> Child:
-        child = await spawn(self.app_path)
+        child = await spawn(self.app_path, self._on_frames)
         self.started += 1
         self._keep(self._watch(child), f"executor-{child.pid}")
         return child
@@ -128,23 +148,29 @@ class ProcessPool:
         task.add_done_callback(self._tasks.discard)
 
     async def _watch(self, child: Child) -> None:
-        """Read the child's frames until its pipe closes: then it is dead."""
+        """Wait for the child's pipe to close: then it is dead."""
+        assert child.reader is not None
         try:
-            while (message := await child.read()) is not None:
-                self._on_frame(child, message)
+            await child.reader.closed
         except asyncio.CancelledError:
             child.kill()
             raise
         finally:
-            child.transport.close()
+            child.close()
         await self._on_death(child)
+
+    def _on_frames(self, child: Child, frames: list[Frame]) -> None:
+        for message in frames:
+            self._on_frame(child, message)
+        self._place()
 
     def _on_frame(self, child: Child, message: Frame) -> None:
         match message:
+            case Done():
+                self._finish(child, message)
             case Ready():
                 if not child.ready.done():
                     child.ready.set_result(None)
-                self._changed.set()
             case Fatal(error):
                 if not child.ready.done():
                     child.ready.set_exception(TenureError(error or "executor failed"))
@@ -154,8 +180,6 @@ class ProcessPool:
                     running.timer = asyncio.get_running_loop().call_later(
                         running.timeout, self._deadline, child, running
                     )
-            case Done():
-                self._finish(child, message)
             case Progress() | Heartbeat():
                 self._keep(self._answer(child, message))
 
@@ -179,32 +203,28 @@ class ProcessPool:
         running = child.jobs.pop((done.id, done.fence), None)
         if running is None:
             return
+        child.sync -= not running.is_async
         child.done += 1
-        if running.timer is not None:
-            running.timer.cancel()
-        running.end(done.result())
         self._maybe_retire(child)
-        self._changed.set()
+        running.end(done.result(), asyncio.get_running_loop().time())
 
     async def _on_death(self, child: Child) -> None:
         code = await child.wait()
         how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
         if not child.ready.done():
             child.ready.set_exception(TenureError(f"executor {child.pid} {how} while starting"))
-        for running in child.jobs.values():
-            if running.timer is not None:
-                running.timer.cancel()
+        ran, child.jobs, child.sync = child.jobs, {}, 0
+        if ran and not child.killed:
+            log.error("executor %d %s, running %d job(s)", child.pid, how, len(ran))
+        now = asyncio.get_running_loop().time()
+        for running in ran.values():
             if child.retiring:
                 running.stop()
-            running.end(Crashed(f"executor process {child.pid} {how}"))
-        if child.jobs and not child.killed:
-            log.error("executor %d %s, running %d job(s)", child.pid, how, len(child.jobs))
-        child.jobs.clear()
+            running.end(Crashed(f"executor process {child.pid} {how}"), now)
         if child in self.children:
             self.children.remove(child)
             if not self._closing:
                 await self._replace()
-        self._changed.set()
 
     async def _replace(self) -> None:
         try:
@@ -215,6 +235,7 @@ class ProcessPool:
                 return
             self.children.append(child)
             await child.ready
+            self._place()
             self.on_capacity()
         except TenureError:
             if not self._closing:
@@ -238,68 +259,41 @@ class ProcessPool:
     # -- attempts ------------------------------------------------------------
 
     def begin(self, job: Job, timeout: float | None, on_end: OnEnd) -> None:
-        self._unplaced.add((job.id, job.fence))  # counted against capacity from now on
-        loop = asyncio.get_running_loop()
-        task = loop.create_task(self.run(job, timeout))
-        self._runs.add(task)
-        task.add_done_callback(functools.partial(self._ran, on_end, loop.time()))
+        self._waiting.append(Running(job, self.is_async(job.task), on_end, timeout))
+        self._place()
 
-    def _ran(self, on_end: OnEnd, began: float, task: asyncio.Task[AttemptResult]) -> None:
-        self._runs.discard(task)
-        ran = asyncio.get_running_loop().time() - began
-        if task.cancelled():
-            on_end(Stopped(), ran)
-        elif (exc := task.exception()) is not None:
-            log.error("the process pool failed to run an attempt", exc_info=exc)
-            on_end(Crashed(f"the process pool failed to run it: {exc!r}"), ran)
-        else:
-            on_end(task.result(), ran)
-
-    async def run(self, job: Job, timeout: float | None) -> AttemptResult:
-        is_async = self.is_async(job.task)
-        lease = (job.id, job.fence)
-        self._unplaced.add(lease)
-        try:
-            while lease not in self._stopped_unplaced:
-                if (child := self._place(is_async)) is not None:
-                    break
-                self._changed.clear()
-                await self._changed.wait()
-            else:
-                return Stopped()
-        finally:
-            self._unplaced.discard(lease)
-            self._stopped_unplaced.discard(lease)
-        running = Running(job, is_async, asyncio.get_running_loop().create_future(), timeout)
-        child.jobs[lease] = running
-        child.send(Run(job.id, job.fence, job.task, job.queue, job.attempts, job.args, job.key,
-                       job.traceparent, is_async, timeout is not None))  # fmt: skip
-        return await running.result
+    def _find(self, lease: LeaseRef) -> tuple[Child, Running] | None:
+        for child in self.children:
+            if (running := child.jobs.get(lease)) is not None:
+                return child, running
+        return None
 
     def stop(self, lease: LeaseRef) -> None:
-        for child in self.children:
-            running = child.jobs.get(lease)
-            if running is not None:
+        if (found := self._find(lease)) is not None:
+            child, running = found
+            running.stop()
+            self._interrupt(child, running)
+            return
+        for running in self._waiting:
+            if running.lease == lease:  # not placed yet: it never will be
+                self._waiting.remove(running)
                 running.stop()
-                self._interrupt(child, running)
+                loop = asyncio.get_running_loop()
+                loop.call_soon(running.end, Stopped(), loop.time())  # as if it had been placed
                 return
-        if lease in self._unplaced:  # not placed yet: it never will be
-            self._stopped_unplaced.add(lease)
-            self._changed.set()
 
     def abort(self, lease: LeaseRef, grace: float) -> None:
         """See Executor.abort: the executor tells the handler; after ``grace``
         seconds, one still running is stopped (its executor killed)."""
-        for child in self.children:
-            running = child.jobs.get(lease)
-            if running is not None:
-                child.send(Abort(running.job.id, running.job.fence))
-                asyncio.get_running_loop().call_later(grace, self._abort_overdue, child, running)
-                return
+        if (found := self._find(lease)) is not None:
+            child, running = found
+            child.send(Abort(running.job.id, running.job.fence))
+            asyncio.get_running_loop().call_later(grace, self._abort_overdue, child, running)
+            return
         self.stop(lease)  # not placed yet: it never will be
 
     def _abort_overdue(self, child: Child, running: Running) -> None:
-        if child.jobs.get((running.job.id, running.job.fence)) is running:
+        if child.jobs.get(running.lease) is running:
             log.warning("job %s was cancelled and did not stop: killing its executor %d",
                         running.job.id, child.pid)  # fmt: skip
             running.stop()
@@ -320,5 +314,5 @@ class ProcessPool:
         child.kill_all()
 
     def _kill_if_running(self, child: Child, running: Running) -> None:
-        if child.jobs.get((running.job.id, running.job.fence)) is running:
+        if child.jobs.get(running.lease) is running:
             child.kill_all()
