@@ -11,17 +11,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 import os
 import signal
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tenure.backends.base import LeaseRef
+from tenure.errors import LeaseLost
 from tenure.job import Job
-from tenure.worker.executors.base import AttemptResult, OnEnd, Stopped, TimedOut
-from tenure.worker.executors.wire import Exit, Frame, Run, ToExecutor, WireError, frame, split
+from tenure.worker.executors.base import AttemptResult, Link, OnEnd, Stopped, TimedOut
+from tenure.worker.executors.wire import (
+    Abort,
+    Cancel,
+    Exit,
+    Frame,
+    Heartbeat,
+    Progress,
+    Refusal,
+    Reply,
+    Run,
+    ToExecutor,
+    WireError,
+    frame,
+    split,
+)
+
+log = logging.getLogger("tenure.executor")
+
+ASYNC_CANCEL_GRACE = 1.0
 
 
 class StopReason(enum.Enum):
@@ -107,14 +128,43 @@ class Child:
     control: asyncio.WriteTransport | None = None  # cancels, aborts, replies
     reader: FrameReader | None = None
     jobs: dict[LeaseRef, Running] = field(default_factory=dict)  # by attempt
-    sync: int = 0  # of which sync: one, or none
+    # Its sync attempts in the order sent: the first runs, the others wait in
+    # its pipe (it runs them one after the other).
+    line: deque[Running] = field(default_factory=deque)
     done: int = 0
     retiring: bool = False
     killed: bool = False
+    gone: bool = False  # its pipe closed: it is dead, or dying
 
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def take(self, running: Running, now: float) -> None:
+        """Send it an attempt: an async one starts now, a sync one once those
+        sent before it have ended."""
+        self.jobs[running.lease] = running
+        if not running.is_async:
+            self.line.append(running)
+        if running.is_async or len(self.line) == 1:
+            running.started = now
+        job = running.job
+        self.send(Run(job.id, job.fence, job.task, job.queue, job.attempts, job.args, job.key,
+                      job.traceparent, running.is_async, running.timeout is not None))  # fmt: skip
+
+    def ended(self, lease: LeaseRef, now: float) -> Running | None:
+        """The attempt that ended, no longer its; the next sync one starts."""
+        running = self.jobs.pop(lease, None)
+        if running is None or running.is_async:
+            return running
+        self.line.remove(running)  # the first, unless the executor is not ours
+        if self.line and not self.line[0].started:
+            self.line[0].started = now
+        return running
+
+    def waiting(self) -> list[Running]:
+        """Its sync attempts sent that have not started: they can go elsewhere."""
+        return list(self.line)[1:]
 
     def send(self, message: ToExecutor) -> None:
         pipe = self.runs if isinstance(message, Run | Exit) else self.control
@@ -127,11 +177,64 @@ class Child:
             if pipe is not None:
                 pipe.close()
 
+    async def answer(self, request: Progress | Heartbeat, link: Link) -> None:
+        """Do what a handler asked of the supervisor, and tell it how that went."""
+        running = self.jobs.get((request.id, request.fence))
+        reply = Reply(request.req)
+        try:
+            if running is None or running.stop_reason is not None:
+                raise LeaseLost(f"job {request.id} is no longer run by this executor")
+            if isinstance(request, Progress):
+                await link.progress(running.job, request.data)
+            else:
+                await link.heartbeat(running.job)
+        except LeaseLost as exc:
+            reply.error, reply.message = Refusal.LEASE_LOST, str(exc)
+        except Exception as exc:
+            reply.error, reply.message = Refusal.FAILED, str(exc)
+        self.send(reply)
+
+    def interrupt(self, running: Running) -> None:
+        """Stop one attempt: one waiting in the pipe ends now, and the executor
+        is killed if it comes to start it; an async one is cancelled (killed
+        if it will not yield); a sync one is killed."""
+        running.stop()
+        loop = asyncio.get_running_loop()
+        if running in self.waiting():
+            loop.call_soon(running.end, Stopped(), loop.time())
+        elif running.is_async and len(self.jobs) > 1:
+            self.send(Cancel(running.job.id, running.job.fence))
+            loop.call_later(ASYNC_CANCEL_GRACE, self._kill_if_running, running)
+        else:
+            self.kill_all()
+
+    def _kill_if_running(self, running: Running) -> None:
+        if self.jobs.get(running.lease) is running:
+            self.kill_all()
+
+    def abort(self, running: Running, grace: float) -> None:
+        """Tell the handler its job was cancelled; stop it if it still runs
+        ``grace`` seconds later."""
+        self.send(Abort(running.job.id, running.job.fence))
+        asyncio.get_running_loop().call_later(grace, self._abort_overdue, running)
+
+    def _abort_overdue(self, running: Running) -> None:
+        if self.jobs.get(running.lease) is running and not running.ended:
+            log.warning("job %s was cancelled and did not stop: killing its executor %d",
+                        running.job.id, self.pid)  # fmt: skip
+            if running in self.waiting():
+                self.interrupt(running)
+            else:
+                running.stop()
+                self.kill_all()
+
     def kill_all(self) -> None:
         """Kill it to stop an attempt: the others it runs are collateral,
-        handed back without penalty."""
+        handed back without penalty (those waiting go to another executor)."""
+        waiting = self.waiting()
         for running in self.jobs.values():
-            running.stop()
+            if running not in waiting:
+                running.stop()
         self.kill()
 
     def kill(self) -> None:

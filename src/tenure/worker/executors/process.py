@@ -1,13 +1,15 @@
 """The process pool: executor processes, watched by the supervisor.
 
 Each executor runs one sync handler at a time, or up to ``async_slots`` async
-handlers on its event loop. The supervisor learns of an executor's death at
-once, from end of file on its pipe, records its attempts ``crashed`` and starts
-a replacement. At a deadline, or when a lease is lost, or when a drain's budget
-is spent, or when a cancelled job's handler has not stopped within the queue's
-``cancel_grace``, it kills the executor (SIGKILL: a handler holding the GIL
-cannot refuse) and replaces it; attempts killed alongside the one that had to
-stop are handed back without penalty.
+handlers on its event loop. While jobs are short, a busy executor is sent its
+next sync attempt ahead (``QUEUED``) and goes on to it without waiting for the
+supervisor. The supervisor learns of an executor's death at once, from end of
+file on its pipe, records its running attempts ``crashed`` (one sent ahead
+goes to another executor, as if never sent) and starts a replacement. At a
+deadline, a lost lease, a drain's budget spent, or a cancelled job's handler
+not stopped within the queue's ``cancel_grace``, it kills the executor
+(SIGKILL: a handler holding the GIL cannot refuse) and replaces it; attempts
+killed alongside the one that had to stop are handed back without penalty.
 """
 
 from __future__ import annotations
@@ -20,13 +22,11 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from tenure.backends.base import LeaseRef
-from tenure.errors import LeaseLost, TenureError
+from tenure.errors import TenureError
 from tenure.job import Job
 from tenure.worker.executors.base import Crashed, Link, OnEnd, Stopped
 from tenure.worker.executors.children import Child, Running, StopReason, spawn
 from tenure.worker.executors.wire import (
-    Abort,
-    Cancel,
     Done,
     Exit,
     Fatal,
@@ -34,15 +34,15 @@ from tenure.worker.executors.wire import (
     Heartbeat,
     Progress,
     Ready,
-    Refusal,
-    Reply,
-    Run,
     Started,
 )
 
 log = logging.getLogger("tenure.executor")
 
-ASYNC_CANCEL_GRACE = 1.0
+# Seconds: a sync attempt waits in an executor's pipe only behind one that
+# started less than this ago (a long one would hold it up).
+QUEUE_BEHIND = 0.05
+QUEUED = 1  # sync attempts that may wait in an executor's pipe
 CLOSE_WAIT = 5.0  # seconds close() waits for the tasks watching executors to end
 
 
@@ -86,48 +86,68 @@ class ProcessPool:
         """How many more jobs can start now, whatever their kind."""
         free = -len(self._waiting)
         for c in self.children:  # asked often: kept lean
-            if c.ready.done() and not c.retiring and not c.killed:
+            if c.ready.done() and not (c.retiring or c.killed or c.gone):
                 if not c.jobs:
                     free += 1
-                elif not c.sync:
+                elif not c.line:
                     free += self.async_slots - len(c.jobs)
         return max(free, 0)
 
     def room(self) -> int:
-        """As many as can start now: jobs wait for an executor in the supervisor."""
-        return self.capacity()
+        """How many more jobs ``begin`` sends to an executor now: as many as
+        can start, and one more per executor to run after its current one."""
+        now = asyncio.get_running_loop().time()
+        return max(sum(self._spots(c, now) for c in self.children) - len(self._waiting), 0)
+
+    def _spots(self, c: Child, now: float) -> int:
+        if not self._usable(c):
+            return 0
+        if c.jobs and not c.line:
+            return self.async_slots - len(c.jobs)
+        if c.jobs and not self._queues(c, now):
+            return 0
+        left = QUEUED + 1 if self.max_jobs is None else self.max_jobs - c.done - len(c.jobs)
+        return max(min(QUEUED + 1 - len(c.line), left), 0)
 
     def withdraw(self) -> list[Job]:
         return []  # every attempt begun has, or is about to get, an executor
 
     @staticmethod
     def _usable(c: Child) -> bool:
-        return c.ready.done() and not c.retiring and not c.killed
+        return c.ready.done() and not (c.retiring or c.killed or c.gone)
+
+    def _queues(self, c: Child, now: float) -> bool:
+        """Whether a sync attempt may wait in ``c``'s pipe now: it runs one, of
+        a pace short enough not to keep the next waiting long, and waits for
+        no more than that one."""
+        return (
+            0 < len(c.line) == len(c.jobs) <= QUEUED
+            and self._usable(c)
+            and now - c.line[0].started < QUEUE_BEHIND
+            and c.line[0].stop_reason is None
+            and (self.max_jobs is None or c.done + len(c.jobs) < self.max_jobs)
+        )
 
     def _slot(self, is_async: bool) -> Child | None:
         """The executor an attempt of this kind goes to now, if any."""
         usable = [c for c in self.children if self._usable(c)]
         if is_async:
-            shared = [c for c in usable if c.jobs and not c.sync
+            shared = [c for c in usable if c.jobs and not c.line
                       and len(c.jobs) < self.async_slots]  # fmt: skip
             if shared:
                 return max(shared, key=lambda c: len(c.jobs))
-        return next((c for c in usable if not c.jobs), None)
+        if (idle := next((c for c in usable if not c.jobs), None)) is not None or is_async:
+            return idle
+        now = asyncio.get_running_loop().time()
+        queues = [c for c in usable if self._queues(c, now)]
+        return min(queues, key=lambda c: (len(c.line), -c.line[0].started)) if queues else None
 
     def _place(self) -> None:
         """Send waiting attempts, in order, to the executors free for them."""
         while self._waiting:
-            running = self._waiting[0]
-            if (child := self._slot(running.is_async)) is None:
+            if (child := self._slot(self._waiting[0].is_async)) is None:
                 return
-            self._waiting.popleft()
-            job = running.job
-            running.started = asyncio.get_running_loop().time()
-            child.jobs[running.lease] = running
-            child.sync += not running.is_async
-            child.send(Run(job.id, job.fence, job.task, job.queue, job.attempts, job.args,
-                           job.key, job.traceparent, running.is_async,
-                           running.timeout is not None))  # fmt: skip
+            child.take(self._waiting.popleft(), asyncio.get_running_loop().time())
 
     # -- life cycle ----------------------------------------------------------
 
@@ -181,46 +201,39 @@ class ProcessPool:
                         running.timeout, self._deadline, child, running
                     )
             case Progress() | Heartbeat():
-                self._keep(self._answer(child, message))
-
-    async def _answer(self, child: Child, request: Progress | Heartbeat) -> None:
-        running = child.jobs.get((request.id, request.fence))
-        reply = Reply(request.req)
-        try:
-            if running is None or running.stop_reason is not None:
-                raise LeaseLost(f"job {request.id} is no longer run by this executor")
-            if isinstance(request, Progress):
-                await self.link.progress(running.job, request.data)
-            else:
-                await self.link.heartbeat(running.job)
-        except LeaseLost as exc:
-            reply.error, reply.message = Refusal.LEASE_LOST, str(exc)
-        except Exception as exc:
-            reply.error, reply.message = Refusal.FAILED, str(exc)
-        child.send(reply)
+                self._keep(child.answer(message, self.link))
 
     def _finish(self, child: Child, done: Done) -> None:
-        running = child.jobs.pop((done.id, done.fence), None)
-        if running is None:
+        now = asyncio.get_running_loop().time()
+        if (running := child.ended((done.id, done.fence), now)) is None:
             return
-        child.sync -= not running.is_async
         child.done += 1
+        if child.line and child.line[0].stop_reason is not None:
+            child.kill_all()  # stopped while it waited: it starts now
         self._maybe_retire(child)
-        running.end(done.result(), asyncio.get_running_loop().time())
+        running.end(done.result(), now)
 
     async def _on_death(self, child: Child) -> None:
+        child.gone = True  # nothing more goes to it
         code = await child.wait()
         how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
         if not child.ready.done():
             child.ready.set_exception(TenureError(f"executor {child.pid} {how} while starting"))
-        ran, child.jobs, child.sync = child.jobs, {}, 0
+        waiting = [r for r in child.waiting() if r.stop_reason is None]
+        ran = [r for r in child.jobs.values() if r not in waiting]
+        child.jobs.clear()
+        child.line.clear()
         if ran and not child.killed:
             log.error("executor %d %s, running %d job(s)", child.pid, how, len(ran))
+        for running in reversed(waiting):  # never started: first to go elsewhere
+            running.started = 0.0
+            self._waiting.appendleft(running)
         now = asyncio.get_running_loop().time()
-        for running in ran.values():
+        for running in ran:
             if child.retiring:
                 running.stop()
             running.end(Crashed(f"executor process {child.pid} {how}"), now)
+        self._place()
         if child in self.children:
             self.children.remove(child)
             if not self._closing:
@@ -270,9 +283,7 @@ class ProcessPool:
 
     def stop(self, lease: LeaseRef) -> None:
         if (found := self._find(lease)) is not None:
-            child, running = found
-            running.stop()
-            self._interrupt(child, running)
+            found[0].interrupt(found[1])
             return
         for running in self._waiting:
             if running.lease == lease:  # not placed yet: it never will be
@@ -286,33 +297,11 @@ class ProcessPool:
         """See Executor.abort: the executor tells the handler; after ``grace``
         seconds, one still running is stopped (its executor killed)."""
         if (found := self._find(lease)) is not None:
-            child, running = found
-            child.send(Abort(running.job.id, running.job.fence))
-            asyncio.get_running_loop().call_later(grace, self._abort_overdue, child, running)
-            return
-        self.stop(lease)  # not placed yet: it never will be
-
-    def _abort_overdue(self, child: Child, running: Running) -> None:
-        if child.jobs.get(running.lease) is running:
-            log.warning("job %s was cancelled and did not stop: killing its executor %d",
-                        running.job.id, child.pid)  # fmt: skip
-            running.stop()
-            child.kill_all()
+            found[0].abort(found[1], grace)
+        else:
+            self.stop(lease)  # not placed yet: it never will be
 
     def _deadline(self, child: Child, running: Running) -> None:
         running.stop_reason = StopReason.TIMEOUT
         log.warning("job %s passed its deadline of %s s", running.job.id, running.timeout)
-        self._interrupt(child, running)
-
-    def _interrupt(self, child: Child, running: Running) -> None:
-        """Stop one attempt: cancel an async one (kill if it will not yield); kill a sync one."""
-        if running.is_async and len(child.jobs) > 1:
-            child.send(Cancel(running.job.id, running.job.fence))
-            asyncio.get_running_loop().call_later(ASYNC_CANCEL_GRACE, self._kill_if_running,
-                                                  child, running)  # fmt: skip
-            return
-        child.kill_all()
-
-    def _kill_if_running(self, child: Child, running: Running) -> None:
-        if child.jobs.get(running.lease) is running:
-            child.kill_all()
+        child.interrupt(running)
