@@ -33,7 +33,7 @@ from harness.stores import Servers  # noqa: E402
 
 
 def drain_once(
-    servers: Servers, backend: str, src: str | None, jobs: int, concurrency: int, work: Path
+    servers: Servers, backend: str, src: str | None, *, jobs: int, concurrency: int, work: Path
 ) -> dict[str, float]:
     store = servers.fresh(backend)
     recs = Path(tempfile.mkdtemp(prefix="records-", dir=work))
@@ -95,7 +95,8 @@ def main() -> None:
     try:
         for round_ in range(args.rounds):
             for name, src in trees if round_ % 2 == 0 else trees[::-1]:
-                r = drain_once(servers, args.backend, src, args.jobs, args.concurrency, work)
+                r = drain_once(servers, args.backend, src, jobs=args.jobs,
+                               concurrency=args.concurrency, work=work)  # fmt: skip
                 results[name].append(r)
                 load = os.getloadavg()[0]
                 print(f"round {round_} {name}: {r['cpu_ms']:.4f} ms/job, "
