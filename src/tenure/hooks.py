@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tenure.traces import attempt_span
+from tenure.traces import attempt_span, traced
 
 if TYPE_CHECKING:
     from tenure.context import JobContext
@@ -78,10 +78,16 @@ class Hooks:
         self.stops.append(_callable("on_worker_stop", hook))
         return hook
 
-    @contextlib.contextmanager
-    def around(self, job: JobContext) -> Iterator[None]:
+    def around(self, job: JobContext) -> AbstractContextManager[None]:
         """Enter every ``around_attempt`` hook, run the body, exit them in reverse;
-        all in the attempt's trace span (traces.py), when traced."""
+        all in the attempt's trace span (traces.py), when traced. Without
+        either, nothing: this wraps every attempt."""
+        if not self.arounds and not traced(job):
+            return contextlib.nullcontext()
+        return self._traced_around(job)
+
+    @contextlib.contextmanager
+    def _traced_around(self, job: JobContext) -> Iterator[None]:
         with attempt_span(job), self._around(job):
             yield
 

@@ -43,14 +43,28 @@ def current_traceparent() -> str | None:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
 
 
+def traced(job: JobContext) -> bool:
+    """Whether the attempt's span would be seen: OpenTelemetry is imported
+    and a tracer provider is set, or the job carries a trace to continue.
+    Otherwise the span would be a non-recording copy of the current one,
+    not worth its cost on every job (libraries such as redis-py import
+    OpenTelemetry whenever it is installed)."""
+    trace = _otel()
+    if trace is None:
+        return False
+    return job.traceparent is not None or not isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider
+    )
+
+
 @contextlib.contextmanager
 def attempt_span(job: JobContext) -> Iterator[None]:
     """Run the block (the handler, its hooks) in the attempt's span, a child of
-    the enqueue's; a plain block without OpenTelemetry."""
-    trace = _otel()
-    if trace is None:
+    the enqueue's; a plain block when it would not be seen (``traced``)."""
+    if not traced(job):
         yield
         return
+    trace = _otel()
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     parent = None

@@ -2,6 +2,8 @@
 
 import asyncio
 import dataclasses
+import os
+import signal
 import sys
 import textwrap
 
@@ -11,7 +13,7 @@ from tenure import App, DeadReason, InvalidInput, Outcome, State, WorkerConfig
 from tenure.job import Job
 from tenure.loader import path_of
 from tenure.worker import Supervisor
-from tenure.worker.executors.base import Stopped
+from tenure.worker.executors.base import Crashed, Returned, Stopped, TimedOut
 from tenure.worker.executors.process import ProcessPool
 
 MODULE = """
@@ -165,6 +167,43 @@ def test_two_attempts_of_one_job__each_is_stopped_by_its_fence(pool_app, task):
         assert ends == {1: Stopped(), 2: Stopped()}
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("how", ["deadline", "segfault"])
+def test_a_job_sent_ahead_to_an_executor_that_dies__runs_on_another(pool_app, how):
+    # A busy executor is sent its next job ahead. When the one it runs is
+    # killed (its deadline) or crashes, only that one ends so: the job sent
+    # ahead never started there, and runs on the replacement.
+    async def main():
+        ends = {}
+        pool = ProcessPool(path_of(pool_app), lambda name: pool_app.tasks[name].is_async,
+                           _NoRequests(), concurrency=1)  # fmt: skip
+        await pool.start()
+        first = pool.children[0]
+        try:
+            nap = _job("nap", {"seconds": 30.0})
+            after = _job("pid", {}, id="after")
+            pool.begin(nap, 0.3 if how == "deadline" else None,
+                       lambda r, _: ends.__setitem__("nap", r))  # fmt: skip
+            pool.begin(after, None, lambda r, _: ends.__setitem__("after", r))
+            assert [r.job.id for r in first.line] == ["j", "after"], "not sent ahead"
+            if how == "segfault":
+                os.kill(first.pid, signal.SIGSEGV)
+            async with asyncio.timeout(10):
+                while len(ends) < 2:
+                    await asyncio.sleep(0.01)
+        finally:
+            await pool.close()
+        crashed = Crashed(f"executor process {first.pid} killed by signal 11")
+        assert ends["nap"] == (TimedOut(0.3) if how == "deadline" else crashed)
+        assert isinstance(ends["after"], Returned) and ends["after"].value != first.pid
+
+    asyncio.run(main())
+
+
+def _job(task, args, id="j"):
+    return Job(id=id, task=task, queue="default", args=args, state=State.ACTIVE, priority=0,
+               run_at=0.0, created_at=0.0, fence=1)  # fmt: skip
 
 
 class _NoRequests:

@@ -7,11 +7,15 @@ Linux-only, the pipe is not). It ignores SIGINT and SIGTERM, which a terminal or
 an init system may send to the whole process group: the supervisor decides when
 its handlers stop.
 
-Sync handlers run on the main thread, one at a time; async handlers run on an
-event loop in a second thread, up to ``--async-slots`` at once. A reader
-thread takes commands and replies off the pipe.
+The main thread reads the attempts to run off their own pipe, and runs sync
+handlers itself, one at a time: from one attempt's end to the next one's
+start, no other thread has to wake. Async handlers run on an event loop in a
+second thread, up to ``--async-slots`` at once. A reader thread takes what
+must reach a handler while it runs (aborts, cancels, replies) off a second
+pipe, silent while jobs merely flow.
 
-Run as ``python -m tenure.worker.executors.child APP_PATH FD_IN FD_OUT PARENT_PID``.
+Run as ``python -m tenure.worker.executors.child APP_PATH FD_RUNS FD_CONTROL
+FD_OUT PARENT_PID``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
-import queue
 import signal
 import sys
 import threading
@@ -36,7 +39,6 @@ from tenure.worker.executors.wire import (
     Abort,
     Cancel,
     Done,
-    Exit,
     Fatal,
     Heartbeat,
     Progress,
@@ -48,6 +50,7 @@ from tenure.worker.executors.wire import (
     ToSupervisor,
     frame,
     read_frame,
+    split,
     write_all,
 )
 
@@ -69,13 +72,15 @@ class ExecutorProcess:
     """The inside of one executor process: takes attempts off the pipe, runs
     their handlers, and sends back how each ended."""
 
-    def __init__(self, fd_in: int, fd_out: int) -> None:
-        self.fd_in, self.fd_out = fd_in, fd_out
+    def __init__(self, fd_runs: int, fd_control: int, fd_out: int) -> None:
+        self.fd_runs, self.fd_control, self.fd_out = fd_runs, fd_control, fd_out
         self._write_lock = threading.Lock()
-        self._sync_runs: queue.SimpleQueue[tuple[Run, JobContext] | None] = queue.SimpleQueue()
-        # Attempts given to run and not done: made by the reader thread, so
-        # that an abort right after the run finds its attempt.
+        # Attempts given to run and not done, made by the main thread as it
+        # reads them; an abort that comes before its attempt was read waits
+        # in ``_aborted`` (both under ``_attempts_lock``).
         self._contexts: dict[Attempt, JobContext] = {}
+        self._aborted: set[Attempt] = set()
+        self._attempts_lock = threading.Lock()
         self._replies: dict[int, Future[Reply]] = {}
         self._next_request = 0
         self._request_lock = threading.Lock()
@@ -136,41 +141,67 @@ class ExecutorProcess:
     def read_forever(self) -> None:
         while True:
             try:
-                message = read_frame(self.fd_in)
+                message = read_frame(self.fd_control)
             except Exception:  # a broken pipe or frame: the supervisor is gone or mad
                 message = None
             match message:
-                case None | Exit():
-                    os._exit(0)  # the supervisor is gone or asked: no handler runs on
+                case None:
+                    os._exit(0)  # the supervisor is gone: no handler runs on
                 case Reply(req=req):
                     if (future := self._replies.pop(req, None)) is not None:
                         future.set_result(message)
-                case Run(is_async=is_async):
-                    ctx = self._contexts[message.id, message.fence] = self.context(message)
-                    if is_async:
-                        self._start_async(message, ctx)
-                    else:
-                        self._sync_runs.put((message, ctx))
                 case Cancel(id=job_id, fence=fence):
                     self._cancel_async((job_id, fence))
                 case Abort(id=job_id, fence=fence):  # the job was cancelled: tell its handler
-                    if (told := self._contexts.get((job_id, fence))) is not None:
+                    with self._attempts_lock:
+                        told = self._contexts.get((job_id, fence))
+                        if told is None:
+                            self._aborted.add((job_id, fence))
+                    if told is not None:
                         told._cancel()
 
-    # -- running handlers ----------------------------------------------------
+    # -- the main thread: attempts in, handlers run ----------------------------
 
-    def run_sync_forever(self) -> None:
-        while (item := self._sync_runs.get()) is not None:
-            run, ctx = item
-            if run.timed:  # the deadline counts from here: tell the supervisor
-                self.send(Started(run.id, run.fence))
-            result: HandlerEnd
+    def run_forever(self) -> None:
+        buffer = bytearray()
+        while True:
             try:
-                result = run_sync(self.tasks[run.task].fn, ctx, self.hooks)
-            except BaseException as exc:  # no such task here
-                result = raised(exc)
-            self._contexts.pop((run.id, run.fence), None)
-            self.send(_done(run, result))
+                data = os.read(self.fd_runs, 1 << 16)
+                buffer += data
+                messages = split(buffer) if data else None
+            except Exception:  # a broken pipe or frame: the supervisor is gone or mad
+                messages = None
+            if messages is None:
+                os._exit(0)  # the supervisor is gone: no handler runs on
+            for message in messages:
+                if not isinstance(message, Run):
+                    os._exit(0)  # Exit: this executor ran its share of jobs
+                ctx = self._take(message)
+                if message.is_async:
+                    self._start_async(message, ctx)
+                else:
+                    self._run_sync(message, ctx)
+
+    def _take(self, run: Run) -> JobContext:
+        ctx = self.context(run)
+        attempt = (run.id, run.fence)
+        with self._attempts_lock:
+            self._contexts[attempt] = ctx
+            if self._aborted and attempt in self._aborted:
+                self._aborted.discard(attempt)
+                ctx._cancel()
+        return ctx
+
+    def _run_sync(self, run: Run, ctx: JobContext) -> None:
+        if run.timed:  # the deadline counts from here: tell the supervisor
+            self.send(Started(run.id, run.fence))
+        result: HandlerEnd
+        try:
+            result = run_sync(self.tasks[run.task].fn, ctx, self.hooks)
+        except BaseException as exc:  # no such task here
+            result = raised(exc)
+        self._contexts.pop((run.id, run.fence), None)
+        self.send(_done(run, result))
 
     def _start_async(self, run: Run, ctx: JobContext) -> None:
         if self._aio_loop is None:
@@ -211,13 +242,14 @@ def _done(run: Run, result: HandlerEnd) -> Done:
 
 
 def main(argv: list[str]) -> None:
-    app_path, fd_in, fd_out, parent = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+    app_path, parent = argv[0], int(argv[4])
+    fd_runs, fd_control, fd_out = (int(fd) for fd in argv[1:4])
     die_with_parent(parent)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    for fd in (fd_in, fd_out):
+    for fd in (fd_runs, fd_control, fd_out):
         os.set_inheritable(fd, False)  # a handler's own children must not hold our pipes
-    executor = ExecutorProcess(fd_in, fd_out)
+    executor = ExecutorProcess(fd_runs, fd_control, fd_out)
     try:
         from tenure.backends.factory import from_url
         from tenure.loader import load_app
@@ -231,7 +263,7 @@ def main(argv: list[str]) -> None:
         os._exit(1)
     threading.Thread(target=executor.read_forever, name="tenure-reader", daemon=True).start()
     executor.send(Ready(os.getpid()))
-    executor.run_sync_forever()
+    executor.run_forever()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Executor processes as the supervisor holds them: spawned, spoken to, killed.
 
 The process pool (``process.py``) decides what runs where; this module only
-starts a child, keeps its pipes, and reads its frames until it dies.
+starts a child, keeps its pipes, and hands on its frames as they arrive, in
+the loop's own read callback: no task wakes per frame, and one read takes
+every frame waiting.
 """
 
 from __future__ import annotations
@@ -9,16 +11,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 import os
 import signal
 import subprocess
 import sys
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tenure.backends.base import LeaseRef
+from tenure.errors import LeaseLost
 from tenure.job import Job
-from tenure.worker.executors.base import AttemptResult, Stopped, TimedOut
-from tenure.worker.executors.wire import Frame, ToExecutor, WireError, frame, parse, size_of
+from tenure.worker.executors.base import AttemptResult, Link, OnEnd, Stopped, TimedOut
+from tenure.worker.executors.wire import (
+    Abort,
+    Cancel,
+    Exit,
+    Frame,
+    Heartbeat,
+    Progress,
+    Refusal,
+    Reply,
+    Run,
+    ToExecutor,
+    WireError,
+    frame,
+    split,
+)
+
+log = logging.getLogger("tenure.executor")
+
+ASYNC_CANCEL_GRACE = 1.0
 
 
 class StopReason(enum.Enum):
@@ -28,68 +52,189 @@ class StopReason(enum.Enum):
     STOPPED = "stopped"  # lease lost, drain, cancel grace spent, or collateral: Stopped
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Running:
-    """One attempt placed in an executor process, until its end is known."""
+    """One attempt begun in the process pool, until its end is told."""
 
     job: Job
     is_async: bool
-    result: asyncio.Future[AttemptResult]
+    on_end: OnEnd
     timeout: float | None
+    started: float = 0.0  # loop time it was sent to an executor (0: not yet)
     timer: asyncio.TimerHandle | None = None
     stop_reason: StopReason | None = None
+    ended: bool = False
+
+    @property
+    def lease(self) -> LeaseRef:
+        return self.job.id, self.job.fence
 
     def stop(self, reason: StopReason = StopReason.STOPPED) -> None:
         """Mark it stopped, unless it was already, for whatever reason."""
         if self.stop_reason is None:
             self.stop_reason = reason
 
-    def end(self, result: AttemptResult) -> None:
-        """Its end, once: one the supervisor stopped ends as it stopped it,
-        whatever the handler did meanwhile."""
-        if self.result.done():
+    def end(self, result: AttemptResult, now: float) -> None:
+        """Tell its end, once: one the supervisor stopped ends as it stopped
+        it, whatever the handler did meanwhile."""
+        if self.ended:
             return
+        self.ended = True
+        if self.timer is not None:
+            self.timer.cancel()
         if self.stop_reason is StopReason.TIMEOUT:
             result = TimedOut(self.timeout or 0.0)
         elif self.stop_reason is StopReason.STOPPED:
             result = Stopped()
-        self.result.set_result(result)
+        self.on_end(result, now - self.started if self.started else 0.0)
 
 
-@dataclass
+class FrameReader(asyncio.Protocol):
+    """The frames of a child's pipe, handed to ``on_frames`` as they complete;
+    ``closed`` is done at end of file (the child is dead, or dying)."""
+
+    def __init__(self, on_frames: Callable[[list[Frame]], None]) -> None:
+        self.on_frames = on_frames
+        self.buffer = bytearray()
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        try:
+            frames = split(self.buffer)
+        except WireError:  # not our child any more: as good as dead
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if frames:
+            self.on_frames(frames)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+@dataclass(eq=False)
 class Child:
     """One executor process and the attempts it runs."""
 
     proc: subprocess.Popen[bytes]
-    transport: asyncio.WriteTransport
-    reader: asyncio.StreamReader
     ready: asyncio.Future[None]
+    runs: asyncio.WriteTransport | None = None  # attempts and Exit, to the thread running them
+    control: asyncio.WriteTransport | None = None  # cancels, aborts, replies
+    reader: FrameReader | None = None
     jobs: dict[LeaseRef, Running] = field(default_factory=dict)  # by attempt
+    # Its sync attempts in the order sent: the first runs, the others wait in
+    # its pipe (it runs them one after the other).
+    line: deque[Running] = field(default_factory=deque)
     done: int = 0
     retiring: bool = False
     killed: bool = False
+    gone: bool = False  # its pipe closed: it is dead, or dying
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
-    def send(self, message: ToExecutor) -> None:
-        if not self.transport.is_closing():
-            self.transport.write(frame(message))
+    def take(self, running: Running, now: float) -> None:
+        """Send it an attempt: an async one starts now, a sync one once those
+        sent before it have ended."""
+        self.jobs[running.lease] = running
+        if not running.is_async:
+            self.line.append(running)
+        if running.is_async or len(self.line) == 1:
+            running.started = now
+        job = running.job
+        self.send(Run(job.id, job.fence, job.task, job.queue, job.attempts, job.args, job.key,
+                      job.traceparent, running.is_async, running.timeout is not None))  # fmt: skip
 
-    async def read(self) -> Frame | None:
-        """The child's next frame; None once its pipe closed (it is dead, or dying)."""
+    def ended(self, lease: LeaseRef, now: float) -> Running | None:
+        """The attempt that ended, no longer its; the next sync one starts."""
+        running = self.jobs.pop(lease, None)
+        if running is None or running.is_async:
+            return running
+        self.line.remove(running)  # the first, unless the executor is not ours
+        if self.line and not self.line[0].started:
+            self.line[0].started = now
+        return running
+
+    def waiting(self) -> list[Running]:
+        """Its sync attempts sent that have not started: they can go elsewhere."""
+        return list(self.line)[1:]
+
+    def send(self, message: ToExecutor) -> None:
+        pipe = self.runs if isinstance(message, Run | Exit) else self.control
+        if pipe is not None and not pipe.is_closing():
+            pipe.write(frame(message))
+
+    def close(self) -> None:
+        reading = self.reader.transport if self.reader is not None else None
+        for pipe in (self.runs, self.control, reading):
+            if pipe is not None:
+                pipe.close()
+
+    async def answer(self, request: Progress | Heartbeat, link: Link) -> None:
+        """Do what a handler asked of the supervisor, and tell it how that went."""
+        running = self.jobs.get((request.id, request.fence))
+        reply = Reply(request.req)
         try:
-            header = await self.reader.readexactly(4)
-            return parse(await self.reader.readexactly(size_of(header)))
-        except (asyncio.IncompleteReadError, ConnectionError, WireError):
-            return None
+            if running is None or running.stop_reason is not None:
+                raise LeaseLost(f"job {request.id} is no longer run by this executor")
+            if isinstance(request, Progress):
+                await link.progress(running.job, request.data)
+            else:
+                await link.heartbeat(running.job)
+        except LeaseLost as exc:
+            reply.error, reply.message = Refusal.LEASE_LOST, str(exc)
+        except Exception as exc:
+            reply.error, reply.message = Refusal.FAILED, str(exc)
+        self.send(reply)
+
+    def interrupt(self, running: Running) -> None:
+        """Stop one attempt: one waiting in the pipe ends now, and the executor
+        is killed if it comes to start it; an async one is cancelled (killed
+        if it will not yield); a sync one is killed."""
+        running.stop()
+        loop = asyncio.get_running_loop()
+        if running in self.waiting():
+            loop.call_soon(running.end, Stopped(), loop.time())
+        elif running.is_async and len(self.jobs) > 1:
+            self.send(Cancel(running.job.id, running.job.fence))
+            loop.call_later(ASYNC_CANCEL_GRACE, self._kill_if_running, running)
+        else:
+            self.kill_all()
+
+    def _kill_if_running(self, running: Running) -> None:
+        if self.jobs.get(running.lease) is running:
+            self.kill_all()
+
+    def abort(self, running: Running, grace: float) -> None:
+        """Tell the handler its job was cancelled; stop it if it still runs
+        ``grace`` seconds later."""
+        self.send(Abort(running.job.id, running.job.fence))
+        asyncio.get_running_loop().call_later(grace, self._abort_overdue, running)
+
+    def _abort_overdue(self, running: Running) -> None:
+        if self.jobs.get(running.lease) is running and not running.ended:
+            log.warning("job %s was cancelled and did not stop: killing its executor %d",
+                        running.job.id, self.pid)  # fmt: skip
+            if running in self.waiting():
+                self.interrupt(running)
+            else:
+                running.stop()
+                self.kill_all()
 
     def kill_all(self) -> None:
         """Kill it to stop an attempt: the others it runs are collateral,
-        handed back without penalty."""
+        handed back without penalty (those waiting go to another executor)."""
+        waiting = self.waiting()
         for running in self.jobs.values():
-            running.stop()
+            if running not in waiting:
+                running.stop()
         self.kill()
 
     def kill(self) -> None:
@@ -103,25 +248,30 @@ class Child:
         return await asyncio.get_running_loop().run_in_executor(None, self.proc.wait)
 
 
-async def spawn(app_path: str) -> Child:
+async def spawn(app_path: str, on_frames: Callable[[Child, list[Frame]], None]) -> Child:
     """Start an executor process for the App at ``app_path``; it is ready
-    when its ``ready`` future is done."""
+    when its ``ready`` future is done. Its frames go to ``on_frames``."""
     loop = asyncio.get_running_loop()
-    to_child_r, to_child_w = os.pipe()
+    runs_r, runs_w = os.pipe()
+    control_r, control_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
+    theirs = (runs_r, control_r, from_child_w)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or "." for p in sys.path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tenure.worker.executors.child", app_path,
-         str(to_child_r), str(from_child_w), str(os.getpid())],
-        pass_fds=(to_child_r, from_child_w), env=env, stdin=subprocess.DEVNULL,
+         *map(str, theirs), str(os.getpid())],
+        pass_fds=theirs, env=env, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    os.close(to_child_r)
-    os.close(from_child_w)
-    transport, _ = await loop.connect_write_pipe(
-        asyncio.Protocol, os.fdopen(to_child_w, "wb", buffering=0)
+    for fd in theirs:
+        os.close(fd)
+    child = Child(proc, loop.create_future())
+    child.runs, _ = await loop.connect_write_pipe(
+        asyncio.Protocol, os.fdopen(runs_w, "wb", buffering=0)
     )
-    reader = asyncio.StreamReader(limit=2**31)
-    await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(from_child_r, "rb", buffering=0)
+    child.control, _ = await loop.connect_write_pipe(
+        asyncio.Protocol, os.fdopen(control_w, "wb", buffering=0)
     )
-    return Child(proc, transport, reader, loop.create_future())
+    reader = FrameReader(lambda frames: on_frames(child, frames))
+    await loop.connect_read_pipe(lambda: reader, os.fdopen(from_child_r, "rb", buffering=0))
+    child.reader = reader
+    return child

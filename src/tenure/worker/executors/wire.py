@@ -179,7 +179,12 @@ class Done:
         return Returned(self.value)
 
 
-ToExecutor = Run | Cancel | Abort | Reply | Exit
+# An executor has two pipes in: attempts to run, read by the thread that runs
+# them, which thus needs no other thread to wake it; and what must reach a
+# handler while it runs, read by a thread of its own.
+ToRunner = Run | Exit
+ToReader = Cancel | Abort | Reply
+ToExecutor = ToRunner | ToReader
 ToSupervisor = Ready | Fatal | Started | Progress | Heartbeat | Done
 Frame = ToExecutor | ToSupervisor
 
@@ -196,7 +201,7 @@ def frame(message: Frame) -> bytes:
     return HEADER.pack(len(data)) + data
 
 
-def parse(data: bytes) -> Frame:
+def parse(data: bytes | memoryview) -> Frame:
     try:
         tag, fields = orjson.loads(data)
         return FRAMES[tag](**fields)
@@ -204,7 +209,26 @@ def parse(data: bytes) -> Frame:
         raise WireError(f"not a frame: {exc}") from exc
 
 
-def size_of(header: bytes) -> int:
+def split(buffer: bytearray) -> list[Frame]:
+    """The whole frames at the start of ``buffer``, taken out of it: one read
+    of a pipe may carry several, and end inside one."""
+    frames: list[Frame] = []
+    start, end = 0, len(buffer)
+    view = memoryview(buffer)
+    try:
+        while end - start >= HEADER.size:
+            stop = start + HEADER.size + size_of(view[start : start + HEADER.size])
+            if stop > end:
+                break
+            frames.append(parse(view[start + HEADER.size : stop]))
+            start = stop
+    finally:
+        view.release()
+    del buffer[:start]
+    return frames
+
+
+def size_of(header: bytes | memoryview) -> int:
     (size,) = HEADER.unpack(header)
     if size > MAX_FRAME:
         raise WireError(f"frame of {size} bytes exceeds {MAX_FRAME}")
