@@ -1,17 +1,18 @@
 """The executor process: runs handlers for its supervisor, and nothing else.
 
 It never talks to storage. It dies with its supervisor: ``PR_SET_PDEATHSIG``
-kills it the moment the supervisor's thread that spawned it dies, and end of
-file on its command pipe makes it exit at once (belt and braces: the signal is
-Linux-only, the pipe is not). It ignores SIGINT and SIGTERM, which a terminal or
-an init system may send to the whole process group: the supervisor decides when
-its handlers stop.
+kills it the moment its zygote dies, which dies with the supervisor the same
+way, and end of file on its command pipe makes it exit at once (belt and
+braces: the signal is Linux-only, the pipe is not). It ignores SIGINT and
+SIGTERM, which a terminal or an init system may send to the whole process
+group: the supervisor decides when its handlers stop.
 
 Sync handlers run on the main thread, one at a time; async handlers run on an
 event loop in a second thread, up to ``--async-slots`` at once. A reader
 thread takes commands and replies off the pipe.
 
-Run as ``python -m tenure.worker.executors.child APP_PATH FD_IN FD_OUT PARENT_PID``.
+The zygote (``zygote.py``) forks it, with the App imported already, and calls
+:func:`run`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import signal
 import sys
 import threading
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tenure.context import JobContext, Transaction
 from tenure.core.payload import check as check_json
@@ -50,6 +51,9 @@ from tenure.worker.executors.wire import (
     read_frame,
     write_all,
 )
+
+if TYPE_CHECKING:
+    from tenure.app import App
 
 PR_SET_PDEATHSIG = 1
 
@@ -210,8 +214,9 @@ def _done(run: Run, result: HandlerEnd) -> Done:
     return Done.of(run.id, run.fence, result)
 
 
-def main(argv: list[str]) -> None:
-    app_path, fd_in, fd_out, parent = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+def run(app: App, fd_in: int, fd_out: int, parent: int) -> NoReturn:
+    """Be an executor for ``app`` on these pipes, in a process the zygote
+    ``parent`` forked; never returns."""
     die_with_parent(parent)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
@@ -220,19 +225,14 @@ def main(argv: list[str]) -> None:
     executor = ExecutorProcess(fd_in, fd_out)
     try:
         from tenure.backends.factory import from_url
-        from tenure.loader import load_app
 
-        app = load_app(app_path)
         executor.tasks = app.tasks
         executor.hooks = app.hooks
-        executor.transaction = from_url(app.url).transaction
+        executor.transaction = from_url(app.url).transaction  # its own, opened on first use
     except BaseException as exc:
-        executor.send(Fatal(f"executor cannot load {app_path}: {exc}"))
+        executor.send(Fatal(f"executor cannot start: {exc}"))
         os._exit(1)
     threading.Thread(target=executor.read_forever, name="tenure-reader", daemon=True).start()
     executor.send(Ready(os.getpid()))
     executor.run_sync_forever()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
+    os._exit(0)

@@ -1,7 +1,7 @@
-"""Executor processes as the supervisor holds them: spawned, spoken to, killed.
+"""Executor processes as the supervisor holds them: forked, spoken to, killed.
 
 The process pool (``process.py``) decides what runs where; this module only
-starts a child, keeps its pipes, and reads its frames until it dies.
+has the zygote fork a child, keeps its pipes, and reads its frames until it dies.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import contextlib
 import enum
 import os
 import signal
-import subprocess
-import sys
 from dataclasses import dataclass, field
 
 from tenure.backends.base import LeaseRef
+from tenure.errors import TenureError
 from tenure.job import Job
 from tenure.worker.executors.base import AttemptResult, Stopped, TimedOut
 from tenure.worker.executors.wire import Frame, ToExecutor, WireError, frame, parse, size_of
+from tenure.worker.executors.zygotes import Zygote
 
 
 class StopReason(enum.Enum):
@@ -60,7 +60,8 @@ class Running:
 class Child:
     """One executor process and the attempts it runs."""
 
-    proc: subprocess.Popen[bytes]
+    pid: int
+    exited: asyncio.Future[int]  # its return code, told by the zygote that forked it
     transport: asyncio.WriteTransport
     reader: asyncio.StreamReader
     ready: asyncio.Future[None]
@@ -68,10 +69,6 @@ class Child:
     done: int = 0
     retiring: bool = False
     killed: bool = False
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
 
     def send(self, message: ToExecutor) -> None:
         if not self.transport.is_closing():
@@ -96,27 +93,28 @@ class Child:
         if not self.killed:
             self.killed = True
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGKILL)
+                os.kill(self.pid, signal.SIGKILL)
 
     async def wait(self) -> int:
         """Its exit status, once it has exited (negative: the signal that killed it)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.proc.wait)
+        return await asyncio.shield(self.exited)
 
 
-async def spawn(app_path: str) -> Child:
-    """Start an executor process for the App at ``app_path``; it is ready
-    when its ``ready`` future is done."""
+async def fork(zygote: Zygote) -> Child:
+    """Have the zygote fork an executor process; it is ready when its
+    ``ready`` future is done."""
     loop = asyncio.get_running_loop()
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or "." for p in sys.path)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tenure.worker.executors.child", app_path,
-         str(to_child_r), str(from_child_w), str(os.getpid())],
-        pass_fds=(to_child_r, from_child_w), env=env, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    os.close(to_child_r)
-    os.close(from_child_w)
+    try:
+        pid, exited = await zygote.fork(to_child_r, from_child_w)
+    except BaseException:
+        os.close(to_child_w)
+        os.close(from_child_r)
+        raise
+    finally:  # the child has its own: ours would keep its pipe from ending when it dies
+        os.close(to_child_r)
+        os.close(from_child_w)
     transport, _ = await loop.connect_write_pipe(
         asyncio.Protocol, os.fdopen(to_child_w, "wb", buffering=0)
     )
@@ -124,4 +122,15 @@ async def spawn(app_path: str) -> Child:
     await loop.connect_read_pipe(
         lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(from_child_r, "rb", buffering=0)
     )
-    return Child(proc, transport, reader, loop.create_future())
+    return Child(pid, exited, transport, reader, loop.create_future())
+
+
+async def first_ready(children: list[Child]) -> None:
+    """Return once one of ``children`` is ready; raise why, if none could start."""
+    starting, errors = {c.ready for c in children}, []
+    while starting:
+        done, starting = await asyncio.wait(starting, return_when=asyncio.FIRST_COMPLETED)
+        errors += [error for ready in done if (error := ready.exception()) is not None]
+        if len(errors) < len(done):
+            return
+    raise TenureError(f"no executor started: {errors[0] if errors else 'none asked for'}")

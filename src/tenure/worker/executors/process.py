@@ -1,6 +1,7 @@
 """The process pool: executor processes, watched by the supervisor.
 
-Each executor runs one sync handler at a time, or up to ``async_slots`` async
+Executors are forked by the zygote (``zygotes.py``), which imported the App
+once. Each runs one sync handler at a time, or up to ``async_slots`` async
 handlers on its event loop. The supervisor learns of an executor's death at
 once, from end of file on its pipe, records its attempts ``crashed`` and starts
 a replacement. At a deadline, or when a lease is lost, or when a drain's budget
@@ -23,7 +24,7 @@ from tenure.backends.base import LeaseRef
 from tenure.errors import LeaseLost, TenureError
 from tenure.job import Job
 from tenure.worker.executors.base import AttemptResult, Crashed, Link, OnEnd, Stopped
-from tenure.worker.executors.children import Child, Running, StopReason, spawn
+from tenure.worker.executors.children import Child, Running, StopReason, first_ready, fork
 from tenure.worker.executors.wire import (
     Abort,
     Cancel,
@@ -39,6 +40,8 @@ from tenure.worker.executors.wire import (
     Run,
     Started,
 )
+from tenure.worker.executors.zygote import ForkedZygote
+from tenure.worker.executors.zygotes import Zygote
 
 log = logging.getLogger("tenure.executor")
 
@@ -47,7 +50,9 @@ CLOSE_WAIT = 5.0  # seconds close() waits for the tasks watching executors to en
 
 
 class ProcessPool:
-    """``concurrency`` executor processes for the App at ``app_path``."""
+    """``concurrency`` executor processes for the App at ``app_path``, forked
+    by ``zygote`` if the caller forked one (the CLI does), else by a zygote the
+    pool starts."""
 
     def __init__(
         self,
@@ -59,16 +64,17 @@ class ProcessPool:
         async_slots: int = 1,
         max_jobs_per_executor: int | None = None,
         on_capacity: Callable[[], None] = lambda: None,
+        zygote: ForkedZygote | None = None,
     ) -> None:
         self.app_path = app_path
+        self.zygote = Zygote(app_path, zygote, on_death=self._zygote_died)
         self.is_async = is_async
         self.link = link
         self.concurrency = concurrency
         self.async_slots = async_slots
         self.max_jobs = max_jobs_per_executor
-        self.on_capacity = on_capacity  # called when a replacement executor is ready
+        self.on_capacity = on_capacity  # called when an executor is ready
         self.children: list[Child] = []
-        self.started = 0
         self._changed = asyncio.Event()
         self._closing = False
         # Attempts, not jobs: a worker may hold two attempts of one job (the
@@ -112,15 +118,24 @@ class ProcessPool:
     # -- life cycle ----------------------------------------------------------
 
     async def start(self) -> None:
-        for _ in range(self.concurrency):
-            self.children.append(await self._spawn())
-        await asyncio.gather(*(c.ready for c in self.children))
+        """Fork the executors; return once one is ready (the others call
+        ``on_capacity`` as they are)."""
+        await self.zygote.start()
+        self.children += await asyncio.gather(*(self._spawn() for _ in range(self.concurrency)))
+        await first_ready(self.children)
 
     async def _spawn(self) -> Child:
-        child = await spawn(self.app_path)
-        self.started += 1
+        child = await fork(self.zygote)
+        child.ready.add_done_callback(functools.partial(self._started, child))
         self._keep(self._watch(child), f"executor-{child.pid}")
         return child
+
+    def _started(self, child: Child, ready: asyncio.Future[None]) -> None:
+        if (error := ready.exception()) is None:
+            self._changed.set()
+            self.on_capacity()
+        elif not self._closing:
+            log.error("executor %d did not start: %s", child.pid, error)
 
     def _keep(self, coroutine: Coroutine[Any, Any, None], name: str | None = None) -> None:
         task = asyncio.create_task(coroutine, name=name)
@@ -144,7 +159,6 @@ class ProcessPool:
             case Ready():
                 if not child.ready.done():
                     child.ready.set_result(None)
-                self._changed.set()
             case Fatal(error):
                 if not child.ready.done():
                     child.ready.set_exception(TenureError(error or "executor failed"))
@@ -209,16 +223,19 @@ class ProcessPool:
     async def _replace(self) -> None:
         try:
             child = await self._spawn()
-            if self._closing:  # closed while it started: close() did not see it
-                child.kill()
-                await child.wait()
-                return
-            self.children.append(child)
-            await child.ready
-            self.on_capacity()
         except TenureError:
             if not self._closing:
                 log.exception("could not start a replacement executor")
+            return
+        if self._closing:  # closed while it started: close() did not see it
+            child.kill()
+            await child.wait()
+            return
+        self.children.append(child)
+
+    def _zygote_died(self) -> None:
+        for child in self.children:  # they die with it: what they ran is collateral
+            child.kill_all()
 
     def _maybe_retire(self, child: Child) -> None:
         if self.max_jobs is not None and child.done >= self.max_jobs and not child.jobs:
@@ -234,6 +251,7 @@ class ProcessPool:
                 await child.wait()
         if self._tasks:  # watchers end with their process; one replacing an executor kills it
             await asyncio.wait(self._tasks, timeout=CLOSE_WAIT)
+        await self.zygote.close()
 
     # -- attempts ------------------------------------------------------------
 
