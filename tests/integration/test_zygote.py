@@ -127,8 +127,6 @@ def test_a_worker_started_from_python__imports_the_app_in_its_zygote_only(
 def test_a_zygote_killed_9__hands_back_what_its_executors_ran__and_another_forks_new_ones(
     app_module: Any,
 ) -> None:
-    app = app_module()
-
     async def main() -> tuple[AttemptResult, int, int, AttemptResult, list[int]]:
         ends: dict[str, AttemptResult] = {}
         pool = ProcessPool(f"{app_module.name}:app", lambda name: False, _NoRequests(),
