@@ -17,9 +17,12 @@ needs ``fork`` and unix sockets: POSIX, as the rest of tenure.
 The control socket is a unix stream socketpair. To the zygote: one byte b"f"
 carrying two descriptors (SCM_RIGHTS), an executor's command pipe (read end)
 and frame pipe (write end): fork an executor on them. From the zygote, JSON
-lines: ``{"ready": pid}`` or ``{"fatal": error}`` once, then ``{"forked": pid}``
-per request in their order, and ``{"exited": pid, "code": returncode}``
-(negative: the signal that killed it) when an executor has died.
+lines: ``{"ready": pid, "threads": [names]}`` or ``{"fatal": error}`` once,
+then ``{"forked": pid}`` or ``{"failed": error}`` per request in their order,
+and ``{"exited": pid, "code": returncode}`` (negative: the signal that killed
+it) when an executor has died. Threads the App's import started are named in
+"ready": executors forked have none of them (as with any server that forks
+after loading the application).
 """
 
 from __future__ import annotations
@@ -89,9 +92,10 @@ def serve(sock: socket.socket, app: App, parent: int) -> NoReturn:
         os._exit(1)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)  # an executor's death wakes the poll below
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)  # a death wakes the poll below
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    _send(sock, {"ready": os.getpid()})
+    others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    _send(sock, {"ready": os.getpid(), "threads": others})
     poll = select.poll()
     poll.register(sock, select.POLLIN)
     poll.register(wake_r, select.POLLIN)
@@ -104,8 +108,14 @@ def serve(sock: socket.socket, app: App, parent: int) -> NoReturn:
             data, fds, _, _ = socket.recv_fds(sock, 1, 2)
             if data != FORK or len(fds) != 2:
                 os._exit(0)  # the supervisor is gone (end of file), or is not ours
-            pid = _fork(app, fds[0], fds[1], closing=(sock.fileno(), wake_r, wake_w))
-            _send(sock, {"forked": pid})
+            try:
+                pid = _fork(app, fds[0], fds[1], closing=(sock.fileno(), wake_r, wake_w))
+            except OSError as exc:  # out of processes or memory: the supervisor says so
+                for unused in fds:
+                    os.close(unused)
+                _send(sock, {"failed": f"the zygote cannot fork: {exc}"})
+            else:
+                _send(sock, {"forked": pid})
 
 
 def _fork(app: App, fd_in: int, fd_out: int, closing: tuple[int, ...]) -> int:

@@ -120,7 +120,7 @@ class Zygote:
     async def _read(self, zygote: _Process) -> None:
         loop = asyncio.get_running_loop()
         buffer = b""
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):  # ValueError: not JSON, not ours
             while data := await loop.sock_recv(zygote.sock, 1 << 16):
                 *lines, buffer = (buffer + data).split(b"\n")
                 for line in lines:
@@ -135,7 +135,15 @@ class Zygote:
             case {"exited": int(pid), "code": int(code)}:
                 if (told := zygote.exits.pop(pid, None)) is not None:
                     told.set_result(code)
-            case {"ready": int()}:
+            case {"failed": str(error)}:
+                zygote.forks.popleft().set_exception(TenureError(error))
+            case {"ready": int(), "threads": list(threads)}:
+                if threads:
+                    log.warning(
+                        "importing the App started threads (%s): executors forked "
+                        "from it have none of them",
+                        ", ".join(map(str, threads)),
+                    )
                 zygote.ready.set_result(None)
             case {"fatal": str(error)} if not zygote.ready.done():
                 zygote.ready.set_exception(TenureError(error))
