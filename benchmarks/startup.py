@@ -8,13 +8,17 @@ appends a line to a file when it is imported, launches ``python -m tenure.cli
 worker`` in its directory, and waits for the handler to write the time it
 started. The time counts the interpreter's start-up, the imports, opening the
 database and starting the executors. "imports" is how many times the app
-module's top level ran in the worker's life. Set PYTHONPATH to measure another checkout's
+module's top level ran in the worker's life. "cpu" is the CPU time the worker
+process had used when its first job started, and "cpu, all" that of it and of
+every process under it (executors, zygote): on a loaded machine they tell what
+the start costs apart from the wait for a core. Set PYTHONPATH to measure another checkout's
 ``src``; the line "tenure from" says which one ran.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import statistics
@@ -41,10 +45,31 @@ def first() -> None:
 """
 
 TIMEOUT = 120.0
+TICK = os.sysconf("SC_CLK_TCK")
 
 
-def one_round(concurrency: int) -> tuple[float, int]:
-    """Seconds from launch to the first handler's start, and the imports of the app."""
+def cpu_of(pid: int) -> float:
+    """CPU seconds (user and system) a process used so far; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def tree_of(pid: int) -> list[int]:
+    """The process and every process under it."""
+    tree = [pid]
+    for parent in tree:
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                tree += [int(p) for p in (task / "children").read_text().split()]
+    return tree
+
+
+def one_round(concurrency: int) -> tuple[float, int, float, float]:
+    """Seconds from launch to the first handler's start, the imports of the app,
+    and the CPU seconds of the worker, and of its whole tree, by then."""
     import tenure
 
     with tempfile.TemporaryDirectory(prefix="tenure-startup-") as tmp:
@@ -70,11 +95,12 @@ def one_round(concurrency: int) -> tuple[float, int]:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"no job started within {TIMEOUT} s")
                 time.sleep(0.002)
+            cpu, cpu_all = cpu_of(worker.pid), sum(map(cpu_of, tree_of(worker.pid)))
             seconds = float(started.read_text()) - launched
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(60)
-        return seconds, len(imports.read_text().splitlines())
+        return seconds, len(imports.read_text().splitlines()), cpu, cpu_all
 
 
 def main() -> None:
@@ -89,16 +115,15 @@ def main() -> None:
 
     print(f"tenure from {Path(tenure.__file__).parent}")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"{'concurrency':>11} | {'median s':>8} | {'min s':>6} | {'max s':>6} | imports")
-    print(f"{'-' * 11} | {'-' * 8} | {'-' * 6} | {'-' * 6} | -------")
+    print("concurrency | median s |  min s |  max s | imports | cpu s | cpu s, all")
+    print("----------- | -------- | ------ | ------ | ------- | ----- | ----------")
     for concurrency in args.concurrency:
-        times, counts = [], set()
-        for _ in range(args.rounds):
-            seconds, count = one_round(concurrency)
-            times.append(seconds)
-            counts.add(count)
+        rounds = [one_round(concurrency) for _ in range(args.rounds)]
+        times = [r[0] for r in rounds]
+        counts = ", ".join(map(str, sorted({r[1] for r in rounds})))
+        cpu, cpu_all = (statistics.median(r[i] for r in rounds) for i in (2, 3))
         print(f"{concurrency:>11} | {statistics.median(times):>8.3f} | {min(times):>6.3f} | "
-              f"{max(times):>6.3f} | {', '.join(map(str, sorted(counts)))}")  # fmt: skip
+              f"{max(times):>6.3f} | {counts:>7} | {cpu:>5.2f} | {cpu_all:>10.2f}")  # fmt: skip
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

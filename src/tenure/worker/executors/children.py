@@ -14,7 +14,6 @@ import signal
 from dataclasses import dataclass, field
 
 from tenure.backends.base import LeaseRef
-from tenure.errors import TenureError
 from tenure.job import Job
 from tenure.worker.executors.base import AttemptResult, Stopped, TimedOut
 from tenure.worker.executors.wire import Frame, ToExecutor, WireError, frame, parse, size_of
@@ -123,14 +122,3 @@ async def fork(zygote: Zygote) -> Child:
         lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(from_child_r, "rb", buffering=0)
     )
     return Child(pid, exited, transport, reader, loop.create_future())
-
-
-async def first_ready(children: list[Child]) -> None:
-    """Return once one of ``children`` is ready; raise why, if none could start."""
-    starting, errors = {c.ready for c in children}, []
-    while starting:
-        done, starting = await asyncio.wait(starting, return_when=asyncio.FIRST_COMPLETED)
-        errors += [error for ready in done if (error := ready.exception()) is not None]
-        if len(errors) < len(done):
-            return
-    raise TenureError(f"no executor started: {errors[0] if errors else 'none asked for'}")

@@ -18,13 +18,13 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from tenure.backends.base import LeaseRef
 from tenure.errors import LeaseLost, TenureError
 from tenure.job import Job
 from tenure.worker.executors.base import AttemptResult, Crashed, Link, OnEnd, Stopped
-from tenure.worker.executors.children import Child, Running, StopReason, first_ready, fork
+from tenure.worker.executors.children import Child, Running, StopReason, fork
 from tenure.worker.executors.wire import (
     Abort,
     Cancel,
@@ -44,6 +44,7 @@ from tenure.worker.executors.zygote import ForkedZygote
 from tenure.worker.executors.zygotes import Zygote
 
 log = logging.getLogger("tenure.executor")
+T = TypeVar("T")
 
 ASYNC_CANCEL_GRACE = 1.0
 CLOSE_WAIT = 5.0  # seconds close() waits for the tasks watching executors to end
@@ -81,7 +82,7 @@ class ProcessPool:
         # second claimed after the first was recovered from under it).
         self._unplaced: set[LeaseRef] = set()  # begun, waiting for an executor
         self._stopped_unplaced: set[LeaseRef] = set()
-        self._tasks: set[asyncio.Task[None]] = set()  # watchers and answers, kept referenced
+        self._tasks: set[asyncio.Task[Any]] = set()  # watchers and answers, kept referenced
         self._runs: set[asyncio.Task[AttemptResult]] = set()  # attempts begun
 
     # -- capacity and placement ----------------------------------------------
@@ -121,26 +122,42 @@ class ProcessPool:
         """Fork the executors; return once one is ready (the others call
         ``on_capacity`` as they are)."""
         await self.zygote.start()
-        self.children += await asyncio.gather(*(self._spawn() for _ in range(self.concurrency)))
-        await first_ready(self.children)
+        starting = {self._keep(self._add()) for _ in range(self.concurrency)}
+        while starting:
+            done, starting = await asyncio.wait(starting, return_when=asyncio.FIRST_COMPLETED)
+            if any(task.result() for task in done):
+                return
+        raise TenureError("no executor process started (the log says why)")
 
-    async def _spawn(self) -> Child:
-        child = await fork(self.zygote)
-        child.ready.add_done_callback(functools.partial(self._started, child))
+    async def _add(self) -> bool:
+        """Fork an executor into the pool; whether it started."""
+        try:
+            child = await fork(self.zygote)
+        except TenureError:
+            if not self._closing:
+                log.exception("could not fork an executor")
+            return False
+        if self._closing:  # closed while it started: close() did not see it
+            child.kill()
+            await child.wait()
+            return False
+        self.children.append(child)
         self._keep(self._watch(child), f"executor-{child.pid}")
-        return child
+        try:
+            await child.ready
+        except TenureError as exc:
+            if not self._closing:
+                log.error("executor %d did not start: %s", child.pid, exc)
+            return False
+        self._changed.set()
+        self.on_capacity()
+        return True
 
-    def _started(self, child: Child, ready: asyncio.Future[None]) -> None:
-        if (error := ready.exception()) is None:
-            self._changed.set()
-            self.on_capacity()
-        elif not self._closing:
-            log.error("executor %d did not start: %s", child.pid, error)
-
-    def _keep(self, coroutine: Coroutine[Any, Any, None], name: str | None = None) -> None:
+    def _keep(self, coroutine: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
         task = asyncio.create_task(coroutine, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _watch(self, child: Child) -> None:
         """Read the child's frames until its pipe closes: then it is dead."""
@@ -217,21 +234,8 @@ class ProcessPool:
         if child in self.children:
             self.children.remove(child)
             if not self._closing:
-                await self._replace()
+                await self._add()
         self._changed.set()
-
-    async def _replace(self) -> None:
-        try:
-            child = await self._spawn()
-        except TenureError:
-            if not self._closing:
-                log.exception("could not start a replacement executor")
-            return
-        if self._closing:  # closed while it started: close() did not see it
-            child.kill()
-            await child.wait()
-            return
-        self.children.append(child)
 
     def _zygote_died(self) -> None:
         for child in self.children:  # they die with it: what they ran is collateral
