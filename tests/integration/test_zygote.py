@@ -174,3 +174,29 @@ class _NoRequests:
 
     async def heartbeat(self, job: Job) -> None:
         raise AssertionError("no handler here asks the supervisor anything")
+
+
+def test_threads_the_apps_import_started__are_named_in_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = f"threaded_app_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(f"""
+        import threading, time, tenure
+        threading.Thread(target=time.sleep, args=(60,), name="app-poller", daemon=True).start()
+        app = tenure.App({f"sqlite:///{tmp_path / 't.db'}"!r})
+
+        @app.task
+        def noop() -> None:
+            pass
+    """))  # fmt: skip
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    async def main() -> None:
+        pool = ProcessPool(f"{name}:app", lambda _: False, _NoRequests(), concurrency=1)
+        try:
+            await pool.start()
+        finally:
+            await pool.close()
+
+    asyncio.run(main())
+    assert "importing the App started threads (app-poller)" in caplog.text

@@ -67,7 +67,6 @@ class ProcessPool:
         on_capacity: Callable[[], None] = lambda: None,
         zygote: ForkedZygote | None = None,
     ) -> None:
-        self.app_path = app_path
         self.zygote = Zygote(app_path, zygote, on_death=self._zygote_died)
         self.is_async = is_async
         self.link = link

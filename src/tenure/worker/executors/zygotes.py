@@ -61,7 +61,6 @@ class Zygote:
     ) -> None:
         self.app_path = app_path
         self.on_death = on_death
-        self.started = 0  # zygotes started or adopted
         self._forked = forked
         self._current: _Process | None = None
         self._sending = asyncio.Lock()
@@ -93,7 +92,6 @@ class Zygote:
             raise TenureError("the process pool is closing")
         if self._current is None or self._current.dead:
             self._current = self._adopt() if self._forked is not None else self._spawn()
-            self.started += 1
             self._current.reader = asyncio.create_task(self._read(self._current))
         await asyncio.shield(self._current.ready)
         return self._current
@@ -155,8 +153,8 @@ class Zygote:
         how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
         if not zygote.ready.done():
             zygote.ready.set_exception(TenureError(f"the zygote {zygote.pid} {how} while starting"))
-        zygote.ready.exception()  # retrieved: a caller may never have awaited it
-        if not self._closing and zygote.ready.exception() is None:
+        started = zygote.ready.exception() is None  # retrieved: none may have awaited it
+        if started and not self._closing:
             log.error("the zygote %d %s; its executors die with it, the next starts another",
                       zygote.pid, how)  # fmt: skip
             self.on_death()
