@@ -3,7 +3,9 @@
 ``ThreadPoolExecutor`` stops its threads before ``atexit`` callbacks run, so an
 App closed at exit could not reach its SQLite thread; and its threads are
 joined at exit, so an abandoned handler would hold the process up. These are
-daemon threads served from a queue: neither happens.
+daemon threads served from a queue: neither happens. They start on first use,
+so that an object holding some (a SQLite backend built, not opened) can be in a
+process that forks: the worker's zygote.
 """
 
 from __future__ import annotations
@@ -23,12 +25,23 @@ class DaemonThreads:
     def __init__(self, size: int, name: str) -> None:
         self._work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._size = size
-        for i in range(size):
-            threading.Thread(target=self._serve, name=f"{name}-{i}", daemon=True).start()
+        self._name = name
+        self._started = False
+        self._starting = threading.Lock()
 
     def submit(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on a free thread; it reports its own outcome."""
+        if not self._started:
+            self._start()
         self._work.put(fn)
+
+    def _start(self) -> None:
+        with self._starting:
+            if not self._started:
+                for i in range(self._size):
+                    threading.Thread(target=self._serve, name=f"{self._name}-{i}",
+                                     daemon=True).start()  # fmt: skip
+                self._started = True
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a thread, awaited from the running event loop."""
@@ -51,8 +64,11 @@ class DaemonThreads:
             fn()
 
     def shutdown(self) -> None:
-        for _ in range(self._size):
-            self._work.put(None)
+        with self._starting:
+            if self._started:
+                for _ in range(self._size):
+                    self._work.put(None)
+            self._started = True  # none starts after a shutdown
 
 
 def resolve(done: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:

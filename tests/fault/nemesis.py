@@ -281,7 +281,11 @@ class Nemesis:
         return self.rng.choice(found) if found else None
 
     def _group(self, pid: int) -> list[int]:
-        return [pid, *children(pid)]
+        """The worker and its descendants: its zygote, and the executors it forked."""
+        group = [pid]
+        for parent in group:
+            group += children(parent)
+        return group
 
     def kill_worker(self) -> None:
         assert self.fleet is not None
@@ -301,7 +305,7 @@ class Nemesis:
         if i is None:
             return
         sup = self.fleet.live[i].pid
-        executors = children(sup)
+        executors = [e for zygote in children(sup) for e in children(zygote)]
         if not executors:
             return
         pid, now = self.rng.choice(executors), time.time()

@@ -7,6 +7,7 @@ non-zero exit code: 2 for a usage error, 1 for anything else. Set
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -15,25 +16,33 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tenure.cli import (
-    bench,
-    chaos,
-    dlq,
-    events,
-    jobs,
-    operators,
-    periodic,
-    policy,
-    serve,
-    worker,
-)
 from tenure.cli.common import CliState
-from tenure.cli.output import report
 from tenure.config import DEFAULT_URL
+
+# Each command by name, and the module that defines it under that name: one is
+# imported when it runs, so that ``tenure worker`` starts without the others'
+# imports (rich, the web server, the benchmarks).
+COMMANDS = {
+    "enqueue": "jobs", "status": "jobs", "jobs": "jobs", "job": "jobs", "cancel": "jobs",
+    "dlq": "dlq", "events": "events", "policy": "policy", "periodic": "periodic",
+    "queue": "operators", "workers": "operators", "health": "operators", "worker": "worker",
+    "serve": "serve", "chaos": "chaos", "bench": "bench",
+}  # fmt: skip
 
 
 class TenureGroup(click.Group):
-    """A group whose errors are one line each: never a usage block, never a traceback."""
+    """A group whose errors are one line each: never a usage block, never a
+    traceback; its commands are imported when they are used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module = importlib.import_module(f"tenure.cli.{COMMANDS[cmd_name]}")
+        command: click.Command = getattr(module, cmd_name)
+        return command
 
     def main(
         self,
@@ -52,6 +61,8 @@ class TenureGroup(click.Group):
                 exc, click.ClickException | click.Abort
             ):
                 raise
+            from tenure.cli.output import report
+
             sys.exit(report(exc))
         sys.exit(rv if isinstance(rv, int) else 0)
 
@@ -79,27 +90,6 @@ def cli(ctx: click.Context, url: str | None, app_path: str | None) -> None:
     source = ctx.get_parameter_source("url")
     by = "--url" if source is ParameterSource.COMMANDLINE else "TENURE_URL"
     ctx.obj = CliState(url or None, by if url else None, app_path or None)
-
-
-for command in (
-    jobs.enqueue,
-    jobs.status,
-    jobs.jobs,
-    jobs.job,
-    jobs.cancel,
-    dlq.dlq,
-    events.events,
-    policy.policy,
-    periodic.periodic,
-    operators.queue,
-    operators.workers,
-    operators.health,
-    worker.worker,
-    serve.serve,
-    chaos.chaos,
-    bench.bench,
-):
-    cli.add_command(command)
 
 
 def main() -> None:

@@ -104,6 +104,7 @@ def worker(
 ) -> None:
     """Run a worker for the App at MODULE:APP (e.g. myapp.tasks:app; default: --app)."""
     from tenure.worker import run_worker  # producers' commands need not load the worker
+    from tenure.worker.executors.zygote import fork_zygote
 
     app_path = app_path or cli_state().app_path
     if not app_path:
@@ -126,9 +127,11 @@ def worker(
         metrics_port=metrics_port,
         metrics_host=metrics_host,
     )
+    # Now, while this process has imported the App and has no thread or connection yet.
+    zygote = fork_zygote(app) if config.pool == "process" else None
     with app, stderr_logging(log_level, log_format):
         try:
-            run_worker(app, config, app_path)
+            run_worker(app, config, app_path, zygote)
         except StorageLost:
             raise  # said by the worker, without a traceback
         except Exception:  # the one line the CLI prints is not enough to find why

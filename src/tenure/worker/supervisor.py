@@ -38,6 +38,7 @@ from tenure.worker.drain import Stop, drain
 from tenure.worker.executors.base import Executor
 from tenure.worker.executors.process import ProcessPool
 from tenure.worker.executors.thread import ThreadExecutor
+from tenure.worker.executors.zygote import ForkedZygote
 from tenure.worker.faults import StorageFaults
 from tenure.worker.leases import LeaseKeeper
 from tenure.worker.pacing import Pace
@@ -72,12 +73,13 @@ class Supervisor:
         *,
         app_path: str | None = None,
         worker_id: str | None = None,
+        zygote: ForkedZygote | None = None,
     ) -> None:
         self.app = app
         self.config = config
         self.app_path = app_path
         self.worker_id = worker_id or new_worker_id()
-        self.executor = self._executor()
+        self.executor = self._executor(zygote)
         self.backend: Backend = from_url(app.url)
         self.metrics: WorkerMetrics | None = None
         if config.metrics_port is not None:
@@ -117,7 +119,7 @@ class Supervisor:
         """Attempts this worker claimed and finished."""
         return self.attempts.processed
 
-    def _executor(self) -> Executor:
+    def _executor(self, zygote: ForkedZygote | None) -> Executor:
         c = self.config
         if c.pool == "thread":
             effects = from_url(self.app.url).transaction  # its own connection, in handler threads
@@ -126,14 +128,14 @@ class Supervisor:
         app_path = self.app_path or path_of(self.app)
         if app_path is None:
             raise InvalidInput(
-                "executor processes import the App by its path: pass app_path='module:attr' "
+                "the process pool imports the App by its path: pass app_path='module:attr' "
                 "(the CLI does), define the App in an importable module, or use pool='thread'"
             )
         tasks = self.app.tasks
         return ProcessPool(app_path, lambda name: tasks[name].is_async, self,
                            concurrency=c.concurrency, async_slots=c.async_slots,
                            max_jobs_per_executor=c.max_jobs_per_executor,
-                           on_capacity=self._executor_replaced)  # fmt: skip
+                           on_capacity=self._executor_replaced, zygote=zygote)  # fmt: skip
 
     # -- what running handlers ask (the executors' Link) --------------------
 
@@ -284,6 +286,12 @@ class Supervisor:
         self.stop.request(len(self.attempts.running))
 
 
-def run_worker(app: App, config: WorkerConfig, app_path: str | None = None) -> None:
-    """Run a worker in this process until it is drained."""
-    asyncio.run(Supervisor(app, config, app_path=app_path).run())
+def run_worker(
+    app: App,
+    config: WorkerConfig,
+    app_path: str | None = None,
+    zygote: ForkedZygote | None = None,
+) -> None:
+    """Run a worker in this process until it is drained (its process pool's
+    executors forked by ``zygote``, if given: see ``fork_zygote``)."""
+    asyncio.run(Supervisor(app, config, app_path=app_path, zygote=zygote).run())

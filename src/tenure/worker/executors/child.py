@@ -1,11 +1,11 @@
 """The executor process: runs handlers for its supervisor, and nothing else.
 
 It never talks to storage. It dies with its supervisor: ``PR_SET_PDEATHSIG``
-kills it the moment the supervisor's thread that spawned it dies, and end of
-file on its command pipe makes it exit at once (belt and braces: the signal is
-Linux-only, the pipe is not). It ignores SIGINT and SIGTERM, which a terminal or
-an init system may send to the whole process group: the supervisor decides when
-its handlers stop.
+kills it the moment its zygote dies, which dies with the supervisor the same
+way, and end of file on its pipes makes it exit at once (belt and braces: the
+signal is Linux-only, the pipes are not). It ignores SIGINT and SIGTERM, which
+a terminal or an init system may send to the whole process group: the
+supervisor decides when its handlers stop.
 
 The main thread reads the attempts to run off their own pipe, and runs sync
 handlers itself, one at a time: from one attempt's end to the next one's
@@ -14,8 +14,8 @@ second thread, up to ``--async-slots`` at once. A reader thread takes what
 must reach a handler while it runs (aborts, cancels, replies) off a second
 pipe, silent while jobs merely flow.
 
-Run as ``python -m tenure.worker.executors.child APP_PATH FD_RUNS FD_CONTROL
-FD_OUT PARENT_PID``.
+The zygote (``zygote.py``) forks it, with the App imported already, and calls
+:func:`run`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import signal
 import sys
 import threading
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tenure.context import JobContext, Transaction
 from tenure.core.payload import check as check_json
@@ -53,6 +53,9 @@ from tenure.worker.executors.wire import (
     split,
     write_all,
 )
+
+if TYPE_CHECKING:
+    from tenure.app import App
 
 PR_SET_PDEATHSIG = 1
 
@@ -162,7 +165,7 @@ class ExecutorProcess:
 
     # -- the main thread: attempts in, handlers run ----------------------------
 
-    def run_forever(self) -> None:
+    def run_forever(self) -> NoReturn:
         buffer = bytearray()
         while True:
             try:
@@ -241,9 +244,9 @@ def _done(run: Run, result: HandlerEnd) -> Done:
     return Done.of(run.id, run.fence, result)
 
 
-def main(argv: list[str]) -> None:
-    app_path, parent = argv[0], int(argv[4])
-    fd_runs, fd_control, fd_out = (int(fd) for fd in argv[1:4])
+def run(app: App, fd_runs: int, fd_control: int, fd_out: int, parent: int) -> NoReturn:
+    """Be an executor for ``app`` on these pipes, in a process the zygote
+    ``parent`` forked; never returns."""
     die_with_parent(parent)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
@@ -252,19 +255,13 @@ def main(argv: list[str]) -> None:
     executor = ExecutorProcess(fd_runs, fd_control, fd_out)
     try:
         from tenure.backends.factory import from_url
-        from tenure.loader import load_app
 
-        app = load_app(app_path)
         executor.tasks = app.tasks
         executor.hooks = app.hooks
-        executor.transaction = from_url(app.url).transaction
+        executor.transaction = from_url(app.url).transaction  # its own, opened on first use
     except BaseException as exc:
-        executor.send(Fatal(f"executor cannot load {app_path}: {exc}"))
+        executor.send(Fatal(f"executor cannot start: {exc}"))
         os._exit(1)
     threading.Thread(target=executor.read_forever, name="tenure-reader", daemon=True).start()
     executor.send(Ready(os.getpid()))
     executor.run_forever()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

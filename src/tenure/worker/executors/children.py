@@ -1,9 +1,9 @@
-"""Executor processes as the supervisor holds them: spawned, spoken to, killed.
+"""Executor processes as the supervisor holds them: forked, spoken to, killed.
 
 The process pool (``process.py``) decides what runs where; this module only
-starts a child, keeps its pipes, and hands on its frames as they arrive, in
-the loop's own read callback: no task wakes per frame, and one read takes
-every frame waiting.
+has the zygote fork a child, keeps its pipes, and hands on its frames as they
+arrive, in the loop's own read callback: no task wakes per frame, and one read
+takes every frame waiting.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import enum
 import logging
 import os
 import signal
-import subprocess
-import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +37,7 @@ from tenure.worker.executors.wire import (
     frame,
     split,
 )
+from tenure.worker.executors.zygotes import Zygote
 
 log = logging.getLogger("tenure.executor")
 
@@ -122,7 +121,8 @@ class FrameReader(asyncio.Protocol):
 class Child:
     """One executor process and the attempts it runs."""
 
-    proc: subprocess.Popen[bytes]
+    pid: int
+    exited: asyncio.Future[int]  # its return code, told by the zygote that forked it
     ready: asyncio.Future[None]
     runs: asyncio.WriteTransport | None = None  # attempts and Exit, to the thread running them
     control: asyncio.WriteTransport | None = None  # cancels, aborts, replies
@@ -135,10 +135,6 @@ class Child:
     retiring: bool = False
     killed: bool = False
     gone: bool = False  # its pipe closed: it is dead, or dying
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
 
     def take(self, running: Running, now: float) -> None:
         """Send it an attempt: an async one starts now, a sync one once those
@@ -241,30 +237,30 @@ class Child:
         if not self.killed:
             self.killed = True
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGKILL)
+                os.kill(self.pid, signal.SIGKILL)
 
     async def wait(self) -> int:
         """Its exit status, once it has exited (negative: the signal that killed it)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.proc.wait)
+        return await asyncio.shield(self.exited)
 
 
-async def spawn(app_path: str, on_frames: Callable[[Child, list[Frame]], None]) -> Child:
-    """Start an executor process for the App at ``app_path``; it is ready
-    when its ``ready`` future is done. Its frames go to ``on_frames``."""
+async def fork(zygote: Zygote, on_frames: Callable[[Child, list[Frame]], None]) -> Child:
+    """Have the zygote fork an executor process; it is ready when its
+    ``ready`` future is done. Its frames go to ``on_frames``."""
     loop = asyncio.get_running_loop()
     runs_r, runs_w = os.pipe()
     control_r, control_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
-    theirs = (runs_r, control_r, from_child_w)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or "." for p in sys.path)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tenure.worker.executors.child", app_path,
-         *map(str, theirs), str(os.getpid())],
-        pass_fds=theirs, env=env, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    for fd in theirs:
-        os.close(fd)
-    child = Child(proc, loop.create_future())
+    try:
+        pid, exited = await zygote.fork(runs_r, control_r, from_child_w)
+    except BaseException:
+        for fd in (runs_w, control_w, from_child_r):
+            os.close(fd)
+        raise
+    finally:  # the child has its own: ours would keep its pipes from ending when it dies
+        for fd in (runs_r, control_r, from_child_w):
+            os.close(fd)
+    child = Child(pid, exited, loop.create_future())
     child.runs, _ = await loop.connect_write_pipe(
         asyncio.Protocol, os.fdopen(runs_w, "wb", buffering=0)
     )

@@ -1,15 +1,18 @@
 """The process pool: executor processes, watched by the supervisor.
 
-Each executor runs one sync handler at a time, or up to ``async_slots`` async
-handlers on its event loop. While jobs are short, a busy executor is sent its
-next sync attempt ahead (``QUEUED``) and goes on to it without waiting for the
-supervisor. The supervisor learns of an executor's death at once, from end of
-file on its pipe, records its running attempts ``crashed`` (one sent ahead
-goes to another executor, as if never sent) and starts a replacement. At a
-deadline, a lost lease, a drain's budget spent, or a cancelled job's handler
-not stopped within the queue's ``cancel_grace``, it kills the executor
-(SIGKILL: a handler holding the GIL cannot refuse) and replaces it; attempts
-killed alongside the one that had to stop are handed back without penalty.
+Executors are forked by the zygote (``zygotes.py``), which imported the App
+once; if the zygote dies, its executors die with it, and the next fork starts
+another. Each executor runs one sync handler at a time, or up to
+``async_slots`` async handlers on its event loop. While jobs are short, a busy
+executor is sent its next sync attempt ahead (``placement.py``) and goes on to
+it without waiting for the supervisor. The supervisor learns of an executor's
+death at once, from end of file on its pipe, records its running attempts
+``crashed`` (one sent ahead goes to another executor, as if never sent) and
+forks a replacement. At a deadline, a lost lease, a drain's budget spent, or a
+cancelled job's handler not stopped within the queue's ``cancel_grace``, it
+kills the executor (SIGKILL: a handler holding the GIL cannot refuse) and
+replaces it; attempts killed alongside the one that had to stop are handed
+back without penalty.
 """
 
 from __future__ import annotations
@@ -17,15 +20,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from tenure.backends.base import LeaseRef
 from tenure.errors import TenureError
 from tenure.job import Job
 from tenure.worker.executors.base import Crashed, Link, OnEnd, Stopped
-from tenure.worker.executors.children import Child, Running, StopReason, spawn
+from tenure.worker.executors.children import Child, Running, StopReason, fork
+from tenure.worker.executors.placement import Placement
 from tenure.worker.executors.wire import (
     Done,
     Exit,
@@ -36,22 +39,23 @@ from tenure.worker.executors.wire import (
     Ready,
     Started,
 )
+from tenure.worker.executors.zygote import ForkedZygote
+from tenure.worker.executors.zygotes import Zygote
 
 log = logging.getLogger("tenure.executor")
+T = TypeVar("T")
 
-# Seconds: a sync attempt waits in an executor's pipe only behind one that
-# started less than this ago (a long one would hold it up).
-QUEUE_BEHIND = 0.05
-QUEUED = 1  # sync attempts that may wait in an executor's pipe
 CLOSE_WAIT = 5.0  # seconds close() waits for the tasks watching executors to end
 
 
 class ProcessPool:
-    """``concurrency`` executor processes for the App at ``app_path``.
+    """``concurrency`` executor processes for the App at ``app_path``, forked
+    by ``zygote`` if the caller forked one (the CLI does), else by a zygote the
+    pool starts.
 
     An attempt begun is sent to an executor at once if one is free, else it
-    waits here, in order, and goes to the first that frees: no task per
-    attempt; its end is told from the read callback of its executor's pipe.
+    waits, in order, and goes to the first that frees: no task per attempt;
+    its end is told from the read callback of its executor's pipe.
     """
 
     def __init__(
@@ -64,108 +68,82 @@ class ProcessPool:
         async_slots: int = 1,
         max_jobs_per_executor: int | None = None,
         on_capacity: Callable[[], None] = lambda: None,
+        zygote: ForkedZygote | None = None,
     ) -> None:
-        self.app_path = app_path
+        self.zygote = Zygote(app_path, zygote, on_death=self._zygote_died)
         self.is_async = is_async
         self.link = link
         self.concurrency = concurrency
-        self.async_slots = async_slots
         self.max_jobs = max_jobs_per_executor
-        self.on_capacity = on_capacity  # called when a replacement executor is ready
-        self.children: list[Child] = []
-        self.started = 0
+        self.on_capacity = on_capacity  # called when an executor is ready
+        self.placement = Placement(async_slots, max_jobs_per_executor)
         self._closing = False
-        # Attempts, not jobs: a worker may hold two attempts of one job (the
-        # second claimed after the first was recovered from under it).
-        self._waiting: deque[Running] = deque()  # begun, waiting for an executor
-        self._tasks: set[asyncio.Task[None]] = set()  # watchers and answers, kept referenced
+        self._tasks: set[asyncio.Task[Any]] = set()  # watchers and answers, kept referenced
 
-    # -- capacity and placement ----------------------------------------------
+    # -- capacity and placement (placement.py) -------------------------------
+
+    @property
+    def children(self) -> list[Child]:
+        """The executors: starting, running, or dying until their death is handled."""
+        return self.placement.children
 
     def capacity(self) -> int:
         """How many more jobs can start now, whatever their kind."""
-        free = -len(self._waiting)
-        for c in self.children:  # asked often: kept lean
-            if c.ready.done() and not (c.retiring or c.killed or c.gone):
-                if not c.jobs:
-                    free += 1
-                elif not c.line:
-                    free += self.async_slots - len(c.jobs)
-        return max(free, 0)
+        return self.placement.capacity()
 
     def room(self) -> int:
         """How many more jobs ``begin`` sends to an executor now: as many as
         can start, and one more per executor to run after its current one."""
-        now = asyncio.get_running_loop().time()
-        return max(sum(self._spots(c, now) for c in self.children) - len(self._waiting), 0)
-
-    def _spots(self, c: Child, now: float) -> int:
-        if not self._usable(c):
-            return 0
-        if c.jobs and not c.line:
-            return self.async_slots - len(c.jobs)
-        if c.jobs and not self._queues(c, now):
-            return 0
-        left = QUEUED + 1 if self.max_jobs is None else self.max_jobs - c.done - len(c.jobs)
-        return max(min(QUEUED + 1 - len(c.line), left), 0)
+        return self.placement.room(asyncio.get_running_loop().time())
 
     def withdraw(self) -> list[Job]:
         return []  # every attempt begun has, or is about to get, an executor
 
-    @staticmethod
-    def _usable(c: Child) -> bool:
-        return c.ready.done() and not (c.retiring or c.killed or c.gone)
-
-    def _queues(self, c: Child, now: float) -> bool:
-        """Whether a sync attempt may wait in ``c``'s pipe now: it runs one, of
-        a pace short enough not to keep the next waiting long, and waits for
-        no more than that one."""
-        return (
-            0 < len(c.line) == len(c.jobs) <= QUEUED
-            and self._usable(c)
-            and now - c.line[0].started < QUEUE_BEHIND
-            and c.line[0].stop_reason is None
-            and (self.max_jobs is None or c.done + len(c.jobs) < self.max_jobs)
-        )
-
-    def _slot(self, is_async: bool) -> Child | None:
-        """The executor an attempt of this kind goes to now, if any."""
-        usable = [c for c in self.children if self._usable(c)]
-        if is_async:
-            shared = [c for c in usable if c.jobs and not c.line
-                      and len(c.jobs) < self.async_slots]  # fmt: skip
-            if shared:
-                return max(shared, key=lambda c: len(c.jobs))
-        if (idle := next((c for c in usable if not c.jobs), None)) is not None or is_async:
-            return idle
-        now = asyncio.get_running_loop().time()
-        queues = [c for c in usable if self._queues(c, now)]
-        return min(queues, key=lambda c: (len(c.line), -c.line[0].started)) if queues else None
-
     def _place(self) -> None:
-        """Send waiting attempts, in order, to the executors free for them."""
-        while self._waiting:
-            if (child := self._slot(self._waiting[0].is_async)) is None:
-                return
-            child.take(self._waiting.popleft(), asyncio.get_running_loop().time())
+        self.placement.place(asyncio.get_running_loop().time())
 
     # -- life cycle ----------------------------------------------------------
 
     async def start(self) -> None:
-        for _ in range(self.concurrency):
-            self.children.append(await self._spawn())
-        await asyncio.gather(*(c.ready for c in self.children))
+        """Fork the executors; return once one is ready (the others call
+        ``on_capacity`` as they are)."""
+        await self.zygote.start()
+        starting = {self._keep(self._add()) for _ in range(self.concurrency)}
+        while starting:
+            done, starting = await asyncio.wait(starting, return_when=asyncio.FIRST_COMPLETED)
+            if any(task.result() for task in done):
+                return
+        raise TenureError("no executor process started (the log says why)")
 
-    async def _spawn(self) -> Child:
-        child = await spawn(self.app_path, self._on_frames)
-        self.started += 1
+    async def _add(self) -> bool:
+        """Fork an executor into the pool; whether it started."""
+        try:
+            child = await fork(self.zygote, self._on_frames)
+        except TenureError:
+            if not self._closing:
+                log.exception("could not fork an executor")
+            return False
+        if self._closing:  # closed while it started: close() did not see it
+            child.kill()
+            await child.wait()
+            return False
+        self.children.append(child)
         self._keep(self._watch(child), f"executor-{child.pid}")
-        return child
+        try:
+            await child.ready
+        except TenureError as exc:
+            if not self._closing:
+                log.error("executor %d did not start: %s", child.pid, exc)
+            return False
+        self._place()
+        self.on_capacity()
+        return True
 
-    def _keep(self, coroutine: Coroutine[Any, Any, None], name: str | None = None) -> None:
+    def _keep(self, coroutine: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
         task = asyncio.create_task(coroutine, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _watch(self, child: Child) -> None:
         """Wait for the child's pipe to close: then it is dead."""
@@ -227,7 +205,7 @@ class ProcessPool:
             log.error("executor %d %s, running %d job(s)", child.pid, how, len(ran))
         for running in reversed(waiting):  # never started: first to go elsewhere
             running.started = 0.0
-            self._waiting.appendleft(running)
+            self.placement.waiting.appendleft(running)
         now = asyncio.get_running_loop().time()
         for running in ran:
             if child.retiring:
@@ -237,22 +215,11 @@ class ProcessPool:
         if child in self.children:
             self.children.remove(child)
             if not self._closing:
-                await self._replace()
+                await self._add()
 
-    async def _replace(self) -> None:
-        try:
-            child = await self._spawn()
-            if self._closing:  # closed while it started: close() did not see it
-                child.kill()
-                await child.wait()
-                return
-            self.children.append(child)
-            await child.ready
-            self._place()
-            self.on_capacity()
-        except TenureError:
-            if not self._closing:
-                log.exception("could not start a replacement executor")
+    def _zygote_died(self) -> None:
+        for child in self.children:  # they die with it: what they ran is collateral
+            child.kill_all()
 
     def _maybe_retire(self, child: Child) -> None:
         if self.max_jobs is not None and child.done >= self.max_jobs and not child.jobs:
@@ -268,11 +235,12 @@ class ProcessPool:
                 await child.wait()
         if self._tasks:  # watchers end with their process; one replacing an executor kills it
             await asyncio.wait(self._tasks, timeout=CLOSE_WAIT)
+        await self.zygote.close()
 
     # -- attempts ------------------------------------------------------------
 
     def begin(self, job: Job, timeout: float | None, on_end: OnEnd) -> None:
-        self._waiting.append(Running(job, self.is_async(job.task), on_end, timeout))
+        self.placement.waiting.append(Running(job, self.is_async(job.task), on_end, timeout))
         self._place()
 
     def _find(self, lease: LeaseRef) -> tuple[Child, Running] | None:
@@ -285,9 +253,9 @@ class ProcessPool:
         if (found := self._find(lease)) is not None:
             found[0].interrupt(found[1])
             return
-        for running in self._waiting:
+        for running in self.placement.waiting:
             if running.lease == lease:  # not placed yet: it never will be
-                self._waiting.remove(running)
+                self.placement.waiting.remove(running)
                 running.stop()
                 loop = asyncio.get_running_loop()
                 loop.call_soon(running.end, Stopped(), loop.time())  # as if it had been placed
