@@ -23,6 +23,8 @@ COLUMNS = (
     "CPU ms/job worker / server",
     "INCRs counted",
 )
+# What the table keeps of each round (bench._defaults_rounds).
+ROUND_KEYS = ("drain", "first_start", "ran", "duplicates", "counter", "timeout", "load", "error")
 # Issue 26: tenure's default worker against the best peer at its defaults, and
 # SQLite against its own ceiling.
 PEER_TARGET = 2.0
@@ -72,9 +74,10 @@ def rows(results: dict[str, Any], ceiling: float | None, jobs: int) -> list[list
 def _rates_cell(d: dict[str, Any]) -> str:
     if "drain" not in d:
         return f"error: {d['error']}" if "error" in d else "-"
-    rates = sorted(r for r in d.get("runs", []) if r)
+    rounds = d.get("rounds", [])
+    rates = sorted(r["drain"] for r in rounds if r["drain"])
     spread = f" ({_rate(rates[0])}-{_rate(rates[-1])})" if len(rates) > 1 else ""
-    failed = len(d.get("runs", [])) - len(rates)
+    failed = len(rounds) - len(rates)
     tail = f"; {failed} round(s) failed: {d.get('error', '?')}" if failed else ""
     return _drain_cell(d) + spread + tail
 
@@ -95,7 +98,7 @@ def _ratio_cell(
 
 
 def _start_cell(d: dict[str, Any]) -> str:
-    starts = sorted(x for x in d.get("first_starts", []) if x is not None)
+    starts = sorted(r["first_start"] for r in d.get("rounds", []) if r["first_start"])
     if not starts:
         return "-"
     cell = f"{starts[(len(starts) - 1) // 2]:.2f}"
@@ -110,21 +113,22 @@ def _cpu_cell(d: dict[str, Any]) -> str:
 
 
 def _counted_cell(d: dict[str, Any], jobs: int) -> str:
-    """The counter after each round, against the jobs that ran (all of them,
-    but where a round hit the cap, and the worker ran on while the counter was
-    read); jobs lost (not run, in a round that did not hit the cap) or run
-    twice, over all rounds."""
-    rounds = list(zip(d.get("counters", []), d.get("rans", []), d.get("timeouts", []), strict=True))
+    """The counter after each round against the handler starts (every job
+    once, and again for each that ran twice; but where a round hit the cap:
+    the worker ran on while the counter was read); then jobs lost (not run, in
+    a round that did not hit the cap) or run twice, over all rounds."""
+    rounds = [r for r in d.get("rounds", []) if r["counter"] is not None]
     if not rounds:
         return "-"
-    if all(c == r == jobs for c, r, _ in rounds):
+    if all(r["counter"] == r["ran"] == jobs for r in rounds):
         cell = f"{jobs:,} in each of {len(rounds)} rounds"
     else:
         cell = ", ".join(
-            "-" if c is None else f"{c:,} of {r:,} run" + (" (cap)" if t else "")
-            for c, r, t in rounds
+            f"{r['counter']:,} for {r['ran'] + r['duplicates']:,} starts"
+            + (" (cap)" if r["timeout"] else "")
+            for r in rounds
         )
-    lost = sum(jobs - r for c, r, t in rounds if r is not None and not t)
+    lost = sum(jobs - r["ran"] for r in rounds if not r["timeout"])
     if lost or d.get("duplicates"):
         cell += f"; {lost} lost, {d.get('duplicates', 0)} twice"
     return cell + (f" ({d['unsettled']} not completed in storage)" if d.get("unsettled") else "")

@@ -242,7 +242,8 @@ def _defaults_rounds(
     chosen: list[Subject], servers: Servers, work: Path, scale: Scale, results: dict[str, Any]
 ) -> None:
     """Every library once per round, in reverse order every other round, so
-    that drift of the machine's load meets each alike; each one's median round."""
+    that drift of the machine's load meets each alike; each one's median round,
+    with a summary of every round."""
     runs: dict[str, list[dict[str, Any]]] = {s.id: [] for s in chosen}
     for k in range(scale.rounds):
         for s in chosen if k % 2 == 0 else chosen[::-1]:
@@ -252,8 +253,7 @@ def _defaults_rounds(
             console.print(f"   {_brief(r)}")
     for sid, rs in runs.items():
         out = median_run(rs)
-        for key in ("load", "first_start", "counter", "ran", "timeout"):
-            out[f"{key}s"] = [r.get(key) for r in rs]
+        out["rounds"] = [{k: r.get(k) for k in at_defaults.ROUND_KEYS} for r in rs]
         results[sid]["result"]["defaults"] = out
 
 
@@ -344,7 +344,7 @@ def write_defaults_docs(data: dict[str, Any], source: Path) -> None:
     """The table "At their own defaults", between its own markers in docs/benchmarks.md."""
     m, s = data["machine"], data["scale"]
     runs = [v["result"].get("defaults") or {} for v in data["results"].values()]
-    loads = [x for d in runs for x in d.get("loads", []) if x is not None]
+    loads = [r["load"] for d in runs for r in d.get("rounds", []) if r["load"] is not None]
     libs = ", ".join(f"{k} {v}" for k, v in m["libraries"].items() if v != "-")
     body = [
         f"Run {data['started']} UTC (`{source.relative_to(ROOT)}`), on {m['cpu']}, "

@@ -1,6 +1,6 @@
 """tenure: ``tenure worker`` with ``--pool thread`` (the headline, in-process
-like the peers) or ``--pool process`` ($BENCH_POOL); at-most-once delivery
-when $BENCH_DELIVERY says so."""
+like the peers) or ``--pool process`` ($BENCH_POOL), or with no such flags
+(its defaults); at-most-once delivery when $BENCH_DELIVERY says so."""
 
 from __future__ import annotations
 
