@@ -2,7 +2,7 @@
 number of worker processes. Prints a table; writes benchmarks/results/*.json
 and, for a full run, the results section of docs/benchmarks.md.
 
-    make bench            # full (about 30 min on 2 cores)
+    make bench            # full (about an hour on 2 cores)
     make bench QUICK=1    # small N: a smoke test of every adapter (about 3 min)
     python3 benchmarks/run.py [--quick] [--only ID]... [--workload W]... [--no-docs]
     python3 benchmarks/run.py --workload defaults   # the "at their own defaults" table alone

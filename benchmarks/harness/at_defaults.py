@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.report import _drain_cell, _rate
+from harness.report import _rate
 
 COLUMNS = (
     "library",
@@ -24,7 +24,17 @@ COLUMNS = (
     "INCRs counted",
 )
 # What the table keeps of each round (bench._defaults_rounds).
-ROUND_KEYS = ("drain", "first_start", "ran", "duplicates", "counter", "timeout", "load", "error")
+ROUND_KEYS = (
+    "drain",
+    "first_start",
+    "ran",
+    "duplicates",
+    "counter",
+    "timeout",
+    "load",
+    "ceiling",
+    "error",
+)
 # Issue 26: tenure's default worker against the best peer at its defaults, and
 # SQLite against its own ceiling.
 PEER_TARGET = 2.0
@@ -33,6 +43,13 @@ CEILING_TARGET = 0.6
 
 def _result(v: dict[str, Any]) -> dict[str, Any]:
     return v["result"].get("defaults") or {}
+
+
+def sqlite_ceiling(d: dict[str, Any], ceiling: float | None) -> float | None:
+    """The median of the ceilings measured beside the SQLite rounds, else the
+    run's (measured at its start)."""
+    beside = sorted(r["ceiling"] for r in d.get("rounds", []) if r.get("ceiling"))
+    return beside[(len(beside) - 1) // 2] if beside else ceiling
 
 
 def best_peers(results: dict[str, Any]) -> dict[str, tuple[float, str]]:
@@ -62,7 +79,7 @@ def rows(results: dict[str, Any], ceiling: float | None, jobs: int) -> list[list
                 described.get("prefetch", "-"),
                 str(d.get("processes", "-")),
                 _rates_cell(d),
-                _ratio_cell(s, d.get("drain"), best, ceiling),
+                _ratio_cell(s, d.get("drain"), best, sqlite_ceiling(d, ceiling)),
                 _start_cell(d),
                 _cpu_cell(d),
                 _counted_cell(d, jobs),
@@ -76,10 +93,14 @@ def _rates_cell(d: dict[str, Any]) -> str:
         return f"error: {d['error']}" if "error" in d else "-"
     rounds = d.get("rounds", [])
     rates = sorted(r["drain"] for r in rounds if r["drain"])
-    spread = f" ({_rate(rates[0])}-{_rate(rates[-1])})" if len(rates) > 1 else ""
+    cell = _rate(d["drain"]) + (
+        f" ({_rate(rates[0])}-{_rate(rates[-1])})" if len(rates) > 1 else ""
+    )
+    capped = [r["ran"] for r in rounds if r["timeout"]]
+    if capped:
+        cell += f"; {len(capped)} round(s) hit the cap, {min(capped):,} to {max(capped):,} ran"
     failed = len(rounds) - len(rates)
-    tail = f"; {failed} round(s) failed: {d.get('error', '?')}" if failed else ""
-    return _drain_cell(d) + spread + tail
+    return cell + (f"; {failed} round(s) failed: {d.get('error', '?')}" if failed else "")
 
 
 def _ratio_cell(
@@ -88,7 +109,7 @@ def _ratio_cell(
     if not rate:
         return "-"
     if s["backend"] == "sqlite":
-        return f"{rate / ceiling:.2f} of SQLite's ceiling" if ceiling else "-"
+        return f"{rate / ceiling:.2f} of SQLite's {ceiling:,.0f}/s" if ceiling else "-"
     top, name = best.get(s["backend"], (0.0, ""))
     if not top:
         return "-"
@@ -120,8 +141,8 @@ def _counted_cell(d: dict[str, Any], jobs: int) -> str:
     rounds = [r for r in d.get("rounds", []) if r["counter"] is not None]
     if not rounds:
         return "-"
-    if all(r["counter"] == r["ran"] == jobs for r in rounds):
-        cell = f"{jobs:,} in each of {len(rounds)} rounds"
+    if all(r["counter"] == r["ran"] + r["duplicates"] and r["ran"] == jobs for r in rounds):
+        cell = f"all {jobs:,} in each of {len(rounds)} rounds"
     else:
         cell = ", ".join(
             f"{r['counter']:,} for {r['ran'] + r['duplicates']:,} starts"
@@ -130,7 +151,7 @@ def _counted_cell(d: dict[str, Any], jobs: int) -> str:
         )
     lost = sum(jobs - r["ran"] for r in rounds if not r["timeout"])
     if lost or d.get("duplicates"):
-        cell += f"; {lost} lost, {d.get('duplicates', 0)} twice"
+        cell += f"; {lost} lost, {d.get('duplicates', 0)} run (and counted) twice"
     return cell + (f" ({d['unsettled']} not completed in storage)" if d.get("unsettled") else "")
 
 
@@ -159,6 +180,7 @@ def targets(results: dict[str, Any], ceiling: float | None) -> list[dict[str, An
             PEER_TARGET,
         )
     sqlite = tenure("sqlite")
+    ceiling = sqlite_ceiling(_result(results.get("tenure/sqlite", {"result": {}})), ceiling)
     add(
         f"sqlite at defaults: tenure >= {CEILING_TARGET:g} of SQLite's ceiling"
         + (f" ({ceiling:,.0f}/s)" if ceiling else ""),
