@@ -2,9 +2,10 @@
 number of worker processes. Prints a table; writes benchmarks/results/*.json
 and, for a full run, the results section of docs/benchmarks.md.
 
-    make bench            # full (about 30 min on 2 cores)
+    make bench            # full (about an hour on 2 cores)
     make bench QUICK=1    # small N: a smoke test of every adapter (about 3 min)
     python3 benchmarks/run.py [--quick] [--only ID]... [--workload W]... [--no-docs]
+    python3 benchmarks/run.py --workload defaults   # the "at their own defaults" table alone
 
 The peers are installed, pinned (benchmarks/requirements.txt), into
 benchmarks/.venv, which this script creates on first use and re-runs itself in.
@@ -55,7 +56,7 @@ def main() -> int:
         "--workload",
         action="append",
         default=[],
-        choices=["drain", "latency", "kill9"],
+        choices=["drain", "latency", "kill9", "defaults"],
         help="run only these workloads (repeatable; drain includes enqueue)",
     )
     parser.add_argument("--no-docs", action="store_true", help="do not touch docs/benchmarks.md")
@@ -70,6 +71,9 @@ def main() -> int:
         only=args.only,
         workloads=args.workload,
         docs=not (args.quick or args.no_docs or partial),
+        # its own section: rewritten by any run of it for every library
+        defaults_docs=not (args.quick or args.no_docs or args.only)
+        and (not args.workload or "defaults" in args.workload),
     )
 
 

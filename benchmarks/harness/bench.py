@@ -1,5 +1,6 @@
-"""The run: every subject through its workloads, kill -9 for all at once, then
-the table, the targets, the JSON and the docs."""
+"""The run: every subject through its workloads, the defaults workload in
+rounds, kill -9 for all at once, then the tables, the targets, the JSON and the
+docs."""
 
 from __future__ import annotations
 
@@ -18,15 +19,23 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harness import report
+from harness import at_defaults, report
 from harness.ceiling import claim_and_complete_rate
 from harness.driver import HERE
 from harness.stores import Servers
-from harness.workloads import Scale, Subject, enqueue_and_drain, kill9, latency
+from harness.workloads import (
+    Scale,
+    Subject,
+    drain_at_defaults,
+    enqueue_and_drain,
+    kill9,
+    latency,
+)
 
 ROOT = HERE.parent
 DOCS = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+DEFAULTS_BEGIN, DEFAULTS_END = "<!-- bench:defaults:begin -->", "<!-- bench:defaults:end -->"
 HEADLINE_POOL = "thread"
 # Each drain runs up to DRAIN_RUNS times, while its runs took under DRAIN_RUNS_WITHIN
 # seconds together, and counts with its median: a drain of 20,000 jobs that takes half
@@ -97,7 +106,9 @@ def _guard(what: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"error": f"{what}: {type(exc).__name__}: {exc}"}
 
 
-def run_all(*, quick: bool, only: list[str], workloads: list[str], docs: bool) -> int:
+def run_all(
+    *, quick: bool, only: list[str], workloads: list[str], docs: bool, defaults_docs: bool = False
+) -> int:
     scale = Scale.quick() if quick else Scale()
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     work = HERE / ".work" / stamp
@@ -132,6 +143,9 @@ def run_all(*, quick: bool, only: list[str], workloads: list[str], docs: bool) -
                 out=results[s.id]["result"],
                 only=workloads,
             )
+        if not workloads or "defaults" in workloads:
+            _defaults_rounds([s for s in chosen if "defaults" in s.workloads], servers, work, scale,
+                             results)  # fmt: skip
         if not workloads or "kill9" in workloads:
             _kill9_all([s for s in chosen if "kill9" in s.workloads], servers, work, scale, results)
         data["machine"]["load_at_end"] = os.getloadavg()
@@ -147,6 +161,7 @@ def run_all(*, quick: bool, only: list[str], workloads: list[str], docs: bool) -
         servers.close()
     data["results"] = results
     data["targets"] = report.targets(results, data.get("ceiling"))
+    data["defaults_targets"] = at_defaults.targets(results, data.get("ceiling"))
     _print(data)
     kind = "quick" if quick else "partial" if only or workloads else "full"
     out = HERE / "results" / f"{kind}-{stamp}.json"
@@ -156,6 +171,9 @@ def run_all(*, quick: bool, only: list[str], workloads: list[str], docs: bool) -
     if docs:
         write_docs(data, out)
         console.print(f"docs: {DOCS.relative_to(ROOT)}")
+    if defaults_docs and any("defaults" in v["result"] for v in results.values()):
+        write_defaults_docs(data, out)
+        console.print(f"docs: {DOCS.relative_to(ROOT)} (at their own defaults)")
     if any("error" in r for v in results.values() for r in v["result"].values()):
         console.print(f"some runs failed: their logs are kept in {work}")
         return 1
@@ -199,6 +217,9 @@ def _brief(r: dict[str, Any]) -> str:
         "enqueue_one",
         "enqueue_bulk",
         "drain",
+        "first_start",
+        "counter",
+        "load",
         "processes",
         "lost",
         "duplicates",
@@ -215,6 +236,30 @@ def _brief(r: dict[str, Any]) -> str:
             v = r[k]
             parts.append(f"{k}={v:,.4g}" if isinstance(v, float) else f"{k}={v}")
     return " ".join(parts)
+
+
+def _defaults_rounds(
+    chosen: list[Subject], servers: Servers, work: Path, scale: Scale, results: dict[str, Any]
+) -> None:
+    """Every library once per round, in reverse order every other round, so
+    that drift of the machine's load meets each alike; each one's median round,
+    with a summary of every round. SQLite's ceiling is measured again just
+    before each SQLite run, under the same load."""
+    runs: dict[str, list[dict[str, Any]]] = {s.id: [] for s in chosen}
+    for k in range(scale.rounds):
+        for s in chosen if k % 2 == 0 else chosen[::-1]:
+            console.print(f"at defaults, round {k + 1}/{scale.rounds}: {s.id} ...")
+            ceiling = None
+            if s.backend == "sqlite":
+                ceiling = claim_and_complete_rate(work / "ceiling", scale.jobs)
+            r = _guard("defaults", lambda s=s: drain_at_defaults(s, servers, work, scale))
+            r["ceiling"] = ceiling
+            runs[s.id].append(r)
+            console.print(f"   {_brief(r)}")
+    for sid, rs in runs.items():
+        out = median_run(rs)
+        out["rounds"] = [{k: r.get(k) for k in at_defaults.ROUND_KEYS} for r in rs]
+        results[sid]["result"]["defaults"] = out
 
 
 def _kill9_all(
@@ -239,16 +284,28 @@ def _kill9_all(
 
 
 def _print(data: dict[str, Any]) -> None:
-    table = Table(title="tenure and its peers" + (" (QUICK: small N)" if data["quick"] else ""))
-    for c in report.COLUMNS:
-        table.add_column(c)
-    for v in data["results"].values():
-        table.add_row(*report.row(v["subject"], v["result"]))
-    console.print(table)
+    quick = " (QUICK: small N)" if data["quick"] else ""
+    results = data["results"]
+    if any(k != "defaults" for v in results.values() for k in v["result"]):
+        table = Table(title="tenure and its peers" + quick)
+        for c in report.COLUMNS:
+            table.add_column(c)
+        for v in results.values():
+            table.add_row(*report.row(v["subject"], v["result"]))
+        console.print(table)
+    defaults = at_defaults.rows(results, data.get("ceiling"), data["scale"]["jobs"])
+    if defaults:
+        table = Table(title="at their own defaults" + quick)
+        for c in at_defaults.COLUMNS:
+            table.add_column(c)
+        for r in defaults:
+            table.add_row(*r)
+        console.print(table)
     targets = Table(title="targets (ratios measured in this run)")
     for c in ("target", "measured", "verdict"):
         targets.add_column(c)
-    for r in report.target_rows(data["targets"]):
+    measured = [t for t in data["targets"] + data["defaults_targets"] if t["value"] is not None]
+    for r in report.target_rows(measured):
         targets.add_row(*r)
     console.print(targets)
 
@@ -285,10 +342,55 @@ def write_docs(data: dict[str, Any], source: Path) -> None:
             ("target", "measured", "verdict"), report.target_rows(data["targets"])
         ),
     ]
-    text = DOCS.read_text() if DOCS.exists() else f"# Benchmarks\n\n{BEGIN}\n{END}\n"
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    DOCS.write_text(f"{head}{BEGIN}\n{chr(10).join(body)}\n{END}{tail}")
+    _replace_section(BEGIN, END, body)
+
+
+def write_defaults_docs(data: dict[str, Any], source: Path) -> None:
+    """The table "At their own defaults", between its own markers in docs/benchmarks.md."""
+    m, s = data["machine"], data["scale"]
+    runs = [v["result"].get("defaults") or {} for v in data["results"].values()]
+    loads = [r["load"] for d in runs for r in d.get("rounds", []) if r["load"] is not None]
+    beside = [r["ceiling"] for d in runs for r in d.get("rounds", []) if r.get("ceiling")]
+    libs = ", ".join(f"{k} {v}" for k, v in m["libraries"].items() if v != "-")
+    body = [
+        f"Run {data['started']} UTC (`{source.relative_to(ROOT)}`), on {m['cpu']}, "
+        f"{m['cores']} cores; {m['os']}; Python {m['python']}; "
+        + ", ".join(f"{k} {v}" for k, v in m["servers"].items())
+        + f". Libraries: {libs}. tenure: {_source(data['tenure_source'])}.",
+        "",
+        f"{s['jobs']:,} jobs per round, each one Redis `INCR`; one worker at its defaults; "
+        f"{s['rounds']} rounds. Load average (1 min) at the start of each measurement: "
+        + (f"{min(loads):.1f} to {max(loads):.1f}" if loads else "-")
+        + f", at the end of the run {m.get('load_at_end', ['?'])[0]:.2f} (other work shared "
+        "the machine).",
+        "",
+        report.markdown_table(
+            at_defaults.COLUMNS, at_defaults.rows(data["results"], data.get("ceiling"), s["jobs"])
+        ),
+        "",
+        f"SQLite's own claim+complete rate on this machine: {data['ceiling']:,.0f} jobs/s at "
+        "the start of the run"
+        + (
+            f"; {', '.join(f'{c:,.0f}' for c in beside)} just before each SQLite round "
+            "(the ratio uses their median)."
+            if beside
+            else "."
+        ),
+        "",
+        report.markdown_table(
+            ("target", "measured", "verdict"), report.target_rows(data["defaults_targets"])
+        ),
+    ]
+    _replace_section(DEFAULTS_BEGIN, DEFAULTS_END, body)
+
+
+def _replace_section(begin: str, end: str, body: list[str]) -> None:
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    if begin not in text:
+        text += f"\n{begin}\n{end}\n"
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    DOCS.write_text(f"{head}{begin}\n{chr(10).join(body)}\n{end}{tail}")
 
 
 def _source(src: dict[str, Any]) -> str:

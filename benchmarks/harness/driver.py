@@ -9,7 +9,8 @@ exactly as its workers read it.
 
 A peer module provides ``Client`` (``enqueue``, ``enqueue_bulk`` or
 ``BULK = None``, ``enqueue_sleep``, ``close``, optionally ``verify``) and
-``worker_command(concurrency)`` (``None``: the library's defaults).
+``worker_command(concurrency)`` (``None``: the library's defaults), and
+``DEFAULTS``, how its worker runs at them (:mod:`peers`).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def _serve(module_name: str) -> None:
                 out.write(json.dumps({"value": None}) + "\n")
                 out.flush()
                 return
-            if client is None and op not in ("hello", "command"):
+            if client is None and op not in ("hello", "command", "defaults"):
                 client = module.Client()
             value = _do(module, client, op, request)
             out.write(json.dumps({"value": value}) + "\n")
@@ -125,6 +126,7 @@ def _do(module: Any, client: Any, op: str, a: dict[str, Any]) -> Any:
     ops: dict[str, Any] = {
         "hello": lambda: None,
         "command": lambda: module.worker_command(a["concurrency"]),
+        "defaults": lambda: module.DEFAULTS,
         "bulk_api": lambda: module.Client.BULK,
         "enqueue": lambda: _timed(
             lambda r: [client.enqueue(i) for i in r], range(a["start"], a["stop"])

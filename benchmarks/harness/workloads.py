@@ -11,6 +11,10 @@
   latency at a fixed ``rate``.
 * kill9: two workers with the library's defaults, an 8 s handler, SIGKILL of
   the worker running it 2 s in; time until it starts again, capped.
+* defaults: ``jobs`` jobs, each one Redis ``INCR`` (:mod:`harness.counter`),
+  already queued, run by one worker started with the library's defaults (no
+  concurrency or pool flags), timed as the drain; the counter must end at
+  ``jobs``. The harness runs it in alternating rounds (``bench``).
 
 Every run reads the side channel to check that every job ran (none lost).
 """
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import records
+from harness import counter, records
 from harness.driver import HERE, Driver
 from harness.proc import Workers, cpu_seconds
 from harness.stores import Servers, Store
@@ -58,6 +62,7 @@ class Scale:
     # where it fell in that schedule.
     kill_runs: int = 5
     kill_again_below: float = 5.0
+    rounds: int = 3  # of the defaults workload, every library once per round
 
     @classmethod
     def quick(cls) -> Scale:
@@ -74,6 +79,7 @@ class Scale:
             kill_after=1.0,
             kill_cap=15.0,
             kill_runs=2,
+            rounds=1,
         )
 
 
@@ -86,7 +92,7 @@ class Subject:
     module: str
     variant: str = ""
     env: dict[str, str] = field(default_factory=dict)
-    workloads: tuple[str, ...] = ("enqueue", "drain", "latency", "kill9")
+    workloads: tuple[str, ...] = ("enqueue", "drain", "latency", "kill9", "defaults")
 
     @property
     def id(self) -> str:
@@ -101,8 +107,10 @@ class Run:
         subject: Subject,
         servers: Servers,
         work: Path,
+        *,
         slot: int = 0,
         concurrency: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.subject = subject
         self.servers = servers
@@ -118,6 +126,7 @@ class Run:
             "BENCH_QUEUE": "bench",
             "BENCH_RECORDS": str(self.records),
             "TENURE_URL": self.store.url,
+            **(env or {}),
         }
         if concurrency is not None:
             self.env["BENCH_CONCURRENCY"] = str(concurrency)
@@ -174,8 +183,45 @@ def enqueue_and_drain(
         run.close()
 
 
+def drain_at_defaults(
+    subject: Subject, servers: Servers, work: Path, scale: Scale
+) -> dict[str, Any]:
+    """One round of the defaults workload for one library; the counter is in
+    Redis database 15, flushed first (the stores under test use 0 to 14)."""
+    tally = servers.fresh("redis", 15)
+    env = {"BENCH_TASK": "incr", "BENCH_COUNTER": tally.url}
+    run = Run(subject, servers, work, concurrency=None, env=env)
+    try:
+        out: dict[str, Any] = {"defaults": run.driver.call("defaults"), "load": os.getloadavg()[0]}
+        if run.driver.call("bulk_api"):
+            run.driver.call("bulk", start=0, stop=scale.jobs, batch=scale.batch)
+        else:
+            run.driver.call("enqueue", start=0, stop=scale.jobs)
+        out.update(_drain(run, scale, 1))
+        starts = out["ran"] + out["duplicates"]  # a job run twice counts twice
+        out["counter"] = _wait_counter(tally.url, starts, 10.0)
+        # At the cap the worker runs on while the counter is read: no exact check.
+        if out["counter"] != starts and not out["timeout"] and "error" not in out:
+            out["error"] = f"{starts:,} handler starts, {out['counter']:,} INCRs (see {run.dir})"
+        if out.get("lost") == 0:
+            out["verify"] = run.driver.call("verify", expected=scale.jobs)
+        return out
+    finally:
+        run.close()
+
+
+def _wait_counter(url: str, expected: int, timeout: float) -> int:
+    """The counter once it reached ``expected`` (the last ``INCR`` follows the
+    last start record), or as it is at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while (value := counter.read(url)) < expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return value
+
+
 def _drain(run: Run, scale: Scale, workers: int) -> dict[str, Any]:
     n = scale.jobs
+    launched = time.time()
     run.start_workers(workers)
     started = time.monotonic()
     first: tuple[int, float, float] | None = None  # records, worker cpu, server cpu
@@ -209,6 +255,7 @@ def _drain(run: Run, scale: Scale, workers: int) -> dict[str, Any]:
         out["error"] = f"a worker exited (see {run.dir})"
     if len(times) > 1:
         out["drain"] = (len(times) - 1) / (times[-1] - times[0])
+        out["first_start"] = times[0] - launched  # start-up: launch to the first handler
     if first is not None and end[0] > first[0]:
         jobs = end[0] - first[0]
         out["cpu_worker"] = (end[1] - first[1]) / jobs * 1000

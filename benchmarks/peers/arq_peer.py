@@ -10,14 +10,25 @@ from typing import Any, ClassVar
 from arq import create_pool
 from arq.connections import RedisSettings
 
+from harness import counter
 from harness.records import ENDED, record
-from peers import QUEUE, URL, script
+from peers import QUEUE, TASK, URL, script
 
+DEFAULTS = {
+    "pool": "asyncio, 1 process",
+    "concurrency": "10 (`max_jobs`)",
+    "prefetch": "reads up to 100 queued ids per poll, every 0.5 s (`poll_delay`)",
+}
 REDIS = RedisSettings.from_dsn(URL or "redis://127.0.0.1:6379/0")
 
 
 async def noop(ctx: dict[str, Any], i: int) -> None:
     record(i)
+
+
+async def incr(ctx: dict[str, Any], i: int) -> None:
+    record(i)
+    await counter.aincr()
 
 
 async def sleep(ctx: dict[str, Any], i: int, seconds: float) -> None:
@@ -35,7 +46,7 @@ LOG_CONFIG: dict[str, Any] = {
 
 
 class WorkerSettings:
-    functions: ClassVar[list[Any]] = [noop, sleep]
+    functions: ClassVar[list[Any]] = [noop, incr, sleep]
     redis_settings = REDIS
     queue_name = QUEUE
     if os.environ.get("BENCH_CONCURRENCY"):
@@ -50,7 +61,7 @@ class Client:
         self.pool = self.loop.run_until_complete(create_pool(REDIS))
 
     def enqueue(self, i: int) -> None:
-        self.loop.run_until_complete(self.pool.enqueue_job("noop", i, _queue_name=QUEUE))
+        self.loop.run_until_complete(self.pool.enqueue_job(TASK, i, _queue_name=QUEUE))
 
     def enqueue_sleep(self, i: int, seconds: float) -> None:
         self.loop.run_until_complete(self.pool.enqueue_job("sleep", i, seconds, _queue_name=QUEUE))

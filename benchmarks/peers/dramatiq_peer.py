@@ -3,13 +3,22 @@ supervisor process forks the worker process). No bulk enqueue API."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
+from harness import counter
 from harness.records import ENDED, record
-from peers import QUEUE, URL, script
+from peers import QUEUE, TASK, URL, script
+
+CORES = os.cpu_count() or 1
+DEFAULTS = {
+    "pool": f"threads, in one process per core ({CORES} here) under a parent process",
+    "concurrency": f"8 threads per process ({8 * CORES} here)",
+    "prefetch": "2 per thread: 16 per process",
+}
 
 broker = RedisBroker(url=URL or "redis://127.0.0.1:6379/0")
 dramatiq.set_broker(broker)
@@ -21,17 +30,26 @@ def noop(i: int) -> None:
 
 
 @dramatiq.actor(queue_name=QUEUE)
+def incr(i: int) -> None:
+    record(i)
+    counter.incr()
+
+
+@dramatiq.actor(queue_name=QUEUE)
 def sleep(i: int, seconds: float) -> None:
     record(i)
     time.sleep(seconds)
     record(i, ENDED)
 
 
+JOBS = {"noop": noop, "incr": incr}
+
+
 class Client:
     BULK = None
 
     def enqueue(self, i: int) -> None:
-        noop.send(i)
+        JOBS[TASK].send(i)
 
     def enqueue_sleep(self, i: int, seconds: float) -> None:
         sleep.send(i, seconds)

@@ -7,8 +7,15 @@ import time
 
 from huey import RedisHuey
 
+from harness import counter
 from harness.records import ENDED, record
-from peers import QUEUE, URL, script
+from peers import QUEUE, TASK, URL, script
+
+DEFAULTS = {
+    "pool": "threads (`-k thread`), in the consumer process",
+    "concurrency": "1 (`-w 1`)",
+    "prefetch": "none: one job per pop",
+}
 
 huey = RedisHuey(QUEUE, url=URL or "redis://127.0.0.1:6379/0")
 
@@ -19,17 +26,26 @@ def noop(i: int) -> None:
 
 
 @huey.task()
+def incr(i: int) -> None:
+    record(i)
+    counter.incr()
+
+
+@huey.task()
 def sleep(i: int, seconds: float) -> None:
     record(i)
     time.sleep(seconds)
     record(i, ENDED)
 
 
+JOBS = {"noop": noop, "incr": incr}
+
+
 class Client:
     BULK = None
 
     def enqueue(self, i: int) -> None:
-        noop(i)
+        JOBS[TASK](i)
 
     def enqueue_sleep(self, i: int, seconds: float) -> None:
         sleep(i, seconds)

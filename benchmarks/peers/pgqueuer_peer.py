@@ -15,8 +15,15 @@ from pgqueuer import PgQueuer
 from pgqueuer.models import Job
 from pgqueuer.queries import Queries
 
+from harness import counter
 from harness.records import ENDED, record
-from peers import URL, script
+from peers import TASK, URL, script
+
+DEFAULTS = {
+    "pool": "asyncio, 1 process",
+    "concurrency": "no cap: every job of a batch at once",
+    "prefetch": "batches of 10 (`--batch-size`)",
+}
 
 
 @asynccontextmanager
@@ -27,6 +34,11 @@ async def create() -> AsyncIterator[PgQueuer]:
     @pgq.entrypoint("noop")
     async def noop(job: Job) -> None:
         record(int(job.payload or b"0"))
+
+    @pgq.entrypoint("incr")
+    async def incr(job: Job) -> None:
+        record(int(job.payload or b"0"))
+        await counter.aincr()
 
     @pgq.entrypoint("sleep")
     async def sleep(job: Job) -> None:
@@ -52,12 +64,12 @@ class Client:
             self.loop.run_until_complete(self.queries.install())
 
     def enqueue(self, i: int) -> None:
-        self.loop.run_until_complete(self.queries.enqueue("noop", str(i).encode()))
+        self.loop.run_until_complete(self.queries.enqueue(TASK, str(i).encode()))
 
     def enqueue_bulk(self, indices: list[int]) -> None:
         self.loop.run_until_complete(
             self.queries.enqueue(
-                ["noop"] * len(indices), [str(i).encode() for i in indices], [0] * len(indices)
+                [TASK] * len(indices), [str(i).encode() for i in indices], [0] * len(indices)
             )
         )
 

@@ -7,8 +7,15 @@ import asyncio
 
 from procrastinate import App, PsycopgConnector
 
+from harness import counter
 from harness.records import ENDED, record
-from peers import QUEUE, URL, script
+from peers import QUEUE, TASK, URL, script
+
+DEFAULTS = {
+    "pool": "asyncio, 1 process",
+    "concurrency": "1",
+    "prefetch": "none: one job per fetch (LISTEN/NOTIFY, polls every 5 s)",
+}
 
 app = App(connector=PsycopgConnector(conninfo=URL or "postgresql:///postgres"))
 
@@ -18,11 +25,20 @@ async def noop(i: int) -> None:
     record(i)
 
 
+@app.task(name="incr", queue=QUEUE)
+async def incr(i: int) -> None:
+    record(i)
+    await counter.aincr()
+
+
 @app.task(name="sleep", queue=QUEUE)
 async def sleep(i: int, seconds: float) -> None:
     record(i)
     await asyncio.sleep(seconds)
     record(i, ENDED)
+
+
+JOBS = {"noop": noop, "incr": incr}
 
 
 class Client:
@@ -37,10 +53,10 @@ class Client:
                 raise
 
     def enqueue(self, i: int) -> None:
-        noop.defer(i=i)
+        JOBS[TASK].defer(i=i)
 
     def enqueue_bulk(self, indices: list[int]) -> None:
-        noop.batch_defer(*({"i": i} for i in indices))
+        JOBS[TASK].batch_defer(*({"i": i} for i in indices))
 
     def enqueue_sleep(self, i: int, seconds: float) -> None:
         sleep.defer(i=i, seconds=seconds)

@@ -10,18 +10,33 @@ import time
 from redis import Redis
 from rq import Queue
 
+from harness import counter
 from harness.records import ENDED, record
-from peers import QUEUE, URL, script
+from peers import QUEUE, TASK, URL, script
+
+DEFAULTS = {
+    "pool": "forks a work horse process per job",
+    "concurrency": "1",
+    "prefetch": "none: one job per pop",
+}
 
 
 def noop(i: int) -> None:
     record(i)
 
 
+def incr(i: int) -> None:
+    record(i)
+    counter.incr()
+
+
 def sleep(i: int, seconds: float) -> None:
     record(i)
     time.sleep(seconds)
     record(i, ENDED)
+
+
+JOBS = {"noop": noop, "incr": incr}
 
 
 class Client:
@@ -32,10 +47,10 @@ class Client:
         self.queue = Queue(QUEUE, connection=self.redis)
 
     def enqueue(self, i: int) -> None:
-        self.queue.enqueue(noop, i)
+        self.queue.enqueue(JOBS[TASK], i)
 
     def enqueue_bulk(self, indices: list[int]) -> None:
-        self.queue.enqueue_many([Queue.prepare_data(noop, (i,)) for i in indices])
+        self.queue.enqueue_many([Queue.prepare_data(JOBS[TASK], (i,)) for i in indices])
 
     def enqueue_sleep(self, i: int, seconds: float) -> None:
         self.queue.enqueue(sleep, i, seconds)

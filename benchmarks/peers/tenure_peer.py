@@ -1,6 +1,6 @@
 """tenure: ``tenure worker`` with ``--pool thread`` (the headline, in-process
-like the peers) or ``--pool process`` ($BENCH_POOL); at-most-once delivery
-when $BENCH_DELIVERY says so."""
+like the peers) or ``--pool process`` ($BENCH_POOL), or with no such flags
+(its defaults); at-most-once delivery when $BENCH_DELIVERY says so."""
 
 from __future__ import annotations
 
@@ -10,16 +10,30 @@ import time
 from typing import Any
 
 import tenure
+from harness import counter
 from harness.records import ENDED, record
-from peers import QUEUE, URL
+from peers import QUEUE, TASK, URL
+from tenure.config import WorkerConfig
 from tenure.core.states import State
 
 app = tenure.App(URL or None)
+_worker = WorkerConfig()
+DEFAULTS = {
+    "pool": f"{_worker.pool} pool",
+    "concurrency": str(_worker.concurrency),
+    "prefetch": "paced, while jobs are short: at most 6 per slot (12 on PostgreSQL)",
+}
 
 
 @app.task(name="noop", queue=QUEUE)
 def noop(i: int) -> None:
     record(i)
+
+
+@app.task(name="incr", queue=QUEUE)
+def incr(i: int) -> None:
+    record(i)
+    counter.incr()
 
 
 @app.task(name="sleep", queue=QUEUE)
@@ -38,10 +52,10 @@ class Client:
             app.queue(QUEUE).set_policy(delivery=delivery)
 
     def enqueue(self, i: int) -> None:
-        app.enqueue("noop", {"i": i}, queue=QUEUE)
+        app.enqueue(TASK, {"i": i}, queue=QUEUE)
 
     def enqueue_bulk(self, indices: list[int]) -> None:
-        app.enqueue_many("noop", [{"i": i} for i in indices], queue=QUEUE)
+        app.enqueue_many(TASK, [{"i": i} for i in indices], queue=QUEUE)
 
     def enqueue_sleep(self, i: int, seconds: float) -> None:
         app.enqueue("sleep", {"i": i, "seconds": seconds}, queue=QUEUE)
