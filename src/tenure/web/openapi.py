@@ -104,24 +104,22 @@ def _op(summary: str, ok: dict[str, Any], *codes: int, **more: Any) -> dict[str,
     return {"summary": summary, "responses": {status: ok, **_errors(*codes)}, **more}
 
 
-def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+def _param(where: str, name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {
         "name": name,
-        "in": "query",
-        "required": False,
+        "in": where,
+        "required": where == "path",  # a path's parameters always are
         "schema": schema,
         "description": description,
     }
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return _param("query", name, schema, description)
 
 
 def _path(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "path",
-        "required": True,
-        "schema": schema,
-        "description": description,
-    }
+    return _param("path", name, schema, description)
 
 
 def _body(schema: dict[str, Any]) -> dict[str, Any]:
