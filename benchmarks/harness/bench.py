@@ -217,12 +217,15 @@ def _measure(
             started = time.monotonic()
             runs: list[list[dict[str, Any]]] = [[] for _ in group]
             while len(runs[0]) < DRAIN_RUNS and (
-                not runs[0] or time.monotonic() - started < DRAIN_RUNS_WITHIN * len(group)
+                len(runs[0]) < len(group)  # a pair: one ABBA at least
+                or time.monotonic() - started < DRAIN_RUNS_WITHIN * len(group)
             ):
                 order = list(range(len(group)))
                 for k in order if len(runs[0]) % 2 == 0 else order[::-1]:
                     g = group[k]
-                    r = _guard("drain", lambda g=g, w=w: enqueue_and_drain(g, servers, work, scale, w))
+                    r = _guard(
+                        "drain", lambda g=g, w=w: enqueue_and_drain(g, servers, work, scale, w)
+                    )
                     r["load"] = os.getloadavg()[0]
                     runs[k].append(r)
                     label = f"{g.id}: " if len(group) > 1 else ""

@@ -336,7 +336,8 @@ def events_ab(results: dict[str, Any], twins: dict[str, Any]) -> list[dict[str, 
         off_result = results.get(twin.id, {}).get("result", {})
         for w in (1, 2):
             on, off = on_result.get(f"drain{w}") or {}, off_result.get(f"drain{w}") or {}
-            pairs = [(a, b) for a, b in zip(on.get("runs", []), off.get("runs", [])) if a and b]
+            runs = zip(on.get("runs", []), off.get("runs", []), strict=True)
+            pairs = [(a, b) for a, b in runs if a and b]
             if not pairs:
                 continue
             ratios = sorted(a / b for a, b in pairs)
