@@ -367,7 +367,7 @@ def events_rows(items: list[dict[str, Any]]) -> list[list[str]]:
             _rate(e["off"]),
             f"{e['ratio']:.2f} ({e['ratios'][0]:.2f}-{e['ratios'][-1]:.2f})",
             str(len(e["ratios"])),
-            f"{_num(e.get('cpu_on'))} / {_num(e.get('cpu_off'))}",
+            f"{_us(e.get('cpu_on'))} / {_us(e.get('cpu_off'))}",
         ]
         for e in items
     ]
@@ -377,8 +377,9 @@ def _median(xs: list[float] | None) -> float | None:
     return sorted(xs)[(len(xs) - 1) // 2] if xs else None
 
 
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.0f}"
+def _us(x: float | None) -> str:
+    """CPU s per 1,000 jobs (as the drains count it) in µs per job."""
+    return "-" if x is None else f"{x * 1000:,.0f}"
 
 
 def events_targets(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
