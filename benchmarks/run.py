@@ -6,6 +6,8 @@ and, for a full run, the results section of docs/benchmarks.md.
     make bench QUICK=1    # small N: a smoke test of every adapter (about 3 min)
     python3 benchmarks/run.py [--quick] [--only ID]... [--workload W]... [--no-docs]
     python3 benchmarks/run.py --workload defaults   # the "at their own defaults" table alone
+    python3 benchmarks/run.py --only tenure --workload drain --events both
+        # tenure's drains with lifecycle events on and off, in alternating rounds
 
 The peers are installed, pinned (benchmarks/requirements.txt), into
 benchmarks/.venv, which this script creates on first use and re-runs itself in.
@@ -59,6 +61,12 @@ def main() -> int:
         choices=["drain", "latency", "kill9", "defaults"],
         help="run only these workloads (repeatable; drain includes enqueue)",
     )
+    parser.add_argument(
+        "--events",
+        choices=["on", "both"],
+        default="on",
+        help="both: each tenure drain also with its queue's events off, rounds alternating",
+    )
     parser.add_argument("--no-docs", action="store_true", help="do not touch docs/benchmarks.md")
     args = parser.parse_args()
     bootstrap()
@@ -70,10 +78,12 @@ def main() -> int:
         quick=args.quick,
         only=args.only,
         workloads=args.workload,
+        events_ab=args.events == "both",
         docs=not (args.quick or args.no_docs or partial),
         # its own section: rewritten by any run of it for every library
         defaults_docs=not (args.quick or args.no_docs or args.only)
         and (not args.workload or "defaults" in args.workload),
+        events_docs=not (args.quick or args.no_docs),
     )
 
 

@@ -11,7 +11,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ ROOT = HERE.parent
 DOCS = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 DEFAULTS_BEGIN, DEFAULTS_END = "<!-- bench:defaults:begin -->", "<!-- bench:defaults:end -->"
+EVENTS_BEGIN, EVENTS_END = "<!-- bench:events:begin -->", "<!-- bench:events:end -->"
 HEADLINE_POOL = "thread"
 # Each drain runs up to DRAIN_RUNS times, while its runs took under DRAIN_RUNS_WITHIN
 # seconds together, and counts with its median: a drain of 20,000 jobs that takes half
@@ -89,6 +90,8 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     timed = sorted((r for r in runs if "drain" in r), key=lambda r: r["drain"])
     out = dict(timed[(len(timed) - 1) // 2] if timed else runs[-1])
     out["runs"] = [r.get("drain") for r in runs]
+    out["loads"] = [r.get("load") for r in runs]
+    out["cpus"] = [r["cpu_worker"] + r.get("cpu_server", 0.0) for r in runs if "cpu_worker" in r]
     for key in ("lost", "duplicates"):
         out[key] = sum(r.get(key, 0) for r in runs)
     out["unsettled"] = sum(max(0, r["ran"] - r["verify"].get("completed", 0))
@@ -106,14 +109,28 @@ def _guard(what: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"error": f"{what}: {type(exc).__name__}: {exc}"}
 
 
+def events_off(s: Subject) -> Subject:
+    """A tenure subject's twin whose queue records no lifecycle events (drains only)."""
+    variant = ", ".join(x for x in (s.variant, report.EVENTS_OFF) if x)
+    return replace(s, variant=variant, env={**s.env, "BENCH_EVENTS": "off"}, workloads=("drain",))
+
+
 def run_all(
-    *, quick: bool, only: list[str], workloads: list[str], docs: bool, defaults_docs: bool = False
+    *,
+    quick: bool,
+    only: list[str],
+    workloads: list[str],
+    docs: bool,
+    events_ab: bool = False,
+    events_docs: bool = False,
+    defaults_docs: bool = False,
 ) -> int:
     scale = Scale.quick() if quick else Scale()
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     work = HERE / ".work" / stamp
     work.mkdir(parents=True)
     chosen = [s for s in subjects() if not only or any(o in s.id for o in only)]
+    twins = {s.id: events_off(s) for s in chosen if events_ab and s.library == "tenure"}
     freeze_tenure(work)
     servers = Servers(work)
     results: dict[str, Any] = {}
@@ -134,13 +151,15 @@ def run_all(
         )
         console.print(f"SQLite claim+complete ceiling: {data['ceiling']:,.0f} jobs/s")
         for s in chosen:
-            results[s.id] = {"subject": {**asdict(s), "id": s.id}, "result": {}}
+            group = [s, twins[s.id]] if s.id in twins else [s]
+            for g in group:
+                results[g.id] = {"subject": {**asdict(g), "id": g.id}, "result": {}}
             _measure(
-                s,
+                group,
                 servers=servers,
                 work=work,
                 scale=scale,
-                out=results[s.id]["result"],
+                outs=[results[g.id]["result"] for g in group],
                 only=workloads,
             )
         if not workloads or "defaults" in workloads:
@@ -162,23 +181,35 @@ def run_all(
     data["results"] = results
     data["targets"] = report.targets(results, data.get("ceiling"))
     data["defaults_targets"] = at_defaults.targets(results, data.get("ceiling"))
+    data["events"] = report.events_ab(results, twins)
+    data["targets"] += report.events_targets(data["events"])
     _print(data)
     kind = "quick" if quick else "partial" if only or workloads else "full"
     out = HERE / "results" / f"{kind}-{stamp}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(data, indent=1, default=str) + "\n")
     console.print(f"results: {out.relative_to(ROOT)}")
-    if docs:
-        write_docs(data, out)
-        console.print(f"docs: {DOCS.relative_to(ROOT)}")
-    if defaults_docs and any("defaults" in v["result"] for v in results.values()):
-        write_defaults_docs(data, out)
-        console.print(f"docs: {DOCS.relative_to(ROOT)} (at their own defaults)")
+    _write_sections(data, out, docs=docs, defaults_docs=defaults_docs, events_docs=events_docs)
     if any("error" in r for v in results.values() for r in v["result"].values()):
         console.print(f"some runs failed: their logs are kept in {work}")
         return 1
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _write_sections(
+    data: dict[str, Any], out: Path, *, docs: bool, defaults_docs: bool, events_docs: bool
+) -> None:
+    """The sections of docs/benchmarks.md this run measured."""
+    if docs:
+        write_docs(data, out)
+        console.print(f"docs: {DOCS.relative_to(ROOT)}")
+    if defaults_docs and any("defaults" in v["result"] for v in data["results"].values()):
+        write_defaults_docs(data, out)
+        console.print(f"docs: {DOCS.relative_to(ROOT)} (at their own defaults)")
+    if events_docs and data["events"]:
+        write_events_docs(data, out)
+        console.print(f"docs: {DOCS.relative_to(ROOT)} (lifecycle events)")
 
 
 def freeze_tenure(work: Path) -> None:
@@ -191,21 +222,41 @@ def freeze_tenure(work: Path) -> None:
 
 
 def _measure(
-    s: Subject, *, servers: Servers, work: Path, scale: Scale, out: dict[str, Any], only: list[str]
+    group: list[Subject],
+    *,
+    servers: Servers,
+    work: Path,
+    scale: Scale,
+    outs: list[dict[str, Any]],
+    only: list[str],
 ) -> None:
+    """The workloads of ``group[0]``; the drains of a group of several (a subject
+    and its twin) in alternating rounds, ABBA, so that drift of the machine's
+    load meets each alike."""
+    s = group[0]
     if "drain" in s.workloads and (not only or "drain" in only):
+        named = " / ".join(g.id for g in group)
         for w in (1, 2):
-            console.print(f"{s.id}: enqueue {scale.jobs:,}, drain with {w} worker(s) ...")
+            console.print(f"{named}: enqueue {scale.jobs:,}, drain with {w} worker(s) ...")
             started = time.monotonic()
-            runs: list[dict[str, Any]] = []
-            while len(runs) < DRAIN_RUNS and (
-                not runs or time.monotonic() - started < DRAIN_RUNS_WITHIN
+            runs: list[list[dict[str, Any]]] = [[] for _ in group]
+            while len(runs[0]) < DRAIN_RUNS and (
+                len(runs[0]) < len(group)  # a pair: one ABBA at least
+                or time.monotonic() - started < DRAIN_RUNS_WITHIN * len(group)
             ):
-                runs.append(
-                    _guard("drain", lambda w=w: enqueue_and_drain(s, servers, work, scale, w))
-                )
-                console.print(f"   {_brief(runs[-1])} [{time.monotonic() - started:.0f} s]")
-            out[f"drain{w}"] = median_run(runs)
+                order = list(range(len(group)))
+                for k in order if len(runs[0]) % 2 == 0 else order[::-1]:
+                    g = group[k]
+                    r = _guard(
+                        "drain", lambda g=g, w=w: enqueue_and_drain(g, servers, work, scale, w)
+                    )
+                    r["load"] = os.getloadavg()[0]
+                    runs[k].append(r)
+                    label = f"{g.id}: " if len(group) > 1 else ""
+                    console.print(f"   {label}{_brief(r)} [{time.monotonic() - started:.0f} s]")
+            for out, rs in zip(outs, runs, strict=True):
+                out[f"drain{w}"] = median_run(rs)
+    out = outs[0]
     if "latency" in s.workloads and (not only or "latency" in only):
         console.print(f"{s.id}: idle pickup x{scale.idle}, e2e at {scale.rate:g}/s ...")
         out["latency"] = r = _guard("latency", lambda: latency(s, servers, work, scale))
@@ -308,6 +359,13 @@ def _print(data: dict[str, Any]) -> None:
     for r in report.target_rows(measured):
         targets.add_row(*r)
     console.print(targets)
+    if data.get("events"):
+        events = Table(title="lifecycle events: drain rate with events on / off (rounds ABBA)")
+        for c in report.EVENTS_COLUMNS:
+            events.add_column(c)
+        for r in report.events_rows(data["events"]):
+            events.add_row(*r)
+        console.print(events)
 
 
 def write_docs(data: dict[str, Any], source: Path) -> None:
@@ -382,6 +440,22 @@ def write_defaults_docs(data: dict[str, Any], source: Path) -> None:
         ),
     ]
     _replace_section(DEFAULTS_BEGIN, DEFAULTS_END, body)
+
+
+def write_events_docs(data: dict[str, Any], source: Path) -> None:
+    """The A/B of lifecycle events, between its own markers in docs/benchmarks.md."""
+    m = data["machine"]
+    loads = [x for e in data["events"] for x in e["loads"]]
+    body = [
+        f"Run {data['started']} UTC (`{source.relative_to(ROOT)}`, `--events both`), on "
+        f"{m['cpu']}, {m['cores']} cores; tenure: {_source(data['tenure_source'])}. "
+        f"{data['scale']['jobs']:,} no-op jobs per drain; each row's drains alternate "
+        "events on and off (ABBA), and the ratio is each round's on/off, median (range). "
+        f"Load average (1 min) after the drains: {min(loads):.1f} to {max(loads):.1f}.",
+        "",
+        report.markdown_table(report.EVENTS_COLUMNS, report.events_rows(data["events"])),
+    ]
+    _replace_section(EVENTS_BEGIN, EVENTS_END, body)
 
 
 def _replace_section(begin: str, end: str, body: list[str]) -> None:

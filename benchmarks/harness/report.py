@@ -309,3 +309,96 @@ def markdown_table(header: list[str] | tuple[str, ...], rows: list[list[str]]) -
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+# -- lifecycle events: the same drains with the queue's events on and off ----
+
+EVENTS_OFF = "events off"
+EVENTS_LIMIT = 0.9  # issue 22: events cut no drain by more than 10%
+EVENTS_COLUMNS = (
+    "subject",
+    "workers",
+    "drain /s, events on",
+    "events off",
+    "on/off: median (range) of rounds",
+    "rounds",
+    "CPU µs/job (worker + server), on / off",
+)
+
+
+def events_ab(results: dict[str, Any], twins: dict[str, Any]) -> list[dict[str, Any]]:
+    """For each subject measured with its events-off twin, and each number of
+    workers: the median drains, and the ratio on/off of each round (the runs of
+    a round are the same index in both lists)."""
+    out: list[dict[str, Any]] = []
+    for sid, twin in twins.items():
+        on_result = results.get(sid, {}).get("result", {})
+        off_result = results.get(twin.id, {}).get("result", {})
+        for w in (1, 2):
+            on, off = on_result.get(f"drain{w}") or {}, off_result.get(f"drain{w}") or {}
+            runs = zip(on.get("runs", []), off.get("runs", []), strict=True)
+            pairs = [(a, b) for a, b in runs if a and b]
+            if not pairs:
+                continue
+            ratios = sorted(a / b for a, b in pairs)
+            out.append(
+                {
+                    "subject": sid,
+                    "backend": results[sid]["subject"]["backend"],
+                    "workers": w,
+                    "on": on.get("drain"),
+                    "off": off.get("drain"),
+                    "ratios": ratios,
+                    "ratio": ratios[(len(ratios) - 1) // 2],
+                    "loads": [x for x in on.get("loads", []) + off.get("loads", []) if x],
+                    "cpu_on": _median(on.get("cpus")),
+                    "cpu_off": _median(off.get("cpus")),
+                }
+            )
+    return out
+
+
+def events_rows(items: list[dict[str, Any]]) -> list[list[str]]:
+    return [
+        [
+            e["subject"],
+            str(e["workers"]),
+            _rate(e["on"]),
+            _rate(e["off"]),
+            f"{e['ratio']:.2f} ({e['ratios'][0]:.2f}-{e['ratios'][-1]:.2f})",
+            str(len(e["ratios"])),
+            f"{_us(e.get('cpu_on'))} / {_us(e.get('cpu_off'))}",
+        ]
+        for e in items
+    ]
+
+
+def _median(xs: list[float] | None) -> float | None:
+    return sorted(xs)[(len(xs) - 1) // 2] if xs else None
+
+
+def _us(x: float | None) -> str:
+    """CPU s per 1,000 jobs (as the drains count it) in µs per job."""
+    return "-" if x is None else f"{x * 1000:,.0f}"
+
+
+def events_targets(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per backend, its worst drain (the lowest median ratio of rounds) with events."""
+    out: list[dict[str, Any]] = []
+    for backend in ("sqlite", "postgres", "redis"):
+        mine = [e for e in items if e["backend"] == backend]
+        if not mine:
+            continue
+        worst = min(mine, key=lambda e: e["ratio"])
+        out.append(
+            {
+                "target": f"{backend}: events cut no drain by more than 10% "
+                f"(worst: {worst['subject']}, {worst['workers']}w)",
+                "value": worst["ratio"],
+                "limit": EVENTS_LIMIT,
+                "met": worst["ratio"] >= EVENTS_LIMIT,
+                "unit": "x",
+                "ratio_to_target": worst["ratio"] / EVENTS_LIMIT,
+            }
+        )
+    return out

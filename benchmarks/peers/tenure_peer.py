@@ -1,6 +1,7 @@
 """tenure: ``tenure worker`` with ``--pool thread`` (the headline, in-process
 like the peers) or ``--pool process`` ($BENCH_POOL), or with no such flags
-(its defaults); at-most-once delivery when $BENCH_DELIVERY says so."""
+(its defaults); at-most-once delivery when $BENCH_DELIVERY says so; no
+lifecycle events when $BENCH_EVENTS is off."""
 
 from __future__ import annotations
 
@@ -47,9 +48,13 @@ class Client:
     BULK = "enqueue_many"
 
     def __init__(self) -> None:
-        delivery = os.environ.get("BENCH_DELIVERY")
-        if delivery:
-            app.queue(QUEUE).set_policy(delivery=delivery)
+        policy: dict[str, Any] = {}
+        if delivery := os.environ.get("BENCH_DELIVERY"):
+            policy["delivery"] = delivery
+        if os.environ.get("BENCH_EVENTS") == "off":
+            policy["events"] = False
+        if policy:
+            app.queue(QUEUE).set_policy(**policy)
 
     def enqueue(self, i: int) -> None:
         app.enqueue(TASK, {"i": i}, queue=QUEUE)

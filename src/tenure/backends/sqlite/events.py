@@ -47,15 +47,15 @@ def record(conn: sqlite3.Connection | sqlite3.Cursor, now: float, events: Sequen
     for queue, kind, job_id, data in events:
         if (queue, kind) != last:
             last = (queue, kind)
-            rows.append([queue, kind, [], [], 0])
+            rows.append([queue, kind, [], [], now, 0])
         row = rows[-1]
         row[2].append(job_id)
         row[3].append(data)
-        row[4] += 1
+        row[5] += 1
     for row in rows:
-        if not any(row[3]):
-            row[3] = None
-    conn.execute(Q["record_events"], (now, orjson.dumps(rows)))
+        row[2] = orjson.dumps(row[2])
+        row[3] = orjson.dumps(row[3]) if any(row[3]) else None
+    conn.executemany(Q["record_events"], rows)
 
 
 def record_job(

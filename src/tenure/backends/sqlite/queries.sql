@@ -314,14 +314,15 @@ SELECT id, hostname, pid, queues, started_at, last_seen FROM workers ORDER BY st
 SELECT worker, count(*) FROM jobs WHERE state = 'active' AND worker IS NOT NULL GROUP BY worker
 
 -- name: record_events
--- Lifecycle events at time ?1, for those of the queues that record them: ?2 a
--- JSON array of rows [queue, kind, [job ids], [data] or null, n] (see the
--- migration 0003), numbered after the last event, in order.
+-- One row of lifecycle events at time ?5, if queue ?1 records them: ?2 their
+-- kind, ?3 a JSON array of their job ids (?6 of them), ?4 a JSON array of
+-- each one's data (NULL: none has any); numbered after the last event. The
+-- caller executes it once per row, each seeing the rows before: unpacking
+-- rows from one JSON array (json_each, numbered by a window) cost a cycle
+-- more than writing them.
 INSERT INTO events (id, n, queue, kind, at, jobs, data)
-SELECT (SELECT coalesce(max(id), 0) FROM events) + sum(t.value ->> 4) OVER (ORDER BY t.key),
-       t.value ->> 4, t.value ->> 0, t.value ->> 1, ?1, t.value ->> 2, t.value ->> 3
-FROM json_each(?2) AS t JOIN queues ON queues.name = t.value ->> 0
-WHERE queues.events
+SELECT (SELECT coalesce(max(id), 0) FROM events) + ?6, ?6, ?1, ?2, ?5, ?3, ?4
+FROM queues WHERE name = ?1 AND events
 
 -- name: record_job_events
 -- The events of job ?2 at time ?1, in its queue if that records them: ?3 a JSON
