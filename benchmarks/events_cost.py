@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import multiprocessing
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.stores import throwaway_url
 from tenure.backends import Backend, from_url
 from tenure.backends.base import WorkerInfo
 from tenure.job import JobSpec
@@ -60,27 +58,6 @@ async def turns(backend: Backend, args: Any, client: int = 0) -> dict[bool, list
     return took
 
 
-@contextlib.contextmanager
-def storage(kind: str) -> Iterator[str]:
-    from tests.servers import PostgresServer, RedisServer
-
-    server: Any = None
-    with tempfile.TemporaryDirectory() as tmp:
-        if kind == "sqlite":
-            url = f"sqlite:///{tmp}/events.db"
-        elif kind == "postgres":
-            server = PostgresServer()
-            url = server.new_database()
-        else:
-            server = RedisServer()
-            url = server.url
-        try:
-            yield url
-        finally:
-            if server is not None:
-                server.close()
-
-
 async def client(url: str, args: Any, k: int) -> dict[bool, list[float]]:
     backend = from_url(url)
     await backend.open()
@@ -98,7 +75,7 @@ def in_process(url: str, args: Any, k: int) -> dict[bool, list[float]]:
 
 def run(kind: str, args: Any) -> None:
     """``--clients`` processes, each cycling on its own two queues."""
-    with storage(kind) as url:
+    with throwaway_url(kind, "events") as url:
         context = multiprocessing.get_context("spawn")
         with context.Pool(args.clients) as pool:
             done = pool.starmap(in_process, [(url, args, k) for k in range(args.clients)])

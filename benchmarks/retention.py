@@ -28,7 +28,6 @@ import contextlib
 import sqlite3
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.stores import throwaway_url
 from tenure.backends import Backend, from_url
 from tenure.backends.base import WorkerInfo
 from tenure.backends.postgres import PostgresBackend
@@ -206,26 +206,13 @@ async def prune_all(backend: Backend) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def storage(kind: str) -> AsyncIterator[Backend]:
-    from tests.servers import PostgresServer, RedisServer
-
-    server: Any = None
-    with tempfile.TemporaryDirectory() as tmp:
-        if kind == "sqlite":
-            url = f"sqlite:///{tmp}/retention.db"
-        elif kind == "postgres":
-            server = PostgresServer()
-            url = server.new_database()
-        else:
-            server = RedisServer()
-            url = server.url
+    with throwaway_url(kind, "retention") as url:
         backend = from_url(url)
         await backend.open()
         try:
             yield backend
         finally:
             await backend.close()
-            if server is not None:
-                server.close()
 
 
 async def run(kind: str, finished: int, jobs: int, queued: int) -> None:

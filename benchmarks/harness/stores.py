@@ -8,11 +8,14 @@ Redis and PostgreSQL are throwaway servers started from the machine's binaries
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +23,27 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.servers import PostgresServer, RedisServer, postgres_bin  # noqa: E402
+
+
+@contextlib.contextmanager
+def throwaway_url(kind: str, name: str) -> Iterator[str]:
+    """The URL of fresh storage of ``kind`` (a server of its own, or a SQLite
+    file ``name``.db in a temporary directory), gone when the block ends."""
+    server: PostgresServer | RedisServer | None = None
+    with tempfile.TemporaryDirectory() as tmp:
+        if kind == "sqlite":
+            url = f"sqlite:///{tmp}/{name}.db"
+        elif kind == "postgres":
+            server = PostgresServer()
+            url = server.new_database()
+        else:
+            server = RedisServer()
+            url = server.url
+        try:
+            yield url
+        finally:
+            if server is not None:
+                server.close()
 
 
 @dataclass(frozen=True)
