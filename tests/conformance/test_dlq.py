@@ -14,7 +14,6 @@ from tests.conformance.helpers import (
     claim_one,
     decision_for,
     enqueue_one,
-    register,
 )
 
 
@@ -36,15 +35,10 @@ def bury(backend: Any, worker: str, queue: str = "default") -> Job:
     return dead
 
 
-@pytest.fixture
-def dlq_worker(backend: Any) -> str:
-    return register(backend, "worker-1", ("default", "other"))
-
-
 def test_fail_with_fatal_decision__sends_the_job_dead_with_reason_error(
-    backend: Any, dlq_worker: str
+    backend: Any, worker: str
 ) -> None:
-    dead = bury(backend, dlq_worker)
+    dead = bury(backend, worker)
     assert dead.state == State.DEAD
     assert dead.dead_reason == DeadReason.ERROR
     assert dead.error is not None and "bad input" in dead.error
@@ -54,14 +48,14 @@ def test_fail_with_fatal_decision__sends_the_job_dead_with_reason_error(
     assert backend.counts("default")[State.DEAD] == 1
 
 
-def test_dead_job__is_not_claimable(backend: Any, dlq_worker: str) -> None:
-    bury(backend, dlq_worker)
-    assert backend.claim(dlq_worker, ["default"], 10) == []
+def test_dead_job__is_not_claimable(backend: Any, worker: str) -> None:
+    bury(backend, worker)
+    assert backend.claim(worker, ["default"], 10) == []
 
 
-def test_list_dead__shows_the_dead_jobs_only(backend: Any, dlq_worker: str) -> None:
-    a = bury(backend, dlq_worker)
-    b = bury(backend, dlq_worker)
+def test_list_dead__shows_the_dead_jobs_only(backend: Any, worker: str) -> None:
+    a = bury(backend, worker)
+    b = bury(backend, worker)
     enqueue_one(backend)
     page = backend.list(state=State.DEAD)
     assert {j.id for j in page.jobs} == {a.id, b.id}
@@ -69,11 +63,11 @@ def test_list_dead__shows_the_dead_jobs_only(backend: Any, dlq_worker: str) -> N
 
 
 def test_retry_dead_of_a_queue__queues_all_with_budgets_reset_and_history_kept(
-    backend: Any, dlq_worker: str
+    backend: Any, worker: str
 ) -> None:
-    a = bury(backend, dlq_worker)
-    b = bury(backend, dlq_worker)
-    elsewhere = bury(backend, dlq_worker, "other")
+    a = bury(backend, worker)
+    b = bury(backend, worker)
+    elsewhere = bury(backend, worker, "other")
     assert backend.retry_dead("default") == 2
     for job in (a, b):
         stored = backend.get(job.id)
@@ -85,25 +79,25 @@ def test_retry_dead_of_a_queue__queues_all_with_budgets_reset_and_history_kept(
     assert backend.get(elsewhere.id).state == State.DEAD
 
 
-def test_retry_dead_of_one_id__queues_only_that_job(backend: Any, dlq_worker: str) -> None:
-    a = bury(backend, dlq_worker)
-    b = bury(backend, dlq_worker)
+def test_retry_dead_of_one_id__queues_only_that_job(backend: Any, worker: str) -> None:
+    a = bury(backend, worker)
+    b = bury(backend, worker)
     assert backend.retry_dead("default", [a.id]) == 1
     assert backend.get(a.id).state == State.QUEUED
     assert backend.get(b.id).state == State.DEAD
 
 
-def test_retry_dead_of_a_job_that_is_not_dead__moves_nothing(backend: Any, dlq_worker: str) -> None:
+def test_retry_dead_of_a_job_that_is_not_dead__moves_nothing(backend: Any, worker: str) -> None:
     queued = enqueue_one(backend)
     before = backend.get(queued.id)
     assert backend.retry_dead("default", [queued.id]) == 0
     assert backend.get(queued.id) == before
 
 
-def test_retried_dead_job__runs_again_with_a_fresh_budget(backend: Any, dlq_worker: str) -> None:
-    dead = bury(backend, dlq_worker)
+def test_retried_dead_job__runs_again_with_a_fresh_budget(backend: Any, worker: str) -> None:
+    dead = bury(backend, worker)
     backend.retry_dead("default", [dead.id])
-    again = claim_one(backend, dlq_worker)
+    again = claim_one(backend, worker)
     assert again.id == dead.id
     assert again.attempts == 1
     assert again.stalls == 0
@@ -119,10 +113,10 @@ def test_retried_dead_job__runs_again_with_a_fresh_budget(backend: Any, dlq_work
     assert [a.fence for a in stored.history] == [1, 2, 3]
 
 
-def test_purge_dead_of_a_queue__deletes_its_dead_jobs(backend: Any, dlq_worker: str) -> None:
-    a = bury(backend, dlq_worker)
-    b = bury(backend, dlq_worker)
-    elsewhere = bury(backend, dlq_worker, "other")
+def test_purge_dead_of_a_queue__deletes_its_dead_jobs(backend: Any, worker: str) -> None:
+    a = bury(backend, worker)
+    b = bury(backend, worker)
+    elsewhere = bury(backend, worker, "other")
     alive = enqueue_one(backend)
     assert backend.purge_dead("default") == 2
     for job in (a, b):
@@ -134,16 +128,16 @@ def test_purge_dead_of_a_queue__deletes_its_dead_jobs(backend: Any, dlq_worker: 
     assert {j.id for j in all_jobs(backend, queue="default")} == {alive.id}
 
 
-def test_purge_dead_of_one_id__deletes_only_that_job(backend: Any, dlq_worker: str) -> None:
-    a = bury(backend, dlq_worker)
-    b = bury(backend, dlq_worker)
+def test_purge_dead_of_one_id__deletes_only_that_job(backend: Any, worker: str) -> None:
+    a = bury(backend, worker)
+    b = bury(backend, worker)
     assert backend.purge_dead("default", [a.id]) == 1
     with pytest.raises(JobNotFound):
         backend.get(a.id)
     assert backend.get(b.id).state == State.DEAD
 
 
-def test_purge_dead__never_deletes_a_job_that_is_not_dead(backend: Any, dlq_worker: str) -> None:
+def test_purge_dead__never_deletes_a_job_that_is_not_dead(backend: Any, worker: str) -> None:
     queued = enqueue_one(backend)
     assert backend.purge_dead("default", [queued.id]) == 0
     assert backend.get(queued.id).state == State.QUEUED
@@ -151,16 +145,16 @@ def test_purge_dead__never_deletes_a_job_that_is_not_dead(backend: Any, dlq_work
 
 @pytest.mark.parametrize("by_id", [False, True], ids=["all", "by_id"])
 def test_retry_dead_whose_key_is_taken_by_an_unfinished_job__leaves_it_dead(
-    backend: Any, dlq_worker: str, by_id: bool
+    backend: Any, worker: str, by_id: bool
 ) -> None:
     """key= allows one unfinished job per queue and key: retrying a dead job
     whose key a newer unfinished job holds would make two, so that dead job
     stays dead (the others are retried) and no storage error leaks out."""
     first = enqueue_one(backend, key="k")
-    claimed = claim_one(backend, dlq_worker)
+    claimed = claim_one(backend, worker)
     fatal = decision_for(backend, claimed, fatal=True)
     backend.fail(claimed.id, claimed.fence, Outcome.ERROR, "x", fatal)
-    unrelated = bury(backend, dlq_worker)
+    unrelated = bury(backend, worker)
     newer = enqueue_one(backend, key="k")
     assert newer.id != first.id
     ids = [first.id, unrelated.id] if by_id else None
@@ -183,15 +177,15 @@ def kill(backend: Any, worker: str, outcome: Outcome, queue: str = "default") ->
 
 
 def test_dead_counts__count_the_dead_jobs_of_the_queue_by_reason(
-    backend: Any, dlq_worker: str, monkeypatch: pytest.MonkeyPatch
+    backend: Any, worker: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Redis counts by pieces: three pieces (the last one partly full) for five jobs.
     monkeypatch.setattr("tenure.backends.redis.backend.DEAD_COUNT_PIECE", 2)
     assert backend.dead_counts("default") == {}
-    buried = [bury(backend, dlq_worker) for _ in range(2)]
-    timed_out = kill(backend, dlq_worker, Outcome.TIMEOUT)
-    exhausted = [kill(backend, dlq_worker, Outcome.ERROR) for _ in range(2)]
-    kill(backend, dlq_worker, Outcome.ERROR, queue="other")
+    buried = [bury(backend, worker) for _ in range(2)]
+    timed_out = kill(backend, worker, Outcome.TIMEOUT)
+    exhausted = [kill(backend, worker, Outcome.ERROR) for _ in range(2)]
+    kill(backend, worker, Outcome.ERROR, queue="other")
     enqueue_one(backend)  # not dead
     assert timed_out.dead_reason == DeadReason.TIMEOUT
     assert exhausted[0].dead_reason == DeadReason.MAX_ATTEMPTS

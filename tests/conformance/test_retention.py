@@ -20,7 +20,6 @@ from tests.conformance.helpers import (
     claim_one,
     enqueue_one,
     nonzero_counts,
-    register,
     spec,
 )
 from tests.conformance.test_dlq import bury
@@ -48,15 +47,10 @@ def gone(backend: Any, job: Job) -> bool:
     return False
 
 
-@pytest.fixture
-def kept_worker(backend: Any) -> str:
-    return register(backend, "worker-1", ("default", "other"))
-
-
 def test_a_completed_job_older_than_keep_completed__is_pruned_and_a_younger_one_stays(
-    backend: Any, kept_worker: str
+    backend: Any, worker: str
 ) -> None:
-    old, young = completed(backend, kept_worker, 2)
+    old, young = completed(backend, worker, 2)
     age(backend, [old.id], DEFAULTS.keep_completed + 60)  # type: ignore[operator]
     age(backend, [young.id], DEFAULTS.keep_completed - 60)  # type: ignore[operator]
     assert backend.prune(1000) == 1
@@ -68,9 +62,9 @@ def test_a_completed_job_older_than_keep_completed__is_pruned_and_a_younger_one_
 
 
 def test_a_dead_job__is_kept_for_keep_dead_with_its_history_then_pruned_with_it(
-    backend: Any, kept_worker: str
+    backend: Any, worker: str
 ) -> None:
-    dead = bury(backend, kept_worker)
+    dead = bury(backend, worker)
     assert history_rows(backend, dead) == 2
     age(backend, [dead.id], DEFAULTS.keep_completed + 60)  # type: ignore[operator]
     assert backend.prune(1000) == 0  # past keep_completed, within keep_dead
@@ -92,10 +86,10 @@ def test_a_cancelled_job__is_kept_for_keep_completed(backend: Any) -> None:
 
 
 def test_a_job_cancelled_while_active__is_kept_for_keep_completed_then_pruned_with_its_history(
-    backend: Any, kept_worker: str
+    backend: Any, worker: str
 ) -> None:
     enqueue_one(backend)
-    job = claim_one(backend, kept_worker)
+    job = claim_one(backend, worker)
     backend.cancel(job.id)  # marks it; its worker hands it back
     backend.release(job.id, job.fence)
     assert backend.get(job.id).state is State.CANCELLED
@@ -107,35 +101,33 @@ def test_a_job_cancelled_while_active__is_kept_for_keep_completed_then_pruned_wi
     assert nonzero_counts(backend) == {}
 
 
-def test_keep_none__keeps_forever_and_keep_zero__prunes_at_once(
-    backend: Any, kept_worker: str
-) -> None:
+def test_keep_none__keeps_forever_and_keep_zero__prunes_at_once(backend: Any, worker: str) -> None:
     backend.change_policy("default", {"keep_completed": None, "keep_dead": 0})
-    [done] = completed(backend, kept_worker)
-    dead = bury(backend, kept_worker)
+    [done] = completed(backend, worker)
+    dead = bury(backend, worker)
     age(backend, [done.id], 9 * 365 * DAY)
     assert backend.prune(1000) == 1  # the dead job, unaged
     assert gone(backend, dead)
     assert backend.get(done.id).state is State.COMPLETED
 
 
-def test_each_queue__follows_its_own_policy(backend: Any, kept_worker: str) -> None:
+def test_each_queue__follows_its_own_policy(backend: Any, worker: str) -> None:
     backend.change_policy("other", {"keep_completed": 0})
-    [default] = completed(backend, kept_worker)
-    [other] = completed(backend, kept_worker, queue="other")
+    [default] = completed(backend, worker)
+    [other] = completed(backend, worker, queue="other")
     assert backend.prune(1000) == 1
     assert gone(backend, other)
     assert backend.get(default.id).state is State.COMPLETED
 
 
 def test_a_job_retried_from_the_dlq__is_not_pruned_until_it_finishes_again(
-    backend: Any, kept_worker: str
+    backend: Any, worker: str
 ) -> None:
-    dead = bury(backend, kept_worker)
+    dead = bury(backend, worker)
     age(backend, [dead.id], DEFAULTS.keep_dead + 60)  # type: ignore[operator]
     assert backend.retry_dead("default", [dead.id]) == 1
     assert backend.prune(1000) == 0
-    retried = claim_one(backend, kept_worker)
+    retried = claim_one(backend, worker)
     assert backend.prune(1000) == 0
     backend.complete(retried.id, retried.fence, None)
     assert backend.prune(1000) == 0  # finished now: kept for keep_completed from now
@@ -144,9 +136,9 @@ def test_a_job_retried_from_the_dlq__is_not_pruned_until_it_finishes_again(
 
 
 def test_prune__deletes_at_most_its_limit_and_the_rest_at_the_next_calls(
-    backend: Any, kept_worker: str
+    backend: Any, worker: str
 ) -> None:
-    jobs = completed(backend, kept_worker, 15) + completed(backend, kept_worker, 12, queue="other")
+    jobs = completed(backend, worker, 15) + completed(backend, worker, 12, queue="other")
     age(backend, [j.id for j in jobs], DEFAULTS.keep_completed + 60)  # type: ignore[operator]
     assert [backend.prune(10) for _ in range(4)] == [10, 10, 7, 0]
     assert all(gone(backend, j) for j in jobs)
@@ -154,9 +146,9 @@ def test_prune__deletes_at_most_its_limit_and_the_rest_at_the_next_calls(
 
 
 def test_a_prune_limit_that_is_not_an_integer_within_1_and_10000__is_invalid_input(
-    backend: Any, kept_worker: str
+    backend: Any, worker: str
 ) -> None:
-    [job] = completed(backend, kept_worker)
+    [job] = completed(backend, worker)
     backend.change_policy("default", {"keep_completed": 0})
     for limit in (0, -1, 10_001, True, 1.5, "10", None):
         with pytest.raises(InvalidInput, match="limit"):
@@ -165,9 +157,9 @@ def test_a_prune_limit_that_is_not_an_integer_within_1_and_10000__is_invalid_inp
 
 
 def test_the_pruner__prunes_batch_after_batch_until_one_is_not_full(
-    backend: Any, kept_worker: str, portal: Portal
+    backend: Any, worker: str, portal: Portal
 ) -> None:
-    jobs = completed(backend, kept_worker, 25)
+    jobs = completed(backend, worker, 25)
     age(backend, [j.id for j in jobs], DEFAULTS.keep_completed + 60)  # type: ignore[operator]
     pruner = Pruner(backend.inner, batch=10)
     assert portal.run(pruner.run_once(budget=0.0)) == 10  # a batch, whatever the budget
@@ -175,10 +167,8 @@ def test_the_pruner__prunes_batch_after_batch_until_one_is_not_full(
     assert nonzero_counts(backend) == {}
 
 
-def test_a_sweep__prunes_after_its_recoveries(
-    backend: Any, kept_worker: str, portal: Portal
-) -> None:
-    old, young = completed(backend, kept_worker, 2)
+def test_a_sweep__prunes_after_its_recoveries(backend: Any, worker: str, portal: Portal) -> None:
+    old, young = completed(backend, worker, 2)
     age(backend, [old.id], DEFAULTS.keep_completed + 60)  # type: ignore[operator]
     sweeper = Sweeper(backend.inner, interval=1.0)
     portal.run(sweeper.run_once(force=True))
