@@ -59,6 +59,9 @@ def connect(sql_url: str) -> Iterator[Connect]:
 
 
 def kinds_of(app: App, job_id: str) -> list[str]:
+    """The kinds of the job's events that readers can see now (on PostgreSQL,
+    a transaction still running anywhere on the server, another test's, holds
+    back newer events for a moment)."""
     return [e.kind for e in app.events(timeout=0.0) if e.job_id == job_id]
 
 
@@ -76,7 +79,7 @@ def test_a_job_enqueued_in_a_transaction__exists_once_the_caller_commits(
         app.get_job(job.id)
     conn.commit()
     assert app.get_job(job.id).state is State.QUEUED
-    assert kinds_of(app, job.id) == ["enqueued"]
+    wait_for(lambda: kinds_of(app, job.id) == ["enqueued"], timeout=10.0)
 
 
 def test_a_job_enqueued_in_a_transaction_rolled_back__never_existed(
