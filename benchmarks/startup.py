@@ -13,6 +13,12 @@ process had used when its first job started, and "cpu, all" that of it and of
 every process under it (executors, zygote): on a loaded machine they tell what
 the start costs apart from the wait for a core. Set PYTHONPATH to measure another checkout's
 ``src``; the line "tenure from" says which one ran.
+
+The worker reads its modules' bytecode from a cache the benchmark makes
+(``PYTHONPYCACHEPREFIX``, in a temporary directory, filled by an untimed first
+launch), as an installed package's is compiled once when it is installed. With
+``--no-bytecode`` it compiles tenure's source at every launch instead, as it does
+under ``PYTHONDONTWRITEBYTECODE=1`` from a checkout without ``__pycache__``.
 """
 
 from __future__ import annotations
@@ -67,7 +73,7 @@ def tree_of(pid: int) -> list[int]:
     return tree
 
 
-def one_round(concurrency: int) -> tuple[float, int, float, float]:
+def one_round(concurrency: int, env: dict[str, str]) -> tuple[float, int, float, float]:
     """Seconds from launch to the first handler's start, the imports of the app,
     and the CPU seconds of the worker, and of its whole tree, by then."""
     import tenure
@@ -85,7 +91,7 @@ def one_round(concurrency: int) -> tuple[float, int, float, float]:
         worker = subprocess.Popen(
             [sys.executable, "-m", "tenure.cli", "worker", "startup_app:app",
              "--concurrency", str(concurrency), "--log-level", "warning"],
-            cwd=directory, stdin=subprocess.DEVNULL,
+            cwd=directory, stdin=subprocess.DEVNULL, env=env,
         )  # fmt: skip
         try:
             deadline = time.monotonic() + TIMEOUT
@@ -107,21 +113,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[4, 16, 64])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--no-bytecode", action="store_true", help="compile tenure's source at every launch"
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    with tempfile.TemporaryDirectory(prefix="tenure-pycache-") as cache:
+        run(args.concurrency, args.rounds, worker_env(cache, cached=not args.no_bytecode))
 
+
+def worker_env(cache: str, *, cached: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
+    if cached:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = cache
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def run(concurrencies: list[int], rounds: int, env: dict[str, str]) -> None:
     import tenure
 
     print(f"tenure from {Path(tenure.__file__).parent}")
+    cached = "PYTHONPYCACHEPREFIX" in env
+    print(f"bytecode: {'cached' if cached else 'compiled at every launch'}")
+    one_round(concurrencies[0], env)  # untimed: fills the cache, warms the page cache
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("concurrency | median s |  min s |  max s | imports | cpu s | cpu s, all")
     print("----------- | -------- | ------ | ------ | ------- | ----- | ----------")
-    for concurrency in args.concurrency:
-        rounds = [one_round(concurrency) for _ in range(args.rounds)]
-        times = [r[0] for r in rounds]
-        counts = ", ".join(map(str, sorted({r[1] for r in rounds})))
-        cpu, cpu_all = (statistics.median(r[i] for r in rounds) for i in (2, 3))
+    for concurrency in concurrencies:
+        results = [one_round(concurrency, env) for _ in range(rounds)]
+        times = [r[0] for r in results]
+        counts = ", ".join(map(str, sorted({r[1] for r in results})))
+        cpu, cpu_all = (statistics.median(r[i] for r in results) for i in (2, 3))
         print(f"{concurrency:>11} | {statistics.median(times):>8.3f} | {min(times):>6.3f} | "
               f"{max(times):>6.3f} | {counts:>7} | {cpu:>5.2f} | {cpu_all:>10.2f}")  # fmt: skip
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

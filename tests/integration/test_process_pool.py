@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from tenure import App, DeadReason, InvalidInput, Outcome, State, WorkerConfig
+from tenure import App, DeadReason, InvalidInput, Outcome, State, TenureError, WorkerConfig
 from tenure.job import Job
 from tenure.loader import path_of
 from tenure.worker import Supervisor
@@ -212,3 +212,31 @@ class _NoRequests:
 
     async def heartbeat(self, job):
         raise AssertionError("no handler here asks the supervisor anything")
+
+
+def test_a_worker_whose_executors_cannot_start__fails_and_leaves_no_worker_registered(
+    tmp_path, monkeypatch
+):
+    # Its executors start while it registers: a failure to start them comes after.
+    url = f"sqlite:///{tmp_path / 'broken.db'}"
+    name = f"broken_app_{tmp_path.name.replace('-', '_')}"
+    code = f"""
+        import os, tenure
+
+        if os.getpid() != {os.getpid()}:
+            raise RuntimeError("this module imports in its test only")
+        app = tenure.App({url!r})
+
+        @app.task
+        def never() -> None: ...
+    """
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(code))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app = __import__(name).app
+    try:
+        with pytest.raises(TenureError, match="imports in its test only"):
+            asyncio.run(Supervisor(app, WorkerConfig(concurrency=2)).run())
+        assert app.workers() == []
+    finally:
+        app.close()
+        sys.modules.pop(name, None)

@@ -12,7 +12,6 @@ import orjson
 
 from tenure.app import App
 from tenure.backends.factory import resolve_url
-from tenure.backends.sqlite.backend import path_of_url
 from tenure.config import DEFAULT_MAX_PAYLOAD, DEFAULT_URL
 from tenure.errors import InvalidInput
 
@@ -97,6 +96,8 @@ def _check_sqlite_file(url: str) -> None:
     url = resolve_url(url)
     if urlsplit(url).scheme.lower() != "sqlite":
         return
+    from tenure.backends.sqlite.backend import path_of_url  # a server's commands need none of it
+
     path = path_of_url(url)
     if path != ":memory:" and not Path(path).exists():
         raise CliError(

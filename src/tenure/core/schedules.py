@@ -16,12 +16,9 @@ import itertools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from enum import StrEnum
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from cronsim import CronSim, CronSimError
 
 from tenure.config import MAX_SECONDS
 from tenure.core.names import check_name, shown
@@ -54,7 +51,7 @@ class Schedule:
     every: float | None = None  # seconds
     tz: str = "UTC"
     missed: Missed = Missed.ONCE
-    _zone: ZoneInfo = field(default=ZoneInfo("UTC"), repr=False, compare=False)
+    _zone: tzinfo = field(default=UTC, repr=False, compare=False)
     _every_us: int = field(default=0, repr=False, compare=False)
 
     @classmethod
@@ -90,7 +87,7 @@ class Schedule:
                 )
             every_us = _every_us(name, every)
             return cls(name, task, queue, dict(args), None, every_us / US, "UTC", miss,
-                       ZoneInfo("UTC"), every_us)  # fmt: skip
+                       UTC, every_us)  # fmt: skip
         zone_name = "UTC" if tz is None else tz
         schedule = cls(name, task, queue, dict(args), _cron(name, cron), None, str(zone_name),
                        miss, _zone(name, zone_name))  # fmt: skip
@@ -141,6 +138,8 @@ class Schedule:
     def _cron_ticks(self, t: float, *, reverse: bool) -> Iterator[float]:
         """Ticks from ``t`` on (or back): a few at most are read, the first one
         past ``t`` (a wall time that comes twice may yield an earlier instant)."""
+        from cronsim import CronSim, CronSimError  # an App without cron schedules never needs it
+
         assert self.cron is not None
         start = datetime.fromtimestamp(t, self._zone)
         try:
@@ -192,6 +191,8 @@ def _every_us(name: str, every: object) -> int:
 def _cron(name: str, cron: object) -> str:
     if not isinstance(cron, str):
         raise InvalidInput(f"schedule {name!r}: cron must be a string, got {shown(cron)}")
+    from cronsim import CronSim, CronSimError
+
     text = " ".join(cron.split())
     fields = len(text.split())
     if fields not in (5, 6):
@@ -208,7 +209,9 @@ def _cron(name: str, cron: object) -> str:
     return text
 
 
-def _zone(name: str, tz: object) -> ZoneInfo:
+def _zone(name: str, tz: object) -> tzinfo:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     if not isinstance(tz, str) or not tz:
         raise InvalidInput(f"schedule {name!r}: tz must be an IANA time zone name, got {shown(tz)}")
     try:

@@ -155,17 +155,23 @@ class Supervisor:
     # -- life cycle --------------------------------------------------------
 
     async def run(self) -> None:
-        await self._patiently(self.backend.open, "open")
-        server = None
+        # The executors start (forks, on another core) while storage opens,
+        # registers and sweeps: the first claim waits for the slower of the two.
+        starting = asyncio.ensure_future(self.executor.start())
+        opened, server = False, None
         try:
+            await self._patiently(self.backend.open, "open")
+            opened = True
             server = self._serve_metrics()
-            await self.executor.start()
-            await self._run()
+            await self._run(starting)
         finally:
+            starting.cancel()  # if storage failed first: the executor's close() ends it
+            await asyncio.gather(starting, return_exceptions=True)
             if server is not None:
                 await asyncio.to_thread(server.close)
             await self.executor.close()
-            await self.backend.close()
+            if opened:
+                await self.backend.close()
         if self.stop.storage_lost is not None:
             raise self.stop.storage_lost
 
@@ -201,7 +207,7 @@ class Supervisor:
             self.keeper.worker_id = self.worker_id
         await self._register()
 
-    async def _run(self) -> None:
+    async def _run(self, starting: Awaitable[None]) -> None:
         await self._patiently(self._register_at_start, "register")
         await self._patiently(self.policies.refresh, "policy refresh")
         self._policies_changed()
@@ -209,6 +215,11 @@ class Supervisor:
             await self.sweeper.run_once(force=True)
         except TenureError as exc:  # the periodic sweeps carry on
             self.faults.failed("sweep", exc)
+        try:
+            await starting
+        except BaseException:  # no executor: this worker never claims, the fleet need not wait
+            await self._deregister()
+            raise
         stop_keeping, stop_sweeping = asyncio.Event(), asyncio.Event()
         background = [
             asyncio.create_task(

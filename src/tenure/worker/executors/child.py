@@ -21,7 +21,6 @@ The zygote (``zygote.py``) forks it, with the App imported already, and calls
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import signal
 import sys
@@ -65,6 +64,8 @@ Attempt = tuple[str, int]  # (job id, fence)
 def die_with_parent(parent: int) -> None:
     """SIGKILL this process when its parent dies; exit now if it already has."""
     if sys.platform.startswith("linux"):
+        import ctypes  # here: the supervisor never needs it; the zygote's forks inherit it
+
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the signal was armed

@@ -46,6 +46,7 @@ log = logging.getLogger("tenure.executor")
 T = TypeVar("T")
 
 CLOSE_WAIT = 5.0  # seconds close() waits for the tasks watching executors to end
+GROW_STEP = 8  # executors forked at once after the first
 
 
 class ProcessPool:
@@ -108,20 +109,38 @@ class ProcessPool:
         """Fork the executors; return once one is ready (the others call
         ``on_capacity`` as they are)."""
         await self.zygote.start()
-        starting = {self._keep(self._add()) for _ in range(self.concurrency)}
+        # The first alone, the others a few at a time after it: the first job
+        # needs one executor, and each fork costs this loop a few tenths of a
+        # millisecond that, all asked for at once, would come before that job.
+        first = self._keep(self._add())
+        await asyncio.wait({first})  # unlike an await, a cancel of start() leaves it be
+        if first.result():
+            self._keep(self._grow(self.concurrency - 1))
+            return
+        starting = {self._keep(self._add()) for _ in range(self.concurrency - 1)}
         while starting:
             done, starting = await asyncio.wait(starting, return_when=asyncio.FIRST_COMPLETED)
             if any(task.result() for task in done):
                 return
         raise TenureError("no executor process started (the log says why)")
 
-    async def _add(self) -> bool:
+    async def _grow(self, count: int) -> None:
+        while count > 0 and not self._closing:
+            step = min(count, GROW_STEP)
+            await asyncio.gather(*(self._add() for _ in range(step)))
+            count -= step
+
+    async def _add(self, again: bool = True) -> bool:
         """Fork an executor into the pool; whether it started."""
+        zygote = self.zygote.pid
         try:
             child = await fork(self.zygote, self._on_frames)
         except TenureError:
-            if not self._closing:
-                log.exception("could not fork an executor")
+            if self._closing:
+                return False
+            if again and zygote is not None and self.zygote.pid != zygote:
+                return await self._add(again=False)  # it died under us: ask the next one, once
+            log.exception("could not fork an executor")
             return False
         if self._closing:  # closed while it started: close() did not see it
             child.kill()
