@@ -232,6 +232,27 @@ def test_a_batch__resumes_after_any_of_its_events_and_reads_in_pages(
     assert [e for p in pages for e in p] == every
 
 
+def test_a_cycle__records_its_completions_then_its_claims_each_resumable(
+    backend: Any, worker: str
+) -> None:
+    """One complete_and_claim (a worker's cycle, one transaction): the
+    completions' events, then the claims', each its own id."""
+    backend.enqueue([spec() for _ in range(6)])
+    first = backend.claim(worker, ["default"], 3)
+    before = events(backend)
+    lost, second = backend.complete_and_claim(
+        [(j.id, j.fence, b"null") for j in first], worker, ["default"], 3
+    )
+    assert not lost
+    cycle = events(backend, after=before[-1].id)
+    assert [e.kind for e in cycle] == ["completed"] * 3 + ["started"] * 3
+    assert {e.job_id for e in cycle[:3]} == {j.id for j in first}
+    assert {e.job_id for e in cycle[3:]} == {j.id for j in second}
+    assert [e.data for e in cycle] == [{}] * 3 + [{"attempt": 1, "worker": worker}] * 3
+    for cut in range(len(cycle)):
+        assert events(backend, after=cycle[cut].id) == cycle[cut + 1 :]
+
+
 def test_a_sweep__keeps_the_newest_events_max_count_events_of_a_queue(backend: Any) -> None:
     backend.change_policy("default", {"events_max_count": 2})
     jobs = [enqueue_one(backend) for _ in range(40)]

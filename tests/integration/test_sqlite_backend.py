@@ -43,7 +43,7 @@ EXPECTED_TABLES = {
     "workers": ["id", "hostname", "pid", "queues", "started_at", "last_seen"],
     "sweeps": ["id", "last_at"],
     "schema_migrations": ["version", "name", "applied_at"],
-    "events": ["id", "n", "queue", "kind", "at", "jobs", "data"],
+    "events": ["id", "n", "queue", "kind", "at", "jobs", "data", "kinds"],
     "schedules": ["queue", "name", "tick", "job_id"],
 }  # fmt: skip
 EXPECTED_INDEXES = {
@@ -231,7 +231,8 @@ def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
 
     monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:1])
     old = open_backend(sqlite_url)
-    newer = [text for _, name, text in MIGRATIONS if name in ("events", "job_trace_context")]
+    written = ("events", "job_trace_context", "event_kinds")
+    newer = [text for _, name, text in MIGRATIONS if name in written]
     with sqlite3.connect(tmp_path / "tenure.db") as db:  # what this tenure's enqueue writes to
         db.executescript("".join(newer))
     first, second = old.enqueue([JobSpec.create("t"), JobSpec.create("t")])
@@ -333,6 +334,33 @@ def test_another_programs_database__is_adopted_only_when_the_url_says_so(tmp_pat
     db = sqlite3.connect(path)
     assert db.execute("SELECT body FROM notes").fetchall() == [("keep me",)]
     open_backend(f"sqlite:///{path}")  # tenure's tables are there now: no option needed
+
+
+def test_events_stored_before_migration_10__read_the_same_after_it(
+    sqlite_url, open_backend, tmp_path, monkeypatch
+):
+    """Rows of one kind each (written before rows held several kinds) keep
+    their events and ids; the next events are numbered after them."""
+    import tenure.backends.sqlite.opening as module
+
+    monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:9])
+    open_backend(sqlite_url).close()
+    rows = [
+        (2, 2, "default", "completed", 1.0, '["a","b"]', None),
+        (4, 2, "default", "started", 1.0, '["c","d"]', '[{"attempt":1},{"attempt":2}]'),
+    ]
+    with sqlite3.connect(tmp_path / "tenure.db") as db:
+        db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS)
+    backend = open_backend(sqlite_url)
+    found = [(e.id, e.kind, e.job_id, e.data) for e in backend.read_events(None, "1", 10)]
+    assert found == [
+        ("2", "completed", "b", {}),
+        ("3", "started", "c", {"attempt": 1}),
+        ("4", "started", "d", {"attempt": 2}),
+    ]
+    job = backend.enqueue([JobSpec.create("t")])[0]
+    assert [(e.id, e.job_id) for e in backend.read_events(None, "4", 10)] == [("5", job.id)]
 
 
 def test_a_reader__neither_migrates_nor_converts_tenures_database(tmp_path, portal):

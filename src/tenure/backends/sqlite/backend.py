@@ -39,7 +39,7 @@ from tenure.backends.base import (
 )
 from tenure.backends.rows import JOB_COLUMNS, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
-from tenure.backends.sqlite.events import EventReading, record, record_job
+from tenure.backends.sqlite.events import EventReading, Pending, record, record_job
 from tenure.backends.sqlite.liveness import WorkerLocks
 from tenure.backends.sqlite.opening import LATEST, Opening
 from tenure.backends.sqlite.operators import Operators
@@ -365,14 +365,27 @@ class SQLiteBackend(Opening, Operators, EventReading):
         queues: list[str],
         limit: int,
     ) -> tuple[set[LeaseRef], list[Job]]:
+        now = self.clock.now()
+        pending = Pending()  # the completions' events, then the claims': a row per queue
         with self._tx(conn) as tx:  # one transaction: one lock, one commit
-            lost = self._completing(tx, items) if items else set()
-            return lost, self._claiming(tx, worker_id, queues, limit) if limit > 0 else []
+            lost = self._completing(tx, now, items, pending) if items else set()
+            jobs = self._claiming(tx, worker_id, queues, limit, now=now, pending=pending)
+            pending.record(tx, now)
+        return lost, jobs
 
     def _claiming(
-        self, conn: sqlite3.Connection, worker_id: str, queues: list[str], limit: int
+        self,
+        conn: sqlite3.Connection,
+        worker_id: str,
+        queues: list[str],
+        limit: int,
+        *,
+        now: float,
+        pending: Pending,
     ) -> list[Job]:
-        now = self.clock.now()
+        """Claim up to ``limit`` jobs; their events are added to ``pending``."""
+        if limit <= 0:
+            return []
         conn.execute(Q["promote_due"], (now,))
         params = [x for q in queues for x in (q, limit)]
         rows = conn.execute(_claimable(len(queues)), (*params, limit)).fetchall()
@@ -399,9 +412,11 @@ class SQLiteBackend(Opening, Operators, EventReading):
         off = {q for q, p in policies.items() if not p.events}
         self._events_off = (self._events_off - policies.keys()) | off
         if len(off) < len(policies):
+            pending.on |= policies.keys() - off
             kind = EventKind.STARTED
-            record(conn, now, [(j.queue, kind, j.id, {"attempt": j.attempts, "worker": worker_id})
-                               for j in jobs])  # fmt: skip
+            pending.events += [
+                (j.queue, kind, j.id, {"attempt": j.attempts, "worker": worker_id}) for j in jobs
+            ]
         return jobs
 
     def _shares(
@@ -482,17 +497,24 @@ class SQLiteBackend(Opening, Operators, EventReading):
         await self._run(self._complete, job_id, fence, payload)
 
     def _complete(self, job_id: str, fence: int, payload: bytes) -> None:
+        now, pending = self.clock.now(), Pending()
         with self._tx() as conn:
-            if self._completing(conn, [(job_id, fence, payload)]):
+            if self._completing(conn, now, [(job_id, fence, payload)], pending):
                 _refused(conn, job_id, fence)
+            pending.record(conn, now)
 
     async def complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
         return (await self.complete_and_claim(items, "", (), 0))[0]
 
     def _completing(
-        self, conn: sqlite3.Connection, items: Sequence[tuple[str, int, bytes]]
+        self,
+        conn: sqlite3.Connection,
+        now: float,
+        items: Sequence[tuple[str, int, bytes]],
+        pending: Pending,
     ) -> set[LeaseRef]:
-        now = self.clock.now()
+        """Complete the leases still held (returns those that are not); their
+        events are added to ``pending``."""
         # [[id, fence, result], ...]: each result is JSON already
         listed = b"[" + b",".join(
             [b"[%b,%d,%b]" % (orjson.dumps(i), f, payload) for i, f, payload in items]
@@ -502,7 +524,7 @@ class SQLiteBackend(Opening, Operators, EventReading):
         # A queue whose claims found its events off records none (its policy is
         # read by every claim): completing costs nothing more there.
         off = self._events_off
-        record(conn, now, [(q, EventKind.COMPLETED, i, None) for i, _, q in done if q not in off])
+        pending.events += [(q, EventKind.COMPLETED, i, None) for i, _, q in done if q not in off]
         if self._limited and any(q in self._limited for _, _, q in done):
             self._ring(conn)
         return {(i, f) for i, f, _ in items} - {(i, f) for i, f, _ in done}
@@ -571,8 +593,10 @@ class SQLiteBackend(Opening, Operators, EventReading):
         conn.execute("BEGIN")
         try:
             yield conn
-            if self._completing(conn, [(job_id, fence, payload)]):
+            now, pending = self.clock.now(), Pending()
+            if self._completing(conn, now, [(job_id, fence, payload)], pending):
                 raise LeaseLost(f"job {job_id} is no longer held with fence {fence}")
+            pending.record(conn, now)
         except BaseException:
             conn.execute("ROLLBACK")
             raise

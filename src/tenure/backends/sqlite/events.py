@@ -2,13 +2,13 @@
 read by number.
 
 An event's id is its number. A row of the ``events`` table holds the events
-of one kind and queue that one statement recorded (a cycle's completions, its
-claims), numbered after the last event: one writer at a time holds the write
-lock, so numbers commit in order and a reader that resumes after one misses
-nothing. A waiting reader watches ``PRAGMA data_version`` (a counter in
-the WAL's shared memory that moves when another connection commits), not the
-table: SQLite cannot wake another process by itself, and the counter costs no
-read of the database.
+of one queue that one transaction recorded (a cycle's completions, then its
+claims: one statement, not one per kind), numbered after the last event: one
+writer at a time holds the write lock, so numbers commit in order and a
+reader that resumes after one misses nothing. A waiting reader watches
+``PRAGMA data_version`` (a counter in the WAL's shared memory that moves when
+another connection commits), not the table: SQLite cannot wake another
+process by itself, and the counter costs no read of the database.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
@@ -37,25 +38,45 @@ DEFAULTS = QueuePolicy()
 Row = tuple[str, str, str, dict[str, Any] | None]
 
 
-def record(conn: sqlite3.Connection | sqlite3.Cursor, now: float, events: Sequence[Row]) -> None:
-    """Record events in the caller's transaction, for queues that keep them: a
-    row for each run of events of one queue and kind."""
+def record(
+    conn: sqlite3.Connection | sqlite3.Cursor,
+    now: float,
+    events: Sequence[Row],
+    on: Collection[str] = (),
+) -> None:
+    """Record events in the caller's transaction, for queues that keep them
+    (``on``: queues this transaction found they do): a row for each queue, its
+    events in order, whatever their kinds."""
     if not events:
         return
-    rows: list[list[Any]] = []
-    last: tuple[str, str] | None = None
+    rows: dict[str, tuple[list[str], list[Any], list[list[Any]]]] = {}
     for queue, kind, job_id, data in events:
-        if (queue, kind) != last:
-            last = (queue, kind)
-            rows.append([queue, kind, [], [], now, 0])
-        row = rows[-1]
-        row[2].append(job_id)
-        row[3].append(data)
-        row[5] += 1
-    for row in rows:
-        row[2] = orjson.dumps(row[2])
-        row[3] = orjson.dumps(row[3]) if any(row[3]) else None
-    conn.executemany(Q["record_events"], rows)
+        jobs, each, runs = rows.setdefault(queue, ([], [], []))
+        jobs.append(job_id)
+        each.append(data)
+        if runs and runs[-1][0] == kind:
+            runs[-1][1] += 1
+        else:
+            runs.append([kind, 1])
+    for queue, (jobs, each, runs) in rows.items():
+        conn.execute(
+            Q["record_events" if queue in on else "record_events_if_on"],
+            (queue, runs[0][0], orjson.dumps(jobs), orjson.dumps(each) if any(each) else None,
+             now, len(jobs), orjson.dumps(runs) if len(runs) > 1 else None),
+        )  # fmt: skip
+
+
+@dataclass
+class Pending:
+    """What a transaction records as it ends: its events, and the queues whose
+    policy it read and found recording them (their rows are written without
+    reading it again)."""
+
+    events: list[Row] = field(default_factory=list)
+    on: set[str] = field(default_factory=set)
+
+    def record(self, conn: sqlite3.Connection, now: float) -> None:
+        record(conn, now, self.events, self.on)
 
 
 def record_job(
@@ -71,13 +92,15 @@ def record_job(
 def events_of_rows(rows: Iterable[tuple[Any, ...]], after: int, limit: int) -> list[Event]:
     """The events the rows hold, numbered after ``after``, up to ``limit``."""
     events: list[Event] = []
-    for last, n, queue, kind, at, jobs, data in rows:
+    for last, n, queue, kind, at, jobs, data, kinds in rows:
         each = orjson.loads(data) if data else None
+        kind_of = [k for k, count in orjson.loads(kinds) for _ in range(count)] if kinds else None
         for k, job_id in enumerate(orjson.loads(jobs)):
             number = last - n + 1 + k
             if number > after:
                 found = each[k] if each else None
-                events.append(Event(str(number), kind, job_id, queue, at, found or {}))
+                kind_k = kind_of[k] if kind_of else kind
+                events.append(Event(str(number), kind_k, job_id, queue, at, found or {}))
                 if len(events) == limit:
                     return events
     return events

@@ -254,7 +254,7 @@ DELETE FROM jobs WHERE queue = ?
 DELETE FROM events WHERE queue = ? AND id < (SELECT max(id) FROM events)
 
 -- name: empty_newest_event
-UPDATE events SET jobs = '[]', data = NULL
+UPDATE events SET jobs = '[]', data = NULL, kinds = NULL
 WHERE queue = ? AND id = (SELECT max(id) FROM events)
 
 -- name: delete_queue
@@ -314,14 +314,21 @@ SELECT id, hostname, pid, queues, started_at, last_seen FROM workers ORDER BY st
 SELECT worker, count(*) FROM jobs WHERE state = 'active' AND worker IS NOT NULL GROUP BY worker
 
 -- name: record_events
--- One row of lifecycle events at time ?5, if queue ?1 records them: ?2 their
--- kind, ?3 a JSON array of their job ids (?6 of them), ?4 a JSON array of
--- each one's data (NULL: none has any); numbered after the last event. The
--- caller executes it once per row, each seeing the rows before: unpacking
--- rows from one JSON array (json_each, numbered by a window) cost a cycle
--- more than writing them.
-INSERT INTO events (id, n, queue, kind, at, jobs, data)
-SELECT (SELECT coalesce(max(id), 0) FROM events) + ?6, ?6, ?1, ?2, ?5, ?3, ?4
+-- One row of lifecycle events at time ?5, in queue ?1, which records them (its
+-- policy was read in this transaction): ?2 the first one's kind, ?7 their
+-- kinds as [kind, count] runs (NULL: all of ?2), ?3 a JSON array of their job
+-- ids (?6 of them), ?4 a JSON array of each one's data (NULL: none has any);
+-- numbered after the last event. The caller executes it once per row, each
+-- seeing the rows before: unpacking rows from one JSON array (json_each,
+-- numbered by a window) cost a cycle more than writing them.
+INSERT INTO events (id, n, queue, kind, at, jobs, data, kinds)
+VALUES ((SELECT coalesce(max(id), 0) FROM events) + ?6, ?6, ?1, ?2, ?5, ?3, ?4, ?7)
+
+-- name: record_events_if_on
+-- record_events, if queue ?1 records events (its policy, read here, costs the
+-- statement as much again).
+INSERT INTO events (id, n, queue, kind, at, jobs, data, kinds)
+SELECT (SELECT coalesce(max(id), 0) FROM events) + ?6, ?6, ?1, ?2, ?5, ?3, ?4, ?7
 FROM queues WHERE name = ?1 AND events
 
 -- name: record_job_events
@@ -337,7 +344,7 @@ WHERE jobs.id = ?2 AND queues.events
 -- name: read_events
 -- The rows holding events after number ?1, oldest first, of queue ?2 (NULL:
 -- every queue).
-SELECT id, n, queue, kind, at, jobs, data FROM events
+SELECT id, n, queue, kind, at, jobs, data, kinds FROM events
 WHERE id > ?1 AND (?2 IS NULL OR queue = ?2)
 ORDER BY id LIMIT ?3
 
