@@ -1,10 +1,11 @@
 """Worker CPU per job of the process pool, as the harness counts it, for
 tenure source trees side by side: a no-op job (one record written, as every
 library's) drained by ``tenure worker --burst`` at its defaults (process
-pool, concurrency 4), rounds alternating between the trees.
+pool, concurrency 4), rounds alternating between the trees; with ``--task
+incr``, each job also one Redis ``INCR``, the job of the defaults table.
 
     .venv/bin/python benchmarks/pool_cpu.py --backend redis [--jobs 20000]
-        [--rounds 3] [--concurrency 4] [--tree NAME=SRC_DIR]...
+        [--rounds 3] [--concurrency 4] [--task incr] [--tree NAME=SRC_DIR]...
 
 Without ``--tree``, the installed tenure alone. CPU per job is the user+sys
 time of the worker's process tree (supervisor and executors) from its first
@@ -33,13 +34,22 @@ from harness.stores import Servers  # noqa: E402
 
 
 def drain_once(
-    servers: Servers, backend: str, src: str | None, *, jobs: int, concurrency: int, work: Path
+    servers: Servers,
+    backend: str,
+    src: str | None,
+    *,
+    jobs: int,
+    concurrency: int,
+    task: str,
+    work: Path,
 ) -> dict[str, float]:
     store = servers.fresh(backend)
     recs = Path(tempfile.mkdtemp(prefix="records-", dir=work))
     path = [str(HERE)] + ([src] if src else [])
-    env = {**os.environ, "BENCH_URL": store.url, "BENCH_QUEUE": "bench",
+    env = {**os.environ, "BENCH_URL": store.url, "BENCH_QUEUE": "bench", "BENCH_TASK": task,
            "BENCH_RECORDS": str(recs), "PYTHONPATH": os.pathsep.join(path)}  # fmt: skip
+    if task == "incr":  # the defaults workload's job: one Redis INCR (database 15)
+        env["BENCH_COUNTER"] = servers.fresh("redis", 15).url
     producer = (
         "from peers.tenure_peer import Client\n"
         f"c = Client()\nfor s in range(0, {jobs}, 1000):\n"
@@ -84,6 +94,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--task", choices=["noop", "incr"], default="noop",
+                        help="incr: each job one Redis INCR, as in the defaults table")  # fmt: skip
     parser.add_argument("--tree", action="append", default=[], help="NAME=SRC_DIR")
     args = parser.parse_args()
     trees: list[tuple[str, str | None]] = [
@@ -96,7 +108,7 @@ def main() -> None:
         for round_ in range(args.rounds):
             for name, src in trees if round_ % 2 == 0 else trees[::-1]:
                 r = drain_once(servers, args.backend, src, jobs=args.jobs,
-                               concurrency=args.concurrency, work=work)  # fmt: skip
+                               concurrency=args.concurrency, task=args.task, work=work)  # fmt: skip
                 results[name].append(r)
                 load = os.getloadavg()[0]
                 print(f"round {round_} {name}: {r['cpu_ms']:.4f} ms/job, "

@@ -26,6 +26,10 @@ def pid() -> int:
     return os.getpid()
 
 @app.task
+def scheduling() -> int:
+    return os.sched_getscheduler(0)
+
+@app.task
 async def apid(seconds: float) -> int:
     await asyncio.sleep(seconds)
     return os.getpid()
@@ -72,6 +76,16 @@ def work(app: App, **config):
 
 def results(app, jobs):
     return [app.get_job(j.id).result for j in jobs]
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policy")
+def test_handlers_run_as_batch_processes__their_wake_ups_do_not_preempt_the_supervisor(
+    pool_app,
+):
+    job = pool_app.enqueue("scheduling", {})
+    work(pool_app)
+    assert pool_app.get_job(job.id).result == os.SCHED_BATCH
+    assert os.sched_getscheduler(0) != os.SCHED_BATCH  # the supervisor's own is left alone
 
 
 def test_an_executor_process_is_reused_between_jobs(pool_app):

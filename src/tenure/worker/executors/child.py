@@ -21,6 +21,7 @@ The zygote (``zygote.py``) forks it, with the App imported already, and calls
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -70,6 +71,18 @@ def die_with_parent(parent: int) -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(0)
+
+
+def batch_scheduling() -> None:
+    """Have Linux schedule this process as a batch one (``SCHED_BATCH``: the
+    same share of the CPU, but its wake-ups do not preempt what runs). On a
+    busy machine an executor woken by its handler's I/O would otherwise
+    preempt the supervisor mid-cycle, and every executor waits on the
+    supervisor. Where the policy does not exist, nothing changes."""
+    policy = getattr(os, "SCHED_BATCH", None)
+    if policy is not None:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, policy, os.sched_param(0))
 
 
 class ExecutorProcess:
@@ -249,6 +262,7 @@ def run(app: App, fd_runs: int, fd_control: int, fd_out: int, parent: int) -> No
     """Be an executor for ``app`` on these pipes, in a process the zygote
     ``parent`` forked; never returns."""
     die_with_parent(parent)
+    batch_scheduling()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     for fd in (fd_runs, fd_control, fd_out):

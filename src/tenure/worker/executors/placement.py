@@ -2,9 +2,11 @@
 
 An attempt begun goes to an executor at once if one is free, else it waits
 here, in order, and goes to the first that frees. While jobs are short, a busy
-executor is sent its next sync attempt ahead (``QUEUED``), behind one that
-started less than ``QUEUE_BEHIND`` ago, and goes on to it without waiting for
-the supervisor.
+executor is sent its next sync attempts ahead (up to ``QUEUED``), behind one
+that started less than ``QUEUE_BEHIND`` ago, and goes on to them without
+waiting for the supervisor: on a machine with fewer cores than the worker has
+processes, the supervisor is not always running when an executor frees, and
+one attempt ahead left executors waiting for it a third of the time.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from tenure.worker.executors.children import Child, Running
 # Seconds: a sync attempt waits in an executor's pipe only behind one that
 # started less than this ago (a long one would hold it up).
 QUEUE_BEHIND = 0.05
-QUEUED = 1  # sync attempts that may wait in an executor's pipe
+QUEUED = 3  # sync attempts that may wait in an executor's pipe
 
 
 class Placement:

@@ -4,10 +4,10 @@ Executors are forked by the zygote (``zygotes.py``), which imported the App
 once; if the zygote dies, its executors die with it, and the next fork starts
 another. Each executor runs one sync handler at a time, or up to
 ``async_slots`` async handlers on its event loop. While jobs are short, a busy
-executor is sent its next sync attempt ahead (``placement.py``) and goes on to
-it without waiting for the supervisor. The supervisor learns of an executor's
+executor is sent its next sync attempts ahead (``placement.py``) and goes on to
+them without waiting for the supervisor. The supervisor learns of an executor's
 death at once, from end of file on its pipe, records its running attempts
-``crashed`` (one sent ahead goes to another executor, as if never sent) and
+``crashed`` (those sent ahead go to another executor, as if never sent) and
 forks a replacement. At a deadline, a lost lease, a drain's budget spent, or a
 cancelled job's handler not stopped within the queue's ``cancel_grace``, it
 kills the executor (SIGKILL: a handler holding the GIL cannot refuse) and
