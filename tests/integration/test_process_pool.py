@@ -254,3 +254,51 @@ def test_a_worker_whose_executors_cannot_start__fails_and_leaves_no_worker_regis
     finally:
         app.close()
         sys.modules.pop(name, None)
+
+
+def test_executors_that_cannot_start__are_forked_again_slower_and_slower(tmp_path, monkeypatch):
+    # Every executor forked while the flag file exists dies before it is ready
+    # (an at-fork hook of the App's module, in the zygote). The pool forks a
+    # replacement after a pause that doubles with each failure, not in a loop
+    # that takes a core, and forks a working one once the cause is gone.
+    flag, forks = tmp_path / "broken", tmp_path / "forks"
+    name = f"refork_app_{tmp_path.name.replace('-', '_')}"
+    code = f"""
+        import os, tenure
+
+        def _fail_if_flagged():
+            if os.path.exists({str(flag)!r}):
+                with open({str(forks)!r}, "a") as f:
+                    f.write("x")
+                os._exit(3)
+
+        os.register_at_fork(after_in_child=_fail_if_flagged)
+        app = tenure.App({f"sqlite:///{tmp_path / 'refork.db'}"!r})
+
+        @app.task
+        def pid() -> int:
+            return os.getpid()
+    """
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(code))
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    async def main():
+        pool = ProcessPool(f"{name}:app", lambda name: False, _NoRequests(), concurrency=1)
+        await pool.start()
+        try:
+            first = pool.children[0]
+            flag.touch()
+            first.kill()
+            await asyncio.sleep(2.0)
+            failed = len(forks.read_text())
+            # pauses of 0.1, 0.2, 0.4, 0.8 s: 4 or 5 forks in 2 s, not hundreds
+            assert 3 <= failed <= 6, failed
+            flag.unlink()
+            async with asyncio.timeout(10):
+                while not any(c.ready.done() and not c.ready.exception()
+                              for c in pool.children if c is not first):  # fmt: skip
+                    await asyncio.sleep(0.02)
+        finally:
+            await pool.close()
+
+    asyncio.run(main())

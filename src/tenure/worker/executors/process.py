@@ -47,6 +47,10 @@ T = TypeVar("T")
 
 CLOSE_WAIT = 5.0  # seconds close() waits for the tasks watching executors to end
 GROW_STEP = 8  # executors forked at once after the first
+# Seconds before forking again after an executor failed to start (doubling
+# with each failure in a row, up to the maximum).
+RESTART_PAUSE = 0.1
+RESTART_PAUSE_MAX = 10.0
 
 
 class ProcessPool:
@@ -79,6 +83,7 @@ class ProcessPool:
         self.on_capacity = on_capacity  # called when an executor is ready
         self.placement = Placement(async_slots, max_jobs_per_executor)
         self._closing = False
+        self._failed_starts = 0  # executors in a row that failed to start or fork
         self._tasks: set[asyncio.Task[Any]] = set()  # watchers and answers, kept referenced
 
     # -- capacity and placement (placement.py) -------------------------------
@@ -130,8 +135,9 @@ class ProcessPool:
             await asyncio.gather(*(self._add() for _ in range(step)))
             count -= step
 
-    async def _add(self, again: bool = True) -> bool:
-        """Fork an executor into the pool; whether it started."""
+    async def _add(self, again: bool = True) -> bool | None:
+        """Fork an executor into the pool; whether it started (None: it could
+        not be forked)."""
         zygote = self.zygote.pid
         try:
             child = await fork(self.zygote, self._on_frames)
@@ -141,7 +147,7 @@ class ProcessPool:
             if again and zygote is not None and self.zygote.pid != zygote:
                 return await self._add(again=False)  # it died under us: ask the next one, once
             log.exception("could not fork an executor")
-            return False
+            return None
         if self._closing:  # closed while it started: close() did not see it
             child.kill()
             await child.wait()
@@ -214,6 +220,8 @@ class ProcessPool:
         child.gone = True  # nothing more goes to it
         code = await child.wait()
         how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        ready = child.ready
+        started = ready.done() and not ready.cancelled() and ready.exception() is None
         if not child.ready.done():
             child.ready.set_exception(TenureError(f"executor {child.pid} {how} while starting"))
         waiting = [r for r in child.waiting() if r.stop_reason is None]
@@ -234,7 +242,21 @@ class ProcessPool:
         if child in self.children:
             self.children.remove(child)
             if not self._closing:
-                await self._add()
+                self._failed_starts = 0 if started else self._failed_starts + 1
+                await self._replace()
+
+    async def _replace(self) -> None:
+        """Fork an executor in place of one that died: at once, unless the
+        last ones failed to start or to fork; then after a pause that doubles
+        with each failure (an executor that cannot start is not forked in a
+        loop that takes a core)."""
+        while not self._closing:
+            if self._failed_starts:
+                pause = RESTART_PAUSE * 2 ** min(self._failed_starts - 1, 16)
+                await asyncio.sleep(min(pause, RESTART_PAUSE_MAX))
+            if await self._add() is not None:
+                return  # started, or it dies and its death replaces it
+            self._failed_starts += 1
 
     def _zygote_died(self) -> None:
         for child in self.children:  # they die with it: what they ran is collateral
