@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from tenure.app import App
 
 PR_SET_PDEATHSIG = 1
+ABORTS_KEPT = 64  # aborts of attempts not read yet (see ExecutorProcess)
 
 Attempt = tuple[str, int]  # (job id, fence)
 
@@ -94,9 +95,12 @@ class ExecutorProcess:
         self._write_lock = threading.Lock()
         # Attempts given to run and not done, made by the main thread as it
         # reads them; an abort that comes before its attempt was read waits
-        # in ``_aborted`` (both under ``_attempts_lock``).
+        # in ``_aborted`` (both under ``_attempts_lock``), the newest
+        # ABORTS_KEPT only: one that came just after its attempt ended is
+        # never taken, and the supervisor stops an attempt whose handler
+        # did not stop in time anyway.
         self._contexts: dict[Attempt, JobContext] = {}
-        self._aborted: set[Attempt] = set()
+        self._aborted: dict[Attempt, None] = {}  # in arrival order
         self._attempts_lock = threading.Lock()
         self._replies: dict[int, Future[Reply]] = {}
         self._next_request = 0
@@ -170,12 +174,18 @@ class ExecutorProcess:
                 case Cancel(id=job_id, fence=fence):
                     self._cancel_async((job_id, fence))
                 case Abort(id=job_id, fence=fence):  # the job was cancelled: tell its handler
-                    with self._attempts_lock:
-                        told = self._contexts.get((job_id, fence))
-                        if told is None:
-                            self._aborted.add((job_id, fence))
-                    if told is not None:
-                        told._cancel()
+                    self.abort((job_id, fence))
+
+    def abort(self, attempt: Attempt) -> None:
+        """Tell the attempt's handler its job was cancelled, now or when it starts."""
+        with self._attempts_lock:
+            told = self._contexts.get(attempt)
+            if told is None:
+                self._aborted[attempt] = None
+                if len(self._aborted) > ABORTS_KEPT:
+                    del self._aborted[next(iter(self._aborted))]
+        if told is not None:
+            told._cancel()
 
     # -- the main thread: attempts in, handlers run ----------------------------
 
@@ -205,7 +215,7 @@ class ExecutorProcess:
         with self._attempts_lock:
             self._contexts[attempt] = ctx
             if self._aborted and attempt in self._aborted:
-                self._aborted.discard(attempt)
+                del self._aborted[attempt]
                 ctx._cancel()
         return ctx
 
