@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import contextvars
 import enum
 import functools
@@ -30,6 +29,7 @@ from tenure.portal import Portal
 from tenure.threads import DaemonThreads
 from tenure.worker.executors.base import AttemptResult, Link, OnEnd, Stopped, TimedOut
 from tenure.worker.executors.handlers import raised, run_async, run_sync
+from tenure.worker.executors.mailbox import Mailbox
 
 if TYPE_CHECKING:
     from tenure.app import Task
@@ -105,7 +105,7 @@ class ThreadExecutor:
         # Once started. The loop is kept: on Python 3.11, asyncio.get_running_loop()
         # makes a getpid() system call each time, and a draining worker asks often.
         self._loop: asyncio.AbstractEventLoop
-        self._ended: Mailbox
+        self._ended: Mailbox[Attempt, AttemptResult]
 
     def capacity(self) -> int:
         return self.slots - len(self._attempts)
@@ -288,33 +288,3 @@ class ThreadExecutor:
         self._threads.shutdown()
         if self._aio is not None:
             self._aio.close()
-
-
-class Mailbox:
-    """What handler threads report (an attempt's end, or, with None, its start),
-    delivered on the loop in bunches: one wake-up of the loop carries every
-    report made until it runs."""
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        deliver: Callable[[Attempt, AttemptResult | None], None],
-    ) -> None:
-        self._ends: collections.deque[tuple[Attempt, AttemptResult | None]] = collections.deque()
-        self._loop = loop
-        self._deliver_one = deliver
-        self._called = False
-
-    def put(self, attempt: Attempt, result: AttemptResult | None) -> None:
-        """From any thread."""
-        self._ends.append((attempt, result))
-        if not self._called:
-            self._called = True
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                self._loop.call_soon_threadsafe(self._deliver)
-
-    def _deliver(self) -> None:
-        self._called = False  # before reading: a report put from now on calls again
-        ends = self._ends
-        while ends:
-            self._deliver_one(*ends.popleft())
