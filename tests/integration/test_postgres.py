@@ -370,6 +370,32 @@ def test_a_worker_whose_liveness_session_ended__never_claims_under_that_identity
     assert len(b.claim("w2", ["default"], 2)) == 2
 
 
+def test_a_claim__has_one_index_by_queue_for_each_state_it_reads(
+    pg_url, open_backend, postgres_server
+):
+    """A claim reads queued jobs in its order through jobs_ready, due scheduled
+    ones through jobs_scheduled. Another index by queue holding them offered
+    the planner a second path: one that, where statistics did not know of a
+    backlog, read every queued job of the queue and sorted them, at every
+    claim (jobs_queue_state did, until migration 14)."""
+    open_backend(pg_url)  # migrated
+    db = pg_url.rsplit("/", 1)[1]
+    rows = postgres_server.psql(
+        "SELECT i.relname, coalesce(pg_get_expr(x.indpred, x.indrelid), 'true')"
+        " FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid"
+        " JOIN pg_attribute AS a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[0]"
+        " WHERE x.indrelid = 'tenure.jobs'::regclass AND a.attname = 'queue'", db)  # fmt: skip
+    by_queue = dict(line.split("|", 1) for line in rows.strip().splitlines())
+    for state, only in (("queued", "jobs_ready"), ("scheduled", "jobs_scheduled")):
+        holding = {
+            name for name, predicate in by_queue.items()
+            if postgres_server.psql(
+                f"SELECT {predicate} FROM (VALUES ('{state}'::text, 'k'::text)) AS j(state, key)",
+                db).strip() == "t"
+        }  # fmt: skip
+        assert holding - {"jobs_key"} == {only}, (state, by_queue)
+
+
 def test_the_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, portal):
     """Prepared statements keep a generic plan: the worker's cycle must not scan
     the jobs table (a LIMIT sent as a parameter made it hash all of it)."""
@@ -409,6 +435,8 @@ def test_the_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, portal
         # it (which never marks them dead) made each cycle read them all.
         done = plan.split("CTE done")[1].split("CTE ")[0]
         assert "jobs_pkey" in done and "jobs_lease" not in done, plan
+        queued = plan.split("CTE candidates")[1].split("jobs_scheduled")[0]
+        assert "jobs_ready" in queued and "Sort" not in queued, plan
     finally:
         portal.run(b.close())
 

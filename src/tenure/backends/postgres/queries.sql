@@ -657,8 +657,11 @@ SELECT count(*) FROM pruned
 -- the delete, none of them can be claimed meanwhile. The caller then counts
 -- the active ones (a fresh snapshot: those claimed before the delete came)
 -- and rolls back if there are any.
-WITH gone AS (
-    DELETE FROM {schema}.jobs WHERE queue = %(queue)s AND state <> 'active' RETURNING id
+WITH gone AS (  -- each state through its own index (see counts)
+    DELETE FROM {schema}.jobs
+    WHERE queue = %(queue)s AND (state IN ('completed', 'cancelled', 'dead')
+                                 OR state = 'queued' OR state = 'scheduled')
+    RETURNING id
 ),
 history AS (
     DELETE FROM {schema}.attempts AS a USING gone WHERE a.job_id = gone.id
@@ -714,9 +717,15 @@ ORDER BY seq DESC
 LIMIT %(limit)s
 
 -- name: counts
--- Active jobs apart, through jobs_lease (see list_jobs).
+-- Each state through its own index: finished jobs through jobs_queue_state,
+-- queued through jobs_ready, scheduled through jobs_scheduled, active
+-- through jobs_lease (migrations 5 and 14).
 SELECT state, count(*) FROM {schema}.jobs
-WHERE queue = %(queue)s AND state <> 'active' GROUP BY state
+WHERE queue = %(queue)s AND state IN ('completed', 'cancelled', 'dead') GROUP BY state
+UNION ALL
+SELECT 'queued', count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'queued'
+UNION ALL
+SELECT 'scheduled', count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'scheduled'
 UNION ALL
 SELECT 'active', count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'active'
 
