@@ -222,8 +222,8 @@ class ProcessPool:
         how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
         ready = child.ready
         started = ready.done() and not ready.cancelled() and ready.exception() is None
-        if not child.ready.done():
-            child.ready.set_exception(TenureError(f"executor {child.pid} {how} while starting"))
+        if not ready.done():
+            ready.set_exception(TenureError(f"executor {child.pid} {how} while starting"))
         waiting = [r for r in child.waiting() if r.stop_reason is None]
         ran = [r for r in child.jobs.values() if r not in waiting]
         child.jobs.clear()
