@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from tenure.job import Job
 from tenure.worker import Supervisor
 from tenure.worker.executors.base import AttemptResult, Returned, Stopped
 from tenure.worker.executors.process import ProcessPool
+from tenure.worker.executors.zygotes import Zygote
 
 TENURE = Path(sys.executable).with_name("tenure")
 
@@ -161,6 +163,55 @@ def test_a_zygote_killed_9__hands_back_what_its_executors_ran__and_another_forks
     for pid in (first, second, *children):  # closing the pool left no process behind
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_fork_cancelled_before_the_zygote_answered__leaves_it_forking_the_next(
+    app_module: Any,
+) -> None:
+    def children_of(pid: int) -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError):
+                    if parent_of(int(entry)) == pid:
+                        found.append(int(entry))
+        return found
+
+    async def main() -> tuple[int, int, list[int]]:
+        zygote = Zygote(f"{app_module.name}:app")
+        await zygote.start()
+        runs, control, out = ([os.pipe() for _ in range(2)] for _ in range(3))
+        ends = [(runs[k][0], control[k][0], out[k][1]) for k in range(2)]  # the executor's
+        try:
+            assert zygote.pid is not None
+            asking = asyncio.create_task(zygote.fork(*ends[0]))
+            await asyncio.sleep(0)  # the request is sent: it waits for the answer
+            asking.cancel()
+            await asyncio.gather(asking, return_exceptions=True)
+            async with asyncio.timeout(20):  # never, had the answer ended the zygote's reader
+                pid, exited = await zygote.fork(*ends[1])
+            for fd in (fd for pair in (*runs, *control) for fd in pair):
+                os.close(fd)  # the executors' pipes end: each exits
+            code = await asyncio.wait_for(exited, 20)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 20
+            while (left := children_of(zygote.pid)) and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            return pid, code, left
+        finally:
+            for pair in out:
+                for fd in pair:
+                    os.close(fd)
+            await zygote.close()
+
+    pid, code, left = asyncio.run(main())
+    assert pid > 0 and code == 0, "the executor forked after the cancel did not run or exit"
+    assert left == [], "the executor forked for the cancelled request is still alive"
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rpartition(")")[2].split()[1])
 
 
 def _job(job_id: str, task: str, args: dict[str, Any]) -> Job:

@@ -129,12 +129,15 @@ class Zygote:
         match message:
             case {"forked": int(pid)}:
                 exited = zygote.exits[pid] = asyncio.get_running_loop().create_future()
-                zygote.forks.popleft().set_result((pid, exited))
+                if not (asking := zygote.forks.popleft()).done():
+                    asking.set_result((pid, exited))
+                # else the fork was cancelled: its pipes are closed, it exits on their end
             case {"exited": int(pid), "code": int(code)}:
                 if (told := zygote.exits.pop(pid, None)) is not None:
                     told.set_result(code)
             case {"failed": str(error)}:
-                zygote.forks.popleft().set_exception(TenureError(error))
+                if not (asking := zygote.forks.popleft()).done():
+                    asking.set_exception(TenureError(error))
             case {"ready": int(), "threads": list(threads)}:
                 if threads:
                     log.warning(
@@ -159,7 +162,8 @@ class Zygote:
                       zygote.pid, how)  # fmt: skip
             self.on_death()
         for forked in zygote.forks:
-            forked.set_exception(TenureError(f"the zygote {zygote.pid} {how}"))
+            if not forked.done():
+                forked.set_exception(TenureError(f"the zygote {zygote.pid} {how}"))
         zygote.forks.clear()
         for exited in zygote.exits.values():  # PR_SET_PDEATHSIG, or the pool, killed them
             exited.set_result(-signal.SIGKILL)
