@@ -89,9 +89,22 @@ def ahead_per_slot(worker: Worker) -> int:
 
 
 def settled_for_a_while(worker: Worker) -> None:
-    """Long enough for the worker to act on what it was told (a bounded wait:
-    what is checked next is that something did not happen)."""
-    time.sleep(0.3)
+    """Until the worker's loop has looked again at what it was told (its
+    wake-up spent) and waits with no cycle out: what is checked next is that
+    it did nothing more. Asked on its loop, between two of its callbacks."""
+
+    def looked() -> bool:
+        answered, idle = threading.Event(), []
+
+        def ask() -> None:
+            cycles = worker.supervisor.cycles
+            idle.append(not worker.supervisor.wake.is_set() and cycles.in_flight == 0)
+            answered.set()
+
+        worker.call(ask)
+        return answered.wait(5) and idle[0]
+
+    wait_for(looked)
 
 
 def test_short_jobs_on_a_server__are_claimed_ahead_and_a_drain_hands_those_back(
