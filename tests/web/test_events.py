@@ -62,6 +62,8 @@ def test_events__stream_live_and_resume_after_last_event_id(
         *(("enqueued", job_id) for job_id in missed[:3]),
         ("cancelled", missed[0]),
     ]
+    event = api.get("/api/openapi.json").json()["components"]["schemas"]["Event"]
+    assert {d["kind"] for d in got} < set(event["properties"]["kind"]["enum"])
 
 
 def test_events__idle_stream_sends_keep_alive_comments(

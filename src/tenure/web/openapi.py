@@ -15,7 +15,7 @@ from typing import Any
 
 from tenure.backends.base import LIST_LIMIT, WorkerInfo
 from tenure.config import POLICY_BOUNDS, QueuePolicy
-from tenure.core.events import Event
+from tenure.core.events import Event, EventKind
 from tenure.core.names import JOB_ID_MAX_LENGTH, NAME_PATTERN
 from tenure.core.states import State
 from tenure.job import Attempt, Job
@@ -338,7 +338,7 @@ def document() -> dict[str, Any]:
         "Attempt": object_schema(Attempt),
         "Worker": object_schema(WorkerInfo),
         "Policy": _policy_fields(required=True),
-        "Event": object_schema(Event),
+        "Event": object_schema(Event, kind=type_schema(EventKind)),
         "NewJob": {
             "type": "object",
             "required": ["task"],
