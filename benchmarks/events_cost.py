@@ -6,17 +6,21 @@ two workers' transactions do to each other: locks, NOTIFY at commit).
 
     python benchmarks/events_cost.py [--backends sqlite,postgres,redis]
         [--batch 10,1] [--jobs 5000] [--delivery at-least-once] [--clients 1]
+        [--url URL]
 
 Cycles in turns and medians, not rates: on a shared machine a burst of
 others' work moves a rate (and even CPU time, in a VM) by 2-4x; turns give
 each queue the same moments, and a median drops the cycles a burst hit.
-Starts throwaway servers (tests/servers.py).
+Starts throwaway servers (tests/servers.py), which run with ``fsync=off``;
+``--url`` takes a server of yours instead (one backend: a PostgreSQL database
+with fsync on shows what waits on a commit's flush).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing
 import statistics
 import sys
@@ -75,7 +79,7 @@ def in_process(url: str, args: Any, k: int) -> dict[bool, list[float]]:
 
 def run(kind: str, args: Any) -> None:
     """``--clients`` processes, each cycling on its own two queues."""
-    with throwaway_url(kind, "events") as url:
+    with contextlib.nullcontext(args.url) if args.url else throwaway_url(kind, "events") as url:
         context = multiprocessing.get_context("spawn")
         with context.Pool(args.clients) as pool:
             done = pool.starmap(in_process, [(url, args, k) for k in range(args.clients)])
@@ -93,6 +97,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=5000, help="per queue")
     parser.add_argument("--delivery", default="at-least-once")
     parser.add_argument("--clients", type=int, default=1, help="processes, each its own queues")
+    parser.add_argument("--url", help="this store (of --backends' one kind), not a throwaway")
     args = parser.parse_args()
     for kind in args.backends.split(","):
         for b in args.batch.split(","):

@@ -1,6 +1,5 @@
 """PostgreSQL specifics: URLs, schemas, migrations, bulk enqueue, wake-ups."""
 
-import asyncio
 import contextlib
 import dataclasses
 import multiprocessing
@@ -8,7 +7,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import orjson
-import psycopg
 import pytest
 
 from tenure import App, State
@@ -452,29 +450,3 @@ def test_every_statement__is_short_enough_for_psycopgs_cache_of_conversions():
     # and already pays a transaction of two statements for the queue's lock.
     assert sizes.pop("complete_and_claim_limited") < 5000
     assert max(sizes.values()) <= MAX_CACHED_STATEMENT_LENGTH
-
-
-def test_a_notification_another_reader_woke_on__still_wakes_one_that_looked_before(pg_url):
-    """Two readers of events on one backend: the first to wake empties the
-    pending set, and a reader that looked before the notification (and found
-    nothing) but waits after must not sleep through it."""
-    from tenure.backends.postgres.liveness import Wakeups
-
-    async def main() -> float:
-        backend = from_url(pg_url)
-        wakeups = Wakeups(backend.conninfo, backend.q["listen_events"])
-        first = asyncio.ensure_future(wakeups.wait([""], 10))
-        while not wakeups._waiters:  # listening, and the first reader waits
-            await asyncio.sleep(0.01)
-        seen = wakeups.notices  # the second reader looks now, and finds nothing
-        async with await psycopg.AsyncConnection.connect(backend.conninfo) as conn:
-            await conn.execute(f'NOTIFY "{backend.events_channel}"')
-            await conn.commit()
-        await first  # it woke, and took the pending notification
-        began = time.monotonic()
-        await wakeups.wait_since(seen, 10)
-        took = time.monotonic() - began
-        await wakeups.close()
-        return took
-
-    assert asyncio.run(main()) < 1.0

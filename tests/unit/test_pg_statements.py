@@ -6,7 +6,7 @@ import pytest
 
 from tenure.backends.postgres.statements import TEMPLATES, Statements, compose
 
-IDS = {"schema": "tenure", "channel": "tenure.tenure", "events_channel": "tenure:tenure"}
+IDS = {"schema": "tenure", "channel": "tenure.tenure"}
 
 
 def test_parts_are_written_in_by_name__and_only_unnamed_blocks_are_statements():
@@ -42,7 +42,7 @@ def test_a_part_that_is_none_or_names_itself__is_a_clear_error(blocks, composed,
 def test_the_statements_of_queries_sql__are_composed_at_import():
     """Left for each backend: its identifiers, and a limit where one is written in."""
     left = {m for text in TEMPLATES.values() for m in re.findall(r"\{([a-z_]+)\}", text)}
-    assert left == {"schema", "channel", "events_channel", "limit"}
+    assert left == {"schema", "channel", "limit"}
     assert not any("--" in text for text in TEMPLATES.values())  # comments stripped
     assert {"complete_and_claim", "complete_and_claim_limited", "get_job"} <= TEMPLATES.keys()
     assert not {"cycle", "gate", "record_events", "end_attempt"} & TEMPLATES.keys()
@@ -60,7 +60,7 @@ def test_identifiers_are_quoted_once__whatever_their_characters(schema, quoted):
         f"ALTER TABLE {quoted}.jobs ADD x int -- {{kept}}".encode()
     )
     rendered = [q.limited(n, 1) if n in q.with_limit else q[n] for n in q]
-    assert not any(re.search(rb"\{(schema|channel|events_channel)\}", t) for t in rendered)
+    assert not any(re.search(rb"\{(schema|channel)\}", t) for t in rendered)
 
 
 def test_a_limit_is_written_in_per_call__as_an_integer_and_kept():

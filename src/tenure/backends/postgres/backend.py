@@ -124,10 +124,7 @@ class PostgresBackend(EventReading):
         self.pool_size = pool_size
         self.namespace = zlib.crc32(f"tenure:{schema}".encode()) & 0x7FFFFFFF
         self.channel = f"tenure.{schema}"
-        self.events_channel = f"tenure:{schema}"  # events announced (events.py)
-        self.q = Statements(
-            {"schema": schema, "channel": self.channel, "events_channel": self.events_channel}
-        )
+        self.q = Statements({"schema": schema, "channel": self.channel})
         self._limited: set[str] = set()  # queues whose last claim found a fleet-wide limit
         # Connections kept out of the pool for the cycle (see _cycle_fetch), at
         # most HELD_FOR_CYCLES and never more than a third of the pool.
@@ -137,7 +134,6 @@ class PostgresBackend(EventReading):
         self._effects: psycopg.Connection[Any] | None = None  # handlers' own transactions
         self.liveness = Liveness(conninfo, self.namespace)
         self.wakeups = Wakeups(conninfo, self.q["listen"])
-        self._event_wakeups: Wakeups | None = None  # for readers of events, once one waits
         self._last_trim = -TRIM_INTERVAL  # when this sweeper last applied events' retention
         self.callers = CallerTransactions(self, LATEST)  # enqueue in a caller's transaction
 
@@ -309,8 +305,6 @@ class PostgresBackend(EventReading):
             self._effects.close()
             self._effects = None
         await self.wakeups.close()
-        if self._event_wakeups is not None:
-            await self._event_wakeups.close()
         await self.liveness.close()
         if self._pool is not None:
             while self._held:
@@ -344,10 +338,9 @@ class PostgresBackend(EventReading):
              s.timeout, s.traceparent] for s in specs
         ]).decode()  # fmt: skip
         args = _text_array(s.args.decode() for s in specs)
-        columns = {"jobs": jobs, "args": args, "channel": self.channel,
-                   "events_channel": self.events_channel}  # fmt: skip
+        columns = {"jobs": jobs, "args": args, "channel": self.channel}
         while True:
-            [(now, ids, _, _)] = yield self.q["insert_jobs"], columns
+            [(now, ids, _)] = yield self.q["insert_jobs"], columns
             inserted = set(ids or ())
             kept = yield from self._kept([s for s in specs if s.id not in inserted])
             if all(s.id in inserted or s.id in kept for s in specs):
@@ -392,8 +385,7 @@ class PostgresBackend(EventReading):
                     await copy.write(_copy_rows(chunk, made))
                     jobs += made
             await self._notify(conn, {j.queue for j in jobs if j.state is State.QUEUED})
-            ids = {"ids": [j.id for j in jobs], "events_channel": self.events_channel}
-            await conn.execute(self.q["record_enqueued"], ids)
+            await conn.execute(self.q["record_enqueued"], {"ids": [j.id for j in jobs]})
         return jobs
 
     def _kept(self, specs: builtins.list[JobSpec]) -> Steps[dict[str, Job]]:
@@ -441,7 +433,7 @@ class PostgresBackend(EventReading):
             "results": _text_array(r.decode() for _, _, r in items),
             "queues": _text_array(queues), "worker": worker_id, "locked": _text_array(locked),
             "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl,
-            "channel": self.channel, "events_channel": self.events_channel}  # fmt: skip
+            "channel": self.channel}  # fmt: skip
         # One prepared statement, with a plan that knows its limit, per limit a
         # worker uses (see queries.sql).
         if locked:
@@ -506,7 +498,6 @@ class PostgresBackend(EventReading):
     async def _settle(self, name: str, params: dict[str, Any]) -> None:
         """One fence-checked write; LeaseLost (or JobNotFound) when it touched nothing.
         A job queued again wakes the idle workers of its queue."""
-        params["events_channel"] = self.events_channel
         async with self._conn() as conn:
             cur = await conn.execute(self.q[name], params)
             row = await cur.fetchone()
@@ -538,8 +529,7 @@ class PostgresBackend(EventReading):
             conn = self._effects
             with conn.transaction():
                 yield conn
-                params = {"id": job_id, "fence": fence, "result": payload,
-                          "events_channel": self.events_channel}  # fmt: skip
+                params = {"id": job_id, "fence": fence, "result": payload}
                 if conn.execute(self.q["complete"], params).fetchone() is None:
                     raise LeaseLost(
                         f"job {job_id} is no longer held with fence {fence}: rolled back"
@@ -598,7 +588,7 @@ class PostgresBackend(EventReading):
             else f"the lease of worker {job.worker} expired"
         )  # fmt: skip
         name, params = _failure(job.id, job.fence, outcome, error, decision, rescued=rescued)
-        await conn.execute(self.q[name], {**params, "events_channel": self.events_channel})
+        await conn.execute(self.q[name], params)
         return rescued
 
     async def _policies(
@@ -615,8 +605,7 @@ class PostgresBackend(EventReading):
     async def cancel(self, job_id: str) -> Job:
         check_job_id(job_id)
         async with self._tx() as conn:
-            params = {"id": job_id, "events_channel": self.events_channel}
-            cur = await conn.execute(self.q["cancel"], params)
+            cur = await conn.execute(self.q["cancel"], {"id": job_id})
             cancelled = await cur.fetchone() is not None
         job = await self.get(job_id)
         if not cancelled:
@@ -627,7 +616,7 @@ class PostgresBackend(EventReading):
         check_name("queue", queue)
         ids = check_job_ids(job_ids)
         async with self._tx() as conn:
-            params = {"queue": queue, "ids": ids, "events_channel": self.events_channel}
+            params = {"queue": queue, "ids": ids}
             cur = await conn.execute(self.q["retry_dead"], params, prepare=False)
             rows = await cur.fetchall()
             await self._notify(conn, [queue] if rows else [])
@@ -637,9 +626,9 @@ class PostgresBackend(EventReading):
         check_name("queue", queue)
         ids = check_job_ids(job_ids)
         async with self._tx() as conn:
-            params = {"queue": queue, "ids": ids, "events_channel": self.events_channel}
+            params = {"queue": queue, "ids": ids}
             cur = await conn.execute(self.q["purge_dead"], params, prepare=False)
-            [(purged, _)] = await cur.fetchall()
+            [(purged,)] = await cur.fetchall()
             return int(purged)
 
     async def prune(self, limit: int) -> int:

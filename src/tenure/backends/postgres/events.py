@@ -1,4 +1,4 @@
-"""Lifecycle events on PostgreSQL: read in (xid, id) order, announced by NOTIFY.
+"""Lifecycle events on PostgreSQL: read in (xid, id) order, by readers that poll.
 
 A row holds the events of one kind and queue that one statement recorded (a
 cycle's completions, its claims). Ids from a sequence are taken in one order
@@ -8,10 +8,12 @@ transaction took a smaller id and committed later. So an event's id is
 sequence, the event's place in the row; readers see only rows of transactions
 older than every transaction still running (``pg_snapshot_xmin``), a part of
 the order that can no longer change. A long transaction anywhere on the server
-delays events (it never loses them). The writers announce at commit on the
-channel ``tenure:<schema>``, which a waiting reader LISTENs on (looking at
-least once a second all the same); while events are held back behind a
-running transaction, it looks again shortly.
+delays events (it never loses them). A waiting reader looks every
+EVENTS_POLL seconds, and sooner while events are held back behind a running
+transaction. Writers do not NOTIFY: a transaction that notifies takes a
+database-wide lock at commit and holds it through its WAL flush, so with
+``fsync`` on, every worker's cycle would commit one after the other (four
+workers' cycles ran at 0.83x with events on; 0.96x with fsync off).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import psycopg
 
-from tenure.backends.postgres.liveness import Wakeups
 from tenure.backends.postgres.statements import Statements
 from tenure.config import QueuePolicy
 from tenure.core.events import Event
@@ -32,9 +33,7 @@ from tenure.core.names import check_name, shown
 from tenure.errors import InvalidInput
 
 HELD_BACK_RETRY = 0.01  # seconds before a look again while events are held back
-# A waiting reader looks at least this often: an announcement made before its
-# LISTEN connection was up (or while it was down) is not lost for longer.
-SAFETY_POLL = 1.0
+EVENTS_POLL = 0.05  # seconds between two looks of a reader waiting for events
 TRIM_INTERVAL = 60.0  # seconds between two retention passes of one sweeper
 DEFAULTS = QueuePolicy()
 MAX_ID = 2**63 - 1
@@ -62,9 +61,6 @@ class EventReading:
     """The event verbs of :class:`~tenure.backends.postgres.PostgresBackend` (a mixin)."""
 
     q: Statements
-    conninfo: str
-    events_channel: str
-    _event_wakeups: Wakeups | None
     _last_trim: float
 
     if TYPE_CHECKING:
@@ -78,20 +74,12 @@ class EventReading:
             check_name("queue", queue)
         cursor = parse_event_id(after)
         deadline = time.monotonic() + timeout
-        if timeout > 0 and self._event_wakeups is None:
-            self._event_wakeups = Wakeups(self.conninfo, self.q["listen_events"])
         while True:
-            wakeups = self._event_wakeups
-            seen = 0 if wakeups is None else wakeups.notices  # before the look
             events, held = await self._read(queue, cursor, limit)
             left = deadline - time.monotonic()
             if events or left <= 0:
                 return events
-            if held:
-                await asyncio.sleep(min(HELD_BACK_RETRY, left))
-            else:
-                assert wakeups is not None
-                await wakeups.wait_since(seen, min(left, SAFETY_POLL))
+            await asyncio.sleep(min(HELD_BACK_RETRY if held else EVENTS_POLL, left))
 
     async def events_now(self, queue: str | None) -> str:
         # Just before the horizon in (xid, id) order, with the whole of that

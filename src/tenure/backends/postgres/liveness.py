@@ -119,16 +119,6 @@ class Wakeups:
         self._waiters: list[tuple[frozenset[str], asyncio.Event]] = []
         self._task: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
-        # Notifications so far: a reader notes it before it looks, then waits for a later one.
-        self.notices = 0
-
-    async def wait_since(self, seen: int, timeout: float) -> None:
-        """Until a notification after the first ``seen`` (``notices`` as the
-        caller noted it before it looked), or ``timeout`` seconds. One that came
-        meanwhile is not lost to another reader: the pending set ``wait`` uses
-        is shared, and the first reader to wake empties it."""
-        if self.notices == seen:
-            await self.wait([""], timeout)
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
         if self._task is None:
@@ -177,14 +167,12 @@ class Wakeups:
             delay = min(delay * 2, 5.0)
 
     def _signal(self, queue: str) -> None:
-        self.notices += 1
         self._pending.add(queue)
         for wanted, event in self._waiters:
             if queue in wanted:
                 event.set()
 
     def _signal_all(self) -> None:
-        self.notices += 1
         for _, event in self._waiters:
             event.set()
 

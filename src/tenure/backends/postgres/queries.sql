@@ -1,8 +1,8 @@
 -- Named blocks of the PostgreSQL backend (composed by statements.py). A
 -- block's {name} is the text of another block, a part (or of one the code
 -- makes: job_columns, done_columns); a block no other names is a statement.
--- {schema} is the configured schema, {channel} and {events_channel} the
--- wake-up channels, each quoted; {limit} an integer written in per call.
+-- {schema} is the configured schema, {channel} the wake-up channel, each
+-- quoted; {limit} an integer written in per call.
 -- Parameters are %(name)s; "now" is always the server's clock.
 
 -- name: insert_jobs
@@ -50,8 +50,7 @@ recorded_input AS (
 {record_events}
 -- One row: the server's clock (every new job's created_at; its run_at is that
 -- plus its delay, unless given) and the ids of the jobs inserted.
-SELECT clock.now, array_agg(inserted.id), (SELECT count(*) FROM woken),
-       (SELECT n FROM announced)
+SELECT clock.now, array_agg(inserted.id), (SELECT count(*) FROM woken)
 FROM clock LEFT JOIN inserted ON true GROUP BY clock.now
 
 -- name: begin_copy
@@ -72,7 +71,7 @@ WITH recorded_input AS (
     FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[])
 ),
 {record_events}
-SELECT n FROM announced
+SELECT count(*) FROM recorded
 
 -- name: copy_jobs
 -- Rows in COPY's text format, in order (seq follows it); a third less of the
@@ -105,12 +104,15 @@ recorded_input AS (
     FROM done, json_array_elements(%(events)s::json) WITH ORDINALITY AS e(value, ord)
 ),
 {record_events}
-SELECT queue FROM done, announced
+SELECT queue FROM done
 
 -- name: record_events
 -- (A part of statements, written into them.) The events of `recorded_input`
 -- (queue, kind, job_id, data; in the order of ord) for the queues that record
--- them, a row per kind and queue, and their announcement at commit.
+-- them, a row per kind and queue. No NOTIFY: a transaction that notifies
+-- takes a database-wide lock at commit and holds it through its WAL flush,
+-- so every worker's cycle would commit one at a time; readers poll
+-- (events.py).
 recorded AS (
     INSERT INTO {schema}.events (queue, kind, jobs, data)
     SELECT r.queue, r.kind, json_agg(r.job_id ORDER BY r.ord),
@@ -120,10 +122,6 @@ recorded AS (
     GROUP BY r.queue, r.kind
     ORDER BY min(r.ord)
     RETURNING 1
-),
-announced AS (
-    SELECT count(pg_notify(%(events_channel)s, '')) AS n
-    FROM (SELECT 1 FROM recorded LIMIT 1) AS any_recorded
 )
 
 -- name: advance_tick
@@ -232,9 +230,9 @@ recorded_input AS (
     FROM claimed
 ),
 {record_events}
-SELECT rank, {job_columns} FROM claimed, announced, freed  -- one row each, always
+SELECT rank, {job_columns} FROM claimed, freed  -- one row, always
 UNION ALL
-SELECT rank, {done_columns} FROM announced, freed,
+SELECT rank, {done_columns} FROM freed,
     (SELECT NULL::int, id, fence FROM done
      UNION ALL
      SELECT 0, name, unlocked::int FROM gate WHERE limited) AS d(rank, id, fence)
@@ -354,7 +352,7 @@ recorded_input AS (
     FROM done
 ),
 {record_events}
-SELECT queue FROM done, announced
+SELECT queue FROM done
 
 -- name: complete
 -- The job keeps its attempt's worker and start (see complete_and_claim).
@@ -370,7 +368,7 @@ recorded_input AS (
     SELECT queue, 'completed' AS kind, id AS job_id, NULL::json AS data, 0 AS ord FROM done
 ),
 {record_events}
-SELECT queue FROM done, announced
+SELECT queue FROM done
 
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core;
@@ -561,7 +559,7 @@ recorded_input AS (
     WHERE state = 'cancelled'
 ),
 {record_events}
-SELECT id FROM done, announced
+SELECT id FROM done
 
 -- name: retry_dead
 -- dead -> queued with budgets reset. A dead job whose key= now belongs to an
@@ -595,7 +593,7 @@ recorded_input AS (
     FROM done
 ),
 {record_events}
-SELECT id FROM done, announced
+SELECT id FROM done
 
 -- name: purge_dead
 -- The dead jobs deleted, with their attempts; returns how many jobs.
@@ -612,7 +610,7 @@ recorded_input AS (
     SELECT queue, 'purged' AS kind, id AS job_id, NULL::json AS data, seq AS ord FROM purged
 ),
 {record_events}
-SELECT count(*), (SELECT n FROM announced) FROM purged
+SELECT count(*) FROM purged
 
 -- name: all_policies
 SELECT name, policy::text FROM {schema}.queues
@@ -778,8 +776,7 @@ ORDER BY w.started_at
 -- %(queue)s (NULL: every queue), from transactions older than every one still
 -- running: that part of the order is final. The last column says whether some
 -- are held back (written by a transaction that committed while an older one
--- runs), so that the reader looks again soon rather than waiting for the next
--- announcement.
+-- runs), so that the reader looks again sooner than it would otherwise.
 WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
 SELECT xid::text, id, queue, kind, jobs::text, at, data::text,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.events AS h
@@ -851,6 +848,3 @@ INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(na
 -- Idle workers are woken by a NOTIFY on this channel, its payload a queue's name.
 LISTEN {channel}
 
--- name: listen_events
--- Readers of events are told on this channel that some were recorded.
-LISTEN {events_channel}

@@ -10,8 +10,8 @@ readers of queries.sql, and psycopg converts a query of more than 4 KiB again
 at every execution (the cycle's statement, with its comments, took a seventh
 of a draining worker's main thread doing so).
 
-What is left is filled in per backend: ``{schema}``, ``{channel}`` and
-``{events_channel}``, identifiers quoted once (``Statements``). One value
+What is left is filled in per backend: ``{schema}`` and ``{channel}``,
+identifiers quoted once (``Statements``). One value
 varies per call: ``{limit}``, an integer written into the text (a generic plan
 must know it, see queries.sql), by ``Statements.limited``; it is the only
 value ever formatted into SQL, every other one is a parameter.
@@ -52,7 +52,7 @@ COMPOSED = {
         {"gate": "gate_limited", "shared": "shared_limited", "bucket": "bucket"},
     ),
 }
-IDENTIFIERS = frozenset({"schema", "channel", "events_channel"})
+IDENTIFIERS = frozenset({"schema", "channel"})
 LIMIT = "limit"
 LIMITS_KEPT = 64  # distinct limits whose statement is kept (and so prepared), per statement
 
