@@ -12,8 +12,8 @@ delays events (it never loses them). A waiting reader looks every
 EVENTS_POLL seconds, and sooner while events are held back behind a running
 transaction. Writers do not NOTIFY: a transaction that notifies takes a
 database-wide lock at commit and holds it through its WAL flush, so with
-``fsync`` on, every worker's cycle would commit one after the other (four
-workers' cycles ran at 0.83x with events on; 0.96x with fsync off).
+``fsync`` on, every worker's cycle would commit one after the other
+(docs/benchmarks.md, "PostgreSQL with fsync on").
 """
 
 from __future__ import annotations

@@ -230,7 +230,7 @@ recorded_input AS (
     FROM claimed
 ),
 {record_events}
-SELECT rank, {job_columns} FROM claimed, freed  -- one row, always
+SELECT rank, {job_columns} FROM claimed, freed  -- freed: one row, always
 UNION ALL
 SELECT rank, {done_columns} FROM freed,
     (SELECT NULL::int, id, fence FROM done

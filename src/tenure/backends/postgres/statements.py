@@ -11,10 +11,10 @@ at every execution (the cycle's statement, with its comments, took a seventh
 of a draining worker's main thread doing so).
 
 What is left is filled in per backend: ``{schema}`` and ``{channel}``,
-identifiers quoted once (``Statements``). One value
-varies per call: ``{limit}``, an integer written into the text (a generic plan
-must know it, see queries.sql), by ``Statements.limited``; it is the only
-value ever formatted into SQL, every other one is a parameter.
+identifiers quoted once (``Statements``). One value varies per call:
+``{limit}``, an integer written into the text (a generic plan must know it,
+see queries.sql), by ``Statements.limited``; it is the only value ever
+formatted into SQL, every other one is a parameter.
 """
 
 from __future__ import annotations
