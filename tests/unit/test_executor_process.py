@@ -12,13 +12,13 @@ def run(job_id: str) -> Run:
 def test_an_abort_that_came_before_its_attempt__cancels_it_when_read():
     executor = ExecutorProcess(-1, -1, -1)
     executor.abort(("j", 1))
-    assert executor._take(run("j")).cancelled
-    assert not executor._take(run("k")).cancelled
+    assert executor.take(run("j")).cancelled
+    assert not executor.take(run("k")).cancelled
 
 
 def test_an_abort_of_an_attempt_being_run__cancels_it_at_once():
     executor = ExecutorProcess(-1, -1, -1)
-    ctx = executor._take(run("j"))
+    ctx = executor.take(run("j"))
     executor.abort(("j", 1))
     assert ctx.cancelled
 
@@ -26,8 +26,9 @@ def test_an_abort_of_an_attempt_being_run__cancels_it_at_once():
 def test_aborts_of_attempts_never_read__keep_only_the_newest():
     # An abort that crossed its attempt's end on the pipes is never taken.
     executor = ExecutorProcess(-1, -1, -1)
-    for i in range(ABORTS_KEPT * 10):
+    sent = ABORTS_KEPT * 10
+    for i in range(sent):
         executor.abort((f"ended-{i}", 1))
-    assert len(executor._aborted) == ABORTS_KEPT
-    assert executor._take(run(f"ended-{ABORTS_KEPT * 10 - 1}")).cancelled
-    assert not executor._take(run("ended-0")).cancelled
+    assert executor.take(run(f"ended-{sent - ABORTS_KEPT}")).cancelled  # the oldest kept
+    assert not executor.take(run(f"ended-{sent - ABORTS_KEPT - 1}")).cancelled
+    assert not executor.take(run("ended-0")).cancelled

@@ -203,13 +203,14 @@ class ExecutorProcess:
             for message in messages:
                 if not isinstance(message, Run):
                     os._exit(0)  # Exit: this executor ran its share of jobs
-                ctx = self._take(message)
+                ctx = self.take(message)
                 if message.is_async:
                     self._start_async(message, ctx)
                 else:
                     self._run_sync(message, ctx)
 
-    def _take(self, run: Run) -> JobContext:
+    def take(self, run: Run) -> JobContext:
+        """The context of an attempt just read, cancelled already if its abort came first."""
         ctx = self.context(run)
         attempt = (run.id, run.fence)
         with self._attempts_lock:
