@@ -192,13 +192,11 @@ class PostgresBackend(EventReading):
 
     async def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
         """The rows of one named statement (one round trip, atomic on its own)."""
-        return await self._fetch(self.q[name], params, _prepare(name))
+        return await self._fetch(self.q[name], params)
 
-    async def _fetch(
-        self, query: bytes, params: dict[str, Any] | None, prepare: bool | None = None
-    ) -> list[Any]:
+    async def _fetch(self, query: bytes, params: dict[str, Any] | None) -> list[Any]:
         async with self._conn() as conn:
-            cur = await conn.execute(query, params, prepare=prepare)
+            cur = await conn.execute(query, params)
             return await cur.fetchall()
 
     async def _cycle_fetch(self, query: bytes, params: dict[str, Any]) -> list[Any]:
@@ -617,7 +615,7 @@ class PostgresBackend(EventReading):
         ids = check_job_ids(job_ids)
         async with self._tx() as conn:
             params = {"queue": queue, "ids": ids}
-            cur = await conn.execute(self.q["retry_dead"], params, prepare=False)
+            cur = await conn.execute(self.q["retry_dead"], params)
             rows = await cur.fetchall()
             await self._notify(conn, [queue] if rows else [])
         return len(rows)
@@ -627,7 +625,7 @@ class PostgresBackend(EventReading):
         ids = check_job_ids(job_ids)
         async with self._tx() as conn:
             params = {"queue": queue, "ids": ids}
-            cur = await conn.execute(self.q["purge_dead"], params, prepare=False)
+            cur = await conn.execute(self.q["purge_dead"], params)
             [(purged,)] = await cur.fetchall()
             return int(purged)
 
@@ -683,9 +681,9 @@ class PostgresBackend(EventReading):
                   "limit": limit + 1}  # fmt: skip
         if state in TERMINAL:
             # Planned for its values, to read jobs_queue_state: its generic plan
-            # walks every job newer than the page (not preparing it is not
-            # enough: the session forces generic plans, see _configure). Not
-            # for the other states: with statistics that have not seen a
+            # (the session forces generic plans, even for a statement sent
+            # unprepared: see _configure) walks every job newer than the page.
+            # Not for the other states: with statistics that have not seen a
             # backlog, a custom plan sorted a queue's 200,000 queued jobs.
             async with self._tx() as conn:
                 await conn.execute(b"SET LOCAL plan_cache_mode = force_custom_plan")
@@ -763,11 +761,6 @@ class PostgresBackend(EventReading):
         ]
 
 
-# Statements with optional filters, rarely run: never prepared. (Under the
-# session's force_generic_plan they still get a generic plan: see list.)
-CUSTOM_PLANS = {"list_jobs", "retry_dead", "purge_dead", "counts"}
-
-
 def _text_array(values: Iterable[str]) -> str:
     """A PostgreSQL array literal of text values, each quoted (so that NULL,
     commas and braces are only text) with its quotes and backslashes escaped."""
@@ -808,10 +801,6 @@ COPY_NULL = "\\N"
 
 def _copy_value(value: int | float | None) -> str:
     return COPY_NULL if value is None else repr(value)
-
-
-def _prepare(name: str) -> bool | None:
-    return False if name in CUSTOM_PLANS else None  # None: psycopg's default
 
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:

@@ -109,10 +109,7 @@ SELECT queue FROM done
 -- name: record_events
 -- (A part of statements, written into them.) The events of `recorded_input`
 -- (queue, kind, job_id, data; in the order of ord) for the queues that record
--- them, a row per kind and queue. No NOTIFY: a transaction that notifies
--- takes a database-wide lock at commit and holds it through its WAL flush,
--- so every worker's cycle would commit one at a time; readers poll
--- (events.py).
+-- them, a row per kind and queue. No NOTIFY: readers poll (events.py says why).
 recorded AS (
     INSERT INTO {schema}.events (queue, kind, jobs, data)
     SELECT r.queue, r.kind, json_agg(r.job_id ORDER BY r.ord),
@@ -692,9 +689,9 @@ ORDER BY fence
 
 -- name: list_jobs
 -- Newest first. The indexes by insertion leave active jobs out (migration
--- 5): those are read apart, through jobs_lease. Planned for the values given
--- (never prepared), the part the state asked for cannot hold is folded to
--- false and never run.
+-- 5): those are read apart, through jobs_lease. The part the state asked for
+-- cannot hold never runs (a one-time filter; folded away where the listing is
+-- planned for its values: finished states, see PostgresBackend.list).
 SELECT * FROM (
     (SELECT seq, {job_columns} FROM {schema}.jobs
      WHERE %(state)s::text IS DISTINCT FROM 'active' AND state <> 'active'
