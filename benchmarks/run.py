@@ -67,6 +67,11 @@ def main() -> int:
         default="on",
         help="both: each tenure drain also with its queue's events off, rounds alternating",
     )
+    parser.add_argument(
+        "--record-baseline",
+        action="store_true",
+        help="write this run's drain ratios to benchmarks/baseline.json (the drain guard's floor)",
+    )
     parser.add_argument("--no-docs", action="store_true", help="do not touch docs/benchmarks.md")
     args = parser.parse_args()
     bootstrap()
@@ -84,6 +89,7 @@ def main() -> int:
         defaults_docs=not (args.quick or args.no_docs or args.only)
         and (not args.workload or "defaults" in args.workload),
         events_docs=not (args.quick or args.no_docs),
+        record_baseline=args.record_baseline,
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harness import at_defaults, report
+from harness import at_defaults, guard, report
 from harness.ceiling import claim_and_complete_rate
 from harness.driver import HERE
 from harness.stores import Servers
@@ -124,6 +124,7 @@ def run_all(
     events_ab: bool = False,
     events_docs: bool = False,
     defaults_docs: bool = False,
+    record_baseline: bool = False,
 ) -> int:
     scale = Scale.quick() if quick else Scale()
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
@@ -183,6 +184,7 @@ def run_all(
     data["defaults_targets"] = at_defaults.targets(results, data.get("ceiling"))
     data["events"] = report.events_ab(results, twins)
     data["targets"] += report.events_targets(data["events"])
+    data["guard"] = [] if quick else guard.judge(guard.ratios(results, data.get("ceiling")))
     _print(data)
     kind = "quick" if quick else "partial" if only or workloads else "full"
     out = HERE / "results" / f"{kind}-{stamp}.json"
@@ -190,6 +192,8 @@ def run_all(
     out.write_text(json.dumps(data, indent=1, default=str) + "\n")
     console.print(f"results: {out.relative_to(ROOT)}")
     _write_sections(data, out, docs=docs, defaults_docs=defaults_docs, events_docs=events_docs)
+    if not quick and guard.conclude(data, out.name, record=record_baseline, say=console.print):
+        return 1
     if any("error" in r for v in results.values() for r in v["result"].values()):
         console.print(f"some runs failed: their logs are kept in {work}")
         return 1

@@ -200,9 +200,24 @@ def _lost_cell(result: dict[str, Any]) -> str:
 # -- targets ---------------------------------------------------------------
 
 
-def _best_drain(result: dict[str, Any]) -> float | None:
+def best_drain(result: dict[str, Any]) -> float | None:
     rates = [(result.get(k) or {}).get("drain") for k in ("drain1", "drain2")]
     return max((r for r in rates if r), default=None)
+
+
+def drain_ratio(results: dict[str, Any], backend: str) -> tuple[float | None, str]:
+    """tenure's best drain on ``backend`` over its best peer's there, and that peer."""
+    peers = [
+        v
+        for v in results.values()
+        if v["subject"]["backend"] == backend and v["subject"]["library"] != "tenure"
+    ]
+    best = max(
+        ((best_drain(p["result"]) or 0, p["subject"]["library"]) for p in peers),
+        default=(0.0, "-"),
+    )
+    mine = best_drain(results.get(f"tenure/{backend}", {}).get("result", {}))
+    return (mine / best[0] if mine and best[0] else None), best[1]
 
 
 def targets(results: dict[str, Any], ceiling: float | None) -> list[dict[str, Any]]:
@@ -230,19 +245,9 @@ def targets(results: dict[str, Any], ceiling: float | None) -> list[dict[str, An
         return results.get(sid, {}).get("result", {})
 
     for backend in ("redis", "postgres"):
-        peers = [
-            v
-            for v in results.values()
-            if v["subject"]["backend"] == backend and v["subject"]["library"] != "tenure"
-        ]
-        best = max(
-            ((_best_drain(p["result"]) or 0, p["subject"]["library"]) for p in peers),
-            default=(0.0, "-"),
-        )
-        mine = _best_drain(get(f"tenure/{backend}"))
-        ratio = mine / best[0] if mine and best[0] else None
+        ratio, peer = drain_ratio(results, backend)
         add(
-            f"{backend}: tenure drain >= 2x the best peer ({best[1]})",
+            f"{backend}: tenure drain >= 2x the best peer ({peer})",
             ratio,
             2.0,
             above=True,
@@ -250,8 +255,8 @@ def targets(results: dict[str, Any], ceiling: float | None) -> list[dict[str, An
         )
     for backend in ("sqlite", "postgres", "redis"):
         alo, amo = (
-            _best_drain(get(f"tenure/{backend}")),
-            _best_drain(get(f"tenure/{backend}/at-most-once")),
+            best_drain(get(f"tenure/{backend}")),
+            best_drain(get(f"tenure/{backend}/at-most-once")),
         )
         add(
             f"{backend}: at-least-once drain >= 80% of at-most-once",
@@ -277,7 +282,7 @@ def targets(results: dict[str, Any], ceiling: float | None) -> list[dict[str, An
             above=False,
             unit="ms",
         )
-    sqlite = _best_drain(get("tenure/sqlite"))
+    sqlite = best_drain(get("tenure/sqlite"))
     add(
         "sqlite: drain >= half of SQLite's own claim+complete rate"
         + (f" ({ceiling:,.0f}/s)" if ceiling else ""),
