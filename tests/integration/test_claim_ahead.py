@@ -1,5 +1,5 @@
-"""Claims ahead of the free slots: only for short jobs, in at-least-once
-queues; a job claimed ahead begins when a slot frees, and a drain hands it back
+"""Claims ahead of the free slots: only for short jobs, in queues without
+``max_active``; a job claimed ahead begins when a slot frees, and a drain hands it back
 at once, unrun and without penalty. A completion is never held back for long
 to make a fuller cycle, whatever the other slots run."""
 
@@ -107,10 +107,12 @@ def settled_for_a_while(worker: Worker) -> None:
     wait_for(looked)
 
 
+@pytest.mark.parametrize("delivery", ["at-least-once", "at-most-once"])
 def test_short_jobs_on_a_server__are_claimed_ahead_and_a_drain_hands_those_back(
-    gated: tuple[App, threading.Event],
+    gated: tuple[App, threading.Event], delivery: str
 ) -> None:
     app, gate = gated
+    app.queue().set_policy(delivery=delivery)
     worker = Worker(app)
     try:
         wait_for(lambda: active(app) == 2)  # no pace measured yet: no claim ahead
@@ -136,13 +138,13 @@ def test_short_jobs_on_a_server__are_claimed_ahead_and_a_drain_hands_those_back(
         assert job.attempts == 0 and [a.outcome for a in job.history] == [Outcome.RELEASED]
 
 
-@pytest.mark.parametrize("why", ["long jobs", "at-most-once"])
-def test_no_claims_ahead__for_long_jobs_or_at_most_once_queues(
+@pytest.mark.parametrize("why", ["long jobs", "max_active"])
+def test_no_claims_ahead__for_long_jobs_or_queues_with_max_active(
     gated: tuple[App, threading.Event], why: str
 ) -> None:
     app, gate = gated
-    if why == "at-most-once":
-        app.queue().set_policy(delivery="at-most-once")
+    if why == "max_active":
+        app.queue().set_policy(max_active=100)
     worker = Worker(app)
     try:
         wait_for(lambda: active(app) == 2)

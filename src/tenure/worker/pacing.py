@@ -9,10 +9,11 @@ storage server the horizon is one cycle's round trip, so that a slot freed by
 a short job need not wait for one; on storage in the worker's own process
 (SQLite), where the cycle is the worker's own work, it is BATCH_HORIZON, so
 that one transaction carries many jobs. A job claimed ahead waits for a slot
-under its lease; its deadline counts from its start. Long jobs, at-most-once
-queues (a claimed job is gone if the worker dies) and queues with
-``max_active`` (a job waiting here holds one of the queue's places, which a
-free slot elsewhere could use) get no claims ahead.
+under its lease; its deadline counts from its start. Long jobs and queues
+with ``max_active`` (a job waiting here holds one of the queue's places,
+which a free slot elsewhere could use) get no claims ahead. At-most-once
+queues do: a worker killed with jobs claimed ahead loses them as it loses
+the ones it runs (dead, ``crashed``), and a drain hands them back unrun.
 
 While a cycle is out, the next one waits until it has as much to do as the
 worker has slots (slots to claim for plus completions to write), or, where a
@@ -73,7 +74,7 @@ def claims_ahead(
     kept: Callable[[], int],
 ) -> int:
     """How many jobs to claim beyond the free slots. ``limited``: whether a
-    queue served is at-most-once or has ``max_active``; ``kept``: attempts the
+    queue served has ``max_active``; ``kept``: attempts the
     executor takes beyond its slots (each asked only when it matters: the
     cycle loop asks this often)."""
     if pace.run_time is None or limited():

@@ -39,12 +39,11 @@ class Policies:
         return min(p.sweep_interval for p in self.by_queue.values())
 
     def limit_claims_ahead(self) -> bool:
-        """Whether a queue forbids claims ahead: at-most-once (a job claimed is
-        gone if the worker dies), or ``max_active`` (a job waiting here holds
-        one of its places)."""
-        return any(
-            p.delivery == "at-most-once" or p.max_active is not None for p in self.by_queue.values()
-        )
+        """Whether a queue forbids claims ahead: ``max_active`` (a job waiting
+        here holds one of its places, which a free slot elsewhere could use).
+        At-most-once queues do not: their claim is their one delivery,
+        whether the job begins at once or a few milliseconds later."""
+        return any(p.max_active is not None for p in self.by_queue.values())
 
     async def refresh_forever(
         self, stop: asyncio.Event, faults: StorageFaults, refreshed: Callable[[], None]
