@@ -18,10 +18,11 @@ NOT_FOR_THE_DEMO = {"playwright", "mypy", "mkdocs", "psycopg", "redis", "starlet
 
 def make(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
+                          text=True, timeout=240, check=False)  # fmt: skip
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a venv and a pip install first
 def test_make_demo__installs_tenure_alone_and_loses_nothing_after_a_kill_9(
     tmp_path: Path,
 ) -> None:
