@@ -5,17 +5,30 @@ BIN     = $(VENV)/bin
 
 .PHONY: install demo test lint typecheck pytest docs docs-build system-deps soak bench screenshots clean
 
-$(BIN)/.installed: pyproject.toml
+# $(call venv_with,SPEC): create $(VENV) if needed, and pip install -e SPEC into it.
+define venv_with
 	$(PYTHON) scripts/check_python.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[all,dev,docs]'
+	$(BIN)/python -m pip install --quiet -e '$(1)'
+endef
+
+# Everything: the backends' drivers, the dev tools, the docs site. It holds
+# what the demo needs too. (A variable: a comma in $(call ...) splits arguments.)
+EVERYTHING = .[all,dev,docs]
+$(BIN)/.installed: pyproject.toml
+	$(call venv_with,$(EVERYTHING))
+	touch $@ $(BIN)/.installed-demo
+
+# The demo needs tenure alone (SQLite is built in): no extra, no dev tool.
+$(BIN)/.installed-demo: pyproject.toml
+	$(call venv_with,.)
 	touch $@
 
 install: $(BIN)/.installed
 
 ## make demo: enqueue jobs, kill -9 a worker mid-job, watch the jobs come back (SQLite).
-demo: $(BIN)/.installed
+demo: $(BIN)/.installed-demo
 	$(BIN)/python examples/demo.py
 
 ## make test: lint, format check, mypy --strict, the docs site, then the whole test suite.

@@ -30,7 +30,9 @@ import tenure
 T = TypeVar("T")
 
 HERE = Path(__file__).resolve().parent
-console = Console(highlight=False)
+# soft_wrap: a line is never cut at the console's width, which is 80 columns
+# when the output is piped (to a file, to less) rather than shown on a terminal.
+console = Console(highlight=False, soft_wrap=True)
 LOGS = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
 
 
@@ -62,7 +64,8 @@ def main() -> int:
     sys.path.insert(0, str(HERE))
     from demo_tasks import app, resize
 
-    console.print(f"[bold]tenure demo[/] on {url}\n")
+    console.print(f"[bold]tenure demo[/] on {url}")
+    console.print(f"the workers' logs: {LOGS / 'worker-A.log'}, {LOGS / 'worker-B.log'}\n")
     jobs = resize.enqueue_many([{"image": f"photo-{i}.jpg", "width": 640} for i in range(8)])
     console.print(f"enqueued {len(jobs)} jobs on queue 'images' (each takes ~1 s)")
 

@@ -7,9 +7,15 @@ them:
 - A ``python`` block runs as a script. When its first line is a comment that
   names a file (``# tasks.py``), it is saved under that name first, so that
   later blocks can import it or run it.
+- A ``python`` block whose file a later ``sh`` block runs (``python send.py``)
+  is only saved: that block runs it (beside a worker it starts, say).
 - A ``sh`` block runs only when the line before it is ``<!-- run -->``: most
   shell samples install packages or start a worker that runs until stopped.
-  It runs in bash, stopping at the first command that fails.
+  It runs in bash, stopping at the first command that fails; what it leaves
+  running in the background is killed at its end.
+- A tasks module, a file that a ``tenure worker MODULE:app`` of the page
+  names, does nothing when imported (it is imported again at every worker's
+  start): imported alone, it writes nothing.
 - A block after ``<!-- not run: REASON -->`` does not run (a peer's code that
   needs Celery, a fragment that uses names defined elsewhere); a ``python``
   one is still compiled, so it stays valid Python. The reason is required.
@@ -25,10 +31,13 @@ sections that ``test_readme.py`` runs.
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,9 +97,47 @@ def compile_python(block: Block, where: str) -> None:
 
 
 def run(command: list[str], cwd: Path, env: dict[str, str], code: str) -> None:
-    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
-    assert done.returncode == 0, f"this sample failed:\n{code}\n{done.stdout}\n{done.stderr}"
+    """Run a sample in a process group of its own; kill what it leaves behind
+    (a worker started with ``&``). Its output goes to a file, which a process
+    left running cannot hold open as it would a pipe."""
+    with tempfile.TemporaryFile() as out:
+        sample = subprocess.Popen(command, cwd=cwd, env=env, stdout=out,
+                                  stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        try:
+            status = sample.wait(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(sample.pid, signal.SIGKILL)
+            sample.wait()
+        out.seek(0)
+        assert status == 0, f"this sample failed:\n{code}\n{out.read().decode()}"
+
+
+def saved_only(page_blocks: list[Block]) -> set[str]:
+    """The files that a shell sample of the page runs: saved, not run on their own."""
+    shell = "\n".join(b.code for b in page_blocks if b.lang == "sh" and b.runs)
+    return set(re.findall(r"\bpython3? ([\w/]+\.py)\b", shell))
+
+
+def check_tasks_modules(page: Path, page_blocks: list[Block], directory: Path,
+                        env: dict[str, str]) -> None:  # fmt: skip
+    """Each tasks module of the page, imported alone, writes nothing (no job
+    enqueued, no database created): every worker's start imports it again."""
+    files = {named[1]: b.code for b in page_blocks if b.runs and b.lang == "python"
+             if (named := re.match(r"# ([\w/]+\.py)\b", b.code))}  # fmt: skip
+    modules = set(re.findall(r"tenure worker ([\w.]+):", page.read_text()))
+    directory.mkdir()
+    for name, code in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(code)
+    for module in sorted(m for m in modules if f"{m.replace('.', '/')}.py" in files):
+        before = set(directory.rglob("*"))
+        importing = [sys.executable, "-B", "-c", f"import {module}"]
+        done = subprocess.run(importing, cwd=directory, env=env, capture_output=True, text=True,
+                              timeout=60, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        wrote = sorted(str(p.relative_to(directory)) for p in set(directory.rglob("*")) - before)
+        assert not wrote, f"importing the tasks module {module} wrote {wrote}: it must only define"
 
 
 def test_every_sample_is_run_here_or_by_a_test_of_its_own() -> None:
@@ -119,7 +166,10 @@ def test_the_samples_of_a_page__run_as_written(
     env = {k: v for k, v in os.environ.items() if not k.startswith("TENURE_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     storage: dict[str, str] = {}
-    for i, block in enumerate(b for b in blocks(page.read_text()) if b.runs):
+    page_blocks = blocks(page.read_text())
+    check_tasks_modules(page, page_blocks, tmp_path / "tasks-modules-alone", env)
+    saved = saved_only(page_blocks)
+    for i, block in enumerate(b for b in page_blocks if b.runs):
         code = block.code
         for kind, url in URLS.items():
             if url.search(code):
@@ -129,8 +179,9 @@ def test_the_samples_of_a_page__run_as_written(
         if block.lang == "sh":
             run(["bash", "-e", "-o", "pipefail", "-c", code], tmp_path, env, code)
             continue
-        named = re.match(r"# ([\w/]+\.py)\n", code)
+        named = re.match(r"# ([\w/]+\.py)\b", code)
         script = tmp_path / (named[1] if named else f"sample_{i}.py")
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text(code)
-        run([sys.executable, str(script.relative_to(tmp_path))], tmp_path, env, code)
+        if named is None or named[1] not in saved:
+            run([sys.executable, str(script.relative_to(tmp_path))], tmp_path, env, code)

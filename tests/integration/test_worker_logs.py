@@ -78,3 +78,40 @@ def test_the_text_log_of_a_failed_attempt__shows_its_traceback_under_it(tmp_path
     assert "attempt 1 ended error: ValueError: boom 7; retrying in 0.0 s" in lines[at]
     assert lines[at + 1] == "    Traceback (most recent call last):"
     assert any("ERROR" in line and "dead-lettered after attempt 2" in line for line in lines)
+
+
+def start_from(directory: Path, url: str) -> str:
+    """The log of a `tenure worker --burst` started in ``directory`` on ``url``."""
+    (directory / "rel_tasks.py").write_text(f"import tenure\napp = tenure.App({url!r})\n")
+    env = {**os.environ, "PYTHONPATH": str(directory)}
+    env.pop("TENURE_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "tenure.cli", "worker", "rel_tasks:app", "--burst",
+         "--pool", "thread"],
+        env=env, cwd=directory, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def test_a_worker_on_a_relative_sqlite_url__logs_the_absolute_path_and_warns(
+    tmp_path: Path,
+) -> None:
+    here = tmp_path / "started here"
+    (here / "data").mkdir(parents=True)
+    stderr = start_from(here, "sqlite:///data/jobs.db?durable=1")
+    path = here / "data" / "jobs.db"
+    assert path.exists()
+    [started] = [line for line in stderr.splitlines() if " started on " in line]
+    assert f"started on sqlite:///data/jobs.db?durable=1 ({path})" in started
+    [warning] = [line for line in stderr.splitlines() if "WARNING" in line]
+    assert "sqlite:///data/jobs.db?durable=1 is a relative path" in warning
+    assert f"resolved against the directory this worker started in: {path};" in warning
+    assert warning.endswith(f"sqlite:///{path}?durable=1")  # the absolute form: four slashes
+
+
+def test_a_worker_on_an_absolute_sqlite_url__does_not_warn(tmp_path: Path) -> None:
+    stderr = start_from(tmp_path, f"sqlite:///{tmp_path / 'jobs.db'}")
+    [started] = [line for line in stderr.splitlines() if " started on " in line]
+    assert f"started on sqlite:///{tmp_path / 'jobs.db'}, queues" in started
+    assert "WARNING" not in stderr, stderr  # the worker has exited: its log is complete

@@ -3,6 +3,8 @@ from tenure.core.states import (
     CLAIMABLE,
     TERMINAL,
     TRANSITIONS,
+    DeadReason,
+    Outcome,
     State,
     can_transition,
 )
@@ -39,3 +41,13 @@ def test_active_leads_to_every_settlement():
         State.DEAD,
         State.CANCELLED,
     }
+
+
+def test_a_state_prints_as_its_plain_name__alone_and_inside_a_dict() -> None:
+    counts = {State.SCHEDULED: 1, State.QUEUED: 2}
+    assert (str(State.QUEUED), repr(State.QUEUED)) == ("queued", "'queued'")
+    assert str(counts) == "{'scheduled': 1, 'queued': 2}"
+    assert f"{State.DEAD!r} {Outcome.CRASHED!r} {DeadReason.UNKNOWN_TASK!r}" == (
+        "'dead' 'crashed' 'unknown_task'"
+    )
+    assert isinstance(State.QUEUED, State) and State("queued") is State.QUEUED

@@ -32,7 +32,16 @@ from enum import StrEnum
 from tenure.errors import InvalidInput
 
 
-class State(StrEnum):
+class Name(StrEnum):
+    """A StrEnum shown as its plain name, alone and inside containers: a queue's
+    counts print ``{'queued': 1}``, not ``{<State.QUEUED: 'queued'>: 1}``. Its
+    members are still str, so they compare, hash and serialize as their names."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class State(Name):
     """Where a job is in its life (the module's doc says who moves it in and out)."""
 
     SCHEDULED = "scheduled"
@@ -43,7 +52,7 @@ class State(StrEnum):
     CANCELLED = "cancelled"
 
 
-class Outcome(StrEnum):
+class Outcome(Name):
     """How one attempt ended, as recorded in the job's history."""
 
     COMPLETED = "completed"
@@ -55,7 +64,7 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"  # the job was cancelled while it ran: its worker stopped it
 
 
-class DeadReason(StrEnum):
+class DeadReason(Name):
     """Why a job is in the dead-letter queue."""
 
     ERROR = "error"  # Fail raised: retrying cannot help

@@ -22,6 +22,7 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
 
 from tenure.app import App
 from tenure.backends.base import Backend, WorkerInfo
@@ -237,8 +238,11 @@ class Supervisor:
             background.append(asyncio.create_task(ticker.run(stop_sweeping, self.faults)))
         self._install_signals()
         await asyncio.to_thread(self.app.hooks.worker_started, self.worker_id)
-        log.info("worker %s started on %s, queues %s", self.worker_id, redacted(self.app.url),
+        storage, relative = where(self.app.url)
+        log.info("worker %s started on %s, queues %s", self.worker_id, storage,
                  ", ".join(self.config.queues))  # fmt: skip
+        if relative:
+            log.warning("%s", relative)
         cycling = asyncio.create_task(self.cycles.run())
         try:
             stop = asyncio.ensure_future(self.stop.draining.wait())
@@ -295,6 +299,29 @@ class Supervisor:
     def request_stop(self) -> None:
         """Begin a drain; a second request skips the wait for running attempts."""
         self.stop.request(len(self.attempts.running))
+
+
+def where(url: str) -> tuple[str, str | None]:
+    """``url`` as the start-up line shows it (a SQLite file with its absolute
+    path), and a warning if that path is relative: it resolves against the
+    directory the worker started in, so a worker started in another one would
+    open another database, empty, and never see the jobs."""
+    shown = redacted(url)
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "sqlite":
+        return shown, None
+    from tenure.backends.sqlite.backend import path_of_url  # only for a sqlite:// URL
+
+    path = path_of_url(url)
+    if path == ":memory:" or os.path.isabs(path):
+        return shown, None
+    absolute = os.path.abspath(path)
+    query = f"?{redacted(url).partition('?')[2]}" if parts.query else ""
+    return f"{shown} ({absolute})", (
+        f"{shown} is a relative path, resolved against the directory this worker started "
+        f"in: {absolute}; a worker or producer started elsewhere uses another database. "
+        f"For one database wherever they start: sqlite:///{absolute}{query}"
+    )
 
 
 def run_worker(
