@@ -1,6 +1,6 @@
 // tenure's dashboard: live counts, the event feed and chart, live job pages, and
 // the pages' actions sent to the JSON API. Values are put in the page as text
-// (textContent), never as markup.
+// (textContent), never as markup, and through visible().
 "use strict";
 
 const root = document.body.dataset.root || "";
@@ -19,14 +19,28 @@ async function api(method, path, body) {
 
 function notify(text, failed) {
   const notice = document.getElementById("notice");
-  notice.textContent = text;
+  notice.textContent = visible(text);
   notice.className = failed ? "error" : "ok";
   notice.hidden = false;
 }
 
+// Invisible characters (bidirectional overrides, zero-width and other format
+// characters, controls but tab and newline, line separators) as escapes, as the
+// pages' Jinja filter writes them: a worker "\u202eevil" must not read "live".
+const HIDDEN = /[\p{Cf}\p{Cc}\p{Zl}\p{Zp}]/gu;
+
+function visible(text) {
+  return String(text).replace(HIDDEN, (char) => {
+    if (char === "\n" || char === "\t") return char;
+    const code = char.codePointAt(0);
+    return code <= 0xffff ? "\\u" + code.toString(16).padStart(4, "0")
+      : "\\U" + code.toString(16).padStart(8, "0");
+  });
+}
+
 function element(tag, text, className) {
   const node = document.createElement(tag);
-  if (text !== undefined) node.textContent = text;
+  if (text !== undefined) node.textContent = visible(text);
   if (className) node.className = className;
   return node;
 }
@@ -55,6 +69,7 @@ function addQueueRow(body, queue) {
   for (const state of Object.keys(queue.counts)) {
     row.append(element("td", undefined, "num"));
     row.lastChild.dataset.state = state;
+    row.lastChild.append(link("", path + "/jobs?state=" + state));
   }
   row.append(element("td", undefined, "num"));
   row.lastChild.dataset.lag = "";
@@ -76,7 +91,7 @@ function refreshCounts() {
       const row = body.querySelector(`tr[data-queue="${CSS.escape(queue.name)}"]`)
         || addQueueRow(body, queue);
       for (const [state, n] of Object.entries(queue.counts)) {
-        const cell = row.querySelector(`td[data-state="${state}"]`);
+        const cell = row.querySelector(`td[data-state="${state}"] a`);
         if (cell) cell.textContent = String(n);
       }
       row.querySelector("td[data-lag]").textContent = queue.lag.toFixed(2) + " s";
@@ -173,14 +188,17 @@ function startOverview(feed) {
   setInterval(charts.draw, BUCKET_MS);
 }
 
-// -- a job's page: reloaded when its state changes ----------------------------
+// -- a job's page: its progress live, reloaded when its state changes --------
 
 function startJob(job) {
+  const progress = document.getElementById("progress");
   const poll = setInterval(() => {
     api("GET", root + "/api/jobs/" + encodeURIComponent(job.dataset.job)).then((data) => {
       if (data.state !== job.dataset.state) {
         clearInterval(poll);
         location.reload();
+      } else if (data.progress !== null) {
+        progress.textContent = visible(JSON.stringify(data.progress));
       }
     }, () => {});
   }, 1000);
@@ -188,39 +206,90 @@ function startJob(job) {
 
 // -- actions ------------------------------------------------------------------
 
+// A field's value as the API takes it, or an Error naming what is wrong
+// (the same bounds the server checks again).
+function fieldValue(input) {
+  if (input.type === "checkbox") return input.checked;
+  if (input.tagName === "SELECT") return input.value;
+  const text = input.value.trim();
+  if (text === "") {
+    if (input.required) throw new Error(`${input.name}: a number is needed`);
+    return null;
+  }
+  const value = Number(text);
+  const low = Number(input.min), high = Number(input.max);
+  const integer = input.step === "1";
+  const above = input.hasAttribute("data-above");
+  if (!Number.isFinite(value) || (integer && !Number.isInteger(value))
+      || (above ? value <= low : value < low) || value > high) {
+    const kind = integer ? "an integer" : "a number";
+    throw new Error(`${input.name} must be ${kind} within ${above ? "(" : "["}${input.min}, ${input.max}], got ${text}`);
+  }
+  return value;
+}
+
 function policyChanges(form) {
   const changes = {};
-  for (const input of form.querySelectorAll("input[name]")) {
-    if (input.value === input.dataset.initial) continue;
-    try {
-      changes[input.name] = JSON.parse(input.value);
-    } catch {
-      changes[input.name] = input.value;  // a bare word: the string itself, as the CLI reads it
-    }
+  for (const input of form.querySelectorAll("[name]")) {
+    const value = fieldValue(input);
+    if (value !== JSON.parse(input.dataset.initial)) changes[input.name] = value;
   }
   return changes;
 }
 
+function selected(form) {
+  const boxes = form.querySelectorAll("input[name=ids]:checked, input[type=hidden][name=ids]");
+  return [...boxes].map((box) => box.value);
+}
+
+// One request; its notice: "<done>" and the count the response gives, if any.
+function send(path, method, body, done) {
+  return api(method, path, body).then((data) =>
+    done + (typeof data[done] === "number" ? ` ${data[done]}` : ""));
+}
+
+// Each selected job cancelled by its own request (the API's cancel verb), all at once.
+function cancelSelected(ids) {
+  if (!ids.length) throw new Error("select jobs first");
+  const each = ids.map((id) => api("POST", root + "/api/jobs/" + encodeURIComponent(id) + "/cancel"));
+  return Promise.allSettled(each).then((results) => {
+    const refused = results.filter((r) => r.status === "rejected");
+    const text = `cancelled ${results.length - refused.length}`;
+    if (refused.length) throw new Error(`${text}; ${refused.length} refused: ${refused[0].reason.message}`);
+    return text;
+  });
+}
+
+// Each action sends its form and gives the promise of its notice; it throws
+// (nothing sent) for what the page itself refuses.
 const ACTIONS = {
-  cancel: () => ["POST", undefined, "cancelled"],
-  retry: (form, submitter) => {
-    const ids = [...form.querySelectorAll("input[name=ids]:checked")].map((box) => box.value);
-    const body = submitter && submitter.value === "all" ? { all: true } : { ids };
-    return ["POST", body, "retried"];
+  cancel: (path) => send(path, "POST", undefined, "cancelled"),
+  "cancel-selected": (path, form) => cancelSelected(selected(form)),
+  retry: (path, form, submitter) => {
+    const all = submitter && submitter.value === "all";
+    const ids = selected(form);
+    if (!all && !ids.length) throw new Error("select jobs first");
+    return send(path, "POST", all ? { all: true } : { ids }, "retried");
   },
-  purge: (form) => ["POST", { all: true, confirm: form.elements.confirm.value }, "purged"],
-  policy: (form) => ["PUT", policyChanges(form), "saved"],
+  purge: (path, form) => send(path, "POST", { all: true, confirm: form.elements.confirm.value }, "purged"),
+  policy: (path, form) => send(path, "PUT", policyChanges(form), "saved"),
 };
 
 function onSubmit(event) {
   const form = event.target;
-  const action = ACTIONS[form.dataset.action];
+  const submitter = event.submitter;
+  const action = ACTIONS[(submitter && submitter.dataset.action) || form.dataset.action];
   if (!action) return;
   event.preventDefault();
-  const [method, body, done] = action(form, event.submitter);
-  api(method, form.dataset.api, body).then((data) => {
-    const n = typeof data[done] === "number" ? ` ${data[done]}` : "";
-    notify(done + n);
+  let done;
+  try {
+    done = action(form.dataset.api, form, submitter);
+  } catch (error) {
+    notify(error.message, true);  // refused in the page: nothing sent
+    return;
+  }
+  done.then((text) => {
+    notify(text);
     setTimeout(() => location.reload(), 600);
   }, (error) => notify(error.message, true));
 }
