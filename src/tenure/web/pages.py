@@ -69,6 +69,9 @@ TEMPLATES = jinja2.Environment(
     finalize=visible,
 )
 PAGE_SIZE = 50
+# The overview's charts and feed open with this many seconds of stored events,
+# so that a page opened after an incident shows it.
+HISTORY = 900
 # A task filter looks through at most these many pages of the listing for one
 # page of its task's jobs: storage has no index by task.
 FILTER_PAGES = 20
@@ -130,7 +133,8 @@ class Pages:
 
     async def overview(self, request: Request) -> HTMLResponse:
         queues = await read_queues(await self.backend())
-        return render(request, "overview.html", queues=queues, storage=redacted(self.app.url))
+        return render(request, "overview.html", queues=queues, storage=redacted(self.app.url),
+                      history=HISTORY)  # fmt: skip
 
     async def job(self, request: Request) -> HTMLResponse:
         job = await self.app.aget_job(check_job_id(request.path_params["id"]))

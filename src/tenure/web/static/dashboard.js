@@ -47,10 +47,19 @@ function element(tag, text, className) {
 
 // -- the overview: counts, feed, chart ----------------------------------------
 
-const BUCKET_MS = 5000;
-const BUCKETS = 36;
+const BUCKET_MS = 10000;
 const FEED_ROWS = 200;
+const KEPT = 2000;  // recent events the feed is drawn from (progress ones too)
+const LOOKUPS = 4;  // requests at once for the task of a job the page saw no enqueue of
 const STALLS_KEPT = 1000;  // stalled jobs whose next start the latency chart waits for
+
+// A time as the pages show it: local ISO time with seconds ("2026-12-04 17:03:09").
+function isoTime(ms) {
+  const d = new Date(ms);
+  const two = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} `
+    + `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+}
 
 function link(text, href) {
   const anchor = element("a", text);
@@ -99,24 +108,91 @@ function refreshCounts() {
   }, () => {});
 }
 
-function feedRow(event) {
+// Task names of the jobs the feed shows: from their enqueued events, else
+// asked of the API, a few at a time, once each.
+function taskNames(changed) {
+  const names = new Map();
+  const wanted = [];
+  let asking = 0;
+  const ask = () => {
+    while (asking < LOOKUPS && wanted.length) {
+      const id = wanted.shift();
+      asking += 1;
+      api("GET", root + "/api/jobs/" + encodeURIComponent(id)).then(
+        (job) => names.set(id, job.task), () => names.set(id, "?"),
+      ).finally(() => { asking -= 1; changed(); ask(); });
+    }
+  };
+  return {
+    learn(event) {
+      if (event.kind === "enqueued" && event.data.task) names.set(event.job_id, event.data.task);
+    },
+    of(id) {
+      if (!names.has(id)) {
+        names.set(id, "");
+        wanted.push(id);
+        ask();
+      }
+      return names.get(id);
+    },
+  };
+}
+
+function feedRow(event, task) {
   const row = element("li", undefined, "event " + event.kind);
-  row.append(element("time", new Date(event.at * 1000).toLocaleTimeString()));
+  const time = element("time", isoTime(event.at * 1000));
+  time.dateTime = new Date(event.at * 1000).toISOString();
+  row.append(time);
   row.append(element("span", event.kind, "state " + event.kind));
   row.append(element("span", event.queue, "queue"));
+  row.append(element("span", task, "task"));
   row.append(link(event.job_id.slice(-12), root + "/jobs/" + encodeURIComponent(event.job_id)));
-  const detail = event.data.detector || event.data.dead_reason || event.data.outcome || "";
+  const detail = event.data.detector || event.data.dead_reason || event.data.outcome
+    || (event.kind === "progress" ? JSON.stringify(event.data.progress) : "");
   if (detail) row.append(element("span", String(detail), "detail"));
   return row;
+}
+
+// The feed, newest first, drawn again from the events kept: progress events
+// only when asked for.
+function eventFeed(feed) {
+  const kept = [];
+  const toggle = document.getElementById("show-progress");
+  let due = null;
+  const draw = () => {
+    due = null;
+    const rows = [];
+    for (let i = kept.length - 1; i >= 0 && rows.length < FEED_ROWS; i--) {
+      if (kept[i].kind !== "progress" || toggle.checked) rows.push(kept[i]);
+    }
+    feed.replaceChildren(...rows.map((e) => feedRow(e, tasks.of(e.job_id))));
+  };
+  const later = () => { if (due === null) due = setTimeout(draw, 100); };
+  const tasks = taskNames(later);
+  toggle.addEventListener("change", draw);
+  return {
+    add(event) {
+      tasks.learn(event);
+      kept.push(event);
+      if (kept.length > KEPT) kept.splice(0, kept.length - KEPT);
+      later();
+    },
+  };
 }
 
 // Bars of one chart, one a slot, oldest first: parts are [className, value of a slot].
 function drawBars(chart, slots, parts, describe) {
   const total = (slot) => parts.reduce((sum, [, value]) => sum + value(slot), 0);
   const most = Math.max(1e-9, ...slots.map(total));
+  const axis = document.getElementById(chart.id + "-max");
+  const top = Math.max(...slots.map(total));
+  axis.textContent = `${Number.isInteger(top) ? top : top.toFixed(2)} ${axis.dataset.unit}`;
+  const figure = chart.closest("figure");
+  figure.querySelector(".x-axis .from").textContent = isoTime(slots[0].at);
+  figure.querySelector(".x-axis .to").textContent = isoTime(slots[slots.length - 1].at + BUCKET_MS);
   chart.replaceChildren(...slots.map((slot) => {
     const bar = element("div", undefined, "bar");
-    bar.title = describe(slot);
+    bar.title = `${isoTime(slot.at)}: ${describe(slot)}`;
     for (const [name, value] of parts) {
       const part = element("span", undefined, name);
       part.style.height = (100 * value(slot) / most) + "%";
@@ -129,12 +205,12 @@ function drawBars(chart, slots, parts, describe) {
 // Throughput and recovery latency, from the events alone. A recovery's latency
 // is its job's next start minus when the stalled attempt went silent (the
 // stalled event's time minus its silent_for): the time the job was lost for.
-function overviewCharts() {
+function overviewCharts(buckets) {
   const slots = new Map();  // slot start (ms) -> {completed, stalled, recovered, worst}
   const silentSince = new Map();  // job id -> ms its stalled attempt went silent
   const slotAt = (ms) => {
     const at = Math.floor(ms / BUCKET_MS) * BUCKET_MS;
-    if (!slots.has(at)) slots.set(at, { completed: 0, stalled: 0, recovered: 0, worst: 0 });
+    if (!slots.has(at)) slots.set(at, { at, completed: 0, stalled: 0, recovered: 0, worst: 0 });
     return slots.get(at);
   };
   const count = (event) => {
@@ -155,8 +231,8 @@ function overviewCharts() {
   const draw = () => {
     const last = Math.floor(Date.now() / BUCKET_MS) * BUCKET_MS;
     const shown = [];
-    for (let i = BUCKETS - 1; i >= 0; i--) shown.push(slotAt(last - i * BUCKET_MS));
-    for (const at of slots.keys()) if (at < last - (BUCKETS - 1) * BUCKET_MS) slots.delete(at);
+    for (let i = buckets - 1; i >= 0; i--) shown.push(slotAt(last - i * BUCKET_MS));
+    for (const at of slots.keys()) if (at < last - (buckets - 1) * BUCKET_MS) slots.delete(at);
     drawBars(document.getElementById("chart"), shown,
       [["stalled", (s) => s.stalled], ["completed", (s) => s.completed]],
       (s) => `${s.completed} completed, ${s.stalled} stalled`);
@@ -170,17 +246,17 @@ function overviewCharts() {
 }
 
 function startOverview(feed) {
-  const charts = overviewCharts();
+  const charts = overviewCharts(Math.ceil(Number(feed.dataset.history) * 1000 / BUCKET_MS));
+  const events = eventFeed(feed);
   let countsDue = null;
-  // From now on (a fresh page need not replay the retention window); a
-  // reconnect resumes after the last id the stream gave, exactly.
+  // The recent past first (?since=), then live; a reconnect resumes after
+  // the last id the stream gave, exactly.
   const source = new EventSource(feed.dataset.events);
   source.onopen = () => { feed.dataset.connected = "true"; };
   source.onerror = () => { delete feed.dataset.connected; };
   source.onmessage = (message) => {
     const event = JSON.parse(message.data);
-    feed.prepend(feedRow(event));
-    while (feed.children.length > FEED_ROWS) feed.lastChild.remove();
+    events.add(event);
     charts.count(event);
     if (countsDue === null) countsDue = setTimeout(() => { countsDue = null; refreshCounts(); charts.draw(); }, 250);
   };
