@@ -21,9 +21,8 @@ from starlette.responses import Response, StreamingResponse
 
 from tenure.app import App
 from tenure.backends.base import Backend
+from tenure.config import check_seconds
 from tenure.core.events import Event
-from tenure.core.names import shown
-from tenure.errors import InvalidInput
 from tenure.events import BATCH
 from tenure.web.responses import dumps, error_response
 
@@ -36,11 +35,13 @@ NOW = "now"  # ?after=now: only events recorded from the request on
 
 
 def _seconds(name: str, text: str) -> float:
-    """A query parameter's number of seconds (the backend checks its range)."""
+    """A query parameter's number of seconds, within [0, ten years]."""
     try:
-        return float(text)
+        value: float | str = float(text)
     except ValueError:
-        raise InvalidInput(f"{name} must be a number of seconds, got {shown(text)}") from None
+        value = text  # refused just below, as a value out of range is
+    check_seconds(name, value)
+    return float(value)
 
 
 def message(event: Event) -> bytes:
