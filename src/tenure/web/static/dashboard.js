@@ -127,6 +127,12 @@ function taskNames(changed) {
     learn(event) {
       if (event.kind === "enqueued" && event.data.task) names.set(event.job_id, event.data.task);
     },
+    // Only the jobs of these ids are remembered from now on: a page left open
+    // on a busy queue sees millions of jobs.
+    keepOnly(ids) {
+      for (const id of names.keys()) if (!ids.has(id)) names.delete(id);
+    },
+    size: () => names.size,
     of(id) {
       if (!names.has(id)) {
         names.set(id, "");
@@ -175,6 +181,7 @@ function eventFeed(feed) {
       tasks.learn(event);
       kept.push(event);
       if (kept.length > KEPT) kept.splice(0, kept.length - KEPT);
+      if (tasks.size() > 2 * KEPT) tasks.keepOnly(new Set(kept.map((e) => e.job_id)));
       later();
     },
   };
