@@ -155,3 +155,17 @@ def test_pages__show_invisible_characters_as_escapes(
         page = api.get(path, headers=HTML).text
         assert not set(ODD) & set(page), path
         assert "\\u202e" in page, path
+
+
+def test_jobs_page_actions__cross_site__get_403_and_change_nothing(
+    api: httpx.Client, web_app: App
+) -> None:
+    job = web_app.enqueue("t", {}, queue="q")
+    page = api.get("/queues/q/jobs?state=queued", headers=HTML).text
+    retry = re.search(r'data-api="([^"]+)"', page)
+    assert retry is not None
+    forged = {"origin": "https://evil.example", "sec-fetch-site": "cross-site"}
+    for path in (f"/api/jobs/{job.id}/cancel", retry.group(1)):
+        response = api.post(path, json={"ids": [job.id]}, headers=forged)
+        assert response.status_code == 403, path
+    assert web_app.get_job(job.id).state == "queued"
