@@ -79,6 +79,8 @@ def test_jobs_page__lists_a_state_newest_first_filtered_by_task(
     assert re.search(r'title="created [0-9-]+ [0-9:]+">\d+ s<', page)  # its age
     of_task = api.get("/queues/q/jobs?state=queued&task=resize", headers=HTML).text
     assert rows(of_task) == [sent[6].id, sent[3].id, sent[0].id]
+    finished = api.get("/queues/q/jobs?state=cancelled", headers=HTML).text
+    assert rows(finished) == [sent[1].id] and 'type="checkbox"' not in finished  # no action
     every = api.get("/queues/q/jobs", headers=HTML).text  # every state, with each one's
     assert rows(every) == [j.id for j in reversed(sent)] and "cancelled</span>" in every
 
