@@ -3,9 +3,10 @@
 used), on SQLite and on PostgreSQL. It logs in to a dashboard that opens with
 the recent past (a worker's death recovered before the page opened), sees the
 feed name tasks and keep progress events apart, follows a queue's count to
-its jobs, filters and cancels some, retries a dead job from its page and edits
-a policy whose fields are checked in the page and by the server. Stored text
-with invisible characters shows them as escapes. ``make screenshots`` keeps
+its jobs, filters and cancels some, follows a job's progress and death on its
+page and retries it there, and edits a policy whose fields are checked in the
+page and by the server. Stored text with invisible characters shows them as
+escapes. ``make screenshots`` keeps
 each page's screenshot in docs/img/ (TENURE_SCREENSHOTS names the folder; a
 temporary one otherwise)."""
 
@@ -107,7 +108,7 @@ def test_dashboard__history_feed_jobs_browser_and_policy_editor(
 
         recovered = the_overview_opens_with_the_recent_past(board, lost)
         the_jobs_browser_filters_and_cancels(board)
-        a_dead_job_is_retried_from_its_page(board, recovered)
+        a_job_page_follows_its_job_then_retries_it(board, recovered)
         a_policy_is_edited(board)
         board.open("/workers")
         expect(page.locator("td", has_text="live\\u202eevil")).to_be_visible()  # escaped
@@ -194,13 +195,17 @@ def the_jobs_browser_filters_and_cancels(board: Dashboard) -> None:
     assert board.app.get_job(sent[1].id).state == State.CANCELLED
 
 
-def a_dead_job_is_retried_from_its_page(board: Dashboard, claimed: Any) -> None:
+def a_job_page_follows_its_job_then_retries_it(board: Dashboard, claimed: Any) -> None:
+    page = board.open(f"/jobs/{claimed.id}")
+    board.worker.progress(claimed.id, claimed.fence, {"done": 3})
+    expect(page.locator("#progress")).to_have_text('{"done":3}')  # its progress, live
     fatal = decision_for(board.worker, claimed, Outcome.ERROR, fatal=True)
     board.worker.fail(claimed.id, claimed.fence, Outcome.ERROR, "Fail: <i>bad</i> input", fatal)
+    expect(page.locator(".state").first).to_have_text("dead")  # reloaded by itself
+    expect(page.get_by_text("Fail: <i>bad</i> input").first).to_be_visible()  # text, not markup
     board.open("/queues/default/dead")
     board.shoot("dead")
     page = board.open(f"/jobs/{claimed.id}")
-    expect(page.get_by_text("Fail: <i>bad</i> input").first).to_be_visible()  # text, not markup
     page.click("text=Retry")
     done(page, "retried 1")
     expect(page.locator(".state").first).to_have_text("queued")
