@@ -49,7 +49,7 @@ function element(tag, text, className) {
 
 const BUCKET_MS = 10000;
 const FEED_ROWS = 200;
-const KEPT = 2000;  // recent events the feed is drawn from (progress ones too)
+const KEPT = 2000;  // recent events the feed is drawn from, at least (progress ones too)
 const LOOKUPS = 4;  // requests at once for the task of a job the page saw no enqueue of
 const STALLS_KEPT = 1000;  // stalled jobs whose next start the latency chart waits for
 
@@ -180,8 +180,10 @@ function eventFeed(feed) {
     add(event) {
       tasks.learn(event);
       kept.push(event);
-      if (kept.length > KEPT) kept.splice(0, kept.length - KEPT);
-      if (tasks.size() > 2 * KEPT) tasks.keepOnly(new Set(kept.map((e) => e.job_id)));
+      if (kept.length >= 2 * KEPT) {  // now and then, not at every event of a replay
+        kept.splice(0, kept.length - KEPT);
+        if (tasks.size() > 2 * KEPT) tasks.keepOnly(new Set(kept.map((e) => e.job_id)));
+      }
       later();
     },
   };
