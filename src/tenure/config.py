@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import inspect
 import logging
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -68,6 +72,7 @@ _ABOVE = frozenset({"timeout"})  # bounds (lo, hi]: zero is not a deadline
 # None: no deadline, no limit, kept forever
 _OPTIONAL = frozenset({"timeout", "max_active", "rate_limit", "keep_completed", "keep_dead"})
 _FLAGS = ("events", "paused")
+_SHARES = frozenset({"backoff_jitter"})  # a number within [0, 1], not seconds
 
 
 def _bound(x: float) -> str:
@@ -234,7 +239,7 @@ class QueuePolicy:
             if name in _COUNTS:
                 check_integer(name, value, lo, hi)
             else:
-                kind = "a number" if name == "backoff_jitter" else "a number of seconds"
+                kind = "a number" if name in _SHARES else "a number of seconds"
                 check_number(name, value, lo, hi, above=name in _ABOVE, kind=kind)
         if self.heartbeat_interval * 2 > self.lease_ttl:
             raise InvalidInput(
@@ -300,6 +305,75 @@ class QueuePolicy:
     def limited(self) -> bool:
         """Whether claims must count: a fleet-wide limit is set."""
         return self.max_active is not None or self.rate_limit is not None
+
+
+FieldKind = Literal["seconds", "count", "share", "choice", "flag"]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyField:
+    """One field of :class:`QueuePolicy` as an editor shows it, derived from
+    the class: its type, its bounds (``POLICY_BOUNDS``) and its docstring."""
+
+    name: str
+    kind: FieldKind
+    optional: bool  # None is a value: no deadline, no limit, kept forever
+    low: float | None
+    high: float | None
+    above: bool  # low itself is out of bounds
+    choices: tuple[str, ...]
+    doc: str  # the field's docstring, on one line
+
+    @property
+    def bounds(self) -> str:
+        """``[lo, hi]`` (``(lo, hi]`` when ``above``), as the checks word them."""
+        if self.low is None or self.high is None:
+            return ""
+        return f"{'(' if self.above else '['}{_bound(self.low)}, {_bound(self.high)}]"
+
+
+@functools.cache
+def policy_fields() -> tuple[PolicyField, ...]:
+    """Every field of :class:`QueuePolicy`, in order, with what an editor needs."""
+    hints = typing.get_type_hints(QueuePolicy)
+    docs = _attribute_docs(QueuePolicy)
+    fields = []
+    for f in dataclasses.fields(QueuePolicy):
+        hint = hints[f.name]
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = type(None) in typing.get_args(hint)
+        base = args[0] if optional else hint
+        choices: tuple[str, ...] = ()
+        kind: FieldKind
+        if base is bool:
+            kind = "flag"
+        elif typing.get_origin(base) is Literal:
+            kind, choices = "choice", typing.get_args(base)
+        elif base is int:
+            kind = "count"
+        else:
+            kind = "share" if f.name in _SHARES else "seconds"
+        low, high = POLICY_BOUNDS.get(f.name, (None, None))
+        fields.append(PolicyField(f.name, kind, optional, low, high, f.name in _ABOVE,
+                                  choices, docs.get(f.name, "")))  # fmt: skip
+    return tuple(fields)
+
+
+def _attribute_docs(cls: type) -> dict[str, str]:
+    """The docstring under each annotated attribute of ``cls``, on one line."""
+    try:
+        source = inspect.getsource(cls)
+    except OSError:  # installed without its sources: the fields, without their words
+        return {}
+    body = ast.parse(source).body[0]
+    assert isinstance(body, ast.ClassDef)
+    docs = {}
+    for node, after in zip(body.body, body.body[1:], strict=False):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)):  # fmt: skip
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
 
 
 # The most attempts one worker runs at once, per pool: each is an executor

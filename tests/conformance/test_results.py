@@ -240,6 +240,23 @@ def test_events_now_of_every_queue__reads_after_it_what_any_queue_records_later(
 def test_events_now__of_a_bad_queue_name__is_invalid_input(backend: Any) -> None:
     with pytest.raises(InvalidInput):
         backend.events_now("no spaces allowed")
+    for ago in (-1.0, float("nan"), True, "60"):
+        with pytest.raises(InvalidInput, match="ago"):
+            backend.events_now("default", ago)
+
+
+def test_events_now_ago__reads_after_it_the_events_of_that_recent_past(backend: Any) -> None:
+    assert backend.read_events(None, backend.events_now(None, 60.0), 100) == []  # none yet
+    old = enqueue_one(backend, queue="a")
+    (recorded,) = backend.read_events("a", None, 100)
+    while time.time() < recorded.at + 0.4:  # storage's clock is this host's
+        time.sleep(0.01)
+    new = [enqueue_one(backend, queue=q).id for q in ("z", "a")]
+    for queue, since in ((None, set(new)), ("a", {new[1]})):
+        hour = backend.read_events(queue, backend.events_now(queue, 3600.0), 100)
+        assert {e.job_id for e in hour} == since | {old.id}
+        recent = backend.read_events(queue, backend.events_now(queue, 0.2), 100)
+        assert {e.job_id for e in recent} == since and len(recent) == len(since)
 
 
 def test_many_waiters_of_one_queue__share_one_reader_of_its_events(

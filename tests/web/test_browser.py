@@ -1,9 +1,14 @@
 """The dashboard in a real browser: Playwright driving Debian's chromium
 (``make system-deps`` installs it; Playwright's own browser download is not
-used). It logs in, watches a job go from queued to completed, sees a worker's
-death recovered as a ``stalled`` event, retries a dead job from the DLQ page
-and edits a policy. ``make screenshots`` keeps each page's screenshot in
-docs/img/ (TENURE_SCREENSHOTS names the folder; a temporary one otherwise)."""
+used), on SQLite and on PostgreSQL. It logs in to a dashboard that opens with
+the recent past (a worker's death recovered before the page opened), sees the
+feed name tasks and keep progress events apart, follows a queue's count to
+its jobs, filters and cancels some, follows a job's progress and death on its
+page and retries it there, and edits a policy whose fields are checked in the
+page and by the server. Stored text with invisible characters shows them as
+escapes. ``make screenshots`` keeps
+each page's screenshot in docs/img/ (TENURE_SCREENSHOTS names the folder; a
+temporary one otherwise)."""
 
 from __future__ import annotations
 
@@ -19,9 +24,10 @@ import pytest
 from playwright import sync_api
 
 from tenure import App
+from tenure.backends.base import WorkerInfo
 from tenure.core.states import Outcome, State
 from tests.conformance.helpers import claim_one, decision_for, register, rescue_until
-from tests.conftest import SyncBackend
+from tests.conftest import SyncBackend, fresh_storage_url
 from tests.web.conftest import Served
 
 CHROMIUM = shutil.which("chromium")
@@ -71,29 +77,41 @@ class Dashboard:
         self.shots(self.page, name)
 
 
-def test_dashboard__live_jobs_recovery_dlq_and_policy(
+ISO_TIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")  # local, with seconds
+BIDI = "\u202e"  # shows the text after it right to left: "live\u202eevil" reads "livelive"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Fresh storage of the SQL backends (the pages read Redis through the same verbs)."""
+    return fresh_storage_url(request.param, request, tmp_path)
+
+
+def test_dashboard__history_feed_jobs_browser_and_policy_editor(
     page: Any,
     shots: Callable[[Any, str], None],
     serve: Callable[..., Served],
     open_backend: Callable[[str], SyncBackend],
-    tmp_path: Path,
+    storage_url: str,
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'tenure.db'}"
+    url = storage_url
     app = App(url)
     try:
         board = Dashboard(page, shots, serve(app, token=TOKEN).url, app, open_backend(url))
-        register(board.worker, "worker-1", ("default", "mail"))
+        board.worker.register_worker(WorkerInfo(id="worker-1", hostname=f"live{BIDI}evil",
+                                                pid=1, queues=("default", "mail")))  # fmt: skip
+        lost = a_worker_dies_and_a_job_reports_progress(board, open_backend(url))
         board.open("/")  # the login form, first
         page.fill("input[name=token]", TOKEN)
         page.click("button")
         expect(page.locator("h1")).to_have_text("Queues")
 
-        a_job_completes_live(board)
-        lost = a_killed_worker_shows_as_stalled(board, open_backend(url))
-        a_dead_job_is_retried(board, lost)
+        recovered = the_overview_opens_with_the_recent_past(board, lost)
+        the_jobs_browser_filters_and_cancels(board)
+        a_job_page_follows_its_job_then_retries_it(board, recovered)
         a_policy_is_edited(board)
         board.open("/workers")
-        expect(page.locator("td code", has_text="worker-1")).to_be_visible()
+        expect(page.locator("td", has_text="live\\u202eevil")).to_be_visible()  # escaped
         board.shoot("workers")
         page.set_viewport_size({"width": 390, "height": 844})  # a phone
         board.open("/")
@@ -111,58 +129,122 @@ def expect(locator: Any) -> Any:
     return sync_api.expect(locator)
 
 
-def a_job_completes_live(board: Dashboard) -> None:
-    job = board.app.enqueue("send_email", {"to": "<b>a@example.com</b>"}, queue="mail")
-    page = board.open(f"/jobs/{job.id}")
-    expect(page.locator(".state").first).to_have_text("queued")
-    claimed = claim_one(board.worker, "worker-1", ("mail",))
-    board.worker.complete(claimed.id, claimed.fence, {"sent": True})
-    expect(page.locator(".state").first).to_have_text("completed")
-    expect(page.get_by_text("<b>a@example.com</b>")).to_be_visible()  # text, not markup
-    board.shoot("job")
+def done(page: Any, notice: str) -> None:
+    """Until the action's notice shows, then until the page reloaded after it."""
+    expect(page.locator("#notice")).to_have_text(notice)
+    expect(page.locator("#notice")).to_be_hidden()
 
 
-def a_killed_worker_shows_as_stalled(board: Dashboard, doomed: Any) -> Any:
-    page = board.open("/")
-    expect(page.locator("#feed[data-connected]")).to_be_attached()  # live from now on
+def a_worker_dies_and_a_job_reports_progress(board: Dashboard, doomed: Any) -> Any:
+    """Before any page is open: what the overview must show from storage's events."""
     register(doomed, "worker-2", ("default",))
     lost = board.app.enqueue("resize", {"image": 7})
     claim_one(doomed, "worker-2")
     doomed.close()  # as a kill -9 does: its liveness lock goes with it, not deregistered
     rescue_until(board.worker, lost.id)
-    expect(page.locator("#feed li.stalled").first).to_contain_text("worker_gone")
-    expect(page.locator('tr[data-queue="default"] td[data-state="queued"]')).to_have_text("1")
+    busy = board.app.enqueue("send_email", {"to": "a@example.com"}, queue="mail")
+    claimed = claim_one(board.worker, "worker-1", ("mail",))
+    board.worker.progress(claimed.id, claimed.fence, {"step": f"1{BIDI}2"})
+    board.worker.complete(claimed.id, claimed.fence, {"sent": True})
+    assert claimed.id == busy.id
+    return lost
+
+
+def the_overview_opens_with_the_recent_past(board: Dashboard, lost: Any) -> Any:
+    page = board.page
+    stalled = page.locator("#feed li.stalled")
+    expect(stalled).to_have_count(1)  # recorded before the page opened
+    expect(stalled).to_contain_text("worker_gone")
+    expect(stalled.locator(".task")).to_have_text("resize")  # each row names its task
+    expect(page.locator("#feed li.completed .task")).to_have_text("send_email")
+    assert ISO_TIME.match(stalled.locator("time").inner_text())
     expect(page.locator("#chart .bar[title$=' 1 stalled']")).to_have_count(1)  # charted
+    expect(page.locator("#chart-max")).to_have_text(re.compile(r"^\d+ jobs$"))  # axes, units
+    assert ISO_TIME.match(page.locator(".plot .x-axis .from").first.inner_text())
+    expect(page.locator("#feed li.progress")).to_have_count(0)  # the job's page has them
+    page.check("#show-progress")
+    expect(page.locator("#feed li.progress .detail")).to_have_text('{"step":"1\\u202e2"}')
+    expect(page.locator("#feed[data-connected]")).to_be_attached()  # and live from there
     claimed = claim_one(board.worker, "worker-1")  # its recovery ends at its next start
     assert claimed.id == lost.id
-    expect(page.locator("#latency .bar[title^='1 recovered']")).to_have_count(1)
+    expect(page.locator("#latency .bar[title*=': 1 recovered']")).to_have_count(1)
     expect(page.locator("#latency-worst")).to_contain_text("Slowest shown")
+    expect(page.locator("#latency-max")).to_have_text(re.compile(r"^[0-9.]+ s$"))
     board.shoot("overview")
     return claimed
 
 
-def a_dead_job_is_retried(board: Dashboard, claimed: Any) -> None:
-    job_id = claimed.id
+def the_jobs_browser_filters_and_cancels(board: Dashboard) -> None:
+    sent = [board.app.enqueue(task, {"to": to}, queue="mail")
+            for task, to in (("send_email", f"b{BIDI}@x"), ("digest", "c@x"),
+                             ("send_email", "d@x"))]  # fmt: skip
+    page = board.page
+    page.click('tr[data-queue="mail"] td[data-state="queued"] a')  # the count, live: 3
+    expect(page.locator("h1")).to_have_text("Queued jobs of mail")
+    expect(page.locator("tr[data-job]")).to_have_count(3)
+    expect(page.locator("tr[data-job]").first).to_have_attribute("data-job", sent[2].id)
+    expect(page.get_by_text('{"to":"b\\u202e@x"}')).to_be_visible()  # escaped
+    board.shoot("jobs")
+    page.fill("input[name=task]", "digest")
+    page.click("form.filter button")
+    expect(page.locator("tr[data-job]")).to_have_count(1)
+    page.check(f"input[value='{sent[1].id}']")
+    page.click("button[data-action=cancel-selected]")
+    done(page, "cancelled 1")
+    expect(page.locator("tr[data-job]")).to_have_count(0)
+    assert board.app.get_job(sent[1].id).state == State.CANCELLED
+
+
+def a_job_page_follows_its_job_then_retries_it(board: Dashboard, claimed: Any) -> None:
+    page = board.open(f"/jobs/{claimed.id}")
+    board.worker.progress(claimed.id, claimed.fence, {"done": 3})
+    expect(page.locator("#progress")).to_have_text('{"done":3}')  # its progress, live
     fatal = decision_for(board.worker, claimed, Outcome.ERROR, fatal=True)
     board.worker.fail(claimed.id, claimed.fence, Outcome.ERROR, "Fail: <i>bad</i> input", fatal)
-    page = board.open("/queues/default/dead")
+    expect(page.locator(".state").first).to_have_text("dead")  # reloaded by itself
+    expect(page.get_by_text("Fail: <i>bad</i> input").first).to_be_visible()  # text, not markup
+    board.open("/queues/default/dead")
     board.shoot("dead")
-    page.check(f"input[value='{job_id}']")
-    page.click("button[value=selected]")
-    expect(page.locator("#notice")).to_have_text("retried 1")
-    assert board.app.get_job(job_id).state == State.QUEUED
+    page = board.open(f"/jobs/{claimed.id}")
+    page.click("text=Retry")
+    done(page, "retried 1")
+    expect(page.locator(".state").first).to_have_text("queued")
+    assert board.app.get_job(claimed.id).state == State.QUEUED
+    board.shoot("job")
 
 
 def a_policy_is_edited(board: Dashboard) -> None:
     page = board.open("/queues/default/policy")
-    page.fill("input[name=lease_ttl]", "30")
-    page.fill("input[name=heartbeat_interval]", "5")
+    saves: list[str] = []
+    page.on("request", lambda r: saves.append(r.method) if r.method == "PUT" else None)
+    lease = page.locator(".field", has=page.locator("#f-lease_ttl"))
+    expect(lease.locator(".type")).to_have_text("seconds within [0.05, 3600]")
+    expect(lease.locator(".doc")).to_contain_text("How long a claim stays valid")
+    page.fill("#f-lease_ttl", "30")
+    page.fill("#f-heartbeat_interval", "5")
+    page.fill("#f-timeout", "2.5")
+    page.check("#f-paused")
+    page.select_option("#f-delivery", "at-most-once")
     page.click("form#policy button")
-    expect(page.locator("#notice")).to_have_text("saved")
-    assert board.app.queue().policy().lease_ttl == 30
-    page.fill("input[name=lease_ttl]", "1")  # under twice the heartbeat: refused
+    done(page, "saved")
+    policy = board.app.queue().policy()
+    assert (policy.lease_ttl, policy.timeout, policy.paused) == (30, 2.5, True)
+    assert policy.delivery == "at-most-once"
+    page.fill("#f-lease_ttl", "1")  # under twice the heartbeat: the server refuses it
     page.click("form#policy button")
     expect(page.locator("#notice")).to_have_text(re.compile("heartbeat_interval"))
-    assert board.app.queue().policy().lease_ttl == 30
     page.reload()
+    page.fill("#f-max_attempts", "0")  # out of bounds: the page refuses it, sends nothing
+    page.click("form#policy button")
+    expect(page.locator("#notice")).to_have_text(
+        "max_attempts must be an integer within [1, 1000000], got 0"
+    )
+    page.fill("#f-max_attempts", "3")
+    page.fill("#f-timeout", "")  # optional: empty is none
+    page.uncheck("#f-paused")
+    page.click("form#policy button")
+    done(page, "saved")
+    policy = board.app.queue().policy()
+    assert (policy.lease_ttl, policy.timeout, policy.paused) == (30, None, False)
+    assert saves == ["PUT"] * 3  # the refused in the page never went out
     board.shoot("policy")

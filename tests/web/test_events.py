@@ -114,3 +114,15 @@ def test_events_after_now__start_live_and_resume_exactly_from_the_first_id(
         got = [next_event(stream)[1]["job_id"] for _ in range(2)]
     assert got == [live.id, missed.id]
     assert api.get("/api/events?after=now&queue=no%20spaces").status_code == 400
+
+
+def test_events_since__start_with_the_recent_past(api: httpx.Client, web_app: App) -> None:
+    earlier = web_app.enqueue("t", {"n": 1})
+    with api.stream("GET", "/api/events?since=900") as response:
+        stream = messages(response.iter_lines())
+        assert next(stream) == {"retry": str(sse.RETRY_MS)}
+        assert "data" not in next(stream)  # the position it starts from, for a reconnect
+        assert next_event(stream)[1]["job_id"] == earlier.id
+    for bad in ("soon", "-1", "nan"):
+        refused = api.get(f"/api/events?since={bad}")
+        assert refused.status_code == 400 and "since" in refused.json()["message"]

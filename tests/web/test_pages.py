@@ -3,12 +3,17 @@ every value shows as text, never as markup."""
 
 from __future__ import annotations
 
+import html
+import re
 from typing import Any
 
 import httpx
 
 from tenure import App
+from tenure.backends.base import WorkerInfo
+from tenure.config import QueuePolicy, policy_fields
 from tenure.core.states import Outcome
+from tenure.web.pages import visible
 from tests.conformance.helpers import claim_one, decision_for, register
 
 XSS = "<script>alert('x')</script>"
@@ -22,9 +27,10 @@ def test_pages__render_with_their_data(api: httpx.Client, web_app: App, backend:
     backend.fail(claimed.id, claimed.fence, Outcome.ERROR, f"Fail: {XSS}",
                  decision_for(backend, claimed, fatal=True))  # fmt: skip
     pages = {
-        "/": ["mail", 'data-state="dead">1<', 'id="feed"'],
+        "/": ["mail", 'data-state="dead"><a href="/queues/mail/jobs?state=dead">1<', 'id="feed"'],
         f"/jobs/{job.id}": [job.id, "send", "#1", "error", "Fail: &lt;script&gt;"],
         "/queues/mail/dead": [job.id, 'dead">error</span> 1', 'name="confirm"'],
+        "/queues/mail/jobs?state=dead": [job.id, "send", "Fail: &lt;script&gt;", "Retry selected"],
         "/queues/mail/policy": ['name="lease_ttl" value="15.0"', "&#34;at-least-once&#34;"],
         "/workers": ["w-1", "test-host", "12345", "mail"],
     }
@@ -53,3 +59,115 @@ def test_pages__errors_are_pages_for_browsers(api: httpx.Client) -> None:
     assert api.get("/jobs/no-such-job").json()["error"] == "JobNotFound"
     bad = api.get("/queues/%3Cb%3E/dead", headers=HTML)
     assert bad.status_code == 400 and "<b>" not in bad.text and "&lt;b&gt;" in bad.text
+
+
+def rows(page: str) -> list[str]:
+    return re.findall(r'<tr data-job="([^"]+)"', page)
+
+
+def test_jobs_page__lists_a_state_newest_first_filtered_by_task(
+    api: httpx.Client, web_app: App
+) -> None:
+    long = "x" * 200
+    sent = [web_app.enqueue("send" if i % 3 else "resize", {"n": i, "pad": long}, queue="q")
+            for i in range(7)]  # fmt: skip
+    web_app.cancel(sent[1].id)
+    page = api.get("/queues/q/jobs?state=queued", headers=HTML).text
+    assert rows(page) == [j.id for j in reversed(sent) if j.id != sent[1].id]
+    assert "Cancel selected" in page and "Retry selected" not in page
+    assert "{&#34;n&#34;:6,&#34;pad&#34;:&#34;xxx" in page and long not in page  # shortened
+    assert re.search(r'title="created [0-9-]+ [0-9:]+">\d+ s<', page)  # its age
+    of_task = api.get("/queues/q/jobs?state=queued&task=resize", headers=HTML).text
+    assert rows(of_task) == [sent[6].id, sent[3].id, sent[0].id]
+    finished = api.get("/queues/q/jobs?state=cancelled", headers=HTML).text
+    assert rows(finished) == [sent[1].id] and 'type="checkbox"' not in finished  # no action
+    every = api.get("/queues/q/jobs", headers=HTML).text  # every state, with each one's
+    assert rows(every) == [j.id for j in reversed(sent)] and "cancelled</span>" in every
+
+
+def test_jobs_page__pages_through_with_the_cursor(api: httpx.Client, web_app: App) -> None:
+    sent = web_app.enqueue_many("t", [{"n": i} for i in range(52)], queue="q")
+    first = api.get("/queues/q/jobs?state=queued", headers=HTML).text
+    assert rows(first) == [j.id for j in reversed(sent)][:50]
+    older = re.search(r'href="([^"]*after=[^"]+)">Older', first)
+    assert older is not None
+    second = api.get("/queues/q/jobs" + html.unescape(older.group(1)), headers=HTML).text
+    assert rows(second) == [sent[1].id, sent[0].id]
+    bad = api.get("/queues/q/jobs?state=lost", headers=HTML)
+    assert bad.status_code == 400 and "unknown state" in bad.text
+
+
+def test_job_page__offers_retry_when_dead_and_cancel_while_unfinished(
+    api: httpx.Client, web_app: App, backend: Any
+) -> None:
+    queued = web_app.enqueue("t", {}, queue="q")
+    dead = web_app.enqueue("t", {}, queue="q")
+    register(backend, "w-1", ("q",))
+    claimed = claim_one(backend, "w-1", ("q",))
+    assert claimed.id in (queued.id, dead.id)
+    backend.fail(claimed.id, claimed.fence, Outcome.ERROR, "boom",
+                 decision_for(backend, claimed, fatal=True))  # fmt: skip
+    waiting = queued if claimed.id == dead.id else dead
+    died = api.get(f"/jobs/{claimed.id}", headers=HTML).text
+    assert 'data-action="retry"' in died and ">Retry</button>" in died
+    assert 'data-action="cancel"' not in died
+    page = api.get(f"/jobs/{waiting.id}", headers=HTML).text
+    assert 'data-action="cancel"' in page and 'data-action="retry"' not in page
+
+
+def test_policy_page__shows_each_field_with_type_bounds_and_description(
+    api: httpx.Client,
+) -> None:
+    page = " ".join(api.get("/queues/q/policy", headers=HTML).text.split())
+    fields = policy_fields()
+    assert [f.name for f in fields] == list(QueuePolicy.__dataclass_fields__)
+    for f in fields:
+        assert f.doc, f.name  # every field has its docstring
+        start = page.index(f'data-kind="{f.kind}"> <label for="f-{f.name}">')
+        block = page[start : page.index("</div>", start)]
+        assert f.doc.split("``")[0] in html.unescape(block), f.name
+        if f.bounds:
+            assert f"within {f.bounds}" in block, f.name
+    assert re.search(r'type="number" id="f-lease_ttl" name="lease_ttl" value="15.0"', page)
+    assert 'min="0.05" max="3600.0" step="any"' in page
+    assert re.search(r'id="f-max_attempts"[^>]*step="1"[^>]*required', page)
+    assert re.search(r'id="f-timeout"[^>]*data-above [^>]*placeholder="none"', page)
+    assert '<select id="f-delivery" name="delivery"' in page
+    assert 'type="checkbox" id="f-paused" name="paused"' in page
+    assert "integer within [1, 1000000]" in page and "seconds within (0, " in page
+
+
+ODD = "\u202e\u200b\u2066\U000e0041\x1b"  # a bidi override, zero-width, isolate, tag, control
+
+
+def test_visible__writes_invisible_characters_as_escapes() -> None:
+    assert visible(f"live{ODD}é\n\tok") == "live\\u202e\\u200b\\u2066\\U000e0041\\u001bé\n\tok"
+    assert visible("plain <b>") == "plain <b>" and visible(3) == 3
+
+
+def test_pages__show_invisible_characters_as_escapes(
+    api: httpx.Client, web_app: App, backend: Any
+) -> None:
+    backend.register_worker(WorkerInfo(id="w-1", hostname="live\u202eevil", pid=1, queues=("q",)))
+    job = web_app.enqueue("t", {"to": f"a{ODD}"}, queue="q", key=f"k{ODD}")
+    claimed = claim_one(backend, "w-1", ("q",))
+    backend.fail(claimed.id, claimed.fence, Outcome.ERROR, f"Fail: {ODD}",
+                 decision_for(backend, claimed, fatal=True))  # fmt: skip
+    for path in ("/workers", f"/jobs/{job.id}", "/queues/q/jobs?state=dead", "/queues/q/dead"):
+        page = api.get(path, headers=HTML).text
+        assert not set(ODD) & set(page), path
+        assert "\\u202e" in page, path
+
+
+def test_jobs_page_actions__cross_site__get_403_and_change_nothing(
+    api: httpx.Client, web_app: App
+) -> None:
+    job = web_app.enqueue("t", {}, queue="q")
+    page = api.get("/queues/q/jobs?state=queued", headers=HTML).text
+    retry = re.search(r'data-api="([^"]+)"', page)
+    assert retry is not None
+    forged = {"origin": "https://evil.example", "sec-fetch-site": "cross-site"}
+    for path in (f"/api/jobs/{job.id}/cancel", retry.group(1)):
+        response = api.post(path, json={"ids": [job.id]}, headers=forged)
+        assert response.status_code == 403, path
+    assert web_app.get_job(job.id).state == "queued"

@@ -179,6 +179,12 @@ def check_delay(delay: object) -> float:
     return float(delay)  # type: ignore[arg-type]  # checked: a real number
 
 
+def check_ago(ago: object) -> float:
+    """``events_now``'s ``ago``: seconds within [0, ten years], as a float."""
+    check_seconds("ago", ago)
+    return float(ago)  # type: ignore[arg-type]  # checked: a real number
+
+
 def cursor_seq(text: str) -> int:
     """The insertion number a cursor of the SQL backends (its digits) names."""
     if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= SEQ_MAX):
@@ -471,11 +477,17 @@ class Backend(Protocol):
         transactions: a reader sees an event once, and never one whose
         transition did not happen."""
 
-    async def events_now(self, queue: str | None) -> str:
+    async def events_now(self, queue: str | None, ago: float = 0.0) -> str:
         """An event id to read ``queue``'s events (None: every queue's) after
         from now on: every event recorded after this call comes after it (a few
         recorded just before may too). It need not be an event's own id. Costs
-        one cheap round trip and no read of the events themselves."""
+        one cheap round trip and no read of the events themselves.
+
+        With ``ago`` (seconds, storage's clock), from that long ago on instead:
+        every event recorded since comes after it (a few before may too), for
+        a reader that starts with the recent past (the dashboard, on open).
+        SQL: one walk back from the newest event to the first older than that,
+        proportional to the events since; Redis: no read at all."""
 
     # -- workers -----------------------------------------------------------
 

@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Any
 
 from tenure.backends.base import LIST_LIMIT, WorkerInfo
-from tenure.config import POLICY_BOUNDS, QueuePolicy
+from tenure.config import MAX_SECONDS, POLICY_BOUNDS, QueuePolicy, policy_fields
 from tenure.core.events import Event, EventKind
 from tenure.core.names import JOB_ID_MAX_LENGTH, NAME_PATTERN
 from tenure.core.states import State
@@ -68,6 +68,8 @@ def object_schema(cls: type, *, required: bool = True, **extra: Any) -> dict[str
 
 def _policy_fields(required: bool) -> dict[str, Any]:
     schema = object_schema(QueuePolicy, required=required)
+    for f in policy_fields():  # the field's own docstring, as the policy editor shows it
+        schema["properties"][f.name]["description"] = f.doc
     for name, (lo, hi) in POLICY_BOUNDS.items():
         prop = schema["properties"][name]
         prop.update(minimum=lo, maximum=hi)
@@ -317,6 +319,12 @@ def document() -> dict[str, Any]:
                 parameters=[
                     _query("queue", NAME, "only this queue"),
                     _query("after", {"type": "string"}, "start after this event id"),
+                    _query(
+                        "since",
+                        {"type": "number", "minimum": 0, "maximum": MAX_SECONDS},
+                        "without after: start with the events of the last this many "
+                        "seconds (storage's clock)",
+                    ),
                     {
                         "name": "Last-Event-ID",
                         "in": "header",

@@ -8,7 +8,9 @@ endpoints of their own and share the API's checks and CSRF guard.
 
 from __future__ import annotations
 
-import dataclasses
+import re
+import time
+import unicodedata
 from typing import Any
 
 import jinja2
@@ -20,19 +22,79 @@ from starlette.staticfiles import StaticFiles
 from tenure.app import App
 from tenure.backends.base import Backend
 from tenure.cli.output import seconds, summary, to_json, when
+from tenure.config import policy_fields
 from tenure.core.names import check_job_id, check_name
-from tenure.core.states import UNFINISHED, State
+from tenure.core.states import UNFINISHED, State, parse_state
 from tenure.core.urls import redacted
+from tenure.job import Job
 from tenure.metrics import read_queues
 from tenure.web.guard import SESSION_COOKIE
+
+# Characters that change how the text around them reads without showing
+# themselves: bidirectional overrides, zero-width and other format characters,
+# controls, line separators. A worker named "…\u202eevil" must not show as "live".
+_HIDDEN_CATEGORIES = frozenset({"Cf", "Cc", "Zl", "Zp"})
+_NOT_PLAIN = re.compile(r"[^\x20-\x7e\n\t]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if unicodedata.category(char) not in _HIDDEN_CATEGORIES:
+        return char
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def visible(value: Any) -> Any:
+    """Text with its invisible characters written as escapes (``\\u202e``), as
+    dashboard.js's ``visible`` does; other values as they are. Every ``{{ }}``
+    of the templates goes through it (``finalize``); ``raw`` opts out, for ids
+    sent back to the server."""
+    if type(value) is not str or (value.isascii() and value.isprintable()):
+        return value
+    return _NOT_PLAIN.sub(_escape, value)
+
+
+class Raw(str):
+    """A value shown as it is: an id in a link or a form, which must reach the
+    server unchanged (the page's escaping of markup still applies)."""
+
+    __slots__ = ()
+
 
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("tenure.web", "templates"),
     autoescape=True,
     undefined=jinja2.StrictUndefined,
+    finalize=visible,
 )
-TEMPLATES.filters.update(when=when, seconds=seconds, summary=summary, to_json=to_json)
 PAGE_SIZE = 50
+# The overview's charts and feed open with this many seconds of stored events,
+# so that a page opened after an incident shows it.
+HISTORY = 900
+# A task filter looks through at most these many pages of the listing for one
+# page of its task's jobs: storage has no index by task.
+FILTER_PAGES = 20
+ARGS_SHOWN = 80  # characters of a job's arguments in a listing
+
+
+def shortened(value: Any) -> str:
+    """A value as JSON, cut to ARGS_SHOWN characters."""
+    text = to_json(value)
+    return text if len(text) <= ARGS_SHOWN else text[: ARGS_SHOWN - 1] + "…"
+
+
+def age(ts: float) -> str:
+    """How long ago ``ts`` was, in the largest unit that fits: ``42 s``, ``3 min``, ``5 h``."""
+    ago = max(0.0, time.time() - ts)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if ago >= size:
+            return f"{int(ago // size)} {unit}"
+    return f"{int(ago)} s"
+
+
+TEMPLATES.filters.update(when=when, seconds=seconds, summary=summary, to_json=to_json, raw=Raw,
+                         shortened=shortened, age=age)  # fmt: skip
 
 
 def render(request: Request, name: str, code: int = 200, **values: Any) -> HTMLResponse:
@@ -59,6 +121,7 @@ class Pages:
         return [
             Route("/", self.overview, methods=["GET"]),
             Route("/jobs/{id}", self.job, methods=["GET"]),
+            Route("/queues/{queue}/jobs", self.jobs, methods=["GET"]),
             Route("/queues/{queue}/dead", self.dead, methods=["GET"]),
             Route("/queues/{queue}/policy", self.policy, methods=["GET"]),
             Route("/workers", self.workers, methods=["GET"]),
@@ -70,13 +133,35 @@ class Pages:
 
     async def overview(self, request: Request) -> HTMLResponse:
         queues = await read_queues(await self.backend())
-        return render(request, "overview.html", queues=queues, storage=redacted(self.app.url))
+        return render(request, "overview.html", queues=queues, storage=redacted(self.app.url),
+                      history=HISTORY)  # fmt: skip
 
     async def job(self, request: Request) -> HTMLResponse:
         job = await self.app.aget_job(check_job_id(request.path_params["id"]))
         policy = await (await self.backend()).get_policy(job.queue)
         return render(request, "job.html", job=job, policy=policy,
                            live=job.state in UNFINISHED)  # fmt: skip
+
+    async def jobs(self, request: Request) -> HTMLResponse:
+        """A page of the queue's jobs, newest first, in one state and of one task if asked."""
+        queue = check_name("queue", request.path_params["queue"])
+        named = request.query_params.get("state") or None
+        state = None if named is None else parse_state(named)
+        task = request.query_params.get("task") or None
+        if task is not None:
+            check_name("task", task)
+        after = request.query_params.get("after") or None
+        jobs: list[Job] = []
+        looked = 0
+        while looked < (FILTER_PAGES if task else 1) * PAGE_SIZE:
+            page = await self.app.ajobs(queue, state, PAGE_SIZE, after)
+            looked += len(page.jobs)
+            jobs += [j for j in page.jobs if task is None or j.task == task]
+            after = page.next_cursor
+            if after is None or len(jobs) >= PAGE_SIZE:
+                break
+        return render(request, "jobs.html", queue=queue, state=state, task=task, jobs=jobs,
+                      next_cursor=after, looked=looked)  # fmt: skip
 
     async def dead(self, request: Request) -> HTMLResponse:
         queue = check_name("queue", request.path_params["queue"])
@@ -88,7 +173,7 @@ class Pages:
     async def policy(self, request: Request) -> HTMLResponse:
         queue = check_name("queue", request.path_params["queue"])
         policy = await (await self.backend()).get_policy(queue)
-        fields = [(f.name, getattr(policy, f.name)) for f in dataclasses.fields(policy)]
+        fields = [(f, getattr(policy, f.name)) for f in policy_fields()]
         return render(request, "policy.html", queue=queue, fields=fields)
 
     async def workers(self, request: Request) -> HTMLResponse:

@@ -4,8 +4,9 @@ Each event is one message: ``id:`` its event id, ``data:`` the event as JSON
 (``Event.to_dict``). A client that reconnects sends the last id it saw as
 ``Last-Event-ID`` (an ``EventSource`` does it by itself) and the stream resumes
 right after it: no event kept by the retention is missed. ``?after=now``
-starts at the present instead of the oldest kept event (a fresh dashboard);
-the stream then first sends the id of that position, without data, which an
+starts at the present instead of the oldest kept event, ``?since=S`` with the
+events of the last S seconds (a fresh dashboard: its recent past); the stream
+then first sends the id of that position, without data, which an
 ``EventSource`` keeps as its ``Last-Event-ID``. While nothing
 happens, a comment line every KEEPALIVE seconds keeps proxies from closing
 the connection, and tells a server that the client is gone.
@@ -20,6 +21,7 @@ from starlette.responses import Response, StreamingResponse
 
 from tenure.app import App
 from tenure.backends.base import Backend
+from tenure.config import check_seconds
 from tenure.core.events import Event
 from tenure.events import BATCH
 from tenure.web.responses import dumps, error_response
@@ -30,6 +32,16 @@ RETRY_MS = 1000  # how soon a client reconnects
 # connections (32 by default), and the API needs the others.
 MAX_STREAMS = 16
 NOW = "now"  # ?after=now: only events recorded from the request on
+
+
+def _seconds(name: str, text: str) -> float:
+    """A query parameter's number of seconds, within [0, ten years]."""
+    try:
+        value: float | str = float(text)
+    except ValueError:
+        value = text  # refused just below, as a value out of range is
+    check_seconds(name, value)
+    return float(value)
 
 
 def message(event: Event) -> bytes:
@@ -46,10 +58,13 @@ class EventStream:
     async def respond(self, request: Request) -> Response:
         queue = request.query_params.get("queue") or None
         after = request.headers.get("last-event-id") or request.query_params.get("after") or None
+        since = request.query_params.get("since") or None
         backend = await self.app.abackend()
         start = None
         if after == NOW:
             after = start = await backend.events_now(queue)
+        elif after is None and since is not None:
+            after = start = await backend.events_now(queue, _seconds("since", since))
         # Read once before the response starts: a bad queue or id is a 400, not a broken stream.
         first = await backend.read_events(queue, after, BATCH, 0.0)
         if self.open >= MAX_STREAMS:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import psycopg
 
+from tenure.backends.base import check_ago
 from tenure.backends.postgres.statements import Statements
 from tenure.config import QueuePolicy
 from tenure.core.events import Event
@@ -81,17 +82,27 @@ class EventReading:
                 return events
             await asyncio.sleep(min(HELD_BACK_RETRY if held else EVENTS_POLL, left))
 
-    async def events_now(self, queue: str | None) -> str:
+    async def events_now(self, queue: str | None, ago: float = 0.0) -> str:
         # Just before the horizon in (xid, id) order, with the whole of that
         # (never complete) row skipped: what transactions older than the
         # horizon recorded comes before, what any other records, after.
         if queue is not None:
             check_name("queue", queue)
+        if check_ago(ago):
+            return await self._events_before(ago)
         async with self._conn() as conn:
             cur = await conn.execute(self.q["events_horizon"])
             row = await cur.fetchone()
         assert row is not None
         return f"{int(row[0]) - 1}-{MAX_ID}.{MAX_ID}"
+
+    async def _events_before(self, ago: float) -> str:
+        """After the whole of the newest row recorded over ``ago`` seconds ago
+        (before every row when none is)."""
+        async with self._conn() as conn:
+            cur = await conn.execute(self.q["last_event_before"], {"ago": ago})
+            row = await cur.fetchone()
+        return "0-0.0" if row is None else f"{row[0]}-{row[1]}.{MAX_ID}"
 
     async def _read(
         self, queue: str | None, cursor: Cursor, limit: int

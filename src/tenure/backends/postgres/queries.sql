@@ -787,6 +787,14 @@ FROM horizon LEFT JOIN LATERAL (
     LIMIT %(limit)s
 ) AS e ON true
 
+-- name: last_event_before
+-- The row of the newest events recorded over %(ago)s seconds ago: a walk back
+-- through the primary key from the newest row, through the rows recorded since.
+SELECT xid::text, id FROM {schema}.events
+WHERE at < extract(epoch FROM now())::float8 - %(ago)s
+ORDER BY xid DESC, id DESC
+LIMIT 1
+
 -- name: events_horizon
 -- The oldest transaction still running: every transaction older has ended, so
 -- an event recorded from now on is written by this one or a younger one.

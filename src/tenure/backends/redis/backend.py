@@ -35,6 +35,7 @@ from tenure.backends.base import (
     Tick,
     WorkerInfo,
     bad_cursor,
+    check_ago,
     check_cursor,
     check_delay,
     check_listing,
@@ -478,10 +479,10 @@ class RedisBackend:
             raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
         return await self._events.read(queue, after, limit, timeout)
 
-    async def events_now(self, queue: str | None) -> str:
+    async def events_now(self, queue: str | None, ago: float = 0.0) -> str:
         if self._events is None:
             raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
-        return await self._events.now(queue)
+        return await self._events.now(queue, check_ago(ago))
 
     # -- operators ---------------------------------------------------------
 

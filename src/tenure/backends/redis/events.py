@@ -121,18 +121,20 @@ class EventReader:
             else:
                 await self._block(starts, min(left, MAX_BLOCK))
 
-    async def now(self, queue: str | None) -> str:
+    async def now(self, queue: str | None, ago: float = 0.0) -> str:
         """After the newest entry of the queue's stream, all of it: a new entry's
         id is above every id the stream ever had, trimmed or not. For every
         queue, before Redis's current millisecond: another stream's next entry
         may share the newest entry's millisecond, but none is written below the
-        clock (entries of this millisecond, written just before, come after)."""
-        if queue is None:
+        clock (entries of this millisecond, written just before, come after).
+        ``ago`` seconds back: before that millisecond, as stream ids are times."""
+        if queue is not None:
+            check_name("queue", queue)
+        if queue is None or ago:
             seconds, micros = await self.runner.command("TIME", repeatable=True)
-            ms = int(seconds) * 1000 + int(micros) // 1000
+            ms = int(seconds) * 1000 + int(micros) // 1000 - int(ago * 1000)
             # No entry has the part MAX_PART: the queue named orders nothing.
-            return f"{ms - 1}-{MAX_PART}.{MAX_PART}@default"
-        check_name("queue", queue)
+            return f"{max(ms, 1) - 1}-{MAX_PART}.{MAX_PART}@{queue or 'default'}"
         newest = await self.runner.command(
             "XREVRANGE", self.stream(queue), "+", "-", "COUNT", 1, repeatable=True
         )

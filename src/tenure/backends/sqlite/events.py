@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
+from tenure.backends.base import check_ago
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
 from tenure.core.clock import Clock
@@ -145,13 +146,18 @@ class EventReading:
                     return []
                 await asyncio.sleep(min(WATCH_INTERVAL, left))
 
-    async def events_now(self, queue: str | None) -> str:
+    async def events_now(self, queue: str | None, ago: float = 0.0) -> str:
         if queue is not None:
             check_name("queue", queue)
-        return str(await self._run(self._last_event))
+        return str(await self._run(self._last_event, check_ago(ago)))
 
-    def _last_event(self) -> int:
-        (last,) = self.conn.execute(Q["last_event"]).fetchone()
+    def _last_event(self, ago: float) -> int:
+        if ago:
+            (last,) = self.conn.execute(
+                Q["last_event_before"], (self.clock.now() - ago,)
+            ).fetchone()
+        else:
+            (last,) = self.conn.execute(Q["last_event"]).fetchone()
         return int(last)
 
     def _read_events(self, queue: str | None, after: int, limit: int) -> tuple[list[Event], int]:

@@ -353,6 +353,11 @@ ORDER BY id LIMIT ?3
 -- retention pass keeps the newest row for that reason).
 SELECT coalesce(max(id), 0) FROM events
 
+-- name: last_event_before
+-- The number of the newest event recorded before time ?1 (0: none kept is):
+-- a walk back from the newest row, through the rows recorded since.
+SELECT coalesce((SELECT id FROM events WHERE at < ?1 ORDER BY id DESC LIMIT 1), 0)
+
 -- name: trim_events
 -- Retention, per queue's policy: events older than its events_max_age, or
 -- beyond its newest events_max_count (?1 now; ?2, ?3 the defaults). The

@@ -1,6 +1,6 @@
 // tenure's dashboard: live counts, the event feed and chart, live job pages, and
 // the pages' actions sent to the JSON API. Values are put in the page as text
-// (textContent), never as markup.
+// (textContent), never as markup, and through visible().
 "use strict";
 
 const root = document.body.dataset.root || "";
@@ -19,24 +19,47 @@ async function api(method, path, body) {
 
 function notify(text, failed) {
   const notice = document.getElementById("notice");
-  notice.textContent = text;
+  notice.textContent = visible(text);
   notice.className = failed ? "error" : "ok";
   notice.hidden = false;
 }
 
+// Invisible characters (bidirectional overrides, zero-width and other format
+// characters, controls but tab and newline, line separators) as escapes, as the
+// pages' Jinja filter writes them: a worker "\u202eevil" must not read "live".
+const HIDDEN = /[\p{Cf}\p{Cc}\p{Zl}\p{Zp}]/gu;
+
+function visible(text) {
+  return String(text).replace(HIDDEN, (char) => {
+    if (char === "\n" || char === "\t") return char;
+    const code = char.codePointAt(0);
+    return code <= 0xffff ? "\\u" + code.toString(16).padStart(4, "0")
+      : "\\U" + code.toString(16).padStart(8, "0");
+  });
+}
+
 function element(tag, text, className) {
   const node = document.createElement(tag);
-  if (text !== undefined) node.textContent = text;
+  if (text !== undefined) node.textContent = visible(text);
   if (className) node.className = className;
   return node;
 }
 
 // -- the overview: counts, feed, chart ----------------------------------------
 
-const BUCKET_MS = 5000;
-const BUCKETS = 36;
+const BUCKET_MS = 10000;
 const FEED_ROWS = 200;
+const KEPT = 2000;  // recent events the feed is drawn from, at least (progress ones too)
+const LOOKUPS = 4;  // requests at once for the task of a job the page saw no enqueue of
 const STALLS_KEPT = 1000;  // stalled jobs whose next start the latency chart waits for
+
+// A time as the pages show it: local ISO time with seconds ("2026-12-04 17:03:09").
+function isoTime(ms) {
+  const d = new Date(ms);
+  const two = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} `
+    + `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+}
 
 function link(text, href) {
   const anchor = element("a", text);
@@ -55,6 +78,7 @@ function addQueueRow(body, queue) {
   for (const state of Object.keys(queue.counts)) {
     row.append(element("td", undefined, "num"));
     row.lastChild.dataset.state = state;
+    row.lastChild.append(link("", path + "/jobs?state=" + state));
   }
   row.append(element("td", undefined, "num"));
   row.lastChild.dataset.lag = "";
@@ -76,7 +100,7 @@ function refreshCounts() {
       const row = body.querySelector(`tr[data-queue="${CSS.escape(queue.name)}"]`)
         || addQueueRow(body, queue);
       for (const [state, n] of Object.entries(queue.counts)) {
-        const cell = row.querySelector(`td[data-state="${state}"]`);
+        const cell = row.querySelector(`td[data-state="${state}"] a`);
         if (cell) cell.textContent = String(n);
       }
       row.querySelector("td[data-lag]").textContent = queue.lag.toFixed(2) + " s";
@@ -84,24 +108,100 @@ function refreshCounts() {
   }, () => {});
 }
 
-function feedRow(event) {
+// Task names of the jobs the feed shows: from their enqueued events, else
+// asked of the API, a few at a time, once each.
+function taskNames(changed) {
+  const names = new Map();
+  const wanted = [];
+  let asking = 0;
+  const ask = () => {
+    while (asking < LOOKUPS && wanted.length) {
+      const id = wanted.shift();
+      asking += 1;
+      api("GET", root + "/api/jobs/" + encodeURIComponent(id)).then(
+        (job) => names.set(id, job.task), () => names.set(id, "?"),
+      ).finally(() => { asking -= 1; changed(); ask(); });
+    }
+  };
+  return {
+    learn(event) {
+      if (event.kind === "enqueued" && event.data.task) names.set(event.job_id, event.data.task);
+    },
+    // Only the jobs of these ids are remembered from now on: a page left open
+    // on a busy queue sees millions of jobs.
+    keepOnly(ids) {
+      for (const id of names.keys()) if (!ids.has(id)) names.delete(id);
+    },
+    size: () => names.size,
+    of(id) {
+      if (!names.has(id)) {
+        names.set(id, "");
+        wanted.push(id);
+        ask();
+      }
+      return names.get(id);
+    },
+  };
+}
+
+function feedRow(event, task) {
   const row = element("li", undefined, "event " + event.kind);
-  row.append(element("time", new Date(event.at * 1000).toLocaleTimeString()));
+  const time = element("time", isoTime(event.at * 1000));
+  time.dateTime = new Date(event.at * 1000).toISOString();
+  row.append(time);
   row.append(element("span", event.kind, "state " + event.kind));
   row.append(element("span", event.queue, "queue"));
+  row.append(element("span", task, "task"));
   row.append(link(event.job_id.slice(-12), root + "/jobs/" + encodeURIComponent(event.job_id)));
-  const detail = event.data.detector || event.data.dead_reason || event.data.outcome || "";
+  const detail = event.data.detector || event.data.dead_reason || event.data.outcome
+    || (event.kind === "progress" ? JSON.stringify(event.data.progress) : "");
   if (detail) row.append(element("span", String(detail), "detail"));
   return row;
+}
+
+// The feed, newest first, drawn again from the events kept: progress events
+// only when asked for.
+function eventFeed(feed) {
+  const kept = [];
+  const toggle = document.getElementById("show-progress");
+  let due = null;
+  const draw = () => {
+    due = null;
+    const rows = [];
+    for (let i = kept.length - 1; i >= 0 && rows.length < FEED_ROWS; i--) {
+      if (kept[i].kind !== "progress" || toggle.checked) rows.push(kept[i]);
+    }
+    feed.replaceChildren(...rows.map((e) => feedRow(e, tasks.of(e.job_id))));
+  };
+  const later = () => { if (due === null) due = setTimeout(draw, 100); };
+  const tasks = taskNames(later);
+  toggle.addEventListener("change", draw);
+  return {
+    add(event) {
+      tasks.learn(event);
+      kept.push(event);
+      if (kept.length >= 2 * KEPT) {  // now and then, not at every event of a replay
+        kept.splice(0, kept.length - KEPT);
+        if (tasks.size() > 2 * KEPT) tasks.keepOnly(new Set(kept.map((e) => e.job_id)));
+      }
+      later();
+    },
+  };
 }
 
 // Bars of one chart, one a slot, oldest first: parts are [className, value of a slot].
 function drawBars(chart, slots, parts, describe) {
   const total = (slot) => parts.reduce((sum, [, value]) => sum + value(slot), 0);
   const most = Math.max(1e-9, ...slots.map(total));
+  const axis = document.getElementById(chart.id + "-max");
+  const top = Math.max(...slots.map(total));
+  axis.textContent = `${Number.isInteger(top) ? top : top.toFixed(2)} ${axis.dataset.unit}`;
+  const figure = chart.closest("figure");
+  figure.querySelector(".x-axis .from").textContent = isoTime(slots[0].at);
+  figure.querySelector(".x-axis .to").textContent = isoTime(slots[slots.length - 1].at + BUCKET_MS);
   chart.replaceChildren(...slots.map((slot) => {
     const bar = element("div", undefined, "bar");
-    bar.title = describe(slot);
+    bar.title = `${isoTime(slot.at)}: ${describe(slot)}`;
     for (const [name, value] of parts) {
       const part = element("span", undefined, name);
       part.style.height = (100 * value(slot) / most) + "%";
@@ -114,12 +214,12 @@ function drawBars(chart, slots, parts, describe) {
 // Throughput and recovery latency, from the events alone. A recovery's latency
 // is its job's next start minus when the stalled attempt went silent (the
 // stalled event's time minus its silent_for): the time the job was lost for.
-function overviewCharts() {
+function overviewCharts(buckets) {
   const slots = new Map();  // slot start (ms) -> {completed, stalled, recovered, worst}
   const silentSince = new Map();  // job id -> ms its stalled attempt went silent
   const slotAt = (ms) => {
     const at = Math.floor(ms / BUCKET_MS) * BUCKET_MS;
-    if (!slots.has(at)) slots.set(at, { completed: 0, stalled: 0, recovered: 0, worst: 0 });
+    if (!slots.has(at)) slots.set(at, { at, completed: 0, stalled: 0, recovered: 0, worst: 0 });
     return slots.get(at);
   };
   const count = (event) => {
@@ -140,8 +240,8 @@ function overviewCharts() {
   const draw = () => {
     const last = Math.floor(Date.now() / BUCKET_MS) * BUCKET_MS;
     const shown = [];
-    for (let i = BUCKETS - 1; i >= 0; i--) shown.push(slotAt(last - i * BUCKET_MS));
-    for (const at of slots.keys()) if (at < last - (BUCKETS - 1) * BUCKET_MS) slots.delete(at);
+    for (let i = buckets - 1; i >= 0; i--) shown.push(slotAt(last - i * BUCKET_MS));
+    for (const at of slots.keys()) if (at < last - (buckets - 1) * BUCKET_MS) slots.delete(at);
     drawBars(document.getElementById("chart"), shown,
       [["stalled", (s) => s.stalled], ["completed", (s) => s.completed]],
       (s) => `${s.completed} completed, ${s.stalled} stalled`);
@@ -155,17 +255,17 @@ function overviewCharts() {
 }
 
 function startOverview(feed) {
-  const charts = overviewCharts();
+  const charts = overviewCharts(Math.ceil(Number(feed.dataset.history) * 1000 / BUCKET_MS));
+  const events = eventFeed(feed);
   let countsDue = null;
-  // From now on (a fresh page need not replay the retention window); a
-  // reconnect resumes after the last id the stream gave, exactly.
+  // The recent past first (?since=), then live; a reconnect resumes after
+  // the last id the stream gave, exactly.
   const source = new EventSource(feed.dataset.events);
   source.onopen = () => { feed.dataset.connected = "true"; };
   source.onerror = () => { delete feed.dataset.connected; };
   source.onmessage = (message) => {
     const event = JSON.parse(message.data);
-    feed.prepend(feedRow(event));
-    while (feed.children.length > FEED_ROWS) feed.lastChild.remove();
+    events.add(event);
     charts.count(event);
     if (countsDue === null) countsDue = setTimeout(() => { countsDue = null; refreshCounts(); charts.draw(); }, 250);
   };
@@ -173,14 +273,17 @@ function startOverview(feed) {
   setInterval(charts.draw, BUCKET_MS);
 }
 
-// -- a job's page: reloaded when its state changes ----------------------------
+// -- a job's page: its progress live, reloaded when its state changes --------
 
 function startJob(job) {
+  const progress = document.getElementById("progress");
   const poll = setInterval(() => {
     api("GET", root + "/api/jobs/" + encodeURIComponent(job.dataset.job)).then((data) => {
       if (data.state !== job.dataset.state) {
         clearInterval(poll);
         location.reload();
+      } else if (data.progress !== null) {
+        progress.textContent = visible(JSON.stringify(data.progress));
       }
     }, () => {});
   }, 1000);
@@ -188,39 +291,90 @@ function startJob(job) {
 
 // -- actions ------------------------------------------------------------------
 
+// A field's value as the API takes it, or an Error naming what is wrong
+// (the same bounds the server checks again).
+function fieldValue(input) {
+  if (input.type === "checkbox") return input.checked;
+  if (input.tagName === "SELECT") return input.value;
+  const text = input.value.trim();
+  if (text === "") {
+    if (input.required) throw new Error(`${input.name}: a number is needed`);
+    return null;
+  }
+  const value = Number(text);
+  const low = Number(input.min), high = Number(input.max);
+  const integer = input.step === "1";
+  const above = input.hasAttribute("data-above");
+  if (!Number.isFinite(value) || (integer && !Number.isInteger(value))
+      || (above ? value <= low : value < low) || value > high) {
+    const kind = integer ? "an integer" : "a number";
+    throw new Error(`${input.name} must be ${kind} within ${above ? "(" : "["}${input.min}, ${input.max}], got ${text}`);
+  }
+  return value;
+}
+
 function policyChanges(form) {
   const changes = {};
-  for (const input of form.querySelectorAll("input[name]")) {
-    if (input.value === input.dataset.initial) continue;
-    try {
-      changes[input.name] = JSON.parse(input.value);
-    } catch {
-      changes[input.name] = input.value;  // a bare word: the string itself, as the CLI reads it
-    }
+  for (const input of form.querySelectorAll("[name]")) {
+    const value = fieldValue(input);
+    if (value !== JSON.parse(input.dataset.initial)) changes[input.name] = value;
   }
   return changes;
 }
 
+function selected(form) {
+  const boxes = form.querySelectorAll("input[name=ids]:checked, input[type=hidden][name=ids]");
+  return [...boxes].map((box) => box.value);
+}
+
+// One request; its notice: "<done>" and the count the response gives, if any.
+function send(path, method, body, done) {
+  return api(method, path, body).then((data) =>
+    done + (typeof data[done] === "number" ? ` ${data[done]}` : ""));
+}
+
+// Each selected job cancelled by its own request (the API's cancel verb), all at once.
+function cancelSelected(ids) {
+  if (!ids.length) throw new Error("select jobs first");
+  const each = ids.map((id) => api("POST", root + "/api/jobs/" + encodeURIComponent(id) + "/cancel"));
+  return Promise.allSettled(each).then((results) => {
+    const refused = results.filter((r) => r.status === "rejected");
+    const text = `cancelled ${results.length - refused.length}`;
+    if (refused.length) throw new Error(`${text}; ${refused.length} refused: ${refused[0].reason.message}`);
+    return text;
+  });
+}
+
+// Each action sends its form and gives the promise of its notice; it throws
+// (nothing sent) for what the page itself refuses.
 const ACTIONS = {
-  cancel: () => ["POST", undefined, "cancelled"],
-  retry: (form, submitter) => {
-    const ids = [...form.querySelectorAll("input[name=ids]:checked")].map((box) => box.value);
-    const body = submitter && submitter.value === "all" ? { all: true } : { ids };
-    return ["POST", body, "retried"];
+  cancel: (path) => send(path, "POST", undefined, "cancelled"),
+  "cancel-selected": (path, form) => cancelSelected(selected(form)),
+  retry: (path, form, submitter) => {
+    const all = submitter && submitter.value === "all";
+    const ids = selected(form);
+    if (!all && !ids.length) throw new Error("select jobs first");
+    return send(path, "POST", all ? { all: true } : { ids }, "retried");
   },
-  purge: (form) => ["POST", { all: true, confirm: form.elements.confirm.value }, "purged"],
-  policy: (form) => ["PUT", policyChanges(form), "saved"],
+  purge: (path, form) => send(path, "POST", { all: true, confirm: form.elements.confirm.value }, "purged"),
+  policy: (path, form) => send(path, "PUT", policyChanges(form), "saved"),
 };
 
 function onSubmit(event) {
   const form = event.target;
-  const action = ACTIONS[form.dataset.action];
+  const submitter = event.submitter;
+  const action = ACTIONS[(submitter && submitter.dataset.action) || form.dataset.action];
   if (!action) return;
   event.preventDefault();
-  const [method, body, done] = action(form, event.submitter);
-  api(method, form.dataset.api, body).then((data) => {
-    const n = typeof data[done] === "number" ? ` ${data[done]}` : "";
-    notify(done + n);
+  let done;
+  try {
+    done = action(form.dataset.api, form, submitter);
+  } catch (error) {
+    notify(error.message, true);  // refused in the page: nothing sent
+    return;
+  }
+  done.then((text) => {
+    notify(text);
     setTimeout(() => location.reload(), 600);
   }, (error) => notify(error.message, true));
 }
