@@ -131,7 +131,7 @@ def test_commands_that_store_nothing__do_not_create_a_mistyped_database(
 ) -> None:
     typo = tmp_path / "typo.db"
     for args in (["status"], ["jobs"], ["job", "x"], ["cancel", "x"], ["policy", "get"],
-                 ["dlq", "list"], ["dlq", "retry", "--queue", "q"]):  # fmt: skip
+                 ["dlq", "list"], ["dlq", "retry", "--queue", "q", "--all"]):  # fmt: skip
         result = CliRunner().invoke(cli, ["--url", f"sqlite:///{typo}", *args])
         assert_one_line_error(result, f"SQLite database {typo} does not exist")
     assert list(tmp_path.iterdir()) == []
@@ -236,7 +236,13 @@ def test_dlq__list_show_retry_and_purge(tenure: Any, tmp_path: Path, url: str) -
     assert_one_line_error(tenure("job", unknown), "no job with id")
 
     assert run_worker(tmp_path, url).returncode == 0  # boom dies again
-    assert ok(tenure("dlq", "retry", "-q", "default")).stdout.strip() == "retried 1 dead job(s)"
+    # Every dead job at once only when asked for, as purge's --yes.
+    assert_one_line_error(tenure("dlq", "retry"), "pass --all", code=2)
+    assert_one_line_error(tenure("dlq", "retry", "-q", "default"), "pass --all", code=2)
+    assert_one_line_error(tenure("dlq", "retry", "--all", failed), "not both", code=2)
+    assert as_json(tenure("job", failed, "--json"))["state"] == "dead"
+    done = tenure("dlq", "retry", "-q", "default", "--all")
+    assert ok(done).stdout.strip() == "retried 1 dead job(s)"
     assert run_worker(tmp_path, url).returncode == 0
     assert ok(tenure("dlq", "purge", "--yes")).stdout.strip() == "purged 1 dead job(s)"
     assert ok(tenure("dlq", "list")).stdout.strip() == "no dead jobs"
@@ -470,3 +476,30 @@ def test_enqueue_with_app__applies_the_tasks_defaults_and_parameters(
 def test_a_bad_app_path__is_one_line(app_module: Any) -> None:
     result = CliRunner().invoke(cli, ["--app", "no_such_module:app", "status"])
     assert_one_line_error(result, "--app: cannot import 'no_such_module'")
+
+
+def test_enqueue_with_app_of_a_task_it_does_not_define__is_refused_naming_the_closest(
+    app_module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TENURE_URL", raising=False)
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    path = app_module(url)
+    runner = CliRunner()
+    typo = runner.invoke(cli, ["--app", path, "enqueue", "adds"])
+    assert_one_line_error(typo, "defines no task 'adds'", "did you mean 'add'?", "--any-task")
+    far = runner.invoke(cli, ["enqueue", "zzz"], env={"TENURE_APP": path})
+    assert_one_line_error(far, "defines no task 'zzz'", "its tasks: add, boom")
+    assert not (tmp_path / "d.db").exists()  # nothing was stored
+    newer = runner.invoke(cli, ["--app", path, "enqueue", "adds", "--any-task"])
+    assert ok(newer).stdout.split()[1] == "queued"
+    # Without an App, a task by any name is enqueued, as a producer's is.
+    bare = runner.invoke(cli, ["--url", url, "enqueue", "zzz"])
+    assert ok(bare).stdout.split()[1] == "queued"
+
+
+def test_help__says_what_each_default_is_in_plain_text() -> None:
+    enqueue_help = ok(CliRunner().invoke(cli, ["enqueue", "--help"])).stdout
+    assert "the task's own queue" in " ".join(enqueue_help.split())
+    policy_help = ok(CliRunner().invoke(cli, ["policy", "set", "--help"])).stdout
+    assert "``" not in policy_help
+    assert "tenure policy set lease_ttl=5" in policy_help

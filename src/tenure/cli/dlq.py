@@ -53,9 +53,19 @@ def show(job_id: str, as_json: bool) -> None:
 
 @dlq.command()
 @click.option("--queue", "-q", help=QUEUE_HELP)
+@click.option("--all", "all_", is_flag=True, help="Retry every dead job (of --queue, if given).")
 @click.argument("job_ids", metavar="[ID]...", nargs=-1)
-def retry(queue: str | None, job_ids: tuple[str, ...]) -> None:
-    """Requeue dead jobs with their budgets reset (all of them when no ID is given)."""
+def retry(queue: str | None, all_: bool, job_ids: tuple[str, ...]) -> None:
+    """Requeue dead jobs with their budgets reset: those named by ID (or by
+    a unique prefix of 8 characters or more), or every one with --all. Their
+    attempts keep counting on, and each gets a 'retried' event."""
+    if bool(job_ids) == all_:
+        where = f"of queue {queue!r}" if queue else "of every queue"
+        raise click.UsageError(
+            f"name the dead jobs to retry by ID, or pass --all to retry every dead job {where}"
+            if not all_
+            else "pass either IDs or --all, not both"
+        )
     moved = _apply(open_app(write=True), "retry", queue, job_ids)
     click.echo(f"retried {moved} dead job(s)")
 
