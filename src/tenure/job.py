@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -45,6 +46,18 @@ def new_job_ids(n: int) -> list[str]:
 
 
 _VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
+_DASHES = (8, 12, 16, 20)  # where new_job_id's groups end: 8-4-4-4-12 hex digits
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def id_prefix(text: str) -> str:
+    """A prefix of a job id as typed: hex digits without the dashes (as copied
+    from a UUID shown without them) get them back, in lower case."""
+    if len(text) <= _DASHES[0] or len(text) > 32 or not set(text) <= _HEX:
+        return text
+    text = text.lower()
+    cuts = [0, *(d for d in _DASHES if d < len(text)), len(text)]
+    return "-".join(text[a:b] for a, b in itertools.pairwise(cuts))
 
 
 @dataclass(frozen=True)

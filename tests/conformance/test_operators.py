@@ -4,6 +4,7 @@ Cancelling an active job (a request to its worker) is in test_abort.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from typing import Any
@@ -93,6 +94,43 @@ def test_get__returns_history_ordered_by_fence(backend: Any, worker: str) -> Non
     assert all(a.ended_at is not None and a.ended_at >= a.started_at for a in history)
     starts = [a.started_at for a in history]
     assert starts == sorted(starts)
+
+
+# -- match_ids -------------------------------------------------------------------
+
+
+def enqueue_with_ids(backend: Any, ids: list[str]) -> None:
+    backend.enqueue([dataclasses.replace(spec(), id=i) for i in ids])
+
+
+def test_match_ids__are_the_ids_that_begin_with_the_prefix(backend: Any) -> None:
+    ids = ["0190abcd-1111-7aaa-8aaa-000000000001", "0190abcd-1111-7aaa-8aaa-000000000002",
+           "0190abcd-2222-7bbb-9bbb-000000000003", "0190abce-0000-7ccc-accc-000000000004",
+           "0190abcc-ffff-7ddd-bddd-000000000005"]  # fmt: skip
+    enqueue_with_ids(backend, ids)
+    assert backend.match_ids("0190abcd", 10) == ids[:3]
+    assert backend.match_ids("0190abcd-", 10) == ids[:3]  # punctuation last: every collation
+    assert backend.match_ids("0190abcd-1111", 10) == ids[:2]
+    assert backend.match_ids("0190abcd-2", 10) == [ids[2]]
+    assert backend.match_ids(ids[3], 10) == [ids[3]]  # a whole id is a prefix of itself
+    assert backend.match_ids("0190abcd-3", 10) == []
+    assert backend.match_ids("0190abc", 10) == sorted(ids)
+    assert len(set(backend.match_ids("0190abcd", 2)) & set(ids[:3])) == 2  # at most limit
+
+
+def test_match_ids__take_glob_and_like_characters_as_themselves(backend: Any) -> None:
+    ids = ["a%b_c*d?e[f]g\\h-1", "a%b_c*d?e[f]g\\h-2", "axbxcxdxexfxgxh-3", "a%b_c*d?e[f]g\\hé"]
+    enqueue_with_ids(backend, ids)
+    assert backend.match_ids("a%b_c*d?e[f]g\\h-", 10) == ids[:2]
+    assert backend.match_ids("a%b_c*d?e[f]g\\hé", 10) == [ids[3]]
+    assert backend.match_ids("a%", 10) == sorted([ids[0], ids[1], ids[3]])
+    assert backend.match_ids("%", 10) == []  # no id tenure makes begins so
+
+
+def test_match_ids_of_bad_input__raises_invalid_input(backend: Any) -> None:
+    for prefix, limit in (("", 5), ("x" * 101, 5), (None, 5), ("0190abcd", 0), ("0190abcd", 101)):
+        with pytest.raises(InvalidInput):
+            backend.match_ids(prefix, limit)
 
 
 # -- list ------------------------------------------------------------------------

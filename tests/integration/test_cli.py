@@ -6,6 +6,7 @@ console script itself run as real subprocesses.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,6 +21,9 @@ from click.testing import CliRunner, Result
 
 from tenure.app import App
 from tenure.cli import cli
+from tenure.core.retry import Decision
+from tenure.core.states import DeadReason, Outcome, State
+from tenure.job import JobSpec
 
 TENURE = Path(sys.executable).with_name("tenure")
 
@@ -503,3 +507,38 @@ def test_help__says_what_each_default_is_in_plain_text() -> None:
     policy_help = ok(CliRunner().invoke(cli, ["policy", "set", "--help"])).stdout
     assert "``" not in policy_help
     assert "tenure policy set lease_ttl=5" in policy_help
+
+
+# -- ids ----------------------------------------------------------------------
+
+
+def store_with_ids(url: str, *ids: str) -> None:
+    with App(url) as app:
+        app.store([dataclasses.replace(JobSpec.create("t"), id=i) for i in ids])
+
+
+def test_an_id_prefix_of_8_characters_or_more__names_its_job_everywhere(
+    tenure: Any, url: str
+) -> None:
+    a, b = "2367cbe5-ab54-7000-8000-000000000001", "2367cbe5-ab99-7000-8000-000000000002"
+    store_with_ids(url, a, b)
+    assert as_json(tenure("job", "2367cbe5-ab54", "--json"))["id"] == a
+    assert as_json(tenure("job", "2367cbe5ab99", "--json"))["id"] == b  # dashes left out
+    assert a in ok(tenure("job", a[:13])).stdout
+    assert ok(tenure("cancel", b[:14])).stdout.strip() == f"{b} cancelled"
+    ambiguous = tenure("job", "2367cbe5")
+    assert_one_line_error(ambiguous, "'2367cbe5' is ambiguous", a, b)
+    assert_one_line_error(tenure("job", "2367cbe5-ab77"), "nor one whose id begins with it")
+    assert_one_line_error(tenure("job", "2367cbe"), "no job with id '2367cbe'")  # too short
+
+
+def test_dlq_commands__take_id_prefixes(tenure: Any, url: str) -> None:
+    dead = "5ad0beef-0000-7000-8000-000000000001"
+    store_with_ids(url, dead)
+    with App(url) as app:
+        worker = app.call(app.backend.claim("w", ["default"], 1))[0]
+        fate = Decision(State.DEAD, dead_reason=DeadReason.ERROR)
+        app.call(app.backend.fail(worker.id, worker.fence, Outcome.ERROR, "boom", fate))
+    assert dead in ok(tenure("dlq", "show", dead[:8])).stdout
+    assert ok(tenure("dlq", "retry", dead[:8], dead)).stdout.strip() == "retried 1 dead job(s)"
+    assert as_json(tenure("job", dead, "--json"))["state"] == "queued"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from typing import Any
@@ -10,6 +11,7 @@ import httpx
 
 from tenure import App
 from tenure.core.states import Outcome, State
+from tenure.job import JobSpec
 from tests.conformance.helpers import claim_one, decision_for, register
 
 JSON_HEADERS = {"content-type": "application/json"}
@@ -96,6 +98,18 @@ def test_cancel__queued_job_or_active_one_then_409_then_404(
     claim_one(backend, register(backend, "w-1"))
     stopping = api.post(f"/api/jobs/{running.id}/cancel").json()
     assert stopping["state"] == "active" and stopping["cancel_requested"] is True
+
+
+def test_job_and_cancel__take_a_unique_id_prefix(api: httpx.Client, web_app: App) -> None:
+    a, b = "2367cbe5-ab54-7000-8000-000000000001", "2367cbe5-ab99-7000-8000-000000000002"
+    web_app.store([dataclasses.replace(JobSpec.create("t"), id=i) for i in (a, b)])
+    assert api.get("/api/jobs/2367cbe5-ab54").json()["id"] == a
+    assert api.get("/api/jobs/2367cbe5ab99").json()["id"] == b
+    assert api.post("/api/jobs/2367cbe5-ab5/cancel").json()["id"] == a
+    ambiguous = api.get("/api/jobs/2367cbe5")
+    assert ambiguous.status_code == 400
+    assert a in ambiguous.json()["message"] and b in ambiguous.json()["message"]
+    assert api.get("/api/jobs/2367cbe5-ab7").status_code == 404
 
 
 def test_dlq__lists_counts_retries_and_purges(

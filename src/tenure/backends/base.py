@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from tenure.config import QueuePolicy, check_seconds
 from tenure.context import Transaction
 from tenure.core.events import Detector, Event
-from tenure.core.names import check_name, is_text, shown
+from tenure.core.names import check_job_id, check_name, is_text, shown
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State, parse_state
 from tenure.errors import InvalidInput, InvalidTransition
@@ -184,6 +184,35 @@ def cursor_seq(text: str) -> int:
     if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= SEQ_MAX):
         raise bad_cursor(text)
     return int(text)
+
+
+MATCH_LIMIT = 100  # the most ids one ``match_ids`` returns
+
+
+def check_match(prefix: object, limit: object) -> tuple[str, int]:
+    """Validate ``match_ids``'s prefix (a possible job id) and limit."""
+    check_job_id(prefix)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MATCH_LIMIT:
+        raise InvalidInput(
+            f"limit must be an integer within [1, {MATCH_LIMIT}], got {shown(limit)}"
+        )
+    return prefix, limit  # type: ignore[return-value]  # checked: a str
+
+
+def prefix_range(prefix: str) -> tuple[str, str] | None:
+    """Bounds ``low <= id < high`` of an index range that holds every id
+    beginning with ``prefix`` (the caller filters the range by the prefix
+    itself); None when no id tenure makes can begin with it (it does not begin
+    with an ASCII letter or digit, as every ``new_job_id`` does). Trailing
+    punctuation is left out of the bounds: a database collation (en_US) may
+    ignore it, and '0190abcd.' would then sort before '0190abcd-0123'; ASCII
+    letters and digits sort alike in every collation."""
+    stem = prefix
+    while stem and not (stem[-1].isascii() and stem[-1].isalnum()):
+        stem = stem[:-1]
+    if not stem:
+        return None
+    return stem, stem[:-1] + chr(ord(stem[-1]) + 1)
 
 
 PRUNE_LIMIT = 10_000  # the most finished jobs one prune deletes: a bounded transaction
@@ -417,6 +446,15 @@ class Backend(Protocol):
 
     async def get(self, job_id: str) -> Job:
         """The job with its history. JobNotFound if absent."""
+
+    async def match_ids(self, prefix: str, limit: int) -> builtins.list[str]:
+        """The ids of jobs that begin with ``prefix``, sorted, at most ``limit``
+        (up to ``MATCH_LIMIT``); when more match, which ``limit`` of them is
+        unspecified; none for a prefix ``prefix_range`` rules out. A read,
+        cheap whatever the number of jobs: SQL, a range scan of the ids'
+        index (``prefix_range``), filtered by the prefix; Redis, which keeps
+        ids in a hash, a scan of it by pieces (``HSCAN MATCH``, a few ms
+        each) that stops once ``limit`` matched."""
 
     async def list(
         self,

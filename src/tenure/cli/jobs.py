@@ -129,7 +129,8 @@ def list_jobs(
 @click.argument("job_id", metavar="ID")
 @json_option
 def job(job_id: str, as_json: bool) -> None:
-    """Show a job with its history of attempts."""
+    """Show a job with its history of attempts. ID may be any unique prefix
+    of the id, of 8 characters or more."""
     found = open_app().get_job(job_id)
     if as_json:
         print_json(job_dict(found))
@@ -140,7 +141,8 @@ def job(job_id: str, as_json: bool) -> None:
 @click.command()
 @click.argument("job_id", metavar="ID")
 def cancel(job_id: str) -> None:
-    """Cancel a job. A scheduled or queued job is cancelled at once; a running
+    """Cancel a job (ID: its id, or a unique prefix of 8 characters or more).
+    A scheduled or queued job is cancelled at once; a running
     one is stopped by its worker within about a heartbeat (its handler sees
     current_job().cancelled, and is killed after the queue's cancel_grace)."""
     cancelled = open_app(write=True).cancel(job_id)

@@ -34,6 +34,7 @@ from tenure.backends.base import (
     check_cursor,
     check_delay,
     check_listing,
+    check_match,
     check_prune_limit,
     check_schedules,
     check_tick,
@@ -41,6 +42,7 @@ from tenure.backends.base import (
     cursor_seq,
     last_proof,
     not_cancellable,
+    prefix_range,
     queue_busy,
 )
 from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
@@ -666,6 +668,15 @@ class PostgresBackend(EventReading):
             cur = await conn.execute(self.q["get_history"], {"id": job_id})
             history = tuple(attempt_from_row(r) for r in await cur.fetchall())
         return job_from_row(row, history)
+
+    async def match_ids(self, prefix: str, limit: int) -> builtins.list[str]:
+        prefix, limit = check_match(prefix, limit)
+        bounds = prefix_range(prefix)
+        if bounds is None:
+            return []
+        low, high = bounds
+        params = {"low": low, "high": high, "prefix": prefix, "limit": limit}
+        return [i for (i,) in await self._rows("match_ids", params)]
 
     async def list(
         self,

@@ -673,6 +673,13 @@ DELETE FROM {schema}.queues WHERE name = %(queue)s
 -- name: get_job
 SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s
 
+-- name: match_ids
+-- Ids that begin with a prefix: a range of the primary key's index (in the
+-- column's collation: see base.prefix_range), filtered by the prefix itself.
+SELECT id FROM {schema}.jobs
+WHERE id >= %(low)s AND id < %(high)s AND starts_with(id, %(prefix)s)
+ORDER BY id LIMIT %(limit)s
+
 -- name: get_history
 -- The attempts that ended otherwise, then the running or completed one, kept
 -- on the job (a row in attempts for it: one an older tenure wrote).

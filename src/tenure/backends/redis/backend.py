@@ -38,16 +38,19 @@ from tenure.backends.base import (
     check_cursor,
     check_delay,
     check_listing,
+    check_match,
     check_prune_limit,
     check_schedules,
     check_tick,
     claim_limit,
     cursor_seq,
     not_cancellable,
+    prefix_range,
     queue_busy,
 )
 from tenure.backends.redis import codec, retention
 from tenure.backends.redis.events import EventReader
+from tenure.backends.redis.keys import glob_escaped
 from tenure.backends.redis.liveness import Liveness
 from tenure.backends.redis.rescue import rescue
 from tenure.backends.redis.scripts import INVALID_TRANSITION, OK, Arg, Call, Runner, check
@@ -70,6 +73,7 @@ ENQUEUE_WINDOW = 2  # enqueue pipelines in flight at once
 PROMOTE_MAX = 1000  # due scheduled jobs one claim promotes per queue
 DELETE_PIECE = 1000  # jobs one delete_queue call deletes: bounds how long it holds Redis
 DEAD_COUNT_PIECE = 5000  # dead jobs one dead_counts call looks at: bounds how long it holds Redis
+MATCH_PIECE = 5000  # ids one HSCAN of match_ids looks at: bounds how long it holds Redis
 ID_CACHE = 100_000  # job id -> queue entries this backend remembers
 DEFAULTS = QueuePolicy()
 
@@ -540,6 +544,23 @@ class RedisBackend:
         if not flat:
             raise JobNotFound(f"no job with id {job_id!r}")
         return codec.job(flat, history)
+
+    async def match_ids(self, prefix: str, limit: int) -> builtins.list[str]:
+        prefix, limit = check_match(prefix, limit)
+        if prefix_range(prefix) is None:
+            return []
+        pattern = glob_escaped(prefix) + "*"
+        found: set[str] = set()
+        cursor: bytes | int = 0
+        while True:  # one bounded HSCAN a round trip, until the hash is done or limit is met
+            cursor, pairs = await self.runner.command(
+                "HSCAN", self.keys.jobs, cursor, "MATCH", pattern, "COUNT", MATCH_PIECE,
+                repeatable=True,
+            )  # fmt: skip
+            names = pairs if isinstance(pairs, dict) else pairs[::2]  # as redis-py parses it
+            found.update(i.decode() for i in names)
+            if int(cursor) == 0 or len(found) >= limit:
+                return sorted(found)[:limit]
 
     async def list(
         self,

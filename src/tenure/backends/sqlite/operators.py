@@ -16,9 +16,11 @@ from tenure.backends.base import (
     WorkerInfo,
     check_cursor,
     check_listing,
+    check_match,
     check_prune_limit,
     cursor_seq,
     not_cancellable,
+    prefix_range,
     queue_busy,
 )
 from tenure.backends.rows import attempt_from_row, job_from_row
@@ -138,6 +140,16 @@ class Operators:
     async def get(self, job_id: str) -> Job:
         check_job_id(job_id)
         return await self._run(lambda: self._get(self.conn, job_id))
+
+    async def match_ids(self, prefix: str, limit: int) -> builtins.list[str]:
+        prefix, limit = check_match(prefix, limit)
+        bounds = prefix_range(prefix)
+        if bounds is None:
+            return []
+        query = Q["match_ids"]
+        return await self._run(
+            lambda: [i for (i,) in self.conn.execute(query, (*bounds, prefix, limit))]
+        )
 
     def _get(self, conn: sqlite3.Connection, job_id: str) -> Job:
         row = conn.execute(Q["get_job"], (job_id,)).fetchone()

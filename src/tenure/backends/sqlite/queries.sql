@@ -367,3 +367,10 @@ DELETE FROM events WHERE id IN (
     ) WHERE (at < ?1 - max_age OR newer >= max_count)
         AND id < (SELECT max(id) FROM events)
 )
+
+-- name: match_ids
+-- Ids that begin with a prefix: a range of the ids' index (jobs.id is UNIQUE;
+-- BINARY collation), filtered by the prefix itself. ?1 low, ?2 high, ?3 prefix.
+SELECT id FROM jobs
+WHERE id >= ?1 AND id < ?2 AND substr(id, 1, length(?3)) = ?3
+ORDER BY id LIMIT ?4
