@@ -16,7 +16,14 @@ from tenure.config import QueuePolicy
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import InvalidInput, InvalidTransition, JobNotFound
-from tests.conformance.helpers import all_jobs, claim_one, enqueue_one, register, spec
+from tests.conformance.helpers import (
+    all_jobs,
+    claim_one,
+    enqueue_one,
+    register,
+    spec,
+    wait_for,
+)
 
 # -- cancel ----------------------------------------------------------------------
 
@@ -349,6 +356,21 @@ def test_workers__are_seen_by_another_backend(
 ) -> None:
     register(backend, "w1")
     assert [w.id for w in open_backend(backend_url).workers()] == ["w1"]
+
+
+def test_workers__say_which_are_alive_as_the_sweeper_judges_it(
+    backend: Any, backend_url: str, open_killable: Any
+) -> None:
+    register(backend, "w-here")
+    victim = open_killable(backend_url)
+    register(victim, "w-killed")
+    assert {w.id: w.alive for w in backend.workers()} == {"w-here": True, "w-killed": True}
+    victim.close()  # without deregistering: to storage, a kill -9
+    # PostgreSQL ends the session (and drops its lock) a moment after the close.
+    wait_for(lambda: not {w.id: w.alive for w in backend.workers()}["w-killed"])
+    assert {w.id: w.alive for w in backend.workers()} == {"w-here": True, "w-killed": False}
+    assert backend.rescue().dead_workers == ("w-killed",)  # the sweeper agrees
+    assert [w.id for w in backend.workers()] == ["w-here"]
 
 
 def test_deregister_worker__removes_it(backend: Any) -> None:

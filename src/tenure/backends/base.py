@@ -56,6 +56,9 @@ class WorkerInfo:
     started_at: float = 0.0
     last_seen: float = 0.0
     leases: int = 0  # active jobs it holds (as ``workers()`` counts them)
+    # Whether storage's liveness test (the sweeper's: a lock, a session, a
+    # named connection) finds the worker's process there, as ``workers()`` read it.
+    alive: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,4 +529,8 @@ class Backend(Protocol):
         rescuable at once."""
 
     async def workers(self) -> builtins.list[WorkerInfo]:
-        """Registered workers."""
+        """Registered workers, each with ``alive`` judged as the sweeper judges
+        it (SQLite: its ``flock`` is held; PostgreSQL: its session advisory
+        lock is; Redis: its named connection is in ``CLIENT LIST``, or, where
+        CLIENT is forbidden, it heartbeat within ``STALE_AFTER``). A worker
+        that died stays listed, ``alive`` False, until a sweep buries it."""

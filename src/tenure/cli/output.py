@@ -137,10 +137,11 @@ def counts_table(counts: Mapping[str, Mapping[State, int]]) -> Table:
 def workers_table(workers: Iterable[WorkerInfo], now: float) -> Table:
     rows = [
         (w.id, w.hostname, w.pid, ",".join(w.queues), when(w.started_at), w.leases,
-         f"{max(now - w.last_seen, 0.0):.1f} s ago")
+         f"{max(now - w.last_seen, 0.0):.1f} s ago", "alive" if w.alive else "gone")
         for w in workers
     ]  # fmt: skip
-    return _table(["id", "host", "pid", "queues", "started", "leases", "last heartbeat"], rows)
+    columns = ["id", "host", "pid", "queues", "started", "leases", "last heartbeat", "liveness"]
+    return _table(columns, rows)
 
 
 def jobs_table(jobs: Iterable[Job]) -> Table:

@@ -767,8 +767,10 @@ class PostgresBackend(EventReading):
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         return [
-            WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, n)
-            for i, h, p, q, s, seen, n in await self._rows("list_workers")
+            WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, n, alive)
+            for i, h, p, q, s, seen, n, alive in await self._rows(
+                "list_workers", {"namespace": self.namespace}
+            )
         ]
 
 

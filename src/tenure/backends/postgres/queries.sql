@@ -766,9 +766,17 @@ DELETE FROM {schema}.workers WHERE id = %(id)s
 
 -- name: list_workers
 -- With the leases each holds (active jobs are few: the fleet's slots and
--- claims ahead, read through jobs_lease).
+-- claims ahead, read through jobs_lease), and whether its liveness lock is
+-- held (as dead_workers judges it).
 SELECT w.id, w.hostname, w.pid, w.queues::text, w.started_at, w.last_seen,
-       coalesce(h.n, 0)
+       coalesce(h.n, 0),
+       EXISTS (
+           SELECT 1 FROM pg_locks l
+           WHERE l.locktype = 'advisory' AND l.granted
+             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+             AND l.classid = %(namespace)s::bigint::oid AND l.objid = w.lock_no::bigint::oid
+             AND l.objsubid = 2
+       )
 FROM {schema}.workers AS w
 LEFT JOIN (SELECT worker, count(*) AS n FROM {schema}.jobs WHERE state = 'active'
            GROUP BY worker) AS h ON h.worker = w.id

@@ -52,7 +52,7 @@ from tenure.backends.redis import codec, retention
 from tenure.backends.redis.events import EventReader
 from tenure.backends.redis.keys import glob_escaped
 from tenure.backends.redis.liveness import Liveness
-from tenure.backends.redis.rescue import rescue
+from tenure.backends.redis.rescue import judge, rescue
 from tenure.backends.redis.scripts import INVALID_TRANSITION, OK, Arg, Call, Runner, check
 from tenure.backends.redis.topology import Topology
 from tenure.backends.redis.url import Options, parse
@@ -458,10 +458,14 @@ class RedisBackend:
 
     # -- the sweeper -------------------------------------------------------
 
-    async def rescue(self, min_interval: float = 0.0) -> RescueReport:
+    @property
+    def liveness(self) -> Liveness:
         if self._liveness is None:
             raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
-        report = await rescue(self.runner, self.keys, self._liveness, min_interval)
+        return self._liveness
+
+    async def rescue(self, min_interval: float = 0.0) -> RescueReport:
+        report = await rescue(self.runner, self.keys, self.liveness, min_interval)
         if report.swept and self._events is not None and self._events.trim_due():
             queues = await self.queues()
             await self._events.trim(queues, {q: await self.get_policy(q) for q in queues})
@@ -662,15 +666,18 @@ class RedisBackend:
             await self._liveness.drop(held, kill=False)
 
     async def workers(self) -> builtins.list[WorkerInfo]:
-        _, *entries = await self.runner.call("workers", [self.keys.fleet], repeatable=True)
+        registry = await self.runner.call("workers", [self.keys.fleet], repeatable=True)
+        entries = registry[1:]
         ids = [worker_id.decode() for worker_id, *_ in entries]
         leases = await self._leases_held(ids)
+        _, live = judge(registry, self.liveness.names(await self.liveness.everywhere()))
         found = []
         for worker_id, (_, info, started_at, last_seen) in zip(ids, entries, strict=True):
             data = orjson.loads(info)
             found.append(
                 WorkerInfo(worker_id, data["hostname"], int(data["pid"]), tuple(data["queues"]),
-                           float(started_at), float(last_seen), leases.get(worker_id, 0))
+                           float(started_at), float(last_seen), leases.get(worker_id, 0),
+                           worker_id in live)
             )  # fmt: skip
         return sorted(found, key=lambda w: (w.started_at, w.id))
 

@@ -278,8 +278,9 @@ class Operators:
         def run() -> builtins.list[WorkerInfo]:
             leases = dict(self.conn.execute(Q["leases_held"]).fetchall())
             return [
-                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, leases.get(i, 0))
+                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, leases.get(i, 0),
+                           self._locks.alive(i))
                 for i, h, p, q, s, seen in self.conn.execute(Q["list_workers"])
-            ]
+            ]  # fmt: skip
 
         return await self._run(run)
