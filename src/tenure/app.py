@@ -132,13 +132,15 @@ class Queue:
     async def adead(self, limit: int = 50, after: str | None = None) -> Page:
         return await self.ajobs(State.DEAD, limit, after)
 
-    def retry_dead(self, job_ids: Iterable[str] | None = None) -> int:
-        """Requeue dead jobs (all when ``job_ids`` is None) with their budgets reset."""
-        return self.app.call(self.aretry_dead(job_ids))
+    def retry_dead(self, job_ids: Iterable[str] | None = None, *, by: str = "python") -> int:
+        """Requeue dead jobs (all when ``job_ids`` is None) with their budgets
+        reset; their attempts keep counting, and each gets a ``retried`` event
+        saying ``by`` whom (``tenure.core.events.RetriedBy``)."""
+        return self.app.call(self.aretry_dead(job_ids, by=by))
 
-    async def aretry_dead(self, job_ids: Iterable[str] | None = None) -> int:
+    async def aretry_dead(self, job_ids: Iterable[str] | None = None, *, by: str = "python") -> int:
         ids = check_job_ids(job_ids)
-        return await (await self.app.abackend()).retry_dead(self.name, ids)
+        return await (await self.app.abackend()).retry_dead(self.name, ids, by)
 
     def purge_dead(self, job_ids: Iterable[str] | None = None) -> int:
         """Delete dead jobs (all when ``job_ids`` is None)."""

@@ -253,6 +253,9 @@ class Job:
     # clock). The claim that starts the job again returns it, so its worker
     # can tell the recovery's latency.
     recovered_from: float | None = None
+    # The attempts it had made when it was last retried from the DLQ (0: never):
+    # attempts keep their numbers, and its budget counts those after this one.
+    budget_from: int = 0
     history: tuple[Attempt, ...] = field(default=())
 
 
@@ -261,7 +264,7 @@ JOB_FIELDS = tuple(f.name for f in fields(Job))
 _NEW = {"attempts": 0, "stalls": 0, "fence": 0, "worker": None, "lease_expires_at": None,
         "result": None, "error": None, "dead_reason": None, "progress": None,
         "finished_at": None, "cancel_requested": False,
-        "recovered_from": None, "history": ()}  # fmt: skip
+        "recovered_from": None, "budget_from": 0, "history": ()}  # fmt: skip
 
 
 def job_of(values: Iterable[Any]) -> Job:

@@ -542,3 +542,23 @@ def test_dlq_commands__take_id_prefixes(tenure: Any, url: str) -> None:
     assert dead in ok(tenure("dlq", "show", dead[:8])).stdout
     assert ok(tenure("dlq", "retry", dead[:8], dead)).stdout.strip() == "retried 1 dead job(s)"
     assert as_json(tenure("job", dead, "--json"))["state"] == "queued"
+
+
+def test_dlq_retry__numbers_attempts_on_and_records_that_the_cli_retried(
+    tenure: Any, url: str
+) -> None:
+    dead = "5ad0beef-0000-7000-8000-000000000002"
+    store_with_ids(url, dead)
+    with App(url) as app:
+        claimed = app.call(app.backend.claim("w", ["default"], 1))[0]
+        fate = Decision(State.DEAD, dead_reason=DeadReason.ERROR)
+        app.call(app.backend.fail(claimed.id, claimed.fence, Outcome.ERROR, "boom", fate))
+    ok(tenure("dlq", "retry", dead))
+    events = [json.loads(line) for line in ok(tenure("events", "--json")).stdout.splitlines()]
+    assert events[-1]["kind"] == "retried"
+    assert events[-1]["data"] == {"by": "cli", "attempts": 1}
+    shown = ok(tenure("job", dead)).stdout
+    assert "1 (0 of 3 since its retry from the DLQ)" in shown
+    with App(url) as app:
+        again = app.call(app.backend.claim("w", ["default"], 1))[0]
+    assert again.attempts == 2  # numbered on

@@ -35,7 +35,7 @@ EXPECTED_TABLES = {
         "seq", "id", "queue", "task", "args", "state", "priority", "run_at", "created_at",
         "key", "attempts", "stalls", "max_attempts", "timeout", "fence", "worker", "lease_ttl",
         "lease_expires_at", "result", "error", "dead_reason", "progress", "finished_at",
-        "started_at", "recovered_from", "cancel_requested", "traceparent",
+        "started_at", "recovered_from", "cancel_requested", "traceparent", "budget_from",
     ],
     "attempts": [
         "job_id", "fence", "attempt", "worker", "started_at", "ended_at", "outcome", "error",

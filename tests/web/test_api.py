@@ -124,6 +124,10 @@ def test_dlq__lists_counts_retries_and_purges(
 
     assert post(api, "/api/queues/default/dead/retry", {"ids": [first]}).json() == {"retried": 1}
     assert web_app.get_job(first).state == State.QUEUED
+    retried = [e for e in backend.read_events(None, None, 1000) if e.kind == "retried"]
+    assert [(e.job_id, e.data["by"]) for e in retried] == [(first, "api")]
+    unknown = post(api, "/api/queues/default/dead/retry", {"ids": [second], "by": "cron"})
+    assert unknown.status_code == 400 and web_app.get_job(second).state == State.DEAD
 
     refused = post(api, "/api/queues/default/dead/purge", {"all": True})
     assert refused.status_code == 400 and "confirm" in refused.json()["message"]
@@ -138,6 +142,17 @@ def test_dlq__lists_counts_retries_and_purges(
     body = {"all": True, "confirm": "default"}
     assert post(api, "/api/queues/default/dead/purge", body).json() == {"purged": 1}
     assert web_app.queue().counts()[State.DEAD] == 0
+
+
+def test_dlq_retry_from_the_dashboard__is_recorded_as_the_dashboard_s(
+    api: httpx.Client, web_app: App, backend: Any
+) -> None:
+    dead = dead_job(web_app, backend, register(backend, "w-1"))
+    body = {"all": True, "by": "dashboard"}  # what the dashboard's script sends
+    assert post(api, "/api/queues/default/dead/retry", body).json() == {"retried": 1}
+    [retried] = [e for e in backend.read_events(None, None, 1000) if e.kind == "retried"]
+    assert (retried.job_id, retried.data) == (dead, {"by": "dashboard", "attempts": 1})
+    assert web_app.get_job(dead).attempts == 1  # numbered on from there
 
 
 def test_policy__read_and_changed_as_the_cli_does(api: httpx.Client, web_app: App) -> None:

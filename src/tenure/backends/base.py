@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from tenure.config import QueuePolicy, check_seconds
 from tenure.context import Transaction
-from tenure.core.events import Detector, Event
+from tenure.core.events import Detector, Event, RetriedBy
 from tenure.core.names import check_job_id, check_name, is_text, shown
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State, parse_state
@@ -167,6 +167,14 @@ def check_cursor(after: object) -> str | None:
     if not isinstance(after, str) or len(after) > CURSOR_MAX_LENGTH or not is_text(after):
         raise bad_cursor(after)
     return after
+
+
+def check_retried_by(by: object) -> RetriedBy:
+    """``retry_dead``'s ``by``, as a RetriedBy; InvalidInput for another value."""
+    if isinstance(by, str) and by in RetriedBy.__members__.values():
+        return RetriedBy(by)
+    known = ", ".join(r.value for r in RetriedBy)
+    raise InvalidInput(f"by must be one of {known}, got {shown(by)}")
 
 
 def not_cancellable(job: Job) -> InvalidTransition:
@@ -435,9 +443,15 @@ class Backend(Protocol):
         ``cancel_requested`` (again: no change), and stays active until its
         attempt ends (see ``fail``); InvalidTransition for a finished job."""
 
-    async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+    async def retry_dead(
+        self, queue: str, job_ids: Sequence[str] | None = None, by: str = RetriedBy.PYTHON
+    ) -> int:
         """``dead -> queued`` with budgets reset and history kept; all of the
-        queue's dead jobs when ``job_ids`` is None. Returns how many moved."""
+        queue's dead jobs when ``job_ids`` is None. Returns how many moved.
+        ``attempts`` keeps counting (the next attempt is number attempts + 1)
+        and ``budget_from`` becomes it, so that ``max_attempts`` and
+        ``max_stalls`` count afresh; each job gets a ``retried`` event saying
+        ``by`` whom (a ``RetriedBy``) and after how many attempts."""
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         """Delete dead jobs (all of the queue's when ``job_ids`` is None)."""

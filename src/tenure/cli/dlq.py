@@ -95,7 +95,7 @@ def _apply(app: App, verb: str, queue: str | None, job_ids: Sequence[str]) -> in
     total = 0
     for name, ids in groups.items():
         q = app.queue(name)
-        total += q.retry_dead(ids) if verb == "retry" else q.purge_dead(ids)
+        total += q.retry_dead(ids, by="cli") if verb == "retry" else q.purge_dead(ids)
     return total
 
 

@@ -36,6 +36,7 @@ from tenure.backends.base import (
     check_listing,
     check_match,
     check_prune_limit,
+    check_retried_by,
     check_schedules,
     check_tick,
     claim_limit,
@@ -54,7 +55,7 @@ from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
 from tenure.backends.sqlfile import latest_version, load_migrations
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core import retention
-from tenure.core.events import EventKind, failure_events
+from tenure.core.events import EventKind, RetriedBy, failure_events
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import CANCELLED, Decision, decide_for
@@ -612,11 +613,14 @@ class PostgresBackend(EventReading):
             raise not_cancellable(job)
         return job
 
-    async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+    async def retry_dead(
+        self, queue: str, job_ids: Sequence[str] | None = None, by: str = RetriedBy.PYTHON
+    ) -> int:
         check_name("queue", queue)
         ids = check_job_ids(job_ids)
+        retried_by = check_retried_by(by).value
         async with self._tx() as conn:
-            params = {"queue": queue, "ids": ids}
+            params = {"queue": queue, "ids": ids, "by": retried_by}
             cur = await conn.execute(self.q["retry_dead"], params)
             rows = await cur.fetchall()
             await self._notify(conn, [queue] if rows else [])

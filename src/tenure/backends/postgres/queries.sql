@@ -559,7 +559,8 @@ recorded_input AS (
 SELECT id FROM done
 
 -- name: retry_dead
--- dead -> queued with budgets reset. A dead job whose key= now belongs to an
+-- dead -> queued with budgets reset: its attempts keep counting, its budget
+-- counts from here (budget_from). A dead job whose key= now belongs to an
 -- unfinished job stays dead; of dead jobs sharing a key, the oldest goes back.
 WITH candidates AS (
     SELECT j.id, j.key, j.seq FROM {schema}.jobs AS j
@@ -579,14 +580,15 @@ chosen AS (
 ),
 done AS (
     UPDATE {schema}.jobs AS j
-    SET state = 'queued', attempts = 0, stalls = 0, dead_reason = NULL, finished_at = NULL,
-        run_at = extract(epoch FROM now())::float8
+    SET state = 'queued', budget_from = j.attempts, stalls = 0, dead_reason = NULL,
+        finished_at = NULL, run_at = extract(epoch FROM now())::float8
     FROM chosen
     WHERE j.id = chosen.id
-    RETURNING j.id, j.queue, j.seq
+    RETURNING j.id, j.queue, j.seq, j.attempts
 ),
 recorded_input AS (
-    SELECT queue, 'retried_from_dlq' AS kind, id AS job_id, NULL::json AS data, seq AS ord
+    SELECT queue, 'retried' AS kind, id AS job_id,
+           json_build_object('by', %(by)s::text, 'attempts', attempts) AS data, seq AS ord
     FROM done
 ),
 {record_events}

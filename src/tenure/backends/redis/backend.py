@@ -40,6 +40,7 @@ from tenure.backends.base import (
     check_listing,
     check_match,
     check_prune_limit,
+    check_retried_by,
     check_schedules,
     check_tick,
     claim_limit,
@@ -58,7 +59,7 @@ from tenure.backends.redis.topology import Topology
 from tenure.backends.redis.url import Options, parse
 from tenure.backends.redis.wakeup import Wakeups
 from tenure.config import QueuePolicy
-from tenure.core.events import Event, failure_events
+from tenure.core.events import Event, RetriedBy, failure_events
 from tenure.core.names import NAME_PATTERN, check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import CANCELLED, Decision
@@ -501,13 +502,16 @@ class RedisBackend:
         check(code, job_id)
         return codec.job(*rest)
 
-    async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+    async def retry_dead(
+        self, queue: str, job_ids: Sequence[str] | None = None, by: str = RetriedBy.PYTHON
+    ) -> int:
         check_name("queue", queue)
         ids = check_job_ids(job_ids)
+        retried_by = check_retried_by(by).value
         if ids is not None and not ids:
             return 0
-        ids = ids or []
-        return int(await self.runner.call("retry_dead", [self.keys.queue(queue)], ids))
+        args = [retried_by, *(ids or [])]
+        return int(await self.runner.call("retry_dead", [self.keys.queue(queue)], args))
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         check_name("queue", queue)

@@ -18,6 +18,7 @@ from tenure.backends.base import (
     check_listing,
     check_match,
     check_prune_limit,
+    check_retried_by,
     cursor_seq,
     not_cancellable,
     prefix_range,
@@ -31,7 +32,7 @@ from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
 from tenure.core import retention
 from tenure.core.clock import Clock
-from tenure.core.events import EventKind
+from tenure.core.events import EventKind, RetriedBy
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.states import DeadReason, State
 from tenure.errors import JobNotFound
@@ -73,29 +74,39 @@ class Operators:
                 raise not_cancellable(self._get(conn, job_id))
             return self._get(conn, job_id)
 
-    async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+    async def retry_dead(
+        self, queue: str, job_ids: Sequence[str] | None = None, by: str = RetriedBy.PYTHON
+    ) -> int:
         check_name("queue", queue)
         ids = check_job_ids(job_ids)
-        return await self._run(self._bulk, "retry_dead", queue, ids, (self.clock.now(),))
+        data = {"by": check_retried_by(by).value}
+        return await self._run(self._bulk, "retry_dead", queue, ids, (self.clock.now(),), data)
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         check_name("queue", queue)
         return await self._run(self._bulk, "purge_dead", queue, check_job_ids(job_ids), ())
 
     def _bulk(
-        self, verb: str, queue: str, job_ids: Sequence[str] | None, head: tuple[Any, ...]
+        self,
+        verb: str,
+        queue: str,
+        job_ids: Sequence[str] | None,
+        head: tuple[Any, ...],
+        data: dict[str, Any] | None = None,
     ) -> int:
-        kind = EventKind.RETRIED_FROM_DLQ if verb == "retry_dead" else EventKind.PURGED
+        """Retry or purge; each moved row gives (id, attempts)."""
+        kind = EventKind.RETRIED if verb == "retry_dead" else EventKind.PURGED
         with self._tx() as conn:
             if job_ids is None:
-                ids = [i for (i,) in conn.execute(Q[f"{verb}_all"], (*head, queue))]
+                moved = conn.execute(Q[f"{verb}_all"], (*head, queue)).fetchall()
             else:
                 one = Q[f"{verb}_one"]
-                ids = [i for j in job_ids for (i,) in conn.execute(one, (*head, queue, j))]
-            if ids and verb == "retry_dead":
+                moved = [r for j in job_ids for r in conn.execute(one, (*head, queue, j))]
+            if moved and verb == "retry_dead":
                 self._ring(conn)
-            record(conn, self.clock.now(), [(queue, kind, i, None) for i in ids])
-            return len(ids)
+            events = [(queue, kind, i, data and {**data, "attempts": n}) for i, n in moved]
+            record(conn, self.clock.now(), events)
+            return len(moved)
 
     async def prune(self, limit: int) -> int:
         return await self._run(self._prune, check_prune_limit(limit))

@@ -206,7 +206,7 @@ const ACTIONS = {
   retry: (form, submitter) => {
     const ids = [...form.querySelectorAll("input[name=ids]:checked")].map((box) => box.value);
     const body = submitter && submitter.value === "all" ? { all: true } : { ids };
-    return ["POST", body, "retried"];
+    return ["POST", { ...body, by: "dashboard" }, "retried"];
   },
   purge: (form) => ["POST", { all: true, confirm: form.elements.confirm.value }, "purged"],
   policy: (form) => ["PUT", policyChanges(form), "saved"],
