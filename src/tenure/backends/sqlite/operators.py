@@ -285,12 +285,20 @@ class Operators:
 
         await self._run(run)
 
+    def _seems_alive(self, worker_id: str) -> bool:
+        """Whether the worker's lock is held; True when this user may not open
+        lock files (a reader of the database only): then its heartbeat tells."""
+        try:
+            return self._locks.alive(worker_id)
+        except PermissionError:
+            return True
+
     async def workers(self) -> builtins.list[WorkerInfo]:
         def run() -> builtins.list[WorkerInfo]:
             leases = dict(self.conn.execute(Q["leases_held"]).fetchall())
             return [
                 WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, leases.get(i, 0),
-                           self._locks.alive(i))
+                           self._seems_alive(i))
                 for i, h, p, q, s, seen in self.conn.execute(Q["list_workers"])
             ]  # fmt: skip
 
