@@ -3,12 +3,14 @@ every value shows as text, never as markup."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import httpx
 
 from tenure import App
 from tenure.core.states import Outcome
+from tenure.job import JobSpec
 from tests.conformance.helpers import claim_one, decision_for, register
 
 XSS = "<script>alert('x')</script>"
@@ -53,3 +55,15 @@ def test_pages__errors_are_pages_for_browsers(api: httpx.Client) -> None:
     assert api.get("/jobs/no-such-job").json()["error"] == "JobNotFound"
     bad = api.get("/queues/%3Cb%3E/dead", headers=HTML)
     assert bad.status_code == 400 and "<b>" not in bad.text and "&lt;b&gt;" in bad.text
+
+
+def test_job_page__takes_a_unique_id_prefix_and_lists_an_ambiguous_one(
+    api: httpx.Client, web_app: App
+) -> None:
+    a, b = "2367cbe5-ab54-7000-8000-000000000001", "2367cbe5-ab99-7000-8000-000000000002"
+    web_app.store([dataclasses.replace(JobSpec.create("t"), id=i) for i in (a, b)])
+    page = api.get("/jobs/2367cbe5ab54", headers=HTML)
+    assert page.status_code == 200 and a in page.text
+    ambiguous = api.get("/jobs/2367cbe5", headers=HTML)
+    assert ambiguous.status_code == 400
+    assert a in ambiguous.text and b in ambiguous.text
