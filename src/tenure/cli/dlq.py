@@ -59,7 +59,7 @@ def show(job_id: str, as_json: bool) -> None:
 def retry(queue: str | None, all_: bool, job_ids: tuple[str, ...]) -> None:
     """Requeue dead jobs with their budgets reset: those named by ID (or by
     a unique prefix of 8 characters or more), or every one with --all. Their
-    attempts keep counting on, and each gets a 'retried' event."""
+    attempts are numbered on, and each gets a 'retried' event."""
     if bool(job_ids) == all_:
         where = f"of queue {queue!r}" if queue else "of every queue"
         raise click.UsageError(

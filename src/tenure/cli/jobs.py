@@ -47,7 +47,11 @@ LIMIT = click.IntRange(1, 10_000)
     help="Idempotency key: while a job with this key is unfinished, enqueueing again returns it.",
 )
 @click.option("--priority", type=int, help="Higher runs first.")
-@click.option("--max-attempts", type=int, help="Attempt budget (default: the queue policy's).")
+@click.option(
+    "--max-attempts",
+    type=int,
+    help="Attempt budget (default: the task's with --app, else the queue policy's).",
+)
 @click.option("--timeout", type=float, help="Deadline of one attempt, in seconds.")
 @click.option(
     "--any-task",
