@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Collection
 from typing import Any
 
@@ -70,6 +69,8 @@ def enqueue(task: str, args: dict[str, Any], any_task: bool, **options: Any) -> 
 
 def unknown_task(task: str, known: Collection[str], app_path: str | None) -> str:
     """Why a task the App does not define is refused, naming the closest ones."""
+    import difflib  # only for this error: every other command starts without it
+
     close = difflib.get_close_matches(task, sorted(known), n=3, cutoff=0.6)
     if close:
         hint = f"did you mean {' or '.join(map(repr, close))}? "
