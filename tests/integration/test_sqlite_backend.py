@@ -2,6 +2,7 @@
 
 import asyncio
 import hashlib
+import json
 import multiprocessing
 import os
 import shutil
@@ -495,3 +496,24 @@ def test_a_prune__goes_in_transactions_of_at_most_prune_tx_jobs(
     b.inner.conn.set_trace_callback(lambda s: commits.append(s) if s == "COMMIT" else None)
     assert (b.prune(7), b.prune(7)) == (7, 3)
     assert len(commits) == 3  # 4 + 3, then 3 of 4: none is left
+
+
+def test_a_user_who_may_only_read_the_database__can_list_the_workers(shared_dir):
+    """Such a user may not open the liveness locks: a worker is listed, taken
+    as alive (its heartbeat's age tells tenure health the rest)."""
+    url = f"sqlite:///{shared_dir / 't.db'}"
+    with App(url) as app:
+        app.enqueue("t", {})
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, url], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "1"
+        argv = ["tenure", "--url", url, "workers", "--json"]
+        listing = as_nobody(f"import tenure.cli.operators\nsys.argv = {argv!r}\ntenure.cli.main()")
+        out, err = listing.communicate(timeout=60)
+        assert listing.returncode == 0, err
+        [worker] = json.loads(out)
+        assert (worker["id"], worker["alive"]) == ("w1", True)
+    finally:
+        holder.kill()
+        holder.communicate()
