@@ -6,6 +6,7 @@ from tenure.context import JobContext, current_job
 from tenure.core.events import Event
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import (
+    AmbiguousJobId,
     BackendUnavailable,
     Fail,
     InvalidInput,
@@ -20,6 +21,7 @@ from tenure.errors import (
 from tenure.job import Attempt, Job
 
 __all__ = [
+    "AmbiguousJobId",
     "App",
     "Attempt",
     "BackendUnavailable",

@@ -19,6 +19,7 @@ import threading
 import weakref
 from collections.abc import (
     AsyncIterator,
+    Awaitable,
     Callable,
     Coroutine,
     Iterable,
@@ -39,19 +40,22 @@ from tenure.config import (
     check_integer,
 )
 from tenure.core.events import Event
-from tenure.core.names import check_job_ids, check_name, shown
+from tenure.core.names import check_job_id, check_job_ids, check_name, shown
 from tenure.core.schedules import Schedule
 from tenure.core.states import State, parse_state
 from tenure.core.urls import redacted
-from tenure.errors import InvalidInput
+from tenure.errors import AmbiguousJobId, InvalidInput, JobNotFound
 from tenure.events import Steps, follow, follow_sync
 from tenure.hooks import Hooks
-from tenure.job import Job, JobSpec
+from tenure.job import Job, JobSpec, id_prefix
 from tenure.portal import Portal
 from tenure.results import check_timeout, stop_watches, wait_result
 from tenure.task import Task
 
 __all__ = ["App", "Queue", "Task"]
+
+ID_PREFIX_MIN = 8  # the shortest prefix that names a job (the first group of a new id)
+AMBIGUOUS_SHOWN = 10  # ids an AmbiguousJobId lists
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -128,13 +132,15 @@ class Queue:
     async def adead(self, limit: int = 50, after: str | None = None) -> Page:
         return await self.ajobs(State.DEAD, limit, after)
 
-    def retry_dead(self, job_ids: Iterable[str] | None = None) -> int:
-        """Requeue dead jobs (all when ``job_ids`` is None) with their budgets reset."""
-        return self.app.call(self.aretry_dead(job_ids))
+    def retry_dead(self, job_ids: Iterable[str] | None = None, *, by: str = "python") -> int:
+        """Requeue dead jobs (all when ``job_ids`` is None) with their budgets
+        reset; their attempts keep counting, and each gets a ``retried`` event
+        saying ``by`` whom (``tenure.core.events.RetriedBy``)."""
+        return self.app.call(self.aretry_dead(job_ids, by=by))
 
-    async def aretry_dead(self, job_ids: Iterable[str] | None = None) -> int:
+    async def aretry_dead(self, job_ids: Iterable[str] | None = None, *, by: str = "python") -> int:
         ids = check_job_ids(job_ids)
-        return await (await self.app.abackend()).retry_dead(self.name, ids)
+        return await (await self.app.abackend()).retry_dead(self.name, ids, by)
 
     def purge_dead(self, job_ids: Iterable[str] | None = None) -> int:
         """Delete dead jobs (all when ``job_ids`` is None)."""
@@ -359,11 +365,43 @@ class App:
         return callers
 
     def get_job(self, job_id: str) -> Job:
-        """The job with its history; JobNotFound if absent."""
+        """The job with its history; JobNotFound if absent. ``job_id`` may be a
+        unique prefix of the id (see ``resolve_job_id``)."""
         return self.call(self.aget_job(job_id))
 
     async def aget_job(self, job_id: str) -> Job:
-        return await (await self.abackend()).get(job_id)
+        return await self._by_id(job_id, lambda backend, found: backend.get(found))
+
+    def resolve_job_id(self, job_id: str) -> str:
+        """The id of the one job ``job_id`` names: its whole id, or a prefix of
+        it of at least ``ID_PREFIX_MIN`` characters (dashes may be left out)
+        that no other job's id begins with. JobNotFound if there is none;
+        AmbiguousJobId, listing some, if there are several."""
+        return self.call(self.aresolve_job_id(job_id))
+
+    async def aresolve_job_id(self, job_id: str) -> str:
+        check_job_id(job_id)
+        backend = await self.abackend()
+        found = await backend.match_ids(id_prefix(job_id), AMBIGUOUS_SHOWN + 1)
+        if job_id in found:
+            return job_id
+        if len(job_id) < ID_PREFIX_MIN or not found:
+            nor = ", nor one whose id begins with it" if len(job_id) >= ID_PREFIX_MIN else ""
+            raise JobNotFound(f"no job with id {job_id!r}{nor}")
+        if len(found) > 1:
+            raise AmbiguousJobId(job_id, found[:AMBIGUOUS_SHOWN], len(found) > AMBIGUOUS_SHOWN)
+        return found[0]
+
+    async def _by_id(self, job_id: str, verb: Callable[[Backend, str], Awaitable[T]]) -> T:
+        """``verb`` on the job ``job_id`` names: its id at once, else (absent,
+        and long enough to be a prefix) the id it is a unique prefix of."""
+        backend = await self.abackend()
+        try:
+            return await verb(backend, job_id)
+        except JobNotFound:
+            if len(job_id) < ID_PREFIX_MIN:
+                raise
+        return await verb(backend, await self.aresolve_job_id(job_id))
 
     def result(self, job_id: str, timeout: float | None = None) -> Any:
         """The result of job ``job_id`` (its handler's return value, as JSON
@@ -383,8 +421,9 @@ class App:
     async def acancel(self, job_id: str) -> Job:
         """Cancel a job: a scheduled or queued one at once; an active one is
         marked ``cancel_requested`` and stopped by its worker within about a
-        heartbeat (docs/aborting.md). InvalidTransition for a finished job."""
-        return await (await self.abackend()).cancel(job_id)
+        heartbeat (docs/aborting.md). InvalidTransition for a finished job.
+        ``job_id`` may be a unique prefix of the id (see ``resolve_job_id``)."""
+        return await self._by_id(job_id, lambda backend, found: backend.cancel(found))
 
     def jobs(
         self,

@@ -29,6 +29,24 @@ class JobNotFound(TenureError, LookupError):
     """No job with this id exists in storage."""
 
 
+class AmbiguousJobId(InvalidInput):
+    """A prefix of job ids that names more than one job: ``matches`` holds
+    some of their ids (up to ten; the message says when there are more)."""
+
+    def __init__(self, prefix: str, matches: list[str], more: bool) -> None:
+        self.prefix = prefix
+        self.matches = matches
+        self.more = more
+        listed = ", ".join(matches) + (", ..." if more else "")
+        super().__init__(
+            f"job id prefix {prefix!r} is ambiguous: it begins the ids of {listed}; "
+            "give more characters"
+        )
+
+    def __reduce__(self) -> tuple[type[AmbiguousJobId], tuple[str, list[str], bool]]:
+        return type(self), (self.prefix, self.matches, self.more)
+
+
 class JobFailed(TenureError):
     """The job awaited (``App.result``) is dead: ``dead_reason`` says why, and
     ``error`` holds its last attempt's error (a traceback, for a handler's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -45,6 +46,18 @@ def new_job_ids(n: int) -> list[str]:
 
 
 _VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
+_DASHES = (8, 12, 16, 20)  # where new_job_id's groups end: 8-4-4-4-12 hex digits
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def id_prefix(text: str) -> str:
+    """A prefix of a job id as typed: hex digits without the dashes (as copied
+    from a UUID shown without them) get them back, in lower case."""
+    if len(text) <= _DASHES[0] or len(text) > 32 or not set(text) <= _HEX:
+        return text
+    text = text.lower()
+    cuts = [0, *(d for d in _DASHES if d < len(text)), len(text)]
+    return "-".join(text[a:b] for a, b in itertools.pairwise(cuts))
 
 
 @dataclass(frozen=True)
@@ -240,6 +253,9 @@ class Job:
     # clock). The claim that starts the job again returns it, so its worker
     # can tell the recovery's latency.
     recovered_from: float | None = None
+    # The attempts it had made when it was last retried from the DLQ (0: never):
+    # attempts keep their numbers, and its budget counts those after this one.
+    budget_from: int = 0
     history: tuple[Attempt, ...] = field(default=())
 
 
@@ -248,7 +264,7 @@ JOB_FIELDS = tuple(f.name for f in fields(Job))
 _NEW = {"attempts": 0, "stalls": 0, "fence": 0, "worker": None, "lease_expires_at": None,
         "result": None, "error": None, "dead_reason": None, "progress": None,
         "finished_at": None, "cancel_requested": False,
-        "recovered_from": None, "history": ()}  # fmt: skip
+        "recovered_from": None, "budget_from": 0, "history": ()}  # fmt: skip
 
 
 def job_of(values: Iterable[Any]) -> Job:

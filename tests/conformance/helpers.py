@@ -73,7 +73,7 @@ def decision_for(
     current = backend.get(job.id)
     return decide(
         outcome,
-        attempts=current.attempts,
+        attempts=current.attempts - current.budget_from,
         stalls=current.stalls,
         max_attempts=current.max_attempts or policy.max_attempts,
         max_stalls=policy.max_stalls,

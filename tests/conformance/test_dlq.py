@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tenure.config import QueuePolicy
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import InvalidInput, JobNotFound
 from tenure.job import Job
@@ -72,7 +73,8 @@ def test_retry_dead_of_a_queue__queues_all_with_budgets_reset_and_history_kept(
     for job in (a, b):
         stored = backend.get(job.id)
         assert stored.state == State.QUEUED
-        assert stored.attempts == 0
+        assert stored.attempts == 2  # numbered on
+        assert stored.budget_from == 2  # the budget counts from here
         assert stored.stalls == 0
         assert stored.dead_reason is None
         assert stored.history == job.history
@@ -99,7 +101,7 @@ def test_retried_dead_job__runs_again_with_a_fresh_budget(backend: Any, worker: 
     backend.retry_dead("default", [dead.id])
     again = claim_one(backend, worker)
     assert again.id == dead.id
-    assert again.attempts == 1
+    assert again.attempts == 3  # numbered on: the history is kept
     assert again.stalls == 0
     assert again.fence == dead.fence + 1
     backend.complete(again.id, again.fence, "third time lucky")
@@ -111,6 +113,53 @@ def test_retried_dead_job__runs_again_with_a_fresh_budget(backend: Any, worker: 
         Outcome.COMPLETED,
     ]
     assert [a.fence for a in stored.history] == [1, 2, 3]
+    assert [a.attempt for a in stored.history] == [1, 2, 3]
+
+
+def test_a_job_dead_after_its_attempts__retried__runs_attempt_4_with_a_fresh_budget(
+    backend: Any, worker: str
+) -> None:
+    backend.set_policy("default", QueuePolicy(backoff_base=0.0, backoff_jitter=0.0))
+    job = enqueue_one(backend, max_attempts=3)
+    for _ in range(3):
+        claimed = claim_one(backend, worker)
+        fate = decision_for(backend, claimed, Outcome.ERROR)
+        backend.fail(claimed.id, claimed.fence, Outcome.ERROR, "boom", fate)
+    assert (backend.get(job.id).state, fate.dead_reason) == (State.DEAD, DeadReason.MAX_ATTEMPTS)
+    assert backend.retry_dead("default", [job.id], "cli") == 1
+    for attempt in (4, 5):  # max_attempts again: this one and two more
+        claimed = claim_one(backend, worker)
+        assert claimed.attempts == attempt
+        fate = decision_for(backend, claimed, Outcome.ERROR)
+        assert fate.state == State.QUEUED
+        backend.fail(claimed.id, claimed.fence, Outcome.ERROR, "boom", fate)
+    last = claim_one(backend, worker)
+    assert decision_for(backend, last, Outcome.ERROR).state == State.DEAD  # 6: 3 since
+    history = backend.get(job.id).history
+    assert [a.attempt for a in history] == [1, 2, 3, 4, 5, 6]
+
+
+def test_retry_dead__records_who_retried_each_job_and_after_how_many_attempts(
+    backend: Any, worker: str
+) -> None:
+    a = bury(backend, worker)
+    b = bury(backend, worker)
+    backend.retry_dead("default", [a.id], "dashboard")
+    backend.retry_dead("default", None)
+    retried = {
+        e.job_id: e.data for e in backend.read_events(None, None, 1000) if e.kind == "retried"
+    }
+    assert retried == {
+        a.id: {"by": "dashboard", "attempts": 2},
+        b.id: {"by": "python", "attempts": 2},
+    }
+
+
+def test_retry_dead_by_someone_unknown__raises_invalid_input(backend: Any, worker: str) -> None:
+    dead = bury(backend, worker)
+    with pytest.raises(InvalidInput):
+        backend.retry_dead("default", [dead.id], "someone")
+    assert backend.get(dead.id).state == State.DEAD
 
 
 def test_purge_dead_of_a_queue__deletes_its_dead_jobs(backend: Any, worker: str) -> None:

@@ -147,7 +147,8 @@ def test_release_cancel_retry_and_purge__record_their_events(backend: Any, worke
         Decision(State.DEAD, dead_reason=DeadReason.ERROR),
     )
     assert backend.retry_dead("default") == 1
-    assert kinds(backend, held.id)[-1] == ("retried_from_dlq", {})
+    attempts = backend.get(held.id).attempts
+    assert kinds(backend, held.id)[-1] == ("retried", {"by": "python", "attempts": attempts})
     third = claim_one(backend, worker)
     backend.fail(
         third.id,

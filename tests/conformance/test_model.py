@@ -125,6 +125,7 @@ class ModelJob:
     line: int  # the order of run_at: enqueue time, or the time it left the DLQ
     state: State
     attempts: int = 0
+    budget_from: int = 0  # attempts when it was last retried from the DLQ
     stalls: int = 0
     fence: int = 0
     worker: str | None = None
@@ -139,7 +140,7 @@ class ModelJob:
         """What ``tenure.core.retry`` decides from the model's counters."""
         return decide(
             outcome,
-            attempts=self.attempts,
+            attempts=self.attempts - self.budget_from,
             stalls=self.stalls,
             max_attempts=self.max_attempts or POLICY.max_attempts,
             max_stalls=POLICY.max_stalls,
@@ -178,7 +179,7 @@ class ModelJob:
 
     def retry(self, line: int) -> None:
         self.state = State.QUEUED
-        self.attempts = self.stalls = 0
+        self.budget_from, self.stalls = self.attempts, 0
         self.dead_reason = None
         self.line = line
 
@@ -190,6 +191,7 @@ class ModelJob:
             "max_attempts": self.max_attempts,
             "state": self.state,
             "attempts": self.attempts,
+            "budget_from": self.budget_from,
             "stalls": self.stalls,
             "fence": self.fence,
             "worker": self.worker,
@@ -213,6 +215,7 @@ def stored_view(job: Job) -> dict[str, Any]:
         "max_attempts": job.max_attempts,
         "state": job.state,
         "attempts": job.attempts,
+        "budget_from": job.budget_from,
         "stalls": job.stalls,
         "fence": job.fence,
         "worker": job.worker,

@@ -4,6 +4,7 @@ Cancelling an active job (a request to its worker) is in test_abort.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from typing import Any
@@ -15,7 +16,14 @@ from tenure.config import QueuePolicy
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import InvalidInput, InvalidTransition, JobNotFound
-from tests.conformance.helpers import all_jobs, claim_one, enqueue_one, register, spec
+from tests.conformance.helpers import (
+    all_jobs,
+    claim_one,
+    enqueue_one,
+    register,
+    spec,
+    wait_for,
+)
 
 # -- cancel ----------------------------------------------------------------------
 
@@ -93,6 +101,43 @@ def test_get__returns_history_ordered_by_fence(backend: Any, worker: str) -> Non
     assert all(a.ended_at is not None and a.ended_at >= a.started_at for a in history)
     starts = [a.started_at for a in history]
     assert starts == sorted(starts)
+
+
+# -- match_ids -------------------------------------------------------------------
+
+
+def enqueue_with_ids(backend: Any, ids: list[str]) -> None:
+    backend.enqueue([dataclasses.replace(spec(), id=i) for i in ids])
+
+
+def test_match_ids__are_the_ids_that_begin_with_the_prefix(backend: Any) -> None:
+    ids = ["0190abcd-1111-7aaa-8aaa-000000000001", "0190abcd-1111-7aaa-8aaa-000000000002",
+           "0190abcd-2222-7bbb-9bbb-000000000003", "0190abce-0000-7ccc-accc-000000000004",
+           "0190abcc-ffff-7ddd-bddd-000000000005"]  # fmt: skip
+    enqueue_with_ids(backend, ids)
+    assert backend.match_ids("0190abcd", 10) == ids[:3]
+    assert backend.match_ids("0190abcd-", 10) == ids[:3]  # punctuation last: every collation
+    assert backend.match_ids("0190abcd-1111", 10) == ids[:2]
+    assert backend.match_ids("0190abcd-2", 10) == [ids[2]]
+    assert backend.match_ids(ids[3], 10) == [ids[3]]  # a whole id is a prefix of itself
+    assert backend.match_ids("0190abcd-3", 10) == []
+    assert backend.match_ids("0190abc", 10) == sorted(ids)
+    assert len(set(backend.match_ids("0190abcd", 2)) & set(ids[:3])) == 2  # at most limit
+
+
+def test_match_ids__take_glob_and_like_characters_as_themselves(backend: Any) -> None:
+    ids = ["a%b_c*d?e[f]g\\h-1", "a%b_c*d?e[f]g\\h-2", "axbxcxdxexfxgxh-3", "a%b_c*d?e[f]g\\hé"]
+    enqueue_with_ids(backend, ids)
+    assert backend.match_ids("a%b_c*d?e[f]g\\h-", 10) == ids[:2]
+    assert backend.match_ids("a%b_c*d?e[f]g\\hé", 10) == [ids[3]]
+    assert backend.match_ids("a%", 10) == sorted([ids[0], ids[1], ids[3]])
+    assert backend.match_ids("%", 10) == []  # no id tenure makes begins so
+
+
+def test_match_ids_of_bad_input__raises_invalid_input(backend: Any) -> None:
+    for prefix, limit in (("", 5), ("x" * 101, 5), (None, 5), ("0190abcd", 0), ("0190abcd", 101)):
+        with pytest.raises(InvalidInput):
+            backend.match_ids(prefix, limit)
 
 
 # -- list ------------------------------------------------------------------------
@@ -311,6 +356,21 @@ def test_workers__are_seen_by_another_backend(
 ) -> None:
     register(backend, "w1")
     assert [w.id for w in open_backend(backend_url).workers()] == ["w1"]
+
+
+def test_workers__say_which_are_alive_as_the_sweeper_judges_it(
+    backend: Any, backend_url: str, open_killable: Any
+) -> None:
+    register(backend, "w-here")
+    victim = open_killable(backend_url)
+    register(victim, "w-killed")
+    assert {w.id: w.alive for w in backend.workers()} == {"w-here": True, "w-killed": True}
+    victim.close()  # without deregistering: to storage, a kill -9
+    # PostgreSQL ends the session (and drops its lock) a moment after the close.
+    wait_for(lambda: not {w.id: w.alive for w in backend.workers()}["w-killed"])
+    assert {w.id: w.alive for w in backend.workers()} == {"w-here": True, "w-killed": False}
+    assert backend.rescue().dead_workers == ("w-killed",)  # the sweeper agrees
+    assert [w.id for w in backend.workers()] == ["w-here"]
 
 
 def test_deregister_worker__removes_it(backend: Any) -> None:

@@ -6,6 +6,7 @@ console script itself run as real subprocesses.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,6 +21,9 @@ from click.testing import CliRunner, Result
 
 from tenure.app import App
 from tenure.cli import cli
+from tenure.core.retry import Decision
+from tenure.core.states import DeadReason, Outcome, State
+from tenure.job import JobSpec
 
 TENURE = Path(sys.executable).with_name("tenure")
 
@@ -131,7 +135,7 @@ def test_commands_that_store_nothing__do_not_create_a_mistyped_database(
 ) -> None:
     typo = tmp_path / "typo.db"
     for args in (["status"], ["jobs"], ["job", "x"], ["cancel", "x"], ["policy", "get"],
-                 ["dlq", "list"], ["dlq", "retry", "--queue", "q"]):  # fmt: skip
+                 ["dlq", "list"], ["dlq", "retry", "--queue", "q", "--all"]):  # fmt: skip
         result = CliRunner().invoke(cli, ["--url", f"sqlite:///{typo}", *args])
         assert_one_line_error(result, f"SQLite database {typo} does not exist")
     assert list(tmp_path.iterdir()) == []
@@ -236,7 +240,13 @@ def test_dlq__list_show_retry_and_purge(tenure: Any, tmp_path: Path, url: str) -
     assert_one_line_error(tenure("job", unknown), "no job with id")
 
     assert run_worker(tmp_path, url).returncode == 0  # boom dies again
-    assert ok(tenure("dlq", "retry", "-q", "default")).stdout.strip() == "retried 1 dead job(s)"
+    # Every dead job at once only when asked for, as purge's --yes.
+    assert_one_line_error(tenure("dlq", "retry"), "pass --all", code=2)
+    assert_one_line_error(tenure("dlq", "retry", "-q", "default"), "pass --all", code=2)
+    assert_one_line_error(tenure("dlq", "retry", "--all", failed), "not both", code=2)
+    assert as_json(tenure("job", failed, "--json"))["state"] == "dead"
+    done = tenure("dlq", "retry", "-q", "default", "--all")
+    assert ok(done).stdout.strip() == "retried 1 dead job(s)"
     assert run_worker(tmp_path, url).returncode == 0
     assert ok(tenure("dlq", "purge", "--yes")).stdout.strip() == "purged 1 dead job(s)"
     assert ok(tenure("dlq", "list")).stdout.strip() == "no dead jobs"
@@ -470,3 +480,85 @@ def test_enqueue_with_app__applies_the_tasks_defaults_and_parameters(
 def test_a_bad_app_path__is_one_line(app_module: Any) -> None:
     result = CliRunner().invoke(cli, ["--app", "no_such_module:app", "status"])
     assert_one_line_error(result, "--app: cannot import 'no_such_module'")
+
+
+def test_enqueue_with_app_of_a_task_it_does_not_define__is_refused_naming_the_closest(
+    app_module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TENURE_URL", raising=False)
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    path = app_module(url)
+    runner = CliRunner()
+    typo = runner.invoke(cli, ["--app", path, "enqueue", "adds"])
+    assert_one_line_error(typo, "defines no task 'adds'", "did you mean 'add'?", "--any-task")
+    far = runner.invoke(cli, ["enqueue", "zzz"], env={"TENURE_APP": path})
+    assert_one_line_error(far, "defines no task 'zzz'", "its tasks: add, boom")
+    assert not (tmp_path / "d.db").exists()  # nothing was stored
+    newer = runner.invoke(cli, ["--app", path, "enqueue", "adds", "--any-task"])
+    assert ok(newer).stdout.split()[1] == "queued"
+    # Without an App, a task by any name is enqueued, as a producer's is.
+    bare = runner.invoke(cli, ["--url", url, "enqueue", "zzz"])
+    assert ok(bare).stdout.split()[1] == "queued"
+
+
+def test_help__says_what_each_default_is_in_plain_text() -> None:
+    enqueue_help = ok(CliRunner().invoke(cli, ["enqueue", "--help"])).stdout
+    assert "the task's own queue" in " ".join(enqueue_help.split())
+    policy_help = ok(CliRunner().invoke(cli, ["policy", "set", "--help"])).stdout
+    assert "``" not in policy_help
+    assert "tenure policy set lease_ttl=5" in policy_help
+
+
+# -- ids ----------------------------------------------------------------------
+
+
+def store_with_ids(url: str, *ids: str) -> None:
+    with App(url) as app:
+        app.store([dataclasses.replace(JobSpec.create("t"), id=i) for i in ids])
+
+
+def test_an_id_prefix_of_8_characters_or_more__names_its_job_everywhere(
+    tenure: Any, url: str
+) -> None:
+    a, b = "2367cbe5-ab54-7000-8000-000000000001", "2367cbe5-ab99-7000-8000-000000000002"
+    store_with_ids(url, a, b)
+    assert as_json(tenure("job", "2367cbe5-ab54", "--json"))["id"] == a
+    assert as_json(tenure("job", "2367cbe5ab99", "--json"))["id"] == b  # dashes left out
+    assert a in ok(tenure("job", a[:13])).stdout
+    assert ok(tenure("cancel", b[:14])).stdout.strip() == f"{b} cancelled"
+    ambiguous = tenure("job", "2367cbe5")
+    assert_one_line_error(ambiguous, "'2367cbe5' is ambiguous", a, b)
+    assert_one_line_error(tenure("job", "2367cbe5-ab77"), "nor one whose id begins with it")
+    assert_one_line_error(tenure("job", "2367cbe"), "no job with id '2367cbe'")  # too short
+
+
+def test_dlq_commands__take_id_prefixes(tenure: Any, url: str) -> None:
+    dead = "5ad0beef-0000-7000-8000-000000000001"
+    store_with_ids(url, dead)
+    with App(url) as app:
+        worker = app.call(app.backend.claim("w", ["default"], 1))[0]
+        fate = Decision(State.DEAD, dead_reason=DeadReason.ERROR)
+        app.call(app.backend.fail(worker.id, worker.fence, Outcome.ERROR, "boom", fate))
+    assert dead in ok(tenure("dlq", "show", dead[:8])).stdout
+    assert ok(tenure("dlq", "retry", dead[:8], dead)).stdout.strip() == "retried 1 dead job(s)"
+    assert as_json(tenure("job", dead, "--json"))["state"] == "queued"
+
+
+def test_dlq_retry__numbers_attempts_on_and_records_that_the_cli_retried(
+    tenure: Any, url: str
+) -> None:
+    dead = "5ad0beef-0000-7000-8000-000000000002"
+    store_with_ids(url, dead)
+    with App(url) as app:
+        claimed = app.call(app.backend.claim("w", ["default"], 1))[0]
+        fate = Decision(State.DEAD, dead_reason=DeadReason.ERROR)
+        app.call(app.backend.fail(claimed.id, claimed.fence, Outcome.ERROR, "boom", fate))
+    ok(tenure("dlq", "retry", dead))
+    events = [json.loads(line) for line in ok(tenure("events", "--json")).stdout.splitlines()]
+    assert events[-1]["kind"] == "retried"
+    assert events[-1]["data"] == {"by": "cli", "attempts": 1}
+    shown = ok(tenure("job", dead)).stdout
+    assert "1 (0 of 3 since its retry from the DLQ)" in shown
+    with App(url) as app:
+        again = app.call(app.backend.claim("w", ["default"], 1))[0]
+    assert again.attempts == 2  # numbered on

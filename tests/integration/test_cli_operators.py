@@ -3,6 +3,8 @@ temporary SQLite database, in-process."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +14,7 @@ from click.testing import CliRunner
 
 from tenure.app import App
 from tenure.backends.base import WorkerInfo
+from tenure.chaos.lab import Lab
 from tenure.cli import cli
 from tests.conformance.helpers import wait_for
 from tests.integration.test_cli import as_json, assert_one_line_error, enqueue, ok, tenure, url
@@ -80,7 +83,7 @@ def test_queue_delete_with_an_active_job__is_refused(tenure: Any, worker_app: Ap
 
 
 def test_health_with_a_worker_heartbeating_here__exits_0(tenure: Any, worker_app: App) -> None:
-    assert ok(tenure("health")).stdout.startswith("healthy: 1 worker(s) on")
+    assert ok(tenure("health")).stdout.startswith("healthy: 1 worker(s) alive on")
 
 
 def test_health_without_a_worker_here__exits_1_saying_why(tenure: Any, worker_app: App) -> None:
@@ -98,3 +101,31 @@ def test_health_when_the_last_heartbeat_is_old__exits_1_saying_why(
 def test_health_when_storage_does_not_answer__exits_1_saying_why() -> None:
     result = CliRunner().invoke(cli, ["--url", "redis://127.0.0.1:1/0", "health", "--storage-only"])
     assert_one_line_error(result, "unhealthy: storage does not answer")
+
+
+def test_a_worker_killed_with_sigkill__is_gone_to_workers_and_health_within_its_lease_ttl(
+    backend_url: str,
+) -> None:
+    """A real worker process, kill -9'd: nobody sweeps (it was the only one), so
+    its registration stays; its liveness (the sweeper's test) says it is gone."""
+    lease_ttl = 5.0
+    policy = {"lease_ttl": lease_ttl, "heartbeat_interval": 0.5, "sweep_interval": 0.2}
+
+    def tenure(*args: str) -> Any:
+        return CliRunner().invoke(cli, ["--url", backend_url, *args])
+
+    with Lab(backend_url, "health", **policy) as lab:
+        worker = lab.worker("--concurrency", "1", "--pool", "thread")
+        lab.wait("the worker to register", lambda: lab.ready(worker))
+        lab.wait("a healthy probe", lambda: tenure("health").exit_code == 0)
+        [listed] = as_json(tenure("workers", "--json"))
+        assert listed["alive"] is True and f".{worker.pid}." in listed["id"]
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+        unhealthy = lab.wait(
+            "the probe to fail", lambda: (r := tenure("health")).exit_code and r, timeout=lease_ttl
+        )
+        assert_one_line_error(unhealthy, "unhealthy:", "are gone", listed["id"])
+        [gone] = as_json(tenure("workers", "--json"))
+        assert (gone["id"], gone["alive"]) == (listed["id"], False)
+        assert "gone" in ok(tenure("workers")).stdout

@@ -2,6 +2,7 @@
 
 import asyncio
 import hashlib
+import json
 import multiprocessing
 import os
 import shutil
@@ -35,7 +36,7 @@ EXPECTED_TABLES = {
         "seq", "id", "queue", "task", "args", "state", "priority", "run_at", "created_at",
         "key", "attempts", "stalls", "max_attempts", "timeout", "fence", "worker", "lease_ttl",
         "lease_expires_at", "result", "error", "dead_reason", "progress", "finished_at",
-        "started_at", "recovered_from", "cancel_requested", "traceparent",
+        "started_at", "recovered_from", "cancel_requested", "traceparent", "budget_from",
     ],
     "attempts": [
         "job_id", "fence", "attempt", "worker", "started_at", "ended_at", "outcome", "error",
@@ -495,3 +496,24 @@ def test_a_prune__goes_in_transactions_of_at_most_prune_tx_jobs(
     b.inner.conn.set_trace_callback(lambda s: commits.append(s) if s == "COMMIT" else None)
     assert (b.prune(7), b.prune(7)) == (7, 3)
     assert len(commits) == 3  # 4 + 3, then 3 of 4: none is left
+
+
+def test_a_user_who_may_only_read_the_database__can_list_the_workers(shared_dir):
+    """Such a user may not open the liveness locks: a worker is listed, taken
+    as alive (its heartbeat's age tells tenure health the rest)."""
+    url = f"sqlite:///{shared_dir / 't.db'}"
+    with App(url) as app:
+        app.enqueue("t", {})
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, url], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "1"
+        argv = ["tenure", "--url", url, "workers", "--json"]
+        listing = as_nobody(f"import tenure.cli.operators\nsys.argv = {argv!r}\ntenure.cli.main()")
+        out, err = listing.communicate(timeout=60)
+        assert listing.returncode == 0, err
+        [worker] = json.loads(out)
+        assert (worker["id"], worker["alive"]) == ("w1", True)
+    finally:
+        holder.kill()
+        holder.communicate()

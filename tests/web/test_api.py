@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from typing import Any
@@ -10,6 +11,7 @@ import httpx
 
 from tenure import App
 from tenure.core.states import Outcome, State
+from tenure.job import JobSpec
 from tests.conformance.helpers import claim_one, decision_for, register
 
 JSON_HEADERS = {"content-type": "application/json"}
@@ -98,6 +100,18 @@ def test_cancel__queued_job_or_active_one_then_409_then_404(
     assert stopping["state"] == "active" and stopping["cancel_requested"] is True
 
 
+def test_job_and_cancel__take_a_unique_id_prefix(api: httpx.Client, web_app: App) -> None:
+    a, b = "2367cbe5-ab54-7000-8000-000000000001", "2367cbe5-ab99-7000-8000-000000000002"
+    web_app.store([dataclasses.replace(JobSpec.create("t"), id=i) for i in (a, b)])
+    assert api.get("/api/jobs/2367cbe5-ab54").json()["id"] == a
+    assert api.get("/api/jobs/2367cbe5ab99").json()["id"] == b
+    assert api.post("/api/jobs/2367cbe5-ab5/cancel").json()["id"] == a
+    ambiguous = api.get("/api/jobs/2367cbe5")
+    assert ambiguous.status_code == 400
+    assert a in ambiguous.json()["message"] and b in ambiguous.json()["message"]
+    assert api.get("/api/jobs/2367cbe5-ab7").status_code == 404
+
+
 def test_dlq__lists_counts_retries_and_purges(
     api: httpx.Client, web_app: App, backend: Any
 ) -> None:
@@ -110,6 +124,10 @@ def test_dlq__lists_counts_retries_and_purges(
 
     assert post(api, "/api/queues/default/dead/retry", {"ids": [first]}).json() == {"retried": 1}
     assert web_app.get_job(first).state == State.QUEUED
+    retried = [e for e in backend.read_events(None, None, 1000) if e.kind == "retried"]
+    assert [(e.job_id, e.data["by"]) for e in retried] == [(first, "api")]
+    unknown = post(api, "/api/queues/default/dead/retry", {"ids": [second], "by": "cron"})
+    assert unknown.status_code == 400 and web_app.get_job(second).state == State.DEAD
 
     refused = post(api, "/api/queues/default/dead/purge", {"all": True})
     assert refused.status_code == 400 and "confirm" in refused.json()["message"]
@@ -124,6 +142,17 @@ def test_dlq__lists_counts_retries_and_purges(
     body = {"all": True, "confirm": "default"}
     assert post(api, "/api/queues/default/dead/purge", body).json() == {"purged": 1}
     assert web_app.queue().counts()[State.DEAD] == 0
+
+
+def test_dlq_retry_from_the_dashboard__is_recorded_as_the_dashboard_s(
+    api: httpx.Client, web_app: App, backend: Any
+) -> None:
+    dead = dead_job(web_app, backend, register(backend, "w-1"))
+    body = {"all": True, "by": "dashboard"}  # what the dashboard's script sends
+    assert post(api, "/api/queues/default/dead/retry", body).json() == {"retried": 1}
+    [retried] = [e for e in backend.read_events(None, None, 1000) if e.kind == "retried"]
+    assert (retried.job_id, retried.data) == (dead, {"by": "dashboard", "attempts": 1})
+    assert web_app.get_job(dead).attempts == 1  # numbered on from there
 
 
 def test_policy__read_and_changed_as_the_cli_does(api: httpx.Client, web_app: App) -> None:

@@ -3,6 +3,7 @@ every value shows as text, never as markup."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 from typing import Any
@@ -13,6 +14,7 @@ from tenure import App
 from tenure.backends.base import WorkerInfo
 from tenure.config import QueuePolicy, policy_fields
 from tenure.core.states import Outcome
+from tenure.job import JobSpec
 from tenure.web.pages import visible
 from tests.conformance.helpers import claim_one, decision_for, register
 
@@ -171,3 +173,15 @@ def test_jobs_page_actions__cross_site__get_403_and_change_nothing(
         response = api.post(path, json={"ids": [job.id]}, headers=forged)
         assert response.status_code == 403, path
     assert web_app.get_job(job.id).state == "queued"
+
+
+def test_job_page__takes_a_unique_id_prefix_and_lists_an_ambiguous_one(
+    api: httpx.Client, web_app: App
+) -> None:
+    a, b = "2367cbe5-ab54-7000-8000-000000000001", "2367cbe5-ab99-7000-8000-000000000002"
+    web_app.store([dataclasses.replace(JobSpec.create("t"), id=i) for i in (a, b)])
+    page = api.get("/jobs/2367cbe5ab54", headers=HTML)
+    assert page.status_code == 200 and a in page.text
+    ambiguous = api.get("/jobs/2367cbe5", headers=HTML)
+    assert ambiguous.status_code == 400
+    assert a in ambiguous.text and b in ambiguous.text

@@ -18,8 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from tenure.config import QueuePolicy, check_seconds
 from tenure.context import Transaction
-from tenure.core.events import Detector, Event
-from tenure.core.names import check_name, is_text, shown
+from tenure.core.events import Detector, Event, RetriedBy
+from tenure.core.names import check_job_id, check_name, is_text, shown
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State, parse_state
 from tenure.errors import InvalidInput, InvalidTransition
@@ -56,6 +56,9 @@ class WorkerInfo:
     started_at: float = 0.0
     last_seen: float = 0.0
     leases: int = 0  # active jobs it holds (as ``workers()`` counts them)
+    # Whether storage's liveness test (the sweeper's: a lock, a session, a
+    # named connection) finds the worker's process there, as ``workers()`` read it.
+    alive: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,14 @@ def check_cursor(after: object) -> str | None:
     return after
 
 
+def check_retried_by(by: object) -> RetriedBy:
+    """``retry_dead``'s ``by``, as a RetriedBy; InvalidInput for another value."""
+    if isinstance(by, str) and by in RetriedBy.__members__.values():
+        return RetriedBy(by)
+    known = ", ".join(r.value for r in RetriedBy)
+    raise InvalidInput(f"by must be one of {known}, got {shown(by)}")
+
+
 def not_cancellable(job: Job) -> InvalidTransition:
     """The error of a cancel of a finished job (every backend's)."""
     return InvalidTransition(
@@ -190,6 +201,35 @@ def cursor_seq(text: str) -> int:
     if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= SEQ_MAX):
         raise bad_cursor(text)
     return int(text)
+
+
+MATCH_LIMIT = 100  # the most ids one ``match_ids`` returns
+
+
+def check_match(prefix: object, limit: object) -> tuple[str, int]:
+    """Validate ``match_ids``'s prefix (a possible job id) and limit."""
+    check_job_id(prefix)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MATCH_LIMIT:
+        raise InvalidInput(
+            f"limit must be an integer within [1, {MATCH_LIMIT}], got {shown(limit)}"
+        )
+    return prefix, limit  # type: ignore[return-value]  # checked: a str
+
+
+def prefix_range(prefix: str) -> tuple[str, str] | None:
+    """Bounds ``low <= id < high`` of an index range that holds every id
+    beginning with ``prefix`` (the caller filters the range by the prefix
+    itself); None when no id tenure makes can begin with it (it does not begin
+    with an ASCII letter or digit, as every ``new_job_id`` does). Trailing
+    punctuation is left out of the bounds: a database collation (en_US) may
+    ignore it, and '0190abcd.' would then sort before '0190abcd-0123'; ASCII
+    letters and digits sort alike in every collation."""
+    stem = prefix
+    while stem and not (stem[-1].isascii() and stem[-1].isalnum()):
+        stem = stem[:-1]
+    if not stem:
+        return None
+    return stem, stem[:-1] + chr(ord(stem[-1]) + 1)
 
 
 PRUNE_LIMIT = 10_000  # the most finished jobs one prune deletes: a bounded transaction
@@ -409,9 +449,15 @@ class Backend(Protocol):
         ``cancel_requested`` (again: no change), and stays active until its
         attempt ends (see ``fail``); InvalidTransition for a finished job."""
 
-    async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+    async def retry_dead(
+        self, queue: str, job_ids: Sequence[str] | None = None, by: str = RetriedBy.PYTHON
+    ) -> int:
         """``dead -> queued`` with budgets reset and history kept; all of the
-        queue's dead jobs when ``job_ids`` is None. Returns how many moved."""
+        queue's dead jobs when ``job_ids`` is None. Returns how many moved.
+        ``attempts`` keeps counting (the next attempt is number attempts + 1)
+        and ``budget_from`` becomes it, so that ``max_attempts`` and
+        ``max_stalls`` count afresh; each job gets a ``retried`` event saying
+        ``by`` whom (a ``RetriedBy``) and after how many attempts."""
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         """Delete dead jobs (all of the queue's when ``job_ids`` is None)."""
@@ -423,6 +469,15 @@ class Backend(Protocol):
 
     async def get(self, job_id: str) -> Job:
         """The job with its history. JobNotFound if absent."""
+
+    async def match_ids(self, prefix: str, limit: int) -> builtins.list[str]:
+        """The ids of jobs that begin with ``prefix``, sorted, at most ``limit``
+        (up to ``MATCH_LIMIT``); when more match, which ``limit`` of them is
+        unspecified; none for a prefix ``prefix_range`` rules out. A read,
+        cheap whatever the number of jobs: SQL, a range scan of the ids'
+        index (``prefix_range``), filtered by the prefix; Redis, which keeps
+        ids in a hash, a scan of it by pieces (``HSCAN MATCH``, a few ms
+        each) that stops once ``limit`` matched."""
 
     async def list(
         self,
@@ -500,4 +555,8 @@ class Backend(Protocol):
         rescuable at once."""
 
     async def workers(self) -> builtins.list[WorkerInfo]:
-        """Registered workers."""
+        """Registered workers, each with ``alive`` judged as the sweeper judges
+        it (SQLite: its ``flock`` is held; PostgreSQL: its session advisory
+        lock is; Redis: its named connection is in ``CLIENT LIST``, or, where
+        CLIENT is forbidden, it heartbeat within ``STALE_AFTER``). A worker
+        that died stays listed, ``alive`` False, until a sweep buries it."""

@@ -22,13 +22,13 @@ def job_from_row(row: Sequence[Any], history: tuple[Attempt, ...] = ()) -> Job:
     (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
      max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
      dead_reason, progress, finished_at, traceparent, cancel_requested,
-     recovered_from) = row  # fmt: skip
+     recovered_from, budget_from) = row  # fmt: skip
     return job_of((
         id_, task, queue, orjson.loads(args), STATES[state], priority, run_at, created_at,
         attempts, stalls, max_attempts, timeout, fence, key, worker, lease_expires_at,
         decode(result), error, None if dead_reason is None else DeadReason(dead_reason),
         decode(progress), finished_at, traceparent, bool(cancel_requested),
-        recovered_from, history,
+        recovered_from, budget_from, history,
     ))  # fmt: skip
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import click
 
-from tenure.cli.common import cli_state, json_object, json_option, open_app
+from tenure.cli.common import CliError, cli_state, json_object, json_option, open_app
 from tenure.cli.output import (
     counts_table,
     job_dict,
@@ -34,19 +35,53 @@ LIMIT = click.IntRange(1, 10_000)
     show_default=True,
     help="The job's arguments, a JSON object.",
 )
-@click.option("--queue", "-q", help="Queue to put it on  [default: default]")
+@click.option(
+    "--queue",
+    "-q",
+    help="Queue to put it on  [default: the task's own queue with --app, else default]",
+)
 @click.option("--delay", type=float, help="Seconds to wait before it may run.")
 @click.option(
     "--key",
     help="Idempotency key: while a job with this key is unfinished, enqueueing again returns it.",
 )
 @click.option("--priority", type=int, help="Higher runs first.")
-@click.option("--max-attempts", type=int, help="Attempt budget (default: the queue policy's).")
+@click.option(
+    "--max-attempts",
+    type=int,
+    help="Attempt budget (default: the task's with --app, else the queue policy's).",
+)
 @click.option("--timeout", type=float, help="Deadline of one attempt, in seconds.")
-def enqueue(task: str, args: dict[str, Any], **options: Any) -> None:
-    """Enqueue a job of TASK by name; print its id and state."""
+@click.option(
+    "--any-task",
+    is_flag=True,
+    help="With --app: enqueue TASK even if the App does not define it (for a newer deploy).",
+)
+def enqueue(task: str, args: dict[str, Any], any_task: bool, **options: Any) -> None:
+    """Enqueue a job of TASK by name; print its id and state. With --app, TASK
+    must be one of the App's tasks (or pass --any-task)."""
+    loaded = cli_state().loaded()
+    if loaded is not None and not any_task and task not in loaded.tasks:
+        raise CliError(unknown_task(task, loaded.tasks, cli_state().app_path))
     job = open_app(create=True).enqueue(task, args, **options)
     click.echo(f"{job.id} {job.state}")
+
+
+def unknown_task(task: str, known: Collection[str], app_path: str | None) -> str:
+    """Why a task the App does not define is refused, naming the closest ones."""
+    import difflib  # only for this error: every other command starts without it
+
+    close = difflib.get_close_matches(task, sorted(known), n=3, cutoff=0.6)
+    if close:
+        hint = f"did you mean {' or '.join(map(repr, close))}? "
+    else:
+        names = sorted(known)
+        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+        hint = f"its tasks: {', '.join(names[:5]) or 'none'}{more}; "
+    return (
+        f"the App {app_path} defines no task {task!r}; {hint}(pass --any-task to enqueue it "
+        "for a newer deploy)"
+    )
 
 
 @click.command()
@@ -99,7 +134,8 @@ def list_jobs(
 @click.argument("job_id", metavar="ID")
 @json_option
 def job(job_id: str, as_json: bool) -> None:
-    """Show a job with its history of attempts."""
+    """Show a job with its history of attempts. ID may be any unique prefix
+    of the id, of 8 characters or more."""
     found = open_app().get_job(job_id)
     if as_json:
         print_json(job_dict(found))
@@ -110,7 +146,8 @@ def job(job_id: str, as_json: bool) -> None:
 @click.command()
 @click.argument("job_id", metavar="ID")
 def cancel(job_id: str) -> None:
-    """Cancel a job. A scheduled or queued job is cancelled at once; a running
+    """Cancel a job (ID: its id, or a unique prefix of 8 characters or more).
+    A scheduled or queued job is cancelled at once; a running
     one is stopped by its worker within about a heartbeat (its handler sees
     current_job().cancelled, and is killed after the queue's cancel_grace)."""
     cancelled = open_app(write=True).cancel(job_id)

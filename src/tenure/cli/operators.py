@@ -10,6 +10,7 @@ import click
 
 from tenure.cli.common import CliError, json_option, open_app
 from tenure.cli.output import print_json, print_policy, show, workers_table
+from tenure.config import QueuePolicy
 from tenure.errors import TenureError
 
 QUEUE = click.argument("queue")
@@ -19,12 +20,16 @@ QUEUE = click.argument("queue")
 @json_option
 def workers(as_json: bool) -> None:
     """List the registered workers: where they run, their queues, the leases
-    they hold and when each last heartbeat came."""
+    they hold, when each last heartbeat came, and whether it is alive or gone
+    as storage sees it (the sweeper's test: SQLite's flock, PostgreSQL's
+    session lock, Redis's named connection). A gone worker stays listed
+    until a sweep recovers its leases."""
     found = open_app().workers()
     if as_json:
         print_json([
             {"id": w.id, "host": w.hostname, "pid": w.pid, "queues": list(w.queues),
-             "started_at": w.started_at, "leases": w.leases, "last_heartbeat": w.last_seen}
+             "started_at": w.started_at, "leases": w.leases, "last_heartbeat": w.last_seen,
+             "alive": w.alive}
             for w in found
         ])  # fmt: skip
         return
@@ -75,9 +80,9 @@ def delete(queue: str, yes: bool) -> None:
 @click.option(
     "--max-age",
     type=click.FloatRange(0.1, 86_400.0),
-    default=30.0,
-    show_default=True,
-    help="Seconds since a worker's last heartbeat within which it counts as alive.",
+    default=None,
+    help="Seconds since a worker's last heartbeat within which it counts as alive  "
+    "[default: the longest lease_ttl of its queues]",
 )
 @click.option(
     "--host",
@@ -85,12 +90,14 @@ def delete(queue: str, yes: bool) -> None:
     metavar="NAME",
     help="The host whose workers to check  [default: this host's name]",
 )
-def health(storage_only: bool, max_age: float, host: str | None) -> None:
-    """Exit 0 when storage answers and a worker on this host heartbeats (for
-    container probes); else exit 1 with a one-line reason on stderr."""
+def health(storage_only: bool, max_age: float | None, host: str | None) -> None:
+    """Exit 0 when storage answers and a worker on this host is alive (storage
+    holds its liveness lock or connection) and heartbeats (for container
+    probes); else exit 1 with a one-line reason on stderr."""
     host = host or socket.gethostname()
+    app = open_app()
     try:
-        found = open_app().workers()
+        found = app.workers()
     except TenureError as exc:
         raise CliError(f"unhealthy: storage does not answer: {exc}") from None
     if storage_only:
@@ -99,12 +106,29 @@ def health(storage_only: bool, max_age: float, host: str | None) -> None:
     here = [w for w in found if w.hostname == host]
     if not here:
         raise CliError(f"unhealthy: no worker registered on host {host!r}")
+    alive = [w for w in here if w.alive]
+    if not alive:
+        raise CliError(
+            f"unhealthy: the {len(here)} worker(s) registered on {host!r} are gone (storage "
+            f"no longer holds their liveness lock or connection): {', '.join(w.id for w in here)}"
+        )
     # The heartbeat's time is storage's clock; this host's clock should agree
-    # within max_age (NTP keeps them within milliseconds).
-    age = time.time() - max(w.last_seen for w in here)
-    if age > max_age:
+    # within the limit (NTP keeps them within milliseconds).
+    ttls = {q: app.queue(q).policy().lease_ttl for q in {q for w in alive for q in w.queues}}
+    now = time.time()
+    default = QueuePolicy().lease_ttl
+    ages = {
+        w.id: (now - w.last_seen, max_age or max((ttls[q] for q in w.queues), default=default))
+        for w in alive
+    }
+    fresh = [age for age, limit in ages.values() if age <= limit]
+    if not fresh:
+        age, limit = min(ages.values())
         raise CliError(
             f"unhealthy: the last heartbeat of a worker on {host!r} was {age:.1f} s ago "
-            f"(more than {max_age:g} s)"
+            f"(more than {limit:g} s)"
         )
-    click.echo(f"healthy: {len(here)} worker(s) on {host}, last heartbeat {max(age, 0):.1f} s ago")
+    click.echo(
+        f"healthy: {len(alive)} worker(s) alive on {host}, last heartbeat "
+        f"{max(min(fresh), 0):.1f} s ago"
+    )

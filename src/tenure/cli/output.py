@@ -137,10 +137,11 @@ def counts_table(counts: Mapping[str, Mapping[State, int]]) -> Table:
 def workers_table(workers: Iterable[WorkerInfo], now: float) -> Table:
     rows = [
         (w.id, w.hostname, w.pid, ",".join(w.queues), when(w.started_at), w.leases,
-         f"{max(now - w.last_seen, 0.0):.1f} s ago")
+         f"{max(now - w.last_seen, 0.0):.1f} s ago", "alive" if w.alive else "gone")
         for w in workers
     ]  # fmt: skip
-    return _table(["id", "host", "pid", "queues", "started", "leases", "last heartbeat"], rows)
+    columns = ["id", "host", "pid", "queues", "started", "leases", "last heartbeat", "liveness"]
+    return _table(columns, rows)
 
 
 def jobs_table(jobs: Iterable[Job]) -> Table:
@@ -178,6 +179,15 @@ def state_of(job: Job) -> str:
     return str(job.state)
 
 
+def attempts_of(job: Job, policy: QueuePolicy) -> str:
+    """A job's attempts against its budget, which a retry from the DLQ renewed."""
+    budget = job.max_attempts or policy.max_attempts
+    if not job.budget_from:
+        return f"{job.attempts} of {budget}"
+    since = job.attempts - job.budget_from
+    return f"{job.attempts} ({since} of {budget} since its retry from the DLQ)"
+
+
 def job_fields(job: Job, policy: QueuePolicy) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -187,7 +197,7 @@ def job_fields(job: Job, policy: QueuePolicy) -> Table:
         ("task", job.task),
         ("queue", job.queue),
         ("state", state_of(job)),
-        ("attempts", f"{job.attempts} of {job.max_attempts or policy.max_attempts}"),
+        ("attempts", attempts_of(job, policy)),
         ("stalls", f"{job.stalls} of {policy.max_stalls}"),
         ("fence", job.fence),
         ("priority", job.priority),

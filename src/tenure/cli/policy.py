@@ -47,8 +47,10 @@ def _assignments(
 def set_(queue: str, changes: dict[str, Any]) -> None:
     """Change fields of a queue's policy; every worker follows it.
 
-    Values are read as JSON when they parse as JSON, else as strings, e.g.
-    ``tenure policy set lease_ttl=5 delivery=at-most-once timeout=null``.
+    Values are read as JSON when they parse as JSON, else as strings, e.g.:
+
+    \b
+        tenure policy set lease_ttl=5 delivery=at-most-once timeout=null
     """
     updated = open_app(create=True).queue(queue).set_policy(**changes)
     print_policy(queue, updated)

@@ -32,8 +32,17 @@ class EventKind(StrEnum):
     DEAD = "dead"
     RELEASED = "released"
     CANCELLED = "cancelled"
-    RETRIED_FROM_DLQ = "retried_from_dlq"
+    RETRIED = "retried"  # from the DLQ, by hand: {"by": RetriedBy, "attempts": made so far}
     PURGED = "purged"
+
+
+class RetriedBy(StrEnum):
+    """Who retried a dead job from the DLQ (the ``retried`` event's ``by``)."""
+
+    PYTHON = "python"  # Queue.retry_dead
+    CLI = "cli"  # tenure dlq retry
+    API = "api"  # POST /api/queues/{queue}/dead/retry
+    DASHBOARD = "dashboard"  # the dashboard's DLQ page (through the API)
 
 
 class Detector(StrEnum):

@@ -95,14 +95,15 @@ def decide_for(
     retry_in: float | None = None,
     fatal: bool = False,
 ) -> Decision:
-    """:func:`decide` for a job as claimed: its counters, and its own ``max_attempts``
-    when it has one. A job whose cancel was requested is cancelled: it never
-    runs again."""
+    """:func:`decide` for a job as claimed: its counters (its attempts since its
+    last retry from the DLQ: a retried job has a fresh budget), and its own
+    ``max_attempts`` when it has one. A job whose cancel was requested is
+    cancelled: it never runs again."""
     if job.cancel_requested:
         return CANCELLED
     return decide(
         outcome,
-        attempts=job.attempts,
+        attempts=job.attempts - job.budget_from,
         stalls=job.stalls,
         max_attempts=job.max_attempts or policy.max_attempts,
         max_stalls=policy.max_stalls,

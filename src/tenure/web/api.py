@@ -17,6 +17,7 @@ from starlette.routing import Route
 from tenure.app import App
 from tenure.backends.base import LIST_LIMIT, Backend
 from tenure.cli.output import job_dict
+from tenure.core.events import RetriedBy
 from tenure.core.names import check_job_id, check_job_ids, check_name, shown
 from tenure.core.states import State
 from tenure.core.urls import redacted
@@ -118,10 +119,16 @@ class Api:
         })  # fmt: skip
 
     async def retry_dead(self, request: Request) -> JSON:
-        """``{"ids": [...]}`` or ``{"all": true}``: back to queued, budgets reset."""
+        """``{"ids": [...]}`` or ``{"all": true}``: back to queued, budgets reset;
+        ``"by": "dashboard"`` says the dashboard asked (the ``retried`` event's
+        ``by``; "api" otherwise)."""
         queue = check_name("queue", request.path_params["queue"])
-        ids = _selection(await json_object(request, self.body_limit), set())
-        return JSON({"retried": await (await self.backend()).retry_dead(queue, ids)})
+        body = await json_object(request, self.body_limit)
+        ids = _selection(body, {"by"})
+        by = body.get("by", RetriedBy.API)
+        if by not in (RetriedBy.API, RetriedBy.DASHBOARD):
+            raise InvalidInput(f'"by" may be "api" or "dashboard", got {shown(by)}')
+        return JSON({"retried": await (await self.backend()).retry_dead(queue, ids, by)})
 
     async def purge_dead(self, request: Request) -> JSON:
         """As ``retry_dead``, and ``"confirm"`` must repeat the queue's name."""

@@ -215,7 +215,8 @@ def document() -> dict[str, Any]:
         "/api/queues/{queue}/dead/retry": {
             "parameters": [QUEUE],
             "post": _op(
-                "Requeue dead jobs (the ids given, or all) with their budgets reset",
+                "Requeue dead jobs (the ids given, or all) with their budgets reset; "
+                "by: who asks, for their retried events",
                 _json(
                     {
                         "type": "object",
@@ -227,7 +228,15 @@ def document() -> dict[str, Any]:
                 ),
                 413,
                 415,
-                requestBody=_body(SELECTION),
+                requestBody=_body(
+                    {
+                        **SELECTION,
+                        "properties": {
+                            **SELECTION_FIELDS,
+                            "by": {"type": "string", "enum": ["api", "dashboard"]},
+                        },
+                    }
+                ),
             ),
         },
         "/api/queues/{queue}/dead/purge": {

@@ -34,13 +34,16 @@ from tenure.backends.base import (
     check_cursor,
     check_delay,
     check_listing,
+    check_match,
     check_prune_limit,
+    check_retried_by,
     check_schedules,
     check_tick,
     claim_limit,
     cursor_seq,
     last_proof,
     not_cancellable,
+    prefix_range,
     queue_busy,
 )
 from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
@@ -52,7 +55,7 @@ from tenure.backends.rows import JOB_COLUMNS, attempt_from_row, job_from_row
 from tenure.backends.sqlfile import latest_version, load_migrations
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core import retention
-from tenure.core.events import EventKind, failure_events
+from tenure.core.events import EventKind, RetriedBy, failure_events
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import CANCELLED, Decision, decide_for
@@ -610,11 +613,14 @@ class PostgresBackend(EventReading):
             raise not_cancellable(job)
         return job
 
-    async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+    async def retry_dead(
+        self, queue: str, job_ids: Sequence[str] | None = None, by: str = RetriedBy.PYTHON
+    ) -> int:
         check_name("queue", queue)
         ids = check_job_ids(job_ids)
+        retried_by = check_retried_by(by).value
         async with self._tx() as conn:
-            params = {"queue": queue, "ids": ids}
+            params = {"queue": queue, "ids": ids, "by": retried_by}
             cur = await conn.execute(self.q["retry_dead"], params)
             rows = await cur.fetchall()
             await self._notify(conn, [queue] if rows else [])
@@ -666,6 +672,15 @@ class PostgresBackend(EventReading):
             cur = await conn.execute(self.q["get_history"], {"id": job_id})
             history = tuple(attempt_from_row(r) for r in await cur.fetchall())
         return job_from_row(row, history)
+
+    async def match_ids(self, prefix: str, limit: int) -> builtins.list[str]:
+        prefix, limit = check_match(prefix, limit)
+        bounds = prefix_range(prefix)
+        if bounds is None:
+            return []
+        low, high = bounds
+        params = {"low": low, "high": high, "prefix": prefix, "limit": limit}
+        return [i for (i,) in await self._rows("match_ids", params)]
 
     async def list(
         self,
@@ -756,8 +771,10 @@ class PostgresBackend(EventReading):
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         return [
-            WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, n)
-            for i, h, p, q, s, seen, n in await self._rows("list_workers")
+            WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, n, alive)
+            for i, h, p, q, s, seen, n, alive in await self._rows(
+                "list_workers", {"namespace": self.namespace}
+            )
         ]
 
 

@@ -559,7 +559,8 @@ recorded_input AS (
 SELECT id FROM done
 
 -- name: retry_dead
--- dead -> queued with budgets reset. A dead job whose key= now belongs to an
+-- dead -> queued with budgets reset: its attempts keep counting, its budget
+-- counts from here (budget_from). A dead job whose key= now belongs to an
 -- unfinished job stays dead; of dead jobs sharing a key, the oldest goes back.
 WITH candidates AS (
     SELECT j.id, j.key, j.seq FROM {schema}.jobs AS j
@@ -579,14 +580,15 @@ chosen AS (
 ),
 done AS (
     UPDATE {schema}.jobs AS j
-    SET state = 'queued', attempts = 0, stalls = 0, dead_reason = NULL, finished_at = NULL,
-        run_at = extract(epoch FROM now())::float8
+    SET state = 'queued', budget_from = j.attempts, stalls = 0, dead_reason = NULL,
+        finished_at = NULL, run_at = extract(epoch FROM now())::float8
     FROM chosen
     WHERE j.id = chosen.id
-    RETURNING j.id, j.queue, j.seq
+    RETURNING j.id, j.queue, j.seq, j.attempts
 ),
 recorded_input AS (
-    SELECT queue, 'retried_from_dlq' AS kind, id AS job_id, NULL::json AS data, seq AS ord
+    SELECT queue, 'retried' AS kind, id AS job_id,
+           json_build_object('by', %(by)s::text, 'attempts', attempts) AS data, seq AS ord
     FROM done
 ),
 {record_events}
@@ -672,6 +674,13 @@ DELETE FROM {schema}.queues WHERE name = %(queue)s
 
 -- name: get_job
 SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s
+
+-- name: match_ids
+-- Ids that begin with a prefix: a range of the primary key's index (in the
+-- column's collation: see base.prefix_range), filtered by the prefix itself.
+SELECT id FROM {schema}.jobs
+WHERE id >= %(low)s AND id < %(high)s AND starts_with(id, %(prefix)s)
+ORDER BY id LIMIT %(limit)s
 
 -- name: get_history
 -- The attempts that ended otherwise, then the running or completed one, kept
@@ -759,9 +768,17 @@ DELETE FROM {schema}.workers WHERE id = %(id)s
 
 -- name: list_workers
 -- With the leases each holds (active jobs are few: the fleet's slots and
--- claims ahead, read through jobs_lease).
+-- claims ahead, read through jobs_lease), and whether its liveness lock is
+-- held (as dead_workers judges it).
 SELECT w.id, w.hostname, w.pid, w.queues::text, w.started_at, w.last_seen,
-       coalesce(h.n, 0)
+       coalesce(h.n, 0),
+       EXISTS (
+           SELECT 1 FROM pg_locks l
+           WHERE l.locktype = 'advisory' AND l.granted
+             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+             AND l.classid = %(namespace)s::bigint::oid AND l.objid = w.lock_no::bigint::oid
+             AND l.objsubid = 2
+       )
 FROM {schema}.workers AS w
 LEFT JOIN (SELECT worker, count(*) AS n FROM {schema}.jobs WHERE state = 'active'
            GROUP BY worker) AS h ON h.worker = w.id

@@ -39,24 +39,28 @@ from tenure.backends.base import (
     check_cursor,
     check_delay,
     check_listing,
+    check_match,
     check_prune_limit,
+    check_retried_by,
     check_schedules,
     check_tick,
     claim_limit,
     cursor_seq,
     not_cancellable,
+    prefix_range,
     queue_busy,
 )
 from tenure.backends.redis import codec, retention
 from tenure.backends.redis.events import EventReader
+from tenure.backends.redis.keys import glob_escaped
 from tenure.backends.redis.liveness import Liveness
-from tenure.backends.redis.rescue import rescue
+from tenure.backends.redis.rescue import judge, rescue
 from tenure.backends.redis.scripts import INVALID_TRANSITION, OK, Arg, Call, Runner, check
 from tenure.backends.redis.topology import Topology
 from tenure.backends.redis.url import Options, parse
 from tenure.backends.redis.wakeup import Wakeups
 from tenure.config import QueuePolicy
-from tenure.core.events import Event, failure_events
+from tenure.core.events import Event, RetriedBy, failure_events
 from tenure.core.names import NAME_PATTERN, check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import CANCELLED, Decision
@@ -71,6 +75,7 @@ ENQUEUE_WINDOW = 2  # enqueue pipelines in flight at once
 PROMOTE_MAX = 1000  # due scheduled jobs one claim promotes per queue
 DELETE_PIECE = 1000  # jobs one delete_queue call deletes: bounds how long it holds Redis
 DEAD_COUNT_PIECE = 5000  # dead jobs one dead_counts call looks at: bounds how long it holds Redis
+MATCH_PIECE = 5000  # ids one HSCAN of match_ids looks at: bounds how long it holds Redis
 ID_CACHE = 100_000  # job id -> queue entries this backend remembers
 DEFAULTS = QueuePolicy()
 
@@ -455,10 +460,14 @@ class RedisBackend:
 
     # -- the sweeper -------------------------------------------------------
 
-    async def rescue(self, min_interval: float = 0.0) -> RescueReport:
+    @property
+    def liveness(self) -> Liveness:
         if self._liveness is None:
             raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
-        report = await rescue(self.runner, self.keys, self._liveness, min_interval)
+        return self._liveness
+
+    async def rescue(self, min_interval: float = 0.0) -> RescueReport:
+        report = await rescue(self.runner, self.keys, self.liveness, min_interval)
         if report.swept and self._events is not None and self._events.trim_due():
             queues = await self.queues()
             await self._events.trim(queues, {q: await self.get_policy(q) for q in queues})
@@ -494,13 +503,16 @@ class RedisBackend:
         check(code, job_id)
         return codec.job(*rest)
 
-    async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+    async def retry_dead(
+        self, queue: str, job_ids: Sequence[str] | None = None, by: str = RetriedBy.PYTHON
+    ) -> int:
         check_name("queue", queue)
         ids = check_job_ids(job_ids)
+        retried_by = check_retried_by(by).value
         if ids is not None and not ids:
             return 0
-        ids = ids or []
-        return int(await self.runner.call("retry_dead", [self.keys.queue(queue)], ids))
+        args = [retried_by, *(ids or [])]
+        return int(await self.runner.call("retry_dead", [self.keys.queue(queue)], args))
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         check_name("queue", queue)
@@ -541,6 +553,23 @@ class RedisBackend:
         if not flat:
             raise JobNotFound(f"no job with id {job_id!r}")
         return codec.job(flat, history)
+
+    async def match_ids(self, prefix: str, limit: int) -> builtins.list[str]:
+        prefix, limit = check_match(prefix, limit)
+        if prefix_range(prefix) is None:
+            return []
+        pattern = glob_escaped(prefix) + "*"
+        found: set[str] = set()
+        cursor: bytes | int = 0
+        while True:  # one bounded HSCAN a round trip, until the hash is done or limit is met
+            cursor, pairs = await self.runner.command(
+                "HSCAN", self.keys.jobs, cursor, "MATCH", pattern, "COUNT", MATCH_PIECE,
+                repeatable=True,
+            )  # fmt: skip
+            names = pairs if isinstance(pairs, dict) else pairs[::2]  # as redis-py parses it
+            found.update(i.decode() for i in names)
+            if int(cursor) == 0 or len(found) >= limit:
+                return sorted(found)[:limit]
 
     async def list(
         self,
@@ -642,15 +671,18 @@ class RedisBackend:
             await self._liveness.drop(held, kill=False)
 
     async def workers(self) -> builtins.list[WorkerInfo]:
-        _, *entries = await self.runner.call("workers", [self.keys.fleet], repeatable=True)
+        registry = await self.runner.call("workers", [self.keys.fleet], repeatable=True)
+        entries = registry[1:]
         ids = [worker_id.decode() for worker_id, *_ in entries]
         leases = await self._leases_held(ids)
+        _, live = judge(registry, self.liveness.names(await self.liveness.everywhere()))
         found = []
         for worker_id, (_, info, started_at, last_seen) in zip(ids, entries, strict=True):
             data = orjson.loads(info)
             found.append(
                 WorkerInfo(worker_id, data["hostname"], int(data["pid"]), tuple(data["queues"]),
-                           float(started_at), float(last_seen), leases.get(worker_id, 0))
+                           float(started_at), float(last_seen), leases.get(worker_id, 0),
+                           worker_id in live)
             )  # fmt: skip
         return sorted(found, key=lambda w: (w.started_at, w.id))
 

@@ -41,7 +41,7 @@ def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
     (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
      max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
      dead_reason, progress, finished_at, traceparent, cancel_requested,
-     recovered_from) = values  # fmt: skip
+     recovered_from, budget_from) = values  # fmt: skip
     return job_of((
         id_.decode(), task.decode(), queue.decode(), orjson.loads(args), STATES[state.decode()],
         int(priority), float(run_at), float(created_at), int(attempts), int(stalls),
@@ -55,6 +55,7 @@ def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
         None if finished_at is None else float(finished_at),
         None if traceparent is None else traceparent.decode(), cancel_requested is not None,
         None if recovered_from is None else float(recovered_from),
+        0 if budget_from is None else int(budget_from),
         tuple(attempt(entry) for entry in history),
     ))  # fmt: skip
 

@@ -51,6 +51,14 @@ DEFAULT_PREFIX = "tenure"
 PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,50}")
 
 
+GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
+
+
+def glob_escaped(text: str) -> str:
+    """``text`` as a ``MATCH`` pattern that matches only itself."""
+    return GLOB_SPECIAL.sub(r"\\\1", text)
+
+
 class Keys:
     """Key names for one prefix."""
 

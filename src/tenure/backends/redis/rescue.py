@@ -73,7 +73,7 @@ async def rescue(
     sweeps = [_queue_sweep(q, r) for q, r in zip(queues, replies, strict=False)]
     registry = replies[len(queues)]
     clients = await liveness.everywhere() if runner.topology.cluster else replies[-1]
-    gone, live = _judge(registry, liveness.names(clients))
+    gone, live = judge(registry, liveness.names(clients))
     now = float(registry[0])
     last_seen = {w.decode(): float(seen) for w, _, _, seen in registry[1:]}
 
@@ -113,7 +113,7 @@ def _found(flat: Sequence[bytes]) -> Found:
     return codec.job(flat), None if started is None else float(started)
 
 
-def _judge(registry: Sequence[Any], alive: set[str] | None) -> tuple[list[str], set[str]]:
+def judge(registry: Sequence[Any], alive: set[str] | None) -> tuple[list[str], set[str]]:
     """Split the registered workers into gone and live. A worker with a named
     connection is gone when the connection is; one without (CLIENT forbidden) when
     it has not been seen for STALE_AFTER seconds."""

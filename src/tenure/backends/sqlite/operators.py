@@ -16,9 +16,12 @@ from tenure.backends.base import (
     WorkerInfo,
     check_cursor,
     check_listing,
+    check_match,
     check_prune_limit,
+    check_retried_by,
     cursor_seq,
     not_cancellable,
+    prefix_range,
     queue_busy,
 )
 from tenure.backends.rows import attempt_from_row, job_from_row
@@ -29,7 +32,7 @@ from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
 from tenure.core import retention
 from tenure.core.clock import Clock
-from tenure.core.events import EventKind
+from tenure.core.events import EventKind, RetriedBy
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.states import DeadReason, State
 from tenure.errors import JobNotFound
@@ -71,29 +74,39 @@ class Operators:
                 raise not_cancellable(self._get(conn, job_id))
             return self._get(conn, job_id)
 
-    async def retry_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
+    async def retry_dead(
+        self, queue: str, job_ids: Sequence[str] | None = None, by: str = RetriedBy.PYTHON
+    ) -> int:
         check_name("queue", queue)
         ids = check_job_ids(job_ids)
-        return await self._run(self._bulk, "retry_dead", queue, ids, (self.clock.now(),))
+        data = {"by": check_retried_by(by).value}
+        return await self._run(self._bulk, "retry_dead", queue, ids, (self.clock.now(),), data)
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         check_name("queue", queue)
         return await self._run(self._bulk, "purge_dead", queue, check_job_ids(job_ids), ())
 
     def _bulk(
-        self, verb: str, queue: str, job_ids: Sequence[str] | None, head: tuple[Any, ...]
+        self,
+        verb: str,
+        queue: str,
+        job_ids: Sequence[str] | None,
+        head: tuple[Any, ...],
+        data: dict[str, Any] | None = None,
     ) -> int:
-        kind = EventKind.RETRIED_FROM_DLQ if verb == "retry_dead" else EventKind.PURGED
+        """Retry or purge; each moved row gives (id, attempts)."""
+        kind = EventKind.RETRIED if verb == "retry_dead" else EventKind.PURGED
         with self._tx() as conn:
             if job_ids is None:
-                ids = [i for (i,) in conn.execute(Q[f"{verb}_all"], (*head, queue))]
+                moved = conn.execute(Q[f"{verb}_all"], (*head, queue)).fetchall()
             else:
                 one = Q[f"{verb}_one"]
-                ids = [i for j in job_ids for (i,) in conn.execute(one, (*head, queue, j))]
-            if ids and verb == "retry_dead":
+                moved = [r for j in job_ids for r in conn.execute(one, (*head, queue, j))]
+            if moved and verb == "retry_dead":
                 self._ring(conn)
-            record(conn, self.clock.now(), [(queue, kind, i, None) for i in ids])
-            return len(ids)
+            events = [(queue, kind, i, data and {**data, "attempts": n}) for i, n in moved]
+            record(conn, self.clock.now(), events)
+            return len(moved)
 
     async def prune(self, limit: int) -> int:
         return await self._run(self._prune, check_prune_limit(limit))
@@ -138,6 +151,16 @@ class Operators:
     async def get(self, job_id: str) -> Job:
         check_job_id(job_id)
         return await self._run(lambda: self._get(self.conn, job_id))
+
+    async def match_ids(self, prefix: str, limit: int) -> builtins.list[str]:
+        prefix, limit = check_match(prefix, limit)
+        bounds = prefix_range(prefix)
+        if bounds is None:
+            return []
+        query = Q["match_ids"]
+        return await self._run(
+            lambda: [i for (i,) in self.conn.execute(query, (*bounds, prefix, limit))]
+        )
 
     def _get(self, conn: sqlite3.Connection, job_id: str) -> Job:
         row = conn.execute(Q["get_job"], (job_id,)).fetchone()
@@ -262,12 +285,21 @@ class Operators:
 
         await self._run(run)
 
+    def _seems_alive(self, worker_id: str) -> bool:
+        """Whether the worker's lock is held; True when this user may not open
+        lock files (a reader of the database only): then its heartbeat tells."""
+        try:
+            return self._locks.alive(worker_id)
+        except PermissionError:
+            return True
+
     async def workers(self) -> builtins.list[WorkerInfo]:
         def run() -> builtins.list[WorkerInfo]:
             leases = dict(self.conn.execute(Q["leases_held"]).fetchall())
             return [
-                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, leases.get(i, 0))
+                WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, leases.get(i, 0),
+                           self._seems_alive(i))
                 for i, h, p, q, s, seen in self.conn.execute(Q["list_workers"])
-            ]
+            ]  # fmt: skip
 
         return await self._run(run)

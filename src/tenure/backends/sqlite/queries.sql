@@ -4,7 +4,8 @@
 -- name: job_columns
 id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
 max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
-dead_reason, progress, finished_at, traceparent, cancel_requested, recovered_from
+dead_reason, progress, finished_at, traceparent, cancel_requested, recovered_from,
+budget_from
 
 -- name: ensure_queue
 INSERT OR IGNORE INTO queues (name, policy) VALUES (?, NULL)
@@ -225,22 +226,25 @@ UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND state = 'active'
 
 -- name: retry_dead_all
 -- OR IGNORE: a dead job whose key= now belongs to an unfinished job stays dead.
+-- Its attempts keep counting; its budget counts from here (budget_from).
 UPDATE OR IGNORE jobs
-SET state = 'queued', attempts = 0, stalls = 0, dead_reason = NULL, finished_at = NULL, run_at = ?
+SET state = 'queued', budget_from = attempts, stalls = 0, dead_reason = NULL,
+    finished_at = NULL, run_at = ?
 WHERE queue = ? AND state = 'dead'
-RETURNING id
+RETURNING id, attempts
 
 -- name: retry_dead_one
 UPDATE OR IGNORE jobs
-SET state = 'queued', attempts = 0, stalls = 0, dead_reason = NULL, finished_at = NULL, run_at = ?
+SET state = 'queued', budget_from = attempts, stalls = 0, dead_reason = NULL,
+    finished_at = NULL, run_at = ?
 WHERE queue = ? AND state = 'dead' AND id = ?
-RETURNING id
+RETURNING id, attempts
 
 -- name: purge_dead_all
-DELETE FROM jobs WHERE queue = ? AND state = 'dead' RETURNING id
+DELETE FROM jobs WHERE queue = ? AND state = 'dead' RETURNING id, attempts
 
 -- name: purge_dead_one
-DELETE FROM jobs WHERE queue = ? AND state = 'dead' AND id = ? RETURNING id
+DELETE FROM jobs WHERE queue = ? AND state = 'dead' AND id = ? RETURNING id, attempts
 
 -- name: delete_queue_attempts
 DELETE FROM attempts WHERE job_id IN (SELECT id FROM jobs WHERE queue = ?)
@@ -372,3 +376,10 @@ DELETE FROM events WHERE id IN (
     ) WHERE (at < ?1 - max_age OR newer >= max_count)
         AND id < (SELECT max(id) FROM events)
 )
+
+-- name: match_ids
+-- Ids that begin with a prefix: a range of the ids' index (jobs.id is UNIQUE;
+-- BINARY collation), filtered by the prefix itself. ?1 low, ?2 high, ?3 prefix.
+SELECT id FROM jobs
+WHERE id >= ?1 AND id < ?2 AND substr(id, 1, length(?3)) = ?3
+ORDER BY id LIMIT ?4

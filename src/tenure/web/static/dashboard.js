@@ -354,7 +354,7 @@ const ACTIONS = {
     const all = submitter && submitter.value === "all";
     const ids = selected(form);
     if (!all && !ids.length) throw new Error("select jobs first");
-    return send(path, "POST", all ? { all: true } : { ids }, "retried");
+    return send(path, "POST", { ...(all ? { all: true } : { ids }), by: "dashboard" }, "retried");
   },
   purge: (path, form) => send(path, "POST", { all: true, confirm: form.elements.confirm.value }, "purged"),
   policy: (path, form) => send(path, "PUT", policyChanges(form), "saved"),

@@ -30,7 +30,7 @@ local function opt(x) if x == '' then return nil end return x end
 local JOB_FIELDS = {'id', 'task', 'queue', 'args', 'state', 'priority', 'run_at', 'created_at',
   'attempts', 'stalls', 'max_attempts', 'timeout', 'fence', 'key', 'worker', 'lease_expires_at',
   'result', 'error', 'dead_reason', 'progress', 'finished_at', 'traceparent',
-  'cancel_requested', 'recovered_from'}
+  'cancel_requested', 'recovered_from', 'budget_from'}
 
 local function job_key(p, id) return p .. 'job:' .. id end
 local function history_key(p, id) return p .. 'history:' .. id end
