@@ -152,7 +152,9 @@ function feedRow(event, task) {
   row.append(element("span", event.kind, "state " + event.kind));
   row.append(element("span", event.queue, "queue"));
   row.append(element("span", task, "task"));
-  row.append(link(event.job_id.slice(-12), root + "/jobs/" + encodeURIComponent(event.job_id)));
+  // The whole id: any part of it shorter would not name the job where ids are
+  // taken (a prefix does, but a UUIDv7 id is its time for its first 12 digits).
+  row.append(link(event.job_id, root + "/jobs/" + encodeURIComponent(event.job_id)));
   const detail = event.data.detector || event.data.dead_reason || event.data.outcome
     || (event.kind === "progress" ? JSON.stringify(event.data.progress) : "");
   if (detail) row.append(element("span", String(detail), "detail"));
