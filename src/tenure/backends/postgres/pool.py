@@ -133,6 +133,9 @@ class Pool:
         except psycopg.Error:
             await self._discard(conn)
             return False
+        except BaseException:  # cancelled while probing: not left uncounted
+            await self._discard(conn)
+            raise
         return True
 
     async def _discard(self, conn: Connection) -> None:
