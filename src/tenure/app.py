@@ -48,8 +48,9 @@ from tenure.errors import AmbiguousJobId, InvalidInput, JobNotFound
 from tenure.events import Steps, follow, follow_sync
 from tenure.hooks import Hooks
 from tenure.job import Job, JobSpec, id_prefix
+from tenure.loops import LoopBackend
 from tenure.portal import Portal
-from tenure.results import check_timeout, stop_watches, wait_result
+from tenure.results import check_timeout, wait_result
 from tenure.task import Task
 
 __all__ = ["App", "Queue", "Task"]
@@ -174,8 +175,7 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}  # periodic jobs, by name
         self.hooks = Hooks()  # users' code around attempts and at the worker's events
-        self._backends: dict[asyncio.AbstractEventLoop, Backend] = {}  # one per event loop
-        self._opening: dict[asyncio.AbstractEventLoop, asyncio.Task[Backend]] = {}
+        self._loops: dict[asyncio.AbstractEventLoop, LoopBackend] = {}  # a backend per loop
         self._portal: Portal | None = None  # the sync facade's loop
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -493,33 +493,20 @@ class App:
 
     async def abackend(self) -> Backend:
         """The backend of the running event loop, opened there on first use (and
-        again in a forked child). Concurrent first uses wait for one opening."""
+        again in a forked child, or after a failed opening); closed with its
+        loop. Concurrent first uses wait for one opening."""
         if self._pid != os.getpid():
             self._forget()
         loop = asyncio.get_running_loop()
-        backend = self._backends.get(loop)
-        if backend is not None:
-            return backend
-        opening = self._opening.get(loop)
-        if opening is None:
-            for gone in [lp for lp in self._backends if lp.is_closed()]:
-                del self._backends[gone]  # its connections went with its loop
-            opening = self._opening[loop] = loop.create_task(self._open(loop))
-        # Shielded: a caller cancelled does not cancel others' wait for the opening.
-        return await asyncio.shield(opening)
+        held = self._loops.get(loop)
+        if held is None or held.ended:
+            for gone in [lp for lp in self._loops if lp.is_closed()]:
+                del self._loops[gone]  # its connections closed with its loop
+            held = self._loops[loop] = LoopBackend(loop, self._make_backend)
+        return await held.backend()
 
-    async def _open(self, loop: asyncio.AbstractEventLoop) -> Backend:
-        try:
-            backend = from_url(self.url, read_only=self.read_only)
-            try:
-                await backend.open()
-            except BaseException:
-                await backend.close()
-                raise
-            self._backends[loop] = backend
-            return backend
-        finally:
-            self._opening.pop(loop, None)
+    def _make_backend(self) -> Backend:
+        return from_url(self.url, read_only=self.read_only)
 
     @property
     def backend(self) -> Backend:
@@ -538,7 +525,8 @@ class App:
         try:
             return portal.run(coro)
         except BaseException:
-            if portal.loop not in self._backends:  # it failed to open: keep no thread
+            held = self._loops.get(portal.loop)
+            if held is None or held.ended:  # it failed to open: keep no thread
                 with self._lock:
                     if self._portal is portal:
                         self._portal = None
@@ -548,7 +536,9 @@ class App:
     def _forget(self) -> None:
         """In a forked child: the parent's connections and threads are not ours to use."""
         self._pid = os.getpid()
-        self._backends, self._opening, self._portal = {}, {}, None
+        for held in self._loops.values():
+            held.abandon()
+        self._loops, self._portal = {}, None
 
     def close(self) -> None:
         """Close the sync facade's backend, and those of event loops that are not
@@ -559,23 +549,22 @@ class App:
             return
         with self._lock:
             portal, self._portal = self._portal, None
-        for loop, backend in list(self._backends.items()):
+        for loop, held in list(self._loops.items()):
             if portal is not None and loop is portal.loop:
-                portal.run(_closed(backend))
+                portal.run(held.close())
             elif not (loop.is_closed() or loop.is_running()):
-                loop.run_until_complete(_closed(backend))
-            else:
+                loop.run_until_complete(held.close())
+            elif loop.is_running():
                 continue
-            del self._backends[loop]
-        self._backends = {lp: b for lp, b in self._backends.items() if not lp.is_closed()}
+            del self._loops[loop]
         if portal is not None:
             portal.close()
 
     async def aclose(self) -> None:
         """Close the backend of the running event loop."""
-        backend = self._backends.pop(asyncio.get_running_loop(), None)
-        if backend is not None:
-            await _closed(backend)
+        held = self._loops.pop(asyncio.get_running_loop(), None)
+        if held is not None:
+            await held.close()
 
     def __enter__(self) -> App:
         return self
@@ -616,11 +605,6 @@ def _close_at_exit(app: App) -> None:
             alive.close()
 
     atexit.register(close)
-
-
-async def _closed(backend: Backend) -> None:
-    await stop_watches(backend)  # results' readers of events end before their connections
-    await backend.close()
 
 
 async def _awaited(coro: Coroutine[Any, Any, T]) -> T:

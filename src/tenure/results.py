@@ -82,7 +82,8 @@ async def wait_result(backend: Backend, job_id: str, timeout: float | None = Non
                 raise TimeoutError(f"job {job_id} is still {job.state.value} after {timeout} s")
             if (await backend.get_policy(job.queue)).events:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ended.wait(), min(left, SAFETY))
+                    async with asyncio.timeout(min(left, SAFETY)):
+                        await ended.wait()
                 ended.clear()
             else:
                 await asyncio.sleep(min(left, pause))

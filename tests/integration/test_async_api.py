@@ -1,7 +1,11 @@
 """The async twins: every App, Queue and Task method from a running event loop."""
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +83,17 @@ def test_first_uses_cancelled_while_opening__do_not_break_the_next_one(tmp_path)
             assert await app.aqueues() == []
 
     asyncio.run(main())
+
+
+UNCLOSED_APP = Path(__file__).with_name("unclosed_app.py")
+
+
+def test_asyncio_run__exits_at_once_after_an_app_it_never_closed(backend_url):
+    # 50 runs, 5 at a time, each a process forked once tenure is imported; each
+    # must be out of asyncio.run within 2 s of its main() returning, with
+    # nothing on stderr (no stack dumped by the watchdog, no ResourceWarning).
+    done = subprocess.run([sys.executable, str(UNCLOSED_APP), backend_url, "50", "5", "2"],
+                          capture_output=True, text=True, timeout=100, check=False)  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["failed"] == 0 and report["runs"] == 50, report

@@ -450,3 +450,38 @@ def test_every_statement__is_short_enough_for_psycopgs_cache_of_conversions():
     # and already pays a transaction of two statements for the queue's lock.
     assert sizes.pop("complete_and_claim_limited") < 5000
     assert max(sizes.values()) <= MAX_CACHED_STATEMENT_LENGTH
+
+
+def test_the_pool__gives_back_what_cancelled_calls_held_or_waited_for(pg_url):
+    """A call cancelled mid-statement or while waiting for a connection leaves
+    the pool whole: its one connection serves the next call at once."""
+    import asyncio
+
+    from tenure.backends.postgres.pool import Pool
+
+    async def configure(conn):
+        pass
+
+    async def main() -> None:
+        pool = Pool(pg_url, size=1, wait=5.0, configure=configure)
+
+        async def sleep_on_it(started: asyncio.Event) -> None:
+            async with pool.connection() as conn:
+                started.set()
+                await conn.execute("SELECT pg_sleep(30)")
+
+        started = asyncio.Event()
+        holder = asyncio.create_task(sleep_on_it(started))
+        await started.wait()
+        waiter = asyncio.create_task(pool.getconn())  # the pool is full: it waits
+        await asyncio.sleep(0)
+        waiter.cancel()
+        holder.cancel()
+        await asyncio.wait([holder, waiter])
+        assert holder.cancelled() and waiter.cancelled()
+        async with asyncio.timeout(4.0), pool.connection() as conn:  # not the 5 s wait
+            assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+        await pool.close()
+        assert pool._count == 0 and not pool._idle
+
+    asyncio.run(main())

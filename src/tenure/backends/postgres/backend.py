@@ -18,7 +18,6 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import orjson
 import psycopg
-import psycopg_pool
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
@@ -48,6 +47,7 @@ from tenure.backends.base import (
 )
 from tenure.backends.postgres.events import TRIM_INTERVAL, EventReading
 from tenure.backends.postgres.liveness import Liveness, Wakeups, hung_up
+from tenure.backends.postgres.pool import Pool
 from tenure.backends.postgres.statements import Statements
 from tenure.backends.postgres.steps import Steps, run_steps
 from tenure.backends.postgres.within import CallerTransactions
@@ -72,7 +72,7 @@ from tenure.job import Job, JobSpec, check_specs
 MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
 LATEST = latest_version(MIGRATIONS)
 FENCE = 1 + JOB_COLUMNS.index("fence")  # in a row of complete_and_claim
-UNREACHABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout)  # -> BackendUnavailable
+UNREACHABLE = psycopg.OperationalError  # -> BackendUnavailable (PoolTimeout is one)
 HELD_FOR_CYCLES = 3  # a worker has up to 3 cycles in flight
 COPY_FROM = 100  # jobs in a batch from which COPY (5 round trips, less server time) wins
 # How long a transaction of several statements that others wait on (a sweep, a
@@ -82,14 +82,8 @@ COPY_CHUNK = 200  # jobs per write of a COPY: the server stores one chunk while 
 URL_OPTIONS = {"schema", "max_payload", "pool_size"}
 LIBPQ_OPTIONS = frozenset(o.keyword.decode() for o in pq.Conninfo.get_defaults())
 CONNECT_TIMEOUT = 5  # seconds; libpq's own default is to wait as long as TCP does
-# While the server is down, a call fails after waiting this long for a
-# connection: the worker learns of the fault in seconds, not the pool's 30.
+# A call waits this long for a connection while all of the pool's are in use.
 POOL_WAIT = 5.0
-# The pool retries a broken connection with a delay that doubles each time:
-# after a long outage, tens of seconds. It gives up after this long, and the
-# next call starts a fresh attempt at once: a server back is used within
-# POOL_WAIT.
-RECONNECT_FOR = 2.0
 MAX_CONNECT_TIMEOUT = 3600
 MAX_POOL_SIZE = 1000
 # Wake-ups are NOTIFY on the channel tenure.<schema>, an identifier: 63 bytes at most.
@@ -133,7 +127,7 @@ class PostgresBackend(EventReading):
         # most HELD_FOR_CYCLES and never more than a third of the pool.
         self._held: list[psycopg.AsyncConnection[Any]] = []
         self._hold_at_most = min(HELD_FOR_CYCLES, (pool_size - 1) // 2)
-        self._pool: psycopg_pool.AsyncConnectionPool[Any] | None = None
+        self._pool: Pool | None = None
         self._effects: psycopg.Connection[Any] | None = None  # handlers' own transactions
         self.liveness = Liveness(conninfo, self.namespace)
         self.wakeups = Wakeups(conninfo, self.q["listen"])
@@ -243,23 +237,13 @@ class PostgresBackend(EventReading):
         return BackendUnavailable(f"{what}: {one_line(scrub(str(exc), self.conninfo))}")
 
     async def open(self) -> None:
+        """Connect (the first connection is made here, directly: a failure says
+        the server's reason at once, or within ``connect_timeout``) and migrate."""
         if self._pool is not None:
             return
-        await self._try_connect()
-        pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
-            self.conninfo,
-            min_size=1,
-            max_size=self.pool_size,
-            open=False,
-            kwargs={"application_name": "tenure", "autocommit": True},
-            check=_check_if_dropped,
-            configure=_configure,
-            name=f"tenure-{self.schema}",
-            timeout=POOL_WAIT,
-            reconnect_timeout=RECONNECT_FOR,
-        )
+        pool = Pool(self.conninfo, size=self.pool_size, wait=POOL_WAIT, configure=_configure)
         try:
-            await pool.open(wait=True, timeout=10.0)
+            await pool.putconn(await pool.getconn())
         except UNREACHABLE as exc:
             await pool.close()
             raise self._unavailable(f"cannot connect to {self.safe_url}", exc) from None
@@ -269,17 +253,6 @@ class PostgresBackend(EventReading):
         except BaseException:
             await self.close()
             raise
-
-    async def _try_connect(self) -> None:
-        """One connection, made directly, before the pool's: the pool retries a
-        failed connection until its own timeout, logging every failure, and then
-        says only that it timed out. Made directly, a connection fails at once
-        (or within ``connect_timeout``) with the server's reason."""
-        try:
-            conn = await psycopg.AsyncConnection.connect(self.conninfo, application_name="tenure")
-        except psycopg.Error as exc:
-            raise self._unavailable(f"cannot connect to {self.safe_url}", exc) from None
-        await conn.close()
 
     async def _migrate(self) -> None:
         """Apply pending migrations, once across the fleet (an advisory lock)."""
@@ -826,16 +799,6 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     it (0.46 ms against 0.31 ms)."""
     with contextlib.suppress(psycopg.errors.UndefinedObject):  # before PostgreSQL 12
         await conn.execute("SET plan_cache_mode = force_generic_plan")
-
-
-async def _check_if_dropped(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Checked when taken from the pool, without a round trip: an idle pooled
-    connection has nothing to read unless the server hung up (a restart, a
-    terminated backend: its goodbye or EOF is waiting). Only then is it
-    probed, which fails and makes the pool take another, so that a restarted
-    server costs nobody an error."""
-    if hung_up(conn):
-        await psycopg_pool.AsyncConnectionPool.check_connection(conn)
 
 
 def _failure(

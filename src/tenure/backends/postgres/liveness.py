@@ -124,7 +124,8 @@ class Wakeups:
         if self._task is None:
             self._task = asyncio.create_task(self._listen(), name="tenure-postgres-listen")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._listening.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._listening.wait()
         wanted = frozenset(queues)
         if self._pending & wanted:  # a job came while nobody was waiting
             self._pending -= wanted
@@ -134,7 +135,8 @@ class Wakeups:
         self._waiters.append(waiter)
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await event.wait()
         finally:
             self._waiters.remove(waiter)
         self._pending -= wanted

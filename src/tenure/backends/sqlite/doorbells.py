@@ -98,7 +98,8 @@ class Doorbells:
         bell = next(iter(self._bells.values()))
         loop = asyncio.get_running_loop()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(loop.sock_recv(bell, 16), timeout)
+            async with asyncio.timeout(timeout):
+                await loop.sock_recv(bell, 16)
         with contextlib.suppress(OSError):  # one wake-up for everything rung meanwhile
             while bell.recv(16):
                 pass

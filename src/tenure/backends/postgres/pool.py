@@ -1,0 +1,175 @@
+"""The PostgreSQL backend's pool of connections: it starts no task of its own.
+
+psycopg_pool keeps tasks on the event loop that opened it (a scheduler, and
+workers that connect in the background when the pool grows or replaces a
+connection); a cancellation landing in one of their connection attempts is
+taken for a failed attempt, logged and retried, and the task lives on. An App
+used on a caller's loop and never closed left them there: ``asyncio.run``, which
+ends by cancelling every task of its loop and waiting for them, waited for ever.
+Here the call that needs a connection makes it, in its own task, so a cancelled
+call ends at once; what the pool holds is its idle connections, which
+``close()`` closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from tenure.backends.postgres.liveness import hung_up
+
+__all__ = ["Pool", "PoolTimeout"]
+
+Connection = psycopg.AsyncConnection[Any]
+
+
+class PoolTimeout(psycopg.OperationalError):
+    """Every connection of the pool stayed in use for as long as a call may wait."""
+
+
+class Pool:
+    """Up to ``size`` autocommit connections to ``conninfo``, each made on demand
+    and set up by ``configure``; a call waits up to ``wait`` seconds for one
+    when all are in use. Idle connections are taken newest first, so that a
+    quiet producer keeps using one."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        size: int,
+        wait: float,
+        configure: Callable[[Connection], Awaitable[None]],
+    ) -> None:
+        self.conninfo = conninfo
+        self.size = size
+        self.wait = wait
+        self._configure = configure
+        self._idle: collections.deque[Connection] = collections.deque()
+        self._count = 0  # connections open (idle or in use) or being made
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._closed = False
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Connection]:
+        """A connection for the block, given back after it, however it ends."""
+        conn = await self.getconn()
+        try:
+            yield conn
+        finally:
+            await self.putconn(conn)
+
+    async def getconn(self) -> Connection:
+        """An idle connection the server has not hung up on, a new one if the pool
+        has room, or else the first given back within ``wait`` seconds."""
+        deadline = asyncio.get_running_loop().time() + self.wait
+        while True:
+            if self._closed:
+                raise psycopg.OperationalError("the connection pool is closed")
+            if self._idle:
+                conn = self._idle.pop()
+                if await self._usable(conn):
+                    return conn
+            elif self._count < self.size:
+                return await self._connect()
+            else:
+                await self._wait_until(deadline)
+
+    async def putconn(self, conn: Connection) -> None:
+        """Give ``conn`` back: kept if idle and open; closed if broken, or left in
+        a transaction or in the middle of a statement (its call failed or was
+        cancelled): closing rolls back, with no round trip to wait for."""
+        if self._closed or conn.closed or conn.pgconn.transaction_status != TransactionStatus.IDLE:
+            await self._discard(conn)
+            return
+        self._idle.append(conn)
+        self._wake_one()
+
+    async def close(self) -> None:
+        """Close the idle connections; those in use close when given back, and
+        callers waiting for one fail."""
+        self._closed = True
+        while self._idle:
+            await self._discard(self._idle.pop())
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _connect(self) -> Connection:
+        self._count += 1
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.conninfo, application_name="tenure", autocommit=True
+            )
+            try:
+                await self._configure(conn)
+            except BaseException:
+                await conn.close()
+                raise
+        except BaseException:
+            self._count -= 1
+            self._wake_one()  # the room this attempt took is free again
+            raise
+        return conn
+
+    async def _usable(self, conn: Connection) -> bool:
+        """Whether an idle connection still works. Probed only when its socket is
+        readable (the server said goodbye): a probe per checkout would cost a
+        round trip, and a restarted server should cost nobody an error."""
+        if conn.closed:
+            await self._discard(conn)
+            return False
+        if not hung_up(conn):
+            return True
+        try:
+            await conn.execute("")
+        except psycopg.Error:
+            await self._discard(conn)
+            return False
+        except BaseException:  # cancelled while probing: not left uncounted
+            await self._discard(conn)
+            raise
+        return True
+
+    async def _discard(self, conn: Connection) -> None:
+        self._count -= 1
+        try:
+            await conn.close()
+        finally:
+            self._wake_one()  # room for a new connection
+
+    async def _wait_until(self, deadline: float) -> None:
+        """Wait for a connection given back (or room for a new one)."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            raise PoolTimeout(
+                f"no connection of the pool's {self.size} was free for {self.wait:g} s"
+            )
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(remaining):
+                await waiter
+        except TimeoutError:
+            pass  # getconn's next turn raises PoolTimeout
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._wake_one()  # woken, but cancelled before it took the connection
+            raise
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
