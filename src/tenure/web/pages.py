@@ -24,7 +24,7 @@ from tenure.core.names import check_job_id, check_name
 from tenure.core.states import UNFINISHED, State
 from tenure.core.urls import redacted
 from tenure.metrics import read_queues
-from tenure.web.guard import SESSION_COOKIE
+from tenure.web.guard import has_session
 
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("tenure.web", "templates"),
@@ -38,7 +38,7 @@ PAGE_SIZE = 50
 def render(request: Request, name: str, code: int = 200, **values: Any) -> HTMLResponse:
     root = str(request.scope.get("root_path", "")).rstrip("/")
     # The session cookie is HttpOnly: the page, not its script, offers to log out.
-    session = SESSION_COOKIE in request.cookies
+    session = has_session(request)
     page = TEMPLATES.get_template(name).render(
         root=root, states=list(State), session=session, **values
     )
