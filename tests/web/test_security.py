@@ -338,9 +338,9 @@ def test_a_session__is_a_random_id_that_logout_ends_on_the_server(guarded: Serve
 
 
 def test_a_session__expires_after_its_hours(serve: Callable[..., Served], sqlite_app: App) -> None:
-    server = serve(sqlite_app, token=TOKEN, session_hours=1 / 3600)  # one second
+    server = serve(sqlite_app, token=TOKEN, session_hours=2 / 3600)  # two seconds
     browser, _ = logged_in(server)
-    assert "Max-Age=1;" in browser.post("/login", data={"token": TOKEN}).headers["set-cookie"]
+    assert "Max-Age=2;" in browser.post("/login", data={"token": TOKEN}).headers["set-cookie"]
     assert browser.get("/api/queues").status_code == 200
     deadline = time.monotonic() + 10
     while browser.get("/api/queues").status_code == 200:
