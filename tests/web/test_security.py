@@ -306,7 +306,8 @@ def test_tenure_serve__with_a_token_file_needs_it_under_its_root_path(tmp_path: 
         server.send_signal(signal.SIGTERM)
         out, err = server.communicate(timeout=30)
     assert server.returncode == 0, err
-    assert f"token: required ({token_file}); hosts: any; forwarded headers: ignored" in out
+    assert f"token: required ({token_file}); hosts: any (--allow-host names them); " in out
+    assert "forwarded headers: ignored" in out
 
 
 # -- sessions -------------------------------------------------------------------------

@@ -153,7 +153,8 @@ class Guard:
         start); ``source``: where the token came from."""
         if self.token is None:
             return "token: none; hosts: " + ("any" if self.any_host else "localhost only")
-        hosts = ", ".join(sorted(self.hosts)) + " and localhost" if self.hosts else "any"
+        hosts = (", ".join(sorted(self.hosts)) + " and localhost" if self.hosts
+                 else "any (--allow-host names them)")  # fmt: skip
         return f"token: required{f' ({source})' if source else ''}; hosts: {hosts}"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
