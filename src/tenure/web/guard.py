@@ -16,9 +16,10 @@
   a browser send it.
 - Failed token attempts (a wrong bearer token, a wrong token in the login
   form) are limited per client address (the connection's peer, or the
-  address a proxy the server trusts forwards), in memory: past LOGIN_FAILURES within
-  LOGIN_WINDOW seconds, every token attempt from it gets 429 (the right token
-  too: else guessing would go on at full speed) until the oldest failure ages out.
+  address a proxy the server trusts forwards), in memory: past
+  LOGIN_FAILURES within LOGIN_WINDOW seconds, every token attempt from it
+  gets 429 (the right token too: else guessing would go on at full speed)
+  until the oldest failure ages out.
 - Every response carries the security headers below: a CSP without inline
   script, ``nosniff``, no framing, no referrer to other sites, no caching.
 """
