@@ -400,6 +400,7 @@ class WorkerConfig:
     max_jobs_per_executor: int | None = None  # recycle an executor after this many
     metrics_port: int | None = None  # serve Prometheus metrics on this port (tenure.metrics)
     metrics_host: str = "127.0.0.1"
+    metrics_public: bool = False  # serve metrics on an address other than loopback
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -433,5 +434,14 @@ class WorkerConfig:
             raise InvalidInput(
                 f"metrics_host must be a host name or address, got {shown(self.metrics_host)}"
             )
+        if self.metrics_port is not None and not self.metrics_public:
+            from tenure.core.hosts import is_loopback
+
+            if not is_loopback(self.metrics_host):
+                raise InvalidInput(
+                    f"metrics on {self.metrics_host} could be read by anyone who reaches it "
+                    "(queue names, job counts): serve them on loopback, or say "
+                    "--metrics-public (metrics_public=True)"
+                )
         if self.idle_poll_min > self.idle_poll_max:
             raise InvalidInput("idle_poll_min must not exceed idle_poll_max")

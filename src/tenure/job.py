@@ -195,6 +195,11 @@ def _check_options(options: tuple[Any, ...]) -> None:
                 "run_at must be an epoch time in seconds, from 0 to ten years from now, "
                 f"got {shown(run_at)}"
             )
+        if delay:
+            raise InvalidInput(
+                f"give delay or run_at, not both (delay {shown(delay)}, run_at {shown(run_at)}): "
+                "delay counts from now, run_at is an epoch time"
+            )
     check_integer("priority", priority, *PRIORITY_RANGE)
     if max_attempts is not None:
         check_integer("max_attempts", max_attempts, *ATTEMPTS_RANGE)

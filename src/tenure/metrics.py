@@ -24,27 +24,33 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import socket
+import threading
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 try:
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry, make_wsgi_app
     from prometheus_client.core import (
         CounterMetricFamily,
         GaugeMetricFamily,
         HistogramMetricFamily,
         Metric,
     )
+    from prometheus_client.exposition import ThreadingWSGIServer
     from prometheus_client.registry import Collector
 except ModuleNotFoundError as exc:  # pragma: no cover - the extra is installed in tests
     raise ModuleNotFoundError(
-        "tenure's metrics need prometheus-client: pip install 'tenure[web]'"
+        "tenure's metrics need prometheus-client: pip install 'tenure[web]'", name=exc.name
     ) from exc
 
 from tenure.backends.base import Backend, Rescued
+from tenure.core.hosts import host_name, is_loopback
 from tenure.core.states import State
 from tenure.errors import BackendUnavailable, InvalidInput, StorageLost, TenureError
 from tenure.job import Job
@@ -287,22 +293,49 @@ def app_registry(app: App, queues: Sequence[str] | None = None) -> CollectorRegi
 
 
 class MetricsServer:
-    """``/metrics`` of one worker, in a thread of its own, on a registry of its own."""
+    """``/metrics`` of one worker, in a thread of its own, on a registry of its own.
+
+    On a loopback ``host``, only requests addressed to a loopback host are
+    answered, as ``tenure serve`` without a token does: a page of another
+    site that rebinds its name to 127.0.0.1 gets 403. On any other address
+    (which ``WorkerConfig`` allows with ``metrics_public`` only), any host is."""
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        app = make_wsgi_app(registry)
         try:
-            self._server, self._thread = start_http_server(port, host, registry)
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                        flags=socket.AI_PASSIVE)[0][0]  # fmt: skip
+            server_class = type("Server", (ThreadingWSGIServer,), {"address_family": family})
+            guarded = _loopback_only(app) if is_loopback(host) else app
+            self._server: WSGIServer = make_server(host, port, guarded, server_class, _QuietHandler)
         except OSError as exc:
             raise InvalidInput(
                 f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
             ) from None
-        self.port = self._server.server_port
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        self.port: int = self._server.server_port
         log.info("metrics on http://%s:%d/metrics", host, self.port)
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged."""
+
+
+def _loopback_only(app: WSGIApplication) -> WSGIApplication:
+    def guarded(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if is_loopback(host_name(environ.get("HTTP_HOST", ""))):
+            return app(environ, start_response)
+        start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"these metrics answer only requests addressed to localhost\n"]
+
+    return guarded
 
 
 def serve_worker(

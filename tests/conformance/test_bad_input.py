@@ -89,6 +89,9 @@ BAD_OPTIONS: dict[str, dict[str, Any]] = {
     "timeout 1e308": {"timeout": 1e308},
     "infinite timeout": {"timeout": INF},
     "key with a lone surrogate": {"key": "k\udcff"},
+    "delay and run_at both": {"delay": 5.0, "run_at": 2e9},
+    "queue '.'": {"queue": "."},
+    "queue '..'": {"queue": ".."},
 }
 
 
@@ -194,12 +197,27 @@ def test_a_malformed_job_id__is_invalid_input_for_every_verb(backend: Any, job_i
     assert all_jobs(backend) == [backend.get(job.id)]
 
 
-def test_job_ids_given_as_one_string__are_refused_not_taken_for_characters(
+def test_job_ids_given_as_one_string_or_a_mapping__are_refused_not_taken_for_parts(
     backend: Any,
 ) -> None:
     for bulk in (backend.retry_dead, backend.purge_dead):
-        with pytest.raises(InvalidInput, match="a list of ids"):
-            bulk("default", "abc")
+        for ids in ("abc", {"abc": 1}):
+            with pytest.raises(InvalidInput, match="a list of ids"):
+                bulk("default", ids)
+
+
+DOTS = re.escape("other than '.' and '..'")
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_dot_names__are_refused_for_queues_and_tasks(backend: Any, name: str) -> None:
+    """A page of a queue named '.' or '..' could never be reached: no such name is stored."""
+    for made in ({"task": name}, {"queue": name}):
+        with pytest.raises(InvalidInput, match=DOTS):
+            backend.enqueue([dataclasses.replace(spec(), **made)])
+    with pytest.raises(InvalidInput, match=DOTS):
+        backend.change_policy(name, {"max_attempts": 5})
+    assert all_jobs(backend) == [] and name not in backend.queues()
 
 
 BAD_CURSORS: dict[str, Any] = {

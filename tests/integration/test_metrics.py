@@ -10,12 +10,15 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from tenure import App
@@ -151,3 +154,79 @@ def test_a_worker_without_metrics__never_imports_prometheus_client() -> None:
         assert "prometheus_client" not in sys.modules and "tenure.metrics" not in sys.modules
     """)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def worker_command(tmp_path: Path, *args: str, prelude: str = "") -> list[str]:
+    """``tenure worker`` of a fresh App on SQLite, run by ``python -c`` after ``prelude``."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    (tmp_path / "w_tasks.py").write_text(f"import tenure\napp = tenure.App({url!r})\n")
+    code = (f"{prelude}\nimport sys\nfrom tenure.cli import main\n"
+            f"sys.argv = ['tenure', 'worker', 'w_tasks:app', '--pool', 'thread', *{args!r}]\n"
+            "main()\n")  # fmt: skip
+    return [sys.executable, "-c", code]
+
+
+def worker_env(tmp_path: Path) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("TENURE_URL", None)
+    return env
+
+
+def test_a_worker_s_metrics_port__answers_only_requests_addressed_to_localhost(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    worker = subprocess.Popen(
+        worker_command(tmp_path, "--metrics-port", str(port)), env=worker_env(tmp_path),
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while scrape(port) is None:
+            assert worker.poll() is None and time.monotonic() < deadline, "no /metrics"
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/metrics"
+        rebound = httpx.get(url, headers={"host": f"attacker.example:{port}"})  # DNS rebinding
+        assert rebound.status_code == 403 and "localhost" in rebound.text
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", "[::1]"):
+            assert httpx.get(url, headers={"host": host}).status_code == 200, host
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=30)
+
+
+def test_metrics_on_a_public_address__need_metrics_public(tmp_path: Path) -> None:
+    refused = subprocess.run(
+        worker_command(tmp_path, "--metrics-port", str(free_port()), "--metrics-host", "0.0.0.0"),
+        env=worker_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=30,
+        check=False,
+    )  # fmt: skip
+    assert refused.returncode == 1
+    [line] = refused.stderr.splitlines()
+    assert line.startswith("error: metrics on 0.0.0.0 could be read by anyone") and (
+        "--metrics-public" in line
+    )
+    usage = CliRunner().invoke(cli, ["worker", "tenure.chaos.tasks:app", "--metrics-public"])
+    assert usage.exit_code == 2 and "--metrics-public needs --metrics-port" in usage.output
+    from tenure.metrics import MetricsServer
+
+    public = MetricsServer(CollectorRegistry(), "0.0.0.0", 0)  # what --metrics-public serves
+    try:
+        url = f"http://127.0.0.1:{public.port}/metrics"
+        assert httpx.get(url, headers={"host": "metrics.example"}).status_code == 200
+    finally:
+        public.close()
+
+
+def test_metrics_without_prometheus_client__are_one_line_of_hint(tmp_path: Path) -> None:
+    blocked = "import sys; sys.modules['prometheus_client'] = None  # as if not installed"
+    done = subprocess.run(
+        worker_command(tmp_path, "--metrics-port", str(free_port()), prelude=blocked),
+        env=worker_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "error: tenure worker --metrics-port needs the web extra: pip install 'tenure[web]' "
+        "(no module prometheus_client)"
+    ]

@@ -13,12 +13,14 @@ def test_a_fake_clock_never_goes_back():
         FakeClock().advance(-1)
 
 
-@pytest.mark.parametrize("name", ["default", "a", "emails.high", "q:1", "x-y_z", "a" * 100])
+@pytest.mark.parametrize(
+    "name", ["default", "a", "emails.high", "q:1", "x-y_z", "a" * 100, "...", ".a", "a.."]
+)
 def test_valid_names(name):
     assert check_name("queue", name) == name
 
 
-@pytest.mark.parametrize("name", ["", "a b", "é", "a/b", "a" * 101, None, 3, "x;drop"])
+@pytest.mark.parametrize("name", ["", "a b", "é", "a/b", "a" * 101, None, 3, "x;drop", ".", ".."])
 def test_invalid_names__are_refused_with_the_rule(name):
     with pytest.raises(InvalidInput, match="1 to 100 characters"):
         check_name("queue", name)
@@ -59,6 +61,7 @@ def test_job_ids_are_unique_and_time_ordered():
         {"max_attempts": 0},
         {"timeout": 0},
         {"run_at": float("inf")},
+        {"delay": 5, "run_at": 2e9},
     ],
 )
 def test_job_specs_refuse_bad_options(kwargs):

@@ -14,16 +14,20 @@ import uvicorn
 
 from tenure import App
 from tenure.web import asgi_app
+from tenure.web.server import uvicorn_config
 
 
 class Served:
     """One running server; ``client`` talks to it (the headers given, as a browser would)."""
 
-    def __init__(self, app: App, asgi: Any = None, **options: Any) -> None:
+    def __init__(
+        self, app: App, asgi: Any = None, server: dict[str, Any] | None = None, **options: Any
+    ) -> None:
         self.app = app
-        config = uvicorn.Config(
+        # tenure serve's own settings (uvicorn_config), with ``server``'s changes.
+        config = uvicorn_config(
             asgi or asgi_app(app, **options), host="127.0.0.1", port=0, log_level="warning",
-            timeout_graceful_shutdown=1,
+            **{"timeout_graceful_shutdown": 1, **(server or {})},
         )  # fmt: skip
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True)
@@ -32,8 +36,8 @@ class Served:
             if not self.thread.is_alive():
                 raise RuntimeError("the test server did not start")
             self.thread.join(0.005)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
+        self.port: int = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         self.clients: list[httpx.Client] = []
 
     async def _serve(self) -> None:
@@ -58,7 +62,8 @@ class Served:
 @pytest.fixture
 def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Served]]:
     """``serve(app, token=..., any_host=...)``: a server for ``app``, stopped at
-    teardown; ``serve(app, asgi)`` serves ``asgi`` (which uses ``app``) instead."""
+    teardown; ``serve(app, asgi)`` serves ``asgi`` (which uses ``app``) instead;
+    ``server={...}``: options of ``uvicorn_config`` (``forwarded_allow_ips``...)."""
     monkeypatch.delenv("TENURE_TOKEN", raising=False)
     started: list[Served] = []
 

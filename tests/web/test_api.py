@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import time
 from typing import Any
 
 import httpx
@@ -209,6 +210,18 @@ def test_bad_input__gets_a_4xx_json_error(api: httpx.Client, web_app: App) -> No
         assert response.status_code == status, (method, path, body, response.text)
         assert response.headers["content-type"] == "application/json"
         assert set(response.json()) == {"error", "message"} and response.json()["message"]
+    assert web_app.jobs().jobs == []  # nothing was stored
+
+
+def test_ids_as_an_object_or_delay_with_run_at__are_refused_clearly(
+    api: httpx.Client, web_app: App
+) -> None:
+    retry = api.post("/api/queues/default/dead/retry", json={"ids": {"x": 1}})
+    assert retry.status_code == 400 and "job ids must be a list of ids" in retry.json()["message"]
+    both = api.post("/api/jobs", json={"task": "t", "delay": 5, "run_at": time.time() + 60})
+    assert both.status_code == 400 and "delay or run_at, not both" in both.json()["message"]
+    dots = api.post("/api/jobs", json={"task": "t", "queue": ".."})
+    assert dots.status_code == 400 and "other than '.' and '..'" in dots.json()["message"]
     assert web_app.jobs().jobs == []  # nothing was stored
 
 

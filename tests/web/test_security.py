@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,8 +19,9 @@ from starlette.routing import Mount
 
 from tenure import App
 from tenure.cli import cli
+from tenure.errors import InvalidInput
 from tenure.web import asgi_app, guard
-from tenure.web.guard import SESSION_COOKIE
+from tenure.web.sessions import cookie_name
 from tests.conftest import PostgresServer
 from tests.servers import free_port, wait_port
 from tests.web.conftest import Served
@@ -77,7 +79,7 @@ def test_login_form__sets_an_httponly_strict_session_cookie(guarded: Served) -> 
     login = browser.post("/login", data={"token": TOKEN})
     assert login.status_code == 303
     cookie = login.headers["set-cookie"]
-    assert cookie.startswith(f"{SESSION_COOKIE}=") and TOKEN not in cookie
+    assert cookie.startswith(f"{cookie_name(guarded.port)}=") and TOKEN not in cookie
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie
     assert browser.get("/api/queues").status_code == 200  # the cookie, now
     same_site = {"sec-fetch-site": "same-origin", "origin": guarded.url}
@@ -97,7 +99,7 @@ def test_logout__clears_the_session_from_a_same_site_post_only(guarded: Served) 
     same_site = {"sec-fetch-site": "same-origin", "origin": guarded.url}
     out = browser.post("/logout", headers=same_site)
     assert out.status_code == 303 and out.headers["location"] == "/login"
-    assert out.headers["set-cookie"].startswith(f'{SESSION_COOKIE}="";')
+    assert out.headers["set-cookie"].startswith(f'{cookie_name(guarded.port)}="";')
     assert "Path=/;" in out.headers["set-cookie"]
     assert browser.get("/api/queues").status_code == 401
 
@@ -249,7 +251,32 @@ def test_tenure_serve__refuses_other_addresses_without_a_token(tmp_path: Path) -
     assert refused.exit_code == 1 and "at least 16" in refused.output
     refused = serve("--root-path", "tenure")
     assert refused.exit_code == 1 and "--root-path 'tenure'" in refused.output
+    refused = serve("--allow-host", "ops.example.com")
+    assert refused.exit_code == 1 and "--allow-host needs a token" in refused.output
+    for flag, value in (("--allow-host", "https://ops.example.com"),
+                        ("--forwarded-allow-ips", "proxy.local")):  # fmt: skip
+        refused = serve("--token-file", str(short), flag, value)
+        assert refused.exit_code == 1, refused.output
+    refused = serve("--session-hours", "0")
+    assert refused.exit_code == 2 and "--session-hours" in refused.output
     assert list(tmp_path.iterdir()) == [short]  # no storage opened
+
+
+def test_tenure_serve__refuses_an_empty_token_file_even_with_tenure_token_set(
+    tmp_path: Path,
+) -> None:
+    empty = tmp_path / "token"
+    empty.write_text("\n")
+    server = serve_command(tmp_path, "--port", str(free_port()), "--token-file", str(empty),
+                           env={"TENURE_TOKEN": TOKEN})  # fmt: skip
+    try:
+        _, err = server.communicate(timeout=20)
+    finally:
+        server.kill()
+    assert server.returncode == 1
+    assert err.splitlines() == [
+        f"error: {empty}: the token file is empty; make a token with: {guard.NEW_TOKEN_HINT}"
+    ]
 
 
 def test_tenure_serve__with_a_token_file_needs_it_under_its_root_path(tmp_path: Path) -> None:
@@ -259,12 +286,15 @@ def test_tenure_serve__with_a_token_file_needs_it_under_its_root_path(tmp_path: 
     token_file.write_text(TOKEN + "\n")
     port = free_port()
     server = serve_command(tmp_path, "--port", str(port), "--token-file", str(token_file),
-                           "--root-path", "/ops/tenure/", env={"TENURE_TOKEN": ""})  # fmt: skip
+                           "--root-path", "/ops/tenure/",
+                           env={"TENURE_TOKEN": "x" * 20})  # fmt: skip
     try:
         wait_port(port)
         # As a proxy passes requests on: the prefix stripped.
         url = f"http://127.0.0.1:{port}"
         assert httpx.get(url + "/api/queues").status_code == 401
+        not_the_file_s = {"authorization": "Bearer " + "x" * 20}
+        assert httpx.get(url + "/api/queues", headers=not_the_file_s).status_code == 401
         bearer = {"authorization": f"Bearer {TOKEN}"}
         assert httpx.get(url + "/api/queues", headers=bearer).status_code == 200
         to_login = httpx.get(url + "/", headers={"accept": "text/html"})
@@ -276,4 +306,78 @@ def test_tenure_serve__with_a_token_file_needs_it_under_its_root_path(tmp_path: 
         server.send_signal(signal.SIGTERM)
         out, err = server.communicate(timeout=30)
     assert server.returncode == 0, err
-    assert "token: required" in out
+    assert f"token: required ({token_file}); hosts: any (--allow-host names them); " in out
+    assert "forwarded headers: ignored" in out
+
+
+# -- sessions -------------------------------------------------------------------------
+
+
+def logged_in(server: Served) -> tuple[httpx.Client, str]:
+    """A client of ``server`` with a session, and the session's id."""
+    browser = server.client()
+    login = browser.post("/login", data={"token": TOKEN})
+    assert login.status_code == 303
+    return browser, browser.cookies[cookie_name(server.port)]
+
+
+def with_session(server: Served, session_id: str) -> httpx.Client:
+    """Another client that presents a copy of ``session_id``."""
+    return server.client(cookie=f"{cookie_name(server.port)}={session_id}")
+
+
+def test_a_session__is_a_random_id_that_logout_ends_on_the_server(guarded: Served) -> None:
+    browser, session_id = logged_in(guarded)
+    _, other_id = logged_in(guarded)
+    assert session_id != other_id  # not a digest of the token
+    copied = with_session(guarded, session_id)
+    assert copied.get("/api/queues").status_code == 200
+    same_site = {"sec-fetch-site": "same-origin", "origin": guarded.url}
+    assert browser.post("/logout", headers=same_site).status_code == 303
+    assert copied.get("/api/queues").status_code == 401  # the copy is worth nothing now
+    assert with_session(guarded, other_id).get("/api/queues").status_code == 200
+
+
+def test_a_session__expires_after_its_hours(serve: Callable[..., Served], sqlite_app: App) -> None:
+    server = serve(sqlite_app, token=TOKEN, session_hours=2 / 3600)  # two seconds
+    browser, _ = logged_in(server)
+    assert "Max-Age=2;" in browser.post("/login", data={"token": TOKEN}).headers["set-cookie"]
+    assert browser.get("/api/queues").status_code == 200
+    deadline = time.monotonic() + 10
+    while browser.get("/api/queues").status_code == 200:
+        assert time.monotonic() < deadline, "the session outlived its hour"
+        time.sleep(0.1)
+    assert browser.get("/api/queues").status_code == 401
+
+
+def test_servers_on_one_host__keep_apart_sessions_and_a_restart_ends_them(
+    serve: Callable[..., Served], sqlite_app: App, tmp_path: Path
+) -> None:
+    first = serve(sqlite_app, token=TOKEN)
+    other_app = App(f"sqlite:///{tmp_path / 'other.db'}")
+    second = serve(other_app, token=TOKEN)
+    browser = first.client()  # one cookie jar for both, as a browser's for the host
+    assert browser.post("/login", data={"token": TOKEN}).status_code == 303
+    assert browser.post(second.url + "/login", data={"token": TOKEN}).status_code == 303
+    same_site = {"sec-fetch-site": "same-origin", "origin": first.url}
+    assert browser.post("/logout", headers=same_site).status_code == 303
+    assert browser.get(second.url + "/api/queues").status_code == 200  # still logged in there
+    assert browser.get("/api/queues").status_code == 401
+    _, session_id = logged_in(first)
+    # The same token, another server process: it never started that session.
+    assert with_session(second, session_id).get("/api/queues").status_code == 401
+
+
+def test_allowed_hosts__refuse_others_before_counting_their_tokens(
+    serve: Callable[..., Served], sqlite_app: App
+) -> None:
+    server = serve(sqlite_app, token=TOKEN, hosts=["ops.example.com"])
+    rebound = server.client(host="attacker.example", authorization="Bearer " + "x" * 20)
+    for _ in range(guard.LOGIN_FAILURES + 1):  # a DNS-rebinding page guessing
+        refused = rebound.get("/api/queues")
+        assert refused.status_code == 403 and "ops.example.com" in refused.json()["message"]
+    for host in ("ops.example.com", "OPS.example.com:443", "localhost:8787", "127.0.0.1"):
+        client = server.client(host=host, authorization=f"Bearer {TOKEN}")
+        assert client.get("/api/queues").status_code == 200, host
+    with pytest.raises(InvalidInput, match="need a token"):
+        asgi_app(sqlite_app, hosts=["ops.example.com"])

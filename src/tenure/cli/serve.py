@@ -14,11 +14,10 @@ from typing import Any
 import click
 
 from tenure.cli.common import CliError, open_app
+from tenure.core.hosts import check_host_name, is_loopback
 from tenure.core.urls import redacted
 from tenure.errors import InvalidInput
 
-# Seconds open event streams get to end when the server stops: they never end by themselves.
-SHUTDOWN_GRACE = 2
 ROOT_PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 
 
@@ -32,13 +31,43 @@ ROOT_PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+")
     "Needed to listen on any address but loopback.",
 )
 @click.option(
+    "--allow-host",
+    "hosts",
+    multiple=True,
+    metavar="NAME",
+    help="With a token: a host name requests may be addressed to (besides localhost); "
+    "repeat for more. Default: any.",
+)
+@click.option(
+    "--forwarded-allow-ips",
+    metavar="IPS",
+    help="The proxies (addresses or networks, comma-separated) whose X-Forwarded-For and "
+    "X-Forwarded-Proto are trusted. Default: none's.",
+)
+@click.option(
+    "--session-hours",
+    type=click.FloatRange(0, 24 * 366, min_open=True),
+    default=12.0,
+    show_default=True,
+    help="How long a login at /login lasts.",
+)
+@click.option(
     "--root-path",
     default="",
     metavar="PREFIX",
     help="The path prefix a reverse proxy serves this under and strips, e.g. /tenure: "
     "links, redirects and the session cookie carry it.",
 )
-def serve(host: str, port: int, token_file: Path | None, root_path: str) -> None:
+def serve(
+    *,
+    host: str,
+    port: int,
+    token_file: Path | None,
+    hosts: tuple[str, ...],
+    forwarded_allow_ips: str | None,
+    session_hours: float,
+    root_path: str,
+) -> None:
     """Serve the JSON API and live events (see docs/serve.md).
 
     On loopback (the default) no token is needed. On any other address, a token
@@ -49,37 +78,35 @@ def serve(host: str, port: int, token_file: Path | None, root_path: str) -> None
         import uvicorn
 
         from tenure.web import asgi_app
-        from tenure.web.guard import check_token, is_loopback
+        from tenure.web.server import check_proxies, uvicorn_config
     except ImportError as exc:
         raise CliError(
             f"tenure serve needs the web extra: pip install 'tenure[web]' ({exc})"
         ) from None
-    token = token_file.read_text().strip() if token_file else os.environ.get("TENURE_TOKEN")
-    if token:
-        try:
-            check_token(token)
-        except InvalidInput as exc:
-            where = str(token_file) if token_file else "TENURE_TOKEN"
-            raise CliError(f"{where}: {exc}") from None
-    elif not is_loopback(host):
+    token, source = _token(token_file)
+    if token is None and not is_loopback(host):
         raise CliError(
             f"refusing to serve on {host} without a token: anyone who reaches it could "
             "change and delete jobs. Set TENURE_TOKEN or pass --token-file, or listen on "
             "127.0.0.1 (behind a reverse proxy, say)."
         )
+    if hosts and token is None:
+        raise CliError("--allow-host needs a token: without one, only localhost is answered")
+    try:
+        hosts = tuple(check_host_name(h) for h in hosts)
+        proxies = check_proxies(forwarded_allow_ips)
+    except InvalidInput as exc:
+        raise CliError(str(exc)) from None
     root_path = _root_path(root_path)
     app = open_app(write=True)
-    config = uvicorn.Config(
-        asgi_app(app, token=token or None),
-        host=host,
-        port=port,
-        root_path=root_path,
-        server_header=False,
-        timeout_graceful_shutdown=SHUTDOWN_GRACE,
-        log_level="info",
-    )
+    guard = asgi_app(app, token=token, hosts=hosts, session_hours=session_hours)
+    config = uvicorn_config(guard, host=host, port=port, root_path=root_path,
+                            forwarded_allow_ips=proxies, log_level="info")  # fmt: skip
     server = _quiet_exit(uvicorn.Server)(config)
-    click.echo(f"storage: {redacted(app.url)}; token: {'required' if token else 'none'}")
+    forwarded = f"trusted from {proxies}" if proxies else "ignored"
+    click.echo(
+        f"storage: {redacted(app.url)}; {guard.protection(source)}; forwarded headers: {forwarded}"
+    )
 
     async def run() -> None:
         try:
@@ -88,6 +115,27 @@ def serve(host: str, port: int, token_file: Path | None, root_path: str) -> None
             await app.aclose()
 
     asyncio.run(run())
+
+
+def _token(token_file: Path | None) -> tuple[str | None, str]:
+    """The token in force and where it came from: the file when given (an
+    empty one is refused, not taken for none), else TENURE_TOKEN, if set."""
+    from tenure.web.guard import NEW_TOKEN_HINT, check_token
+
+    token: str | None
+    if token_file is not None:
+        token, source = token_file.read_text(errors="surrogateescape").strip(), str(token_file)
+        if not token:
+            raise CliError(f"{source}: the token file is empty; make a token with: "
+                           f"{NEW_TOKEN_HINT}")  # fmt: skip
+    else:
+        token, source = os.environ.get("TENURE_TOKEN") or None, "TENURE_TOKEN"
+    if token is None:
+        return None, ""
+    try:
+        return check_token(token), source
+    except InvalidInput as exc:
+        raise CliError(f"{source}: {exc}") from None
 
 
 def _root_path(given: str) -> str:

@@ -83,7 +83,13 @@ DEFAULTS = WorkerConfig()
     "--metrics-host",
     default=DEFAULTS.metrics_host,
     show_default=True,
-    help="The address the metrics are served on (with --metrics-port).",
+    help="The address the metrics are served on (with --metrics-port); any but loopback "
+    "needs --metrics-public.",
+)
+@click.option(
+    "--metrics-public",
+    is_flag=True,
+    help="Serve the metrics on a --metrics-host other than loopback, to any host that reaches it.",
 )
 @click.pass_context
 def worker(
@@ -101,6 +107,7 @@ def worker(
     log_format: str,
     metrics_port: int | None,
     metrics_host: str,
+    metrics_public: bool,
 ) -> None:
     """Run a worker for the App at MODULE:APP (e.g. myapp.tasks:app; default: --app)."""
     from tenure.worker import run_worker  # producers' commands need not load the worker
@@ -114,6 +121,10 @@ def worker(
         and ctx.get_parameter_source("metrics_host") == ParameterSource.COMMANDLINE
     ):
         raise click.UsageError("--metrics-host needs --metrics-port")
+    if metrics_port is None and metrics_public:
+        raise click.UsageError("--metrics-public needs --metrics-port")
+    if metrics_port is not None:
+        _metrics_extra()
     app = load_app(app_path)
     _check_url(ctx, app)
     config = WorkerConfig(
@@ -126,6 +137,7 @@ def worker(
         max_jobs_per_executor=max_jobs_per_executor,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
+        metrics_public=metrics_public,
     )
     # Now, while this process has imported the App and has no thread or connection yet.
     zygote = fork_zygote(app) if config.pool == "process" else None
@@ -137,6 +149,18 @@ def worker(
         except Exception:  # the one line the CLI prints is not enough to find why
             logging.getLogger("tenure.worker").exception("worker stopped by an error")
             raise
+
+
+def _metrics_extra() -> None:
+    """Metrics need prometheus-client: said in one line, before anything starts."""
+    try:
+        import tenure.metrics  # noqa: F401
+    except ImportError as exc:
+        missing = f"no module {exc.name}" if exc.name else str(exc)
+        raise CliError(
+            f"tenure worker --metrics-port needs the web extra: pip install 'tenure[web]' "
+            f"({missing})"
+        ) from None
 
 
 def load_app(path: str) -> App:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from tenure.errors import InvalidInput
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+# Path segments of their own in a URL (RFC 3986): a page of a queue named so is unreachable.
+DOT_SEGMENTS = frozenset({".", ".."})
 KEY_MAX_LENGTH = 200
 JOB_ID_MAX_LENGTH = 100
 SHOWN_LENGTH = 60
@@ -31,10 +33,10 @@ def check_name(kind: str, value: object) -> str:
     """Return ``value`` if it is a valid queue or task name, else raise InvalidInput."""
     if type(value) is str and value in _VALID:
         return value
-    if not isinstance(value, str) or NAME_PATTERN.fullmatch(value) is None:
+    if not isinstance(value, str) or NAME_PATTERN.fullmatch(value) is None or value in DOT_SEGMENTS:
         raise InvalidInput(
             f"invalid {kind} name {shown(value)}: use 1 to 100 characters from "
-            "letters, digits, '_', '.', ':' and '-'"
+            "letters, digits, '_', '.', ':' and '-', other than '.' and '..'"
         )
     if len(_VALID) < _VALID_MAX and type(value) is str:
         _VALID.add(value)
@@ -91,9 +93,10 @@ def check_job_id(value: object) -> str:
 
 def check_job_ids(values: object) -> list[str] | None:
     """A list of valid job ids from an iterable of them (None stays None).
-    A lone string is refused: it would be taken for its characters."""
+    A lone string is refused: it would be taken for its characters; so is a
+    mapping, which would be taken for its keys."""
     if values is None:
         return None
-    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Iterable):
         raise InvalidInput(f"job ids must be a list of ids, got {shown(values)}")
     return [check_job_id(v) for v in values]

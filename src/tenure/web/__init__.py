@@ -18,7 +18,7 @@ Importing ``tenure`` never imports this package (nor Starlette).
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -27,7 +27,6 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
 
 from tenure.app import App
 from tenure.errors import BackendUnavailable, InvalidInput, InvalidTransition, JobNotFound
@@ -37,6 +36,7 @@ from tenure.web.guard import Guard, route_path
 from tenure.web.openapi import document
 from tenure.web.pages import Pages, error_page
 from tenure.web.responses import JSON, error_response
+from tenure.web.sessions import SESSION_HOURS
 from tenure.web.sse import EventStream
 
 # tenure's errors as HTTP: the most specific class first (InvalidTransition is an InvalidInput).
@@ -48,13 +48,22 @@ STATUS: dict[type[Exception], int] = {
 }
 
 
-def asgi_app(app: App, *, token: str | None = None, any_host: bool = False) -> ASGIApp:
+def asgi_app(
+    app: App,
+    *,
+    token: str | None = None,
+    any_host: bool = False,
+    hosts: Iterable[str] = (),
+    session_hours: float = SESSION_HOURS,
+) -> Guard:
     """The server over ``app``: its API, events and dashboard, behind
     ``tenure.web.guard.Guard``. ``token`` (default: ``$TENURE_TOKEN``, if set) is
     then needed by every request. Without one, only requests addressed to
     localhost are answered, unless ``any_host`` (your own app authenticates
-    requests before they reach this one). The App's backend on the server's
-    loop is the caller's to close (``await app.aclose()``)."""
+    requests before they reach this one). With a token, ``hosts`` names the
+    hosts (besides localhost) requests may be addressed to (none: any), and
+    a login lasts ``session_hours``. The App's backend on the server's loop is
+    the caller's to close (``await app.aclose()``)."""
     token = token if token is not None else os.environ.get("TENURE_TOKEN") or None
     openapi = JSON(document())
 
@@ -77,7 +86,7 @@ def asgi_app(app: App, *, token: str | None = None, any_host: bool = False) -> A
             Exception: _unexpected,
         },
     )
-    return Guard(server, token, any_host=any_host)
+    return Guard(server, token, any_host=any_host, hosts=hosts, session_hours=session_hours)
 
 
 def _metrics_route(app: App) -> Route:

@@ -2,20 +2,24 @@
 
 - Without a token, the server answers only requests addressed to a loopback
   host (``Host: localhost``, ``127.0.0.1``, ``[::1]``): a page of another site
-  that rebinds its own name to 127.0.0.1 (DNS rebinding) is refused.
+  that rebinds its own name to 127.0.0.1 (DNS rebinding) is refused. With a
+  token and ``hosts``, only those and loopback hosts are answered.
 - With a token, every request but the login form's presents it: the header
   ``Authorization: Bearer <token>``, or the session cookie the login form sets
-  (HttpOnly, SameSite=Strict). The cookie holds a digest of the token, never
-  the token: a new token ends every session. Tokens are compared in constant time.
+  (HttpOnly, SameSite=Strict, Secure over https): a random session id that
+  the server remembers until its expiry or its logout (``tenure.web.sessions``).
+  Tokens are compared in constant time.
 - A request that changes something (any method but GET, HEAD and OPTIONS) that
   a browser sends must come from the server's own pages: ``Sec-Fetch-Site``
   ``same-origin`` (or ``none``: the user typed it), ``Origin`` the server's own
   host; else 403. The bearer header is exempt: no page of another site can make
   a browser send it.
 - Failed token attempts (a wrong bearer token, a wrong token in the login
-  form) are limited per client address, in memory: past LOGIN_FAILURES within
-  LOGIN_WINDOW seconds, every token attempt from it gets 429 (the right token
-  too: else guessing would go on at full speed) until the oldest failure ages out.
+  form) are limited per client address (the connection's peer, or the
+  address a proxy the server trusts forwards), in memory: past
+  LOGIN_FAILURES within LOGIN_WINDOW seconds, every token attempt from it
+  gets 429 (the right token too: else guessing would go on at full speed)
+  until the oldest failure ages out.
 - Every response carries the security headers below: a CSP without inline
   script, ``nosniff``, no framing, no referrer to other sites, no caching.
 """
@@ -24,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import math
 import re
 import time
@@ -37,10 +40,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tenure.core.hosts import check_host_name, host_name, is_loopback
 from tenure.errors import InvalidInput
 from tenure.web.responses import error_response, read_body
+from tenure.web.sessions import SESSION_HOURS, Sessions, cookie_name
 
-SESSION_COOKIE = "tenure_session"
+SESSION = "tenure.session"  # the scope's key: whether the request came with a live session
 MIN_TOKEN_LENGTH = 16
 TOKEN = re.compile(r"[\x21-\x7e]+")  # printable ASCII: what a header carries unchanged
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -75,17 +80,6 @@ def check_token(token: object) -> str:
             f"spaces; make one with: {NEW_TOKEN_HINT}"
         )
     return token
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or an address, without port) is this machine only."""
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _digest(text: str) -> bytes:
@@ -130,18 +124,39 @@ class Guard:
     """ASGI middleware: the rules of the module docstring, before ``inner`` sees a request.
 
     ``any_host``: answer any ``Host`` without a token, for an app mounted
-    behind its owner's own authentication."""
+    behind its owner's own authentication. ``hosts``: with a token, the host
+    names (besides loopback ones) requests may be addressed to; none: any.
+    ``session_hours``: how long a login lasts."""
 
-    def __init__(self, inner: ASGIApp, token: str | None, *, any_host: bool = False) -> None:
+    def __init__(
+        self,
+        inner: ASGIApp,
+        token: str | None,
+        *,
+        any_host: bool = False,
+        hosts: Iterable[str] = (),
+        session_hours: float = SESSION_HOURS,
+    ) -> None:
         self.inner = inner
         self.token = None if token is None else check_token(token)
         self.any_host = any_host
+        self.hosts = frozenset(check_host_name(h) for h in hosts)
+        if self.hosts and token is None:
+            raise InvalidInput(
+                "allowed hosts need a token: without one, the server answers localhost only"
+            )
         self._digest = None if token is None else _digest(token)
-        # A digest of the token, keyed by it: what a session cookie holds.
-        self.session = None
-        if token is not None:
-            self.session = hmac.new(token.encode(), b"tenure-session", "sha256").hexdigest()
+        self.sessions = Sessions(session_hours)
         self.throttle = LoginThrottle()
+
+    def protection(self, source: str = "") -> str:
+        """What guards the server, in one line (``tenure serve`` says it at
+        start); ``source``: where the token came from."""
+        if self.token is None:
+            return "token: none; hosts: " + ("any" if self.any_host else "localhost only")
+        hosts = (", ".join(sorted(self.hosts)) + " and localhost" if self.hosts
+                 else "any (--allow-host names them)")  # fmt: skip
+        return f"token: required{f' ({source})' if source else ''}; hosts: {hosts}"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -164,14 +179,9 @@ class Guard:
 
     def refusal(self, request: Request) -> Response | None:
         """The response that refuses ``request``, or None to let it through."""
-        host = request.headers.get("host", "")
-        if self.token is None and not self.any_host and not is_loopback(_host_name(host)):
-            return error_response(
-                403,
-                "Forbidden",
-                "this server has no token, so it answers only requests addressed to "
-                "localhost; to serve other hosts, start it with TENURE_TOKEN set",
-            )
+        misdirected = self.misdirected(request)
+        if misdirected is not None:
+            return misdirected
         if self.token is not None and self.tries_token(request):
             wait = self.throttle.wait(_client(request))
             if wait > 0:
@@ -179,12 +189,32 @@ class Guard:
         bearer = self.bearer_ok(request)
         if self.token is not None and _bearer(request) is not None and not bearer:
             self.throttle.failed(_client(request))
+        request.scope[SESSION] = session = self.cookie_ok(request)
         needs_token = self.token is not None and route_path(request.scope) not in LOGIN_PATHS
-        if needs_token and not (bearer or self.cookie_ok(request)):
+        if needs_token and not (bearer or session):
             return self.unauthenticated(request)
         if request.method not in SAFE_METHODS and not bearer and cross_site(request):
             return error_response(
                 403, "Forbidden", "cross-site request refused: send it from this server's pages"
+            )
+        return None
+
+    def misdirected(self, request: Request) -> Response | None:
+        """403 for a request addressed to a host this server does not answer."""
+        name = host_name(request.headers.get("host", ""))
+        if self.token is None and not self.any_host and not is_loopback(name):
+            return error_response(
+                403,
+                "Forbidden",
+                "this server has no token, so it answers only requests addressed to "
+                "localhost; to serve other hosts, start it with TENURE_TOKEN set",
+            )
+        if self.hosts and name not in self.hosts and not is_loopback(name):
+            return error_response(
+                403,
+                "Forbidden",
+                f"this server answers only requests addressed to {', '.join(sorted(self.hosts))}"
+                " (--allow-host) or localhost",
             )
         return None
 
@@ -202,12 +232,9 @@ class Guard:
         return login or _bearer(request) is not None
 
     def cookie_ok(self, request: Request) -> bool:
-        given = request.cookies.get(SESSION_COOKIE)
-        return (
-            self.session is not None
-            and given is not None
-            and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self.session.encode())
-        )
+        """Whether ``request`` carries a live session."""
+        given = request.cookies.get(_cookie(request.scope))
+        return self.token is not None and given is not None and self.sessions.live(given)
 
     def unauthenticated(self, request: Request) -> Response:
         if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
@@ -219,25 +246,30 @@ class Guard:
         return response
 
     def logged_in(self, request: Request) -> Response:
-        """The way back to the dashboard, with the session cookie."""
+        """The way back to the dashboard, with a new session's cookie."""
         root = _root(request.scope)
         response = RedirectResponse(root + "/", 303)
         response.set_cookie(
-            SESSION_COOKIE,
-            self.session or "",
+            _cookie(request.scope),
+            self.sessions.start(),
+            max_age=int(self.sessions.seconds),
             path=root + "/",
             httponly=True,
             samesite="strict",
+            # The scheme the client used: a proxy's X-Forwarded-Proto, when trusted.
             secure=request.url.scheme == "https",
         )
         return response
 
     def logged_out(self, request: Request) -> Response:
-        """The way back to the login form, without the session cookie."""
+        """The way back to the login form: the session ended, its cookie cleared."""
+        given = request.cookies.get(_cookie(request.scope))
+        if given is not None:
+            self.sessions.end(given)
         root = _root(request.scope)
         response = RedirectResponse(root + "/login", 303)
         response.delete_cookie(
-            SESSION_COOKIE,
+            _cookie(request.scope),
             path=root + "/",
             httponly=True,
             samesite="strict",
@@ -247,7 +279,7 @@ class Guard:
 
     async def login(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The login form (GET), a login (POST): its cookie, or the form again;
-        or a logout (POST /logout): the cookie cleared."""
+        or a logout (POST /logout): the session ended."""
         request = Request(scope, receive)
         await (await self._login(request))(scope, receive, send)
 
@@ -289,8 +321,8 @@ def _bearer(request: Request) -> str | None:
 
 
 def _client(request: Request) -> str:
-    """The client's address: behind a proxy on loopback, the one it forwards
-    (uvicorn trusts X-Forwarded-For from 127.0.0.1)."""
+    """The client's address: the connection's peer, or behind a proxy the
+    server trusts (``--forwarded-allow-ips``), the address it forwards."""
     return request.client.host if request.client else ""
 
 
@@ -319,11 +351,15 @@ def _root(scope: Scope) -> str:
     return str(scope.get("root_path", "")).rstrip("/")
 
 
-def _host_name(host: str) -> str:
-    try:
-        return urlsplit("//" + host).hostname or ""
-    except ValueError:
-        return ""
+def _cookie(scope: Scope) -> str:
+    """The session cookie's name: this server's own (see ``cookie_name``)."""
+    server = scope.get("server")
+    return cookie_name(server[1] if server and server[1] is not None else None)
+
+
+def has_session(request: Request) -> bool:
+    """Whether ``request`` came with a live session (a page offers to log out)."""
+    return bool(request.scope.get(SESSION))
 
 
 def _with_security_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

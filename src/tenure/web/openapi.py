@@ -16,7 +16,7 @@ from typing import Any
 from tenure.backends.base import LIST_LIMIT, WorkerInfo
 from tenure.config import MAX_SECONDS, POLICY_BOUNDS, QueuePolicy, policy_fields
 from tenure.core.events import Event, EventKind
-from tenure.core.names import JOB_ID_MAX_LENGTH, NAME_PATTERN
+from tenure.core.names import DOT_SEGMENTS, JOB_ID_MAX_LENGTH, NAME_PATTERN
 from tenure.core.states import State
 from tenure.job import Attempt, Job
 
@@ -128,7 +128,11 @@ def _body(schema: dict[str, Any]) -> dict[str, Any]:
     return {"required": True, "content": {"application/json": {"schema": schema}}}
 
 
-NAME = {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$"}
+NAME = {
+    "type": "string",
+    "pattern": f"^{NAME_PATTERN.pattern}$",
+    "not": {"enum": sorted(DOT_SEGMENTS)},
+}
 JOB_ID = {"type": "string", "minLength": 1, "maxLength": JOB_ID_MAX_LENGTH}
 QUEUE = _path("queue", NAME, "the queue's name")
 PAGING = [

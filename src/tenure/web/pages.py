@@ -28,7 +28,7 @@ from tenure.core.states import UNFINISHED, State, parse_state
 from tenure.core.urls import redacted
 from tenure.job import Job
 from tenure.metrics import read_queues
-from tenure.web.guard import SESSION_COOKIE
+from tenure.web.guard import has_session
 
 # Characters that change how the text around them reads without showing
 # themselves: bidirectional overrides, zero-width and other format characters,
@@ -100,7 +100,7 @@ TEMPLATES.filters.update(when=when, seconds=seconds, summary=summary, to_json=to
 def render(request: Request, name: str, code: int = 200, **values: Any) -> HTMLResponse:
     root = str(request.scope.get("root_path", "")).rstrip("/")
     # The session cookie is HttpOnly: the page, not its script, offers to log out.
-    session = SESSION_COOKIE in request.cookies
+    session = has_session(request)
     page = TEMPLATES.get_template(name).render(
         root=root, states=list(State), session=session, **values
     )

@@ -14,10 +14,12 @@ the connection, and tells a server that the client is gone.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from tenure.app import App
 from tenure.backends.base import Backend
@@ -53,9 +55,26 @@ class EventStream:
 
     def __init__(self, app: App) -> None:
         self.app = app
-        self.open = 0
+        self.open = 0  # streams open or being opened: at most MAX_STREAMS
 
     async def respond(self, request: Request) -> Response:
+        # The slot is taken before the first await, or requests opened at
+        # once would all see a free one; each exit below gives it back.
+        if self.open >= MAX_STREAMS:
+            return error_response(
+                503, "TooManyStreams", f"{MAX_STREAMS} event streams are open; try again later"
+            )
+        self.open += 1
+        try:
+            return await self._respond(request)
+        except BaseException:
+            self.open -= 1
+            raise
+
+    def _release(self) -> None:
+        self.open -= 1
+
+    async def _respond(self, request: Request) -> Response:
         queue = request.query_params.get("queue") or None
         after = request.headers.get("last-event-id") or request.query_params.get("after") or None
         since = request.query_params.get("since") or None
@@ -67,12 +86,9 @@ class EventStream:
             after = start = await backend.events_now(queue, _seconds("since", since))
         # Read once before the response starts: a bad queue or id is a 400, not a broken stream.
         first = await backend.read_events(queue, after, BATCH, 0.0)
-        if self.open >= MAX_STREAMS:
-            return error_response(
-                503, "TooManyStreams", f"{MAX_STREAMS} event streams are open; try again later"
-            )
-        return StreamingResponse(
+        return _Stream(
             self.stream(backend, queue, after, first, start),
+            self._release,
             media_type="text/event-stream",
             headers={"x-accel-buffering": "no"},  # nginx: pass each message on at once
         )
@@ -85,19 +101,31 @@ class EventStream:
         events: list[Event],
         start: str | None,
     ) -> AsyncIterator[bytes]:
-        self.open += 1
+        yield b"retry: %d\n\n" % RETRY_MS
+        if start is not None:
+            # An id without data: the client's Last-Event-ID from here on,
+            # so a reconnect before the first event resumes here, not at "now".
+            yield b"id: %s\n\n" % start.encode()
+        while True:
+            if events:
+                yield b"".join(message(e) for e in events)
+                after = events[-1].id
+            else:
+                yield b": keep-alive\n\n"
+            events = await backend.read_events(queue, after, BATCH, KEEPALIVE)
+
+
+class _Stream(StreamingResponse):
+    """A stream that gives its slot back however it ends: its client gone,
+    the server stopping, or never started at all."""
+
+    def __init__(self, content: AsyncIterator[bytes], release: Callable[[], None],
+                 **options: Any) -> None:  # fmt: skip
+        super().__init__(content, **options)
+        self.release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            yield b"retry: %d\n\n" % RETRY_MS
-            if start is not None:
-                # An id without data: the client's Last-Event-ID from here on,
-                # so a reconnect before the first event resumes here, not at "now".
-                yield b"id: %s\n\n" % start.encode()
-            while True:
-                if events:
-                    yield b"".join(message(e) for e in events)
-                    after = events[-1].id
-                else:
-                    yield b": keep-alive\n\n"
-                events = await backend.read_events(queue, after, BATCH, KEEPALIVE)
+            await super().__call__(scope, receive, send)
         finally:
-            self.open -= 1
+            self.release()
