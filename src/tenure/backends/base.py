@@ -324,13 +324,26 @@ class Backend(Protocol):
 
     # -- lease holders -----------------------------------------------------
 
-    async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:
+    async def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        *,
+        skip_tasks: Collection[str] = (),
+    ) -> list[Job]:
         """Claim up to ``limit`` due jobs from ``queues`` in one transaction.
 
         Order: due jobs only; higher priority first; then older ``run_at``.
         Each claimed job becomes ``active`` with ``fence + 1``, ``attempts + 1``,
         a lease of its queue's ``lease_ttl`` (none for at-most-once queues) and
         a new attempt in its history.
+
+        Jobs of the tasks in ``skip_tasks`` (those the worker has no handler
+        for, in a rolling deploy) are passed over: they stay as they are, in
+        their place, and the claim takes the best of the others. Without it the
+        claim reads no task name. Redis looks past at most SKIP_SCAN_MAX
+        (``redis/scripts/_lib.lua``) such jobs per queue and claim.
         """
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
@@ -357,11 +370,14 @@ class Backend(Protocol):
         worker_id: str,
         queues: Sequence[str],
         limit: int,
+        *,
+        skip_tasks: Collection[str] = (),
     ) -> tuple[set[LeaseRef], builtins.list[Job]]:
-        """``complete_many(items)``, then ``claim(worker_id, queues, limit)``, in one
-        round trip: the worker's cycle, one storage conversation per batch of
-        finished jobs. Returns the leases no longer held and the jobs claimed.
-        Either part may be empty (``limit`` 0 claims nothing)."""
+        """``complete_many(items)``, then ``claim(worker_id, queues, limit,
+        skip_tasks=skip_tasks)``, in one round trip: the worker's cycle, one
+        storage conversation per batch of finished jobs. Returns the leases no
+        longer held and the jobs claimed. Either part may be empty (``limit`` 0
+        claims nothing)."""
 
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
