@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from tenure.config import QueuePolicy, check_seconds
+from tenure.config import QueuePolicy
 from tenure.context import Transaction
 from tenure.core.events import Detector, Event
 from tenure.core.names import check_name, is_text, shown
@@ -171,12 +171,6 @@ def not_cancellable(job: Job) -> InvalidTransition:
     return InvalidTransition(
         f"job {job.id} is {job.state}: only scheduled, queued or active jobs can be cancelled"
     )
-
-
-def check_delay(delay: object) -> float:
-    """A delay in seconds, as a float (``release``'s; a spec's are checked with it)."""
-    check_seconds("delay", delay)
-    return float(delay)  # type: ignore[arg-type]  # checked: a real number
 
 
 def cursor_seq(text: str) -> int:
@@ -388,11 +382,10 @@ class Backend(Protocol):
         on ``release`` and ``rescue``): it never runs again. Its attempt keeps
         ``outcome``."""
 
-    async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
-        """Hand the job back (drain): ``active -> queued``, the attempt does not count.
-        With ``delay`` seconds (a worker that does not know the job's task),
-        ``active -> scheduled``, due then: offered to other workers, not at once
-        to this one again."""
+    async def release(self, job_id: str, fence: int) -> None:
+        """Hand the job back (a drain, or a worker that does not know the job's
+        task): ``active -> queued`` in its place in line, the attempt does not
+        count."""
 
     # -- the sweeper -------------------------------------------------------
 

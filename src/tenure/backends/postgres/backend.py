@@ -32,7 +32,6 @@ from tenure.backends.base import (
     Tick,
     WorkerInfo,
     check_cursor,
-    check_delay,
     check_listing,
     check_prune_limit,
     check_schedules,
@@ -503,11 +502,9 @@ class PostgresBackend(EventReading):
         name, params = _failure(job_id, fence, outcome, error, decision)
         await self._settle(name, params)
 
-    async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
-        state = State.SCHEDULED if check_delay(delay) > 0 else State.QUEUED
+    async def release(self, job_id: str, fence: int) -> None:
         events = orjson.dumps([[EventKind.RELEASED, None]]).decode()
-        params = {"id": job_id, "fence": fence, "state": state.value, "delay": float(delay),
-                  "events": events}  # fmt: skip
+        params = {"id": job_id, "fence": fence, "state": State.QUEUED.value, "events": events}
         await self._settle("release", params)
 
     async def _settle(self, name: str, params: dict[str, Any]) -> None:

@@ -435,15 +435,11 @@ done AS (
 {one_ended}
 
 -- name: release
--- active -> queued without penalty: the attempt is given back. With a delay (a
--- worker that does not know the task), active -> scheduled, due in delay seconds.
+-- active -> queued without penalty, in its place in line: the attempt is given back.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
     UPDATE {schema}.jobs AS j
-    SET state = %(state)s::text,
-        run_at = CASE WHEN %(state)s::text = 'scheduled' THEN clock.now + %(delay)s::float8
-                      ELSE j.run_at END,
-        attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL, lease_expires_at = NULL,
+    SET state = 'queued', attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL, lease_expires_at = NULL,
         recovered_from = NULL
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id

@@ -36,7 +36,6 @@ from tenure.backends.base import (
     WorkerInfo,
     bad_cursor,
     check_cursor,
-    check_delay,
     check_listing,
     check_prune_limit,
     check_schedules,
@@ -461,8 +460,8 @@ class RedisBackend:
             orjson.dumps(failure_events(outcome, CANCELLED, rescued=False)),
         )  # fmt: skip
 
-    async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
-        await self._settle("release", job_id, fence, repr(float(check_delay(delay))))
+    async def release(self, job_id: str, fence: int) -> None:
+        await self._settle("release", job_id, fence)
 
     # -- the sweeper -------------------------------------------------------
 

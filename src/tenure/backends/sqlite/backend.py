@@ -31,7 +31,6 @@ from tenure.backends.base import (
     Rescued,
     RescueReport,
     Tick,
-    check_delay,
     check_schedules,
     check_tick,
     claim_limit,
@@ -561,14 +560,12 @@ class SQLiteBackend(Opening, Operators, EventReading):
         events = failure_events(outcome, decision, rescued=False)
         self._settle(sql, params, (job_id, fence), (outcome, error, now), events)
 
-    async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
+    async def release(self, job_id: str, fence: int) -> None:
         now = self.clock.now()
         ending = (Outcome.RELEASED, None, now)
-        later = check_delay(delay) > 0
-        params = ("scheduled", now + delay) if later else ("queued", None)
         events = [(EventKind.RELEASED, None)]
         await self._run(
-            self._settle, Q["release"], (*params, job_id, fence), (job_id, fence), ending, events
+            self._settle, Q["release"], ("queued", job_id, fence), (job_id, fence), ending, events
         )
 
     def _settle(
