@@ -468,35 +468,6 @@ def test_release__requeues_the_job_and_the_attempt_does_not_count(
     assert again.attempts == 1
 
 
-def test_release_with_a_delay__schedules_the_job_and_the_attempt_does_not_count(
-    backend: Any, worker: str
-) -> None:
-    enqueue_one(backend)
-    job = claim_one(backend, worker)
-    backend.release(job.id, job.fence, 0.3)
-    stored = backend.get(job.id)
-    assert (stored.state, stored.attempts, stored.worker) == (State.SCHEDULED, 0, None)
-    assert stored.run_at >= stored.history[0].ended_at + 0.29
-    assert [a.outcome for a in stored.history] == [Outcome.RELEASED]
-    assert backend.claim(worker, ["default"], 1) == []  # not offered again at once
-    deadline = time.monotonic() + 10
-    while not (again := backend.claim(worker, ["default"], 1)):
-        assert time.monotonic() < deadline, "the released job never came due"
-        time.sleep(0.02)
-    assert (again[0].id, again[0].fence, again[0].attempts) == (job.id, job.fence + 1, 1)
-
-
-@pytest.mark.parametrize("delay", [-1, float("nan"), True, "1"])
-def test_release_with_a_bad_delay__is_refused_and_changes_nothing(
-    backend: Any, worker: str, delay: Any
-) -> None:
-    enqueue_one(backend)
-    job = claim_one(backend, worker)
-    with pytest.raises(InvalidInput, match="delay"):
-        backend.release(job.id, job.fence, delay)
-    assert backend.get(job.id).state == State.ACTIVE
-
-
 def test_release_after_a_failed_attempt__keeps_the_earlier_attempt(
     backend: Any, worker: str
 ) -> None:

@@ -459,6 +459,23 @@ def test_a_prune__goes_in_script_calls_of_at_most_script_max_jobs(
     assert b.counts("default")[State.COMPLETED] == 0
 
 
+def test_a_claim_passing_over_tasks__looks_past_at_most_skip_scan_max_jobs(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    """A script blocks Redis: however many jobs of unknown tasks wait at the head
+    of a queue, a claim passing them over reads a bounded part of it."""
+    found = re.search(rb"local SKIP_SCAN_MAX = (\d+)", SCRIPTS["claim"].source)
+    assert found is not None
+    bound = int(found.group(1))
+    b = open_backend(redis_url)
+    w = register(b, "w1")
+    b.enqueue([JobSpec.create("new", {}) for _ in range(bound - 1)])
+    within, past = b.enqueue([JobSpec.create("old", {}) for _ in range(2)])
+    assert [j.id for j in b.claim(w, ["default"], 2, skip_tasks=["new"])] == [within.id]
+    rest = b.claim(w, ["default"], 2 * bound)  # all there, for a worker that knows them
+    assert (len(rest), rest[-1].id) == (bound, past.id)
+
+
 # -- bulk enqueue ----------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ import redis as redis_sync
 from tenure.backends.redis.transport import RedisPyTransport
 from tests.conformance.conftest import open_killable, worker  # noqa: F401 - fixtures
 from tests.conformance.test_claim import *  # noqa: F403
+from tests.conformance.test_claim_skip import *  # noqa: F403
 from tests.conformance.test_dlq import *  # noqa: F403
 from tests.conformance.test_enqueue import *  # noqa: F403
 from tests.conformance.test_lag import *  # noqa: F403

@@ -117,6 +117,49 @@ def test_a_job_only_new_workers_know__waits_for_one_and_spends_no_attempt(backen
     assert released(done) <= 1 + took, story(done)
 
 
+BUSY_OLD = (
+    OLD
+    + """
+import time
+
+@app.task
+def nap() -> None:
+    time.sleep(0.01)
+"""
+)
+BUSY_NEW = BUSY_OLD + NEW.removeprefix(OLD)
+
+
+def test_a_job_only_new_workers_know__runs_at_once_on_a_new_worker_beside_busy_old_ones(
+    backend_url, tmp_path
+):
+    """Two old workers, busy with other jobs, have handed the job back four times
+    between them (and would not look at it again for seconds); a new worker runs
+    it as soon as it is up."""
+    with App(backend_url) as app:
+        job = app.enqueue("double", {"n": 21})
+        # Behind it, whatever its place after a hand-back: the old workers are busy.
+        app.enqueue_many("nap", [{} for _ in range(2000)], priority=-1)
+        workers = [start_worker(tmp_path, backend_url, "old_tasks", BUSY_OLD) for _ in range(2)]
+        try:
+            wait_for(app, job.id, lambda j: released(j) >= 4)
+            workers.append(start_worker(tmp_path, backend_url, "new_tasks", BUSY_NEW))
+            deadline = time.monotonic() + 20
+            while len(app.call(app.backend.workers())) < 3:
+                assert time.monotonic() < deadline, "the new worker never registered"
+                time.sleep(0.01)
+            up = time.monotonic()
+            done = wait_for(app, job.id, lambda j: j.state is State.COMPLETED)
+            took = time.monotonic() - up
+        finally:
+            for worker in workers:
+                if worker.poll() is None:
+                    worker.send_signal(signal.SIGTERM)
+                    assert worker.wait(20) == 0
+    assert done.result == 42
+    assert took < 1.5, story(done)
+
+
 def test_a_job_nobody_knows__is_dead_lettered_after_the_grace(backend_url):
     old, _ = versions(backend_url)
     old.queue().set_policy(unknown_task_grace=1.0)

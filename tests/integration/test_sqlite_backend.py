@@ -72,16 +72,20 @@ def test_migrations_produce_the_expected_schema(sqlite_url, open_backend, tmp_pa
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-def test_a_claim_across_queues__reads_each_through_its_index(sqlite_url, open_backend, tmp_path):
+@pytest.mark.parametrize("skip", [(), ('["new"]',)], ids=["every task", "passing over"])
+def test_a_claim_across_queues__reads_each_through_its_index(
+    sqlite_url, open_backend, tmp_path, skip
+):
     """Not a sort of every queued job of the queues: the claim costs the same at
-    any backlog."""
+    any backlog (passing over some tasks or not)."""
     backend = open_backend(sqlite_url)
     for queue in ("a", "b", "c"):
         backend.enqueue([JobSpec.create("t", {}, queue=queue) for _ in range(50)])
     db = sqlite3.connect(tmp_path / "tenure.db")
     db.execute("ANALYZE")
+    params = [x for q in ("a", "b", "c") for x in (q, *skip, 4)]
     plan = [row[3] for row in db.execute(
-        "EXPLAIN QUERY PLAN " + _claimable(3), ("a", 4, "b", 4, "c", 4, 4)
+        "EXPLAIN QUERY PLAN " + _claimable(3, bool(skip)), (*params, 4)
     )]  # fmt: skip
     reads = [step for step in plan if "jobs" in step.split()]
     assert reads == ["SEARCH jobs USING INDEX jobs_ready (queue=?)"] * 3, plan

@@ -123,11 +123,11 @@ def _claimed(*ended: tuple[Outcome, float], now: float) -> Job:
     return Job("j", "t", "default", {}, State.ACTIVE, 0, 0.0, 0.0, history=tuple(history))
 
 
-def test_an_unknown_task__is_handed_back_with_a_doubling_wait_within_the_grace():
+def test_an_unknown_task__is_handed_back_at_once_and_passed_over_ever_longer_within_the_grace():
     policy = QueuePolicy(unknown_task_grace=600)
     R = Outcome.RELEASED
     first = decide_unknown_task(_claimed(now=100.0), policy)
-    assert (first.state, first.delay) == (State.SCHEDULED, 0.5)
+    assert (first.state, first.delay) == (State.QUEUED, 0.5)
     third = decide_unknown_task(_claimed((R, 100.0), (R, 100.5), now=101.5), policy)
     assert third.delay == 2.0
     many = decide_unknown_task(_claimed(*[(R, 100.0 + i) for i in range(20)], now=150.0), policy)
@@ -150,7 +150,7 @@ def test_the_grace_counts_from_the_first_of_the_hand_backs_in_a_row_only():
     R, E = Outcome.RELEASED, Outcome.ERROR
     # Released long ago, then an attempt that ran (a worker knew the task): a new grace.
     job = _claimed((R, 0.0), (E, 1000.0), (R, 2000.0), now=2100.0)
-    assert decide_unknown_task(job, QueuePolicy(unknown_task_grace=600)).state is State.SCHEDULED
+    assert decide_unknown_task(job, QueuePolicy(unknown_task_grace=600)).state is State.QUEUED
 
 
 def test_a_job_cancelled_while_it_ran__is_cancelled_whatever_its_attempt_and_budget():

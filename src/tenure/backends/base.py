@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from tenure.config import QueuePolicy, check_seconds
+from tenure.config import QueuePolicy
 from tenure.context import Transaction
 from tenure.core.events import Detector, Event, RetriedBy
 from tenure.core.names import check_job_id, check_name, is_text, shown
@@ -182,12 +182,6 @@ def not_cancellable(job: Job) -> InvalidTransition:
     return InvalidTransition(
         f"job {job.id} is {job.state}: only scheduled, queued or active jobs can be cancelled"
     )
-
-
-def check_delay(delay: object) -> float:
-    """A delay in seconds, as a float (``release``'s; a spec's are checked with it)."""
-    check_seconds("delay", delay)
-    return float(delay)  # type: ignore[arg-type]  # checked: a real number
 
 
 def check_ago(ago: object) -> float:
@@ -370,13 +364,26 @@ class Backend(Protocol):
 
     # -- lease holders -----------------------------------------------------
 
-    async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:
+    async def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        *,
+        skip_tasks: Collection[str] = (),
+    ) -> list[Job]:
         """Claim up to ``limit`` due jobs from ``queues`` in one transaction.
 
         Order: due jobs only; higher priority first; then older ``run_at``.
         Each claimed job becomes ``active`` with ``fence + 1``, ``attempts + 1``,
         a lease of its queue's ``lease_ttl`` (none for at-most-once queues) and
         a new attempt in its history.
+
+        Jobs of the tasks in ``skip_tasks`` (those the worker has no handler
+        for, in a rolling deploy) are passed over: they stay as they are, in
+        their place, and the claim takes the best of the others. Without it the
+        claim reads no task name. Redis looks past at most SKIP_SCAN_MAX
+        (``redis/scripts/_lib.lua``) such jobs per queue and claim.
         """
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
@@ -403,11 +410,14 @@ class Backend(Protocol):
         worker_id: str,
         queues: Sequence[str],
         limit: int,
+        *,
+        skip_tasks: Collection[str] = (),
     ) -> tuple[set[LeaseRef], builtins.list[Job]]:
-        """``complete_many(items)``, then ``claim(worker_id, queues, limit)``, in one
-        round trip: the worker's cycle, one storage conversation per batch of
-        finished jobs. Returns the leases no longer held and the jobs claimed.
-        Either part may be empty (``limit`` 0 claims nothing)."""
+        """``complete_many(items)``, then ``claim(worker_id, queues, limit,
+        skip_tasks=skip_tasks)``, in one round trip: the worker's cycle, one
+        storage conversation per batch of finished jobs. Returns the leases no
+        longer held and the jobs claimed. Either part may be empty (``limit`` 0
+        claims nothing)."""
 
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
@@ -418,11 +428,10 @@ class Backend(Protocol):
         on ``release`` and ``rescue``): it never runs again. Its attempt keeps
         ``outcome``."""
 
-    async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
-        """Hand the job back (drain): ``active -> queued``, the attempt does not count.
-        With ``delay`` seconds (a worker that does not know the job's task),
-        ``active -> scheduled``, due then: offered to other workers, not at once
-        to this one again."""
+    async def release(self, job_id: str, fence: int) -> None:
+        """Hand the job back (a drain, or a worker that does not know the job's
+        task): ``active -> queued`` in its place in line, the attempt does not
+        count."""
 
     # -- the sweeper -------------------------------------------------------
 

@@ -113,16 +113,19 @@ def decide_for(
     )
 
 
-# The wait before a job whose task a worker does not know is offered again:
-# doubling from the first to the longest, so that old workers in a long rolling
-# deploy do not keep claiming it, and a new worker gets it within the longest.
+# How long a worker that does not know a job's task passes that task over in
+# its claims after handing the job back: doubling from the first to the
+# longest, so that old workers in a long rolling deploy do not keep claiming
+# it, and still look again (to dead-letter it once the grace has run out).
 UNKNOWN_TASK_WAITS = (0.5, 30.0)
 
 
 def decide_unknown_task(job: Job, policy: QueuePolicy) -> Decision:
-    """The fate of a job claimed by a worker that does not know its task: handed
-    back (``scheduled`` after ``delay``, to be released: no attempt spent) while
-    the queue's ``unknown_task_grace`` lasts, then ``dead`` (``unknown_task``).
+    """The fate of a job claimed by a worker that does not know its task: while
+    the queue's ``unknown_task_grace`` lasts, handed back ``queued`` in its place
+    (released: no attempt spent), for any worker that knows the task to take at
+    once, while the worker that handed it back passes the task over for
+    ``delay`` seconds; then ``dead`` (``unknown_task``).
 
     ``job`` comes with its history. The grace counts from the start of the first
     of the attempts handed back in a row just before this one, in storage's clock."""
@@ -140,4 +143,4 @@ def decide_unknown_task(job: Job, policy: QueuePolicy) -> Decision:
     if left <= 0:
         return Decision(State.DEAD, dead_reason=DeadReason.UNKNOWN_TASK)
     first, longest = UNKNOWN_TASK_WAITS
-    return Decision(State.SCHEDULED, delay=min(first * 2.0 ** min(handed_back, 16), longest, left))
+    return Decision(State.QUEUED, delay=min(first * 2.0 ** min(handed_back, 16), longest, left))

@@ -37,6 +37,7 @@ from tenure.worker.logfields import attempt_fields
 from tenure.worker.outcome import cancelled, settle, settle_unknown_task
 from tenure.worker.pacing import Pace
 from tenure.worker.policies import Policies
+from tenure.worker.unknown import UnknownTasks
 
 if TYPE_CHECKING:
     from tenure.metrics import WorkerMetrics
@@ -81,6 +82,7 @@ class Attempts:
         self.cancelling: set[LeaseRef] = set()
         self.ahead: deque[tuple[Job, QueuePolicy]] = deque()  # claimed ahead: no room yet
         self.starting = 0  # started, waiting for their policy before they begin
+        self.unknown = UnknownTasks()  # tasks met without a handler: claims pass them over
         self.processed = 0
         self.finished = asyncio.Event()  # a row went
         self._tasks: set[asyncio.Task[None]] = set()
@@ -166,7 +168,7 @@ class Attempts:
             if lease in self.lost:
                 pass  # handed back, or recovered, while we waited: never run it
             elif job.task not in self.app.tasks:
-                decision = await settle_unknown_task(self.backend, job, policy)
+                decision = await settle_unknown_task(self.backend, job, policy, self.unknown)
                 self.after_failure(decision, job.id)
             else:
                 self._begin(job, self.app.tasks[job.task].policy(policy))

@@ -169,8 +169,9 @@ class Cycles:
         worker_id = self.worker_id()
         try:
             lost, jobs = await self.backend.complete_and_claim(
-                batch.items, worker_id, self.config.queues, slots
-            )
+                batch.items, worker_id, self.config.queues, slots,
+                skip_tasks=self.attempts.unknown.passed_over(),
+            )  # fmt: skip
             self.pace.cycled(loop.time() - began)
         except BaseException as exc:
             batch.failed(exc)  # each completion's settle retries on its own

@@ -26,6 +26,7 @@ from tenure.worker.executors.base import (
     TimedOut,
 )
 from tenure.worker.logfields import attempt_fields
+from tenure.worker.unknown import UnknownTasks
 
 log = logging.getLogger("tenure.worker")
 
@@ -94,15 +95,20 @@ def cancelled(result: AttemptResult) -> Cancelled:
     return Cancelled(how)
 
 
-async def settle_unknown_task(backend: Backend, job: Job, policy: QueuePolicy) -> Decision:
-    """A job for a task this worker does not know goes back, no attempt spent, for
-    a worker that knows it (a rolling deploy), for the queue's ``unknown_task_grace``;
-    then it is dead-lettered (``unknown_task``)."""
+async def settle_unknown_task(
+    backend: Backend, job: Job, policy: QueuePolicy, unknown: UnknownTasks
+) -> Decision:
+    """A job for a task this worker does not know goes back in its place, no
+    attempt spent, for a worker that knows it (a rolling deploy), while this
+    worker passes the task over (``unknown``), for the queue's
+    ``unknown_task_grace``; then it is dead-lettered (``unknown_task``)."""
     decision = decide_unknown_task(await backend.get(job.id), policy)
     if decision.state is not State.DEAD:
-        log.info("job %s: no handler for task %r here; handed back for %.1f s", job.id,
-                 job.task, decision.delay, extra=attempt_fields(job))  # fmt: skip
-        await backend.release(job.id, job.fence, decision.delay)
+        log.info("job %s: no handler for task %r here; handed back, and passed over here "
+                 "for %.1f s", job.id, job.task, decision.delay,
+                 extra=attempt_fields(job))  # fmt: skip
+        unknown.pass_over(job.task, decision.delay)  # first: a cycle in flight may claim
+        await backend.release(job.id, job.fence)
         return decision
     text = (
         f"unknown task {job.task!r}: no worker that claimed it had a handler of that name "

@@ -31,7 +31,6 @@ from tenure.backends.base import (
     Tick,
     WorkerInfo,
     check_cursor,
-    check_delay,
     check_listing,
     check_match,
     check_prune_limit,
@@ -382,8 +381,16 @@ class PostgresBackend(EventReading):
 
     # -- lease holders -----------------------------------------------------
 
-    async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:
-        return (await self.complete_and_claim((), worker_id, queues, limit))[1]
+    async def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        *,
+        skip_tasks: Collection[str] = (),
+    ) -> list[Job]:
+        _, jobs = await self.complete_and_claim((), worker_id, queues, limit, skip_tasks=skip_tasks)
+        return jobs
 
     async def complete_and_claim(
         self,
@@ -391,6 +398,8 @@ class PostgresBackend(EventReading):
         worker_id: str,
         queues: Sequence[str],
         limit: int,
+        *,
+        skip_tasks: Collection[str] = (),
     ) -> tuple[set[LeaseRef], builtins.list[Job]]:
         """One statement, one transaction (see queries.sql); a queue with a
         fleet-wide limit is claimed from under its row's lock, taken first."""
@@ -408,20 +417,27 @@ class PostgresBackend(EventReading):
             "queues": _text_array(queues), "worker": worker_id, "locked": _text_array(locked),
             "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl,
             "channel": self.channel}  # fmt: skip
+        name = "complete_and_claim_limited" if locked else "complete_and_claim"
+        if skip_tasks and limit:
+            name += "_skipping"
+            params["skip"] = _text_array(skip_tasks)
         # One prepared statement, with a plan that knows its limit, per limit a
         # worker uses (see queries.sql).
+        query = self.q.limited(name, limit)
         if locked:
-            query = self.q.limited("complete_and_claim_limited", limit)
             rows = await self._locked_cycle_fetch(query, params, locked)
         else:
-            rows = await self._cycle_fetch(self.q.limited("complete_and_claim", limit), params)
+            rows = await self._cycle_fetch(query, params)
         jobs = [job_from_row(r[1:]) for r in rows if r[0]]
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
         limited = {r[1]: r[FENCE] for r in rows if r[0] == 0}
         self._limited = (self._limited - set(queues)) | set(limited)
         held_back = [q for q, unlocked in limited.items() if unlocked]
         if held_back and len(jobs) < limit:  # a limit this backend did not know of yet
-            jobs += (await self.complete_and_claim((), worker_id, held_back, limit - len(jobs)))[1]
+            more = await self.complete_and_claim(
+                (), worker_id, held_back, limit - len(jobs), skip_tasks=skip_tasks
+            )
+            jobs += more[1]
         return {(i, f) for i, f, _ in items} - done, jobs
 
     async def _locked_cycle_fetch(
@@ -462,11 +478,9 @@ class PostgresBackend(EventReading):
         name, params = _failure(job_id, fence, outcome, error, decision)
         await self._settle(name, params)
 
-    async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
-        state = State.SCHEDULED if check_delay(delay) > 0 else State.QUEUED
+    async def release(self, job_id: str, fence: int) -> None:
         events = orjson.dumps([[EventKind.RELEASED, None]]).decode()
-        params = {"id": job_id, "fence": fence, "state": state.value, "delay": float(delay),
-                  "events": events}  # fmt: skip
+        params = {"id": job_id, "fence": fence, "state": State.QUEUED.value, "events": events}
         await self._settle("release", params)
 
     async def _settle(self, name: str, params: dict[str, Any]) -> None:

@@ -148,7 +148,8 @@ SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[]
 
 -- name: cycle
 -- (Composed into complete_and_claim and complete_and_claim_limited, with
--- their gate, shared and bucket: statements.COMPOSED.)
+-- their gate, shared and bucket, and into their _skipping twins, which pass
+-- over the jobs of some tasks: statements.COMPOSED.)
 -- The worker's cycle in one statement, one transaction: complete the presented
 -- leases still held (%(ids)s, %(fences)s, %(results)s; empty arrays for none),
 -- then claim up to LIMIT due jobs of the given queues, best first (0 for
@@ -184,7 +185,7 @@ candidates AS (
     SELECT c.* FROM gate AS q
     CROSS JOIN LATERAL (
         SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
-        WHERE state = 'queued' AND queue = q.name
+        WHERE state = 'queued' AND queue = q.name {skip}
         ORDER BY priority DESC, run_at, seq
         LIMIT {limit} FOR UPDATE SKIP LOCKED
     ) AS c
@@ -193,7 +194,7 @@ candidates AS (
     SELECT d.* FROM gate AS q, clock
     CROSS JOIN LATERAL (
         SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
-        WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now
+        WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now {skip}
         ORDER BY run_at
         LIMIT {limit} FOR UPDATE SKIP LOCKED
     ) AS d
@@ -310,6 +311,20 @@ candidates AS c JOIN gate AS g ON g.name = c.queue
 -- name: no_bucket
 -- (A part of complete_and_claim, written into it.) No rate bucket to take from.
 
+-- name: skip
+-- (A part of the _skipping cycles, written into them.) The jobs of the tasks
+-- %(skip)s names, which the worker has no handler for (a rolling deploy), are
+-- passed over: they stay in their place for a worker that knows them. The
+-- index still gives the order; a job passed over costs a row read. In
+-- coalesce, which the planner cannot estimate (it takes half the rows): from
+-- the task column's statistics, with few task names, a generic plan expected
+-- the filter to let no row through and scanned the whole jobs table.
+AND coalesce(task <> ALL(%(skip)s::text[]), true)
+
+-- name: no_skip
+-- (A part of the other cycles, written into them.) Every task: the claim
+-- reads no task name.
+
 -- name: heartbeat
 -- The leases one worker presents, in one statement; returns those it still
 -- holds, each with whether its job's cancel was requested. A lease the worker does not know of (a claim whose reply it never
@@ -420,15 +435,11 @@ done AS (
 {one_ended}
 
 -- name: release
--- active -> queued without penalty: the attempt is given back. With a delay (a
--- worker that does not know the task), active -> scheduled, due in delay seconds.
+-- active -> queued without penalty, in its place in line: the attempt is given back.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
     UPDATE {schema}.jobs AS j
-    SET state = %(state)s::text,
-        run_at = CASE WHEN %(state)s::text = 'scheduled' THEN clock.now + %(delay)s::float8
-                      ELSE j.run_at END,
-        attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL, lease_expires_at = NULL,
+    SET state = 'queued', attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL, lease_expires_at = NULL,
         recovered_from = NULL
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id

@@ -44,13 +44,17 @@ CODE_PARTS = {
     "job_columns": ", ".join(map(_selected, JOB_COLUMNS)),
     "done_columns": ", ".join(c if c in ("id", "fence") else "NULL" for c in JOB_COLUMNS),
 }
-# The cycle's statement, for queues without a fleet-wide limit, and with.
+# The cycle's statement, for queues without a fleet-wide limit, and with;
+# each also as a _skipping twin, which passes over the jobs of some tasks.
+_CYCLES = {
+    "complete_and_claim": {"gate": "gate", "shared": "shared", "bucket": "no_bucket"},
+    "complete_and_claim_limited": {
+        "gate": "gate_limited", "shared": "shared_limited", "bucket": "bucket"},
+}  # fmt: skip
 COMPOSED = {
-    "complete_and_claim": ("cycle", {"gate": "gate", "shared": "shared", "bucket": "no_bucket"}),
-    "complete_and_claim_limited": (
-        "cycle",
-        {"gate": "gate_limited", "shared": "shared_limited", "bucket": "bucket"},
-    ),
+    name + suffix: ("cycle", {**binds, "skip": skip})
+    for name, binds in _CYCLES.items()
+    for suffix, skip in (("", "no_skip"), ("_skipping", "skip"))
 }
 IDENTIFIERS = frozenset({"schema", "channel"})
 LIMIT = "limit"

@@ -37,7 +37,6 @@ from tenure.backends.base import (
     bad_cursor,
     check_ago,
     check_cursor,
-    check_delay,
     check_listing,
     check_match,
     check_prune_limit,
@@ -301,8 +300,16 @@ class RedisBackend:
 
     # -- lease holders -----------------------------------------------------
 
-    async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:
-        return (await self.complete_and_claim((), worker_id, queues, limit))[1]
+    async def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        *,
+        skip_tasks: Collection[str] = (),
+    ) -> list[Job]:
+        _, jobs = await self.complete_and_claim((), worker_id, queues, limit, skip_tasks=skip_tasks)
+        return jobs
 
     async def complete_and_claim(
         self,
@@ -310,6 +317,8 @@ class RedisBackend:
         worker_id: str,
         queues: Sequence[str],
         limit: int,
+        *,
+        skip_tasks: Collection[str] = (),
     ) -> tuple[set[LeaseRef], builtins.list[Job]]:
         """One script (cycle.lua) for the completions and the claim; on Redis
         Cluster, one script per queue and the claim, in one pipeline."""
@@ -330,8 +339,9 @@ class RedisBackend:
         queues = list(dict.fromkeys(queues)) if limit else []
         if not batches and not queues:
             return lost, []
+        skip = orjson.dumps(list(skip_tasks)).decode() if skip_tasks else ""
         claim: list[str | int] = [
-            worker_id, limit, repr(DEFAULTS.lease_ttl), DEFAULTS.delivery, PROMOTE_MAX
+            worker_id, limit, repr(DEFAULTS.lease_ttl), DEFAULTS.delivery, PROMOTE_MAX, skip
         ]  # fmt: skip
         if self.runner.topology.cluster:
             statuses, claimed = await self._cycle_on_cluster(batches, queues, claim)
@@ -362,7 +372,7 @@ class RedisBackend:
         if queues:
             shares = {q: int(claim[1]) for q in queues}
             if len(shares) > 1:
-                shares = await self._shares(queues, int(claim[1]))
+                shares = await self._shares(queues, int(claim[1]), str(claim[5]))
             calls += [
                 Call.script("claim", [self.keys.queue(q)], [claim[0], n, *claim[2:]])
                 for q, n in shares.items() if n > 0
@@ -370,11 +380,12 @@ class RedisBackend:
         replies = await self.runner.pipeline(calls)
         return replies[: len(batches)], [flat for r in replies[len(batches) :] for flat in r]
 
-    async def _shares(self, queues: builtins.list[str], limit: int) -> dict[str, int]:
+    async def _shares(self, queues: builtins.list[str], limit: int, skip: str) -> dict[str, int]:
         """How many jobs to claim from each queue so that the batch is the best
         ``limit`` across them (Cluster: a peek per queue, then a claim per queue;
         a job another worker takes in between leaves this batch short)."""
-        calls = [Call.script("peek", [self.keys.queue(q)], [limit, PROMOTE_MAX]) for q in queues]
+        calls = [Call.script("peek", [self.keys.queue(q)], [limit, PROMOTE_MAX, skip])
+                 for q in queues]  # fmt: skip
         candidates = []
         for queue, reply in zip(queues, await self.runner.pipeline(calls), strict=True):
             candidates += [(float(reply[i + 1]), reply[i], queue) for i in range(0, len(reply), 2)]
@@ -455,8 +466,8 @@ class RedisBackend:
             orjson.dumps(failure_events(outcome, CANCELLED, rescued=False)),
         )  # fmt: skip
 
-    async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
-        await self._settle("release", job_id, fence, repr(float(check_delay(delay))))
+    async def release(self, job_id: str, fence: int) -> None:
+        await self._settle("release", job_id, fence)
 
     # -- the sweeper -------------------------------------------------------
 

@@ -31,7 +31,6 @@ from tenure.backends.base import (
     Rescued,
     RescueReport,
     Tick,
-    check_delay,
     check_schedules,
     check_tick,
     claim_limit,
@@ -76,9 +75,11 @@ def _for_queues(name: str, n: int) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _claimable(n: int) -> str:
-    """The claim's statement for ``n`` queues (see claimable in queries.sql)."""
-    return Q["claimable"].replace("{each}", " UNION ALL ".join([Q["claimable_in_queue"]] * n))
+def _claimable(n: int, skipping: bool) -> str:
+    """The claim's statement for ``n`` queues (see claimable in queries.sql),
+    passing over some tasks' jobs if ``skipping``."""
+    each = Q["claimable_in_queue_skipping" if skipping else "claimable_in_queue"]
+    return Q["claimable"].replace("{each}", " UNION ALL ".join([each] * n))
 
 
 # A queue's policy, parsed once per stored text: a claim reads the policies of
@@ -334,8 +335,16 @@ class SQLiteBackend(Opening, Operators, EventReading):
 
     # -- lease holders -----------------------------------------------------
 
-    async def claim(self, worker_id: str, queues: Sequence[str], limit: int) -> list[Job]:
-        return (await self.complete_and_claim((), worker_id, queues, limit))[1]
+    async def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        *,
+        skip_tasks: Collection[str] = (),
+    ) -> list[Job]:
+        _, jobs = await self.complete_and_claim((), worker_id, queues, limit, skip_tasks=skip_tasks)
+        return jobs
 
     async def complete_and_claim(
         self,
@@ -343,19 +352,24 @@ class SQLiteBackend(Opening, Operators, EventReading):
         worker_id: str,
         queues: Sequence[str],
         limit: int,
+        *,
+        skip_tasks: Collection[str] = (),
     ) -> tuple[set[LeaseRef], list[Job]]:
         limit = claim_limit(queues, limit)
         if not items and not limit:
             return set(), []
+        cycle = self._complete_and_claim
+        if skip_tasks:
+            cycle = functools.partial(cycle, skip=(orjson.dumps(list(skip_tasks)).decode(),))
         args = (items, worker_id, list(queues), limit)
         for pause in FAST_PATH_PAUSES if self._fast is not None else ():
             try:
-                return self._complete_and_claim(self._fast, *args)
+                return cycle(self._fast, *args)
             except _Busy:  # another process writes: its transaction is likely short
                 await asyncio.sleep(pause)
             except sqlite3.Error as exc:
                 raise self._failed(exc) from exc
-        return await self._run(self._complete_and_claim, None, *args)  # wait for the lock
+        return await self._run(cycle, None, *args)  # wait for the lock
 
     def _complete_and_claim(
         self,
@@ -364,12 +378,14 @@ class SQLiteBackend(Opening, Operators, EventReading):
         worker_id: str,
         queues: list[str],
         limit: int,
+        *,
+        skip: tuple[str, ...] = (),
     ) -> tuple[set[LeaseRef], list[Job]]:
         now = self.clock.now()
         pending = Pending()  # the completions' events, then the claims': a row per queue
         with self._tx(conn) as tx:  # one transaction: one lock, one commit
             lost = self._completing(tx, now, items, pending) if items else set()
-            jobs = self._claiming(tx, worker_id, queues, limit, now=now, pending=pending)
+            jobs = self._claiming(tx, worker_id, queues, limit, skip, now=now, pending=pending)
             pending.record(tx, now)
         return lost, jobs
 
@@ -379,16 +395,18 @@ class SQLiteBackend(Opening, Operators, EventReading):
         worker_id: str,
         queues: list[str],
         limit: int,
+        skip: tuple[str, ...],
         *,
         now: float,
         pending: Pending,
     ) -> list[Job]:
-        """Claim up to ``limit`` jobs; their events are added to ``pending``."""
+        """Claim up to ``limit`` jobs, passing over the tasks ``skip`` lists (a
+        JSON array, if any); their events are added to ``pending``."""
         if limit <= 0:
             return []
         conn.execute(Q["promote_due"], (now,))
-        params = [x for q in queues for x in (q, limit)]
-        rows = conn.execute(_claimable(len(queues)), (*params, limit)).fetchall()
+        params = [x for q in queues for x in (q, *skip, limit)]
+        rows = conn.execute(_claimable(len(queues), bool(skip)), (*params, limit)).fetchall()
         if not rows:
             return []
         policies = self._policies(conn, queues)
@@ -398,8 +416,8 @@ class SQLiteBackend(Opening, Operators, EventReading):
             shares = self._shares(conn, policies, limit, now)  # then the claim again, within them
             if not shares:
                 return []
-            params = [x for q, n in shares.items() for x in (q, n)]
-            rows = conn.execute(_claimable(len(shares)), (*params, limit)).fetchall()
+            params = [x for q, n in shares.items() for x in (q, *skip, n)]
+            rows = conn.execute(_claimable(len(shares), bool(skip)), (*params, limit)).fetchall()
         leases = []
         for seq, queue in rows:
             policy = policies[queue]
@@ -542,14 +560,12 @@ class SQLiteBackend(Opening, Operators, EventReading):
         events = failure_events(outcome, decision, rescued=False)
         self._settle(sql, params, (job_id, fence), (outcome, error, now), events)
 
-    async def release(self, job_id: str, fence: int, delay: float = 0.0) -> None:
+    async def release(self, job_id: str, fence: int) -> None:
         now = self.clock.now()
         ending = (Outcome.RELEASED, None, now)
-        later = check_delay(delay) > 0
-        params = ("scheduled", now + delay) if later else ("queued", None)
         events = [(EventKind.RELEASED, None)]
         await self._run(
-            self._settle, Q["release"], (*params, job_id, fence), (job_id, fence), ending, events
+            self._settle, Q["release"], ("queued", job_id, fence), (job_id, fence), ending, events
         )
 
     def _settle(

@@ -38,8 +38,8 @@ ON CONFLICT (id) DO NOTHING
 UPDATE jobs SET state = 'queued' WHERE state = 'scheduled' AND run_at <= ?
 
 -- name: claimable
--- Due jobs of the given queues, best first (in the FROM: claimable_in_queue once per
--- queue, joined by UNION ALL). Each queue is read through its own index, up to
+-- Due jobs of the given queues, best first (in the FROM: claimable_in_queue, or
+-- claimable_in_queue_skipping, once per queue, joined by UNION ALL). Each queue is read through its own index, up to
 -- the limit: a claim costs the same at any backlog (with "queue IN (...)",
 -- SQLite sorted every queued job of the queues: 53 ms at 2 x 100,000).
 SELECT seq, queue FROM ({each}) ORDER BY priority DESC, run_at, seq LIMIT ?
@@ -47,6 +47,15 @@ SELECT seq, queue FROM ({each}) ORDER BY priority DESC, run_at, seq LIMIT ?
 -- name: claimable_in_queue
 SELECT * FROM (SELECT seq, queue, priority, run_at FROM jobs
                WHERE state = 'queued' AND queue = ?
+               ORDER BY priority DESC, run_at, seq LIMIT ?)
+
+-- name: claimable_in_queue_skipping
+-- claimable_in_queue, passing over the jobs of the tasks the second parameter
+-- lists (a JSON array), which the worker has no handler for (a rolling
+-- deploy): they stay in their place for a worker that knows them. The index
+-- still gives the order; a job passed over costs a row read.
+SELECT * FROM (SELECT seq, queue, priority, run_at FROM jobs
+               WHERE state = 'queued' AND queue = ? AND task NOT IN (SELECT value FROM json_each(?))
                ORDER BY priority DESC, run_at, seq LIMIT ?)
 
 -- name: active_in_queue
@@ -125,10 +134,10 @@ SET state = 'cancelled', error = coalesce(?, error), finished_at = ?, worker = N
 WHERE id = ? AND fence = ? AND state = 'active'
 
 -- name: release
--- active -> queued without penalty: the attempt is given back. With a run_at (a
--- worker that does not know the task, handing it back for later), -> scheduled.
+-- active -> queued (the first parameter) without penalty, in its place in
+-- line: the attempt is given back.
 UPDATE jobs
-SET state = ?, run_at = coalesce(?, run_at), attempts = attempts - 1, worker = NULL,
+SET state = ?, attempts = attempts - 1, worker = NULL,
     lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
 WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
 

@@ -342,14 +342,52 @@ local function share_of(p, limit, now)
   return math.max(limit, 0), tokens
 end
 
+-- The tasks a claim passes over, from its argument: a JSON array of task
+-- names (those the worker has no handler for, in a rolling deploy), or ''
+-- for none (nil: the claim reads no task name).
+local function skip_set(arg)
+  if arg == nil or arg == '' then return nil end
+  local set = {}
+  for _, task in ipairs(cjson.decode(arg)) do set[task] = true end
+  return set
+end
+
+-- How far down a queue's ready set a claim that passes over some tasks looks
+-- for jobs of others: a script blocks Redis, so many jobs passed over at the
+-- head of a queue must not make every claim long. Past it, the claim takes
+-- what it found.
+local SKIP_SCAN_MAX = 1000
+
+-- The best n entries of a queue's ready set, as flat {member, score} pairs,
+-- passing over the jobs of the tasks in skip (a set from skip_set, or nil).
+local function ready_entries(p, n, skip)
+  if not skip then return redis.call('ZRANGE', p .. 'ready', 0, n - 1, 'WITHSCORES') end
+  local found, start = {}, 0
+  while #found < 2 * n and start < SKIP_SCAN_MAX do
+    local stop = math.min(start + math.max(n, 100), SKIP_SCAN_MAX) - 1
+    local page = redis.call('ZRANGE', p .. 'ready', start, stop, 'WITHSCORES')
+    for i = 1, #page, 2 do
+      local task = redis.call('HGET', job_key(p, string.sub(page[i], 33)), 'task')
+      if not skip[task] and #found < 2 * n then
+        found[#found + 1], found[#found + 2] = page[i], page[i + 1]
+      end
+    end
+    if #page < 2 * (stop - start + 1) then break end  -- the set ends here
+    start = stop + 1
+  end
+  return found
+end
+
 -- ---------------------------------------------------------------------------
 
 -- Take up to limit due jobs of the queues (prefixes in keys), best first ->
--- active, promoting due scheduled jobs first (claim.lua, cycle.lua). Each job
--- taken gets fence + 1, attempts + 1, a lease of its queue's lease_ttl (none
--- when at-most-once) and a new attempt, begun at now (started_at). Returns the
+-- active, promoting due scheduled jobs first (claim.lua, cycle.lua), passing
+-- over the jobs of the tasks in skip (see ready_entries). Each job taken gets
+-- fence + 1, attempts + 1, a lease of its queue's lease_ttl (none when
+-- at-most-once) and a new attempt, begun at now (started_at). Returns the
 -- JOB_FIELDS of each job taken.
-local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, promote_max, now)
+local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, promote_max, skip,
+                          now)
   local now_s = num(now)
   local candidates, buckets, held_back = {}, {}, {}
   for q, p in ipairs(keys) do
@@ -358,7 +396,7 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     buckets[q] = tokens
     held_back[q] = share == 0
     if share > 0 then
-      local ready = redis.call('ZRANGE', p .. 'ready', 0, share - 1, 'WITHSCORES')
+      local ready = ready_entries(p, share, skip)
       for i = 1, #ready, 2 do
         candidates[#candidates + 1] = {score = tonumber(ready[i + 1]), member = ready[i], q = q}
       end

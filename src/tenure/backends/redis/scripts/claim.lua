@@ -9,7 +9,9 @@
 -- ARGV[2]  limit
 -- ARGV[3]  default lease_ttl, ARGV[4] default delivery (for queues without a policy)
 -- ARGV[5]  how many due scheduled jobs to promote per queue, at most
+-- ARGV[6]  the tasks whose jobs to pass over: a JSON array, or '' for none
+--          (see ready_entries in _lib.lua)
 -- Returns  the JOB_FIELDS (_lib.lua) of each job taken, best first
 
 return claim_jobs(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5]),
-                  clock())
+                  skip_set(ARGV[6]), clock())

@@ -2,19 +2,19 @@
 -- Only where all its keys may meet in one script (not on Redis Cluster, where
 -- the worker pipelines complete.lua and claim.lua instead).
 --
--- KEYS     the prefixes of the queues to claim from (ARGV[6] of them), then
+-- KEYS     the prefixes of the queues to claim from (ARGV[7] of them), then
 --          the prefix of each queue with completions, in the order of ARGV's groups
--- ARGV[1..5] as claim.lua: worker id, limit, default lease_ttl, default delivery,
---          how many due scheduled jobs to promote per queue
--- ARGV[6]  how many of KEYS are queues to claim from
--- ARGV[7..] per queue with completions: n, then n triples (job id, fence, result)
+-- ARGV[1..6] as claim.lua: worker id, limit, default lease_ttl, default delivery,
+--          how many due scheduled jobs to promote per queue, tasks to pass over
+-- ARGV[7]  how many of KEYS are queues to claim from
+-- ARGV[8..] per queue with completions: n, then n triples (job id, fence, result)
 -- Returns  {claimed jobs as claim.lua returns them, {statuses as complete.lua
 --          returns them, one list per queue with completions}}
 
 local now = clock()
-local claiming = tonumber(ARGV[6])
+local claiming = tonumber(ARGV[7])
 local statuses = {}
-local i = 7
+local i = 8
 for k = claiming + 1, #KEYS do
   local n = tonumber(ARGV[i])
   statuses[#statuses + 1] = complete_jobs(KEYS[k], ARGV, i + 1, i + 3 * n, now)
@@ -25,6 +25,7 @@ local limit = tonumber(ARGV[2])
 if limit > 0 and claiming > 0 then
   local keys = {}
   for k = 1, claiming do keys[k] = KEYS[k] end
-  claimed = claim_jobs(keys, ARGV[1], limit, ARGV[3], ARGV[4], tonumber(ARGV[5]), now)
+  claimed = claim_jobs(keys, ARGV[1], limit, ARGV[3], ARGV[4], tonumber(ARGV[5]),
+                       skip_set(ARGV[6]), now)
 end
 return {claimed, statuses}

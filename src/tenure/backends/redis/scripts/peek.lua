@@ -4,9 +4,10 @@
 -- Promotes the queue's due scheduled jobs first, as a claim would.
 --
 -- KEYS[1]  the queue's key prefix
--- ARGV     limit, how many due scheduled jobs to promote at most
+-- ARGV     limit, how many due scheduled jobs to promote at most, the tasks
+--          whose jobs to pass over (as claim.lua's ARGV[6])
 -- Returns  flat pairs {member of the ready set, score}, best first
 
 local p = KEYS[1]
 promote(p, clock(), tonumber(ARGV[2]))
-return redis.call('ZRANGE', p .. 'ready', 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
+return ready_entries(p, tonumber(ARGV[1]), skip_set(ARGV[3]))
