@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from tenure.config import QueuePolicy
+from tenure.config import QueuePolicy, check_seconds
 from tenure.context import Transaction
 from tenure.core.events import Detector, Event, RetriedBy
 from tenure.core.names import check_job_id, check_name, is_text, shown
