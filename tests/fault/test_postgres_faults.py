@@ -8,15 +8,16 @@ import asyncio
 import os
 import signal
 import time
+from typing import Any
 
 import psycopg
 import pytest
 
 from tenure import Outcome, State
-from tenure.backends.base import WorkerInfo
+from tenure.backends.base import Backend, WorkerInfo
 from tenure.backends.factory import from_url
 from tenure.chaos.lab import Lab
-from tenure.errors import BackendUnavailable
+from tenure.errors import BackendUnavailable, LeaseLost
 from tenure.job import JobSpec
 
 
@@ -199,7 +200,7 @@ def _enqueued(lab):
 
 
 SWEEPING = (  # the backend running orphaned_leases, the sweep's look for gone holders
-    "SELECT pid FROM pg_stat_activity WHERE state = 'active'"
+    "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND datname = current_database()"
     " AND query LIKE '%%NOT EXISTS%%FOR UPDATE SKIP LOCKED%%' AND pid <> pg_backend_pid()"
 )
 
@@ -228,42 +229,55 @@ async def _claimed_again_while_swept(url: str) -> None:
         assert len(await live.claim("live", ["busy"], 20_000)) == 20_000
         caught = 0  # sweeps caught before they reached the job (one may be caught too early)
         for n in range(20):
-            dead, newer = from_url(url), from_url(url)
-            await dead.open()
-            await newer.open()
-            try:
-                await dead.enqueue([JobSpec.create("t", {}, queue=f"q{n}")])
-                await dead.register_worker(WorkerInfo(f"dead{n}", "host", 2, (f"q{n}",)))
-                [job] = await dead.claim(f"dead{n}", [f"q{n}"], 1)
-                await dead.close()  # as a kill -9 would: its liveness lock goes
-                sweep = asyncio.ensure_future(sweeper.rescue())
-                pid = None
-                while pid is None and not sweep.done():
-                    pid = await (await watcher.execute(SWEEPING)).fetchone()
-                if pid is None:
-                    await sweep
-                    continue
-                os.kill(pid[0], signal.SIGSTOP)
-                try:
-                    await newer.register_worker(WorkerInfo(f"new{n}", "host", 3, (f"q{n}",)))
-                    await newer.release(job.id, job.fence)
-                    claimed = await newer.claim(f"new{n}", [f"q{n}"], 1)
-                finally:
-                    os.kill(pid[0], signal.SIGCONT)
-                await sweep
-                if not claimed:  # the sweep had locked the job already: try again
-                    continue
-                held = await newer.get(job.id)
-                outcomes = [(a.worker, a.outcome) for a in held.history]
-                assert held.state is State.ACTIVE and held.worker == f"new{n}", outcomes
-                caught += 1
-                if caught == 3:
-                    return
-            finally:
-                await newer.close()
-                await dead.close()
+            caught += await _hand_over_while_swept(url, sweeper, watcher, n)
+            if caught == 3:
+                return
         pytest.fail(f"{caught} sweeps of 20 caught before they reached the job")
     finally:
         await watcher.close()
         await sweeper.close()
         await live.close()
+
+
+async def _hand_over_while_swept(
+    url: str, sweeper: Backend, watcher: psycopg.AsyncConnection[Any], n: int
+) -> bool:
+    """Whether a sweep was caught before it reached the job of a dead worker,
+    which was claimed again meanwhile; if so, that claim must stand."""
+    dead, newer = from_url(url), from_url(url)
+    await dead.open()
+    await newer.open()
+    try:
+        await dead.enqueue([JobSpec.create("t", {}, queue=f"q{n}")])
+        await dead.register_worker(WorkerInfo(f"dead{n}", "host", 2, (f"q{n}",)))
+        [job] = await dead.claim(f"dead{n}", [f"q{n}"], 1)
+        await dead.close()  # as a kill -9 would: its liveness lock goes
+        sweep = asyncio.ensure_future(sweeper.rescue())
+        pid = None
+        while pid is None and not sweep.done():
+            pid = await (await watcher.execute(SWEEPING)).fetchone()
+        if pid is None:
+            await sweep
+            return False
+        os.kill(pid[0], signal.SIGSTOP)
+        # Had the sweep locked the job already, the hand-over would wait for it.
+        thaw = asyncio.get_running_loop().call_later(1.0, os.kill, pid[0], signal.SIGCONT)
+        try:
+            await newer.register_worker(WorkerInfo(f"new{n}", "host", 3, (f"q{n}",)))
+            await newer.release(job.id, job.fence)
+            claimed = await newer.claim(f"new{n}", [f"q{n}"], 1)
+        except LeaseLost:  # the sweep recovered it first
+            claimed = []
+        finally:
+            thaw.cancel()
+            os.kill(pid[0], signal.SIGCONT)
+        await sweep
+        if not claimed:  # the sweep had locked the job already
+            return False
+        held = await newer.get(job.id)
+        outcomes = [(a.worker, a.outcome) for a in held.history]
+        assert held.state is State.ACTIVE and held.worker == f"new{n}", outcomes
+        return True
+    finally:
+        await newer.close()
+        await dead.close()
