@@ -4,15 +4,21 @@ Real `tenure worker` processes (spawned by the chaos lab) on a real server
 that the test restarts or whose backends it terminates.
 """
 
+import asyncio
 import os
 import signal
 import time
+from typing import Any
 
+import psycopg
 import pytest
 
 from tenure import Outcome, State
+from tenure.backends.base import Backend, WorkerInfo
+from tenure.backends.factory import from_url
 from tenure.chaos.lab import Lab
-from tenure.errors import BackendUnavailable
+from tenure.errors import BackendUnavailable, LeaseLost
+from tenure.job import JobSpec
 
 
 @pytest.fixture
@@ -191,3 +197,87 @@ def _enqueued(lab):
         return lab.enqueue("chaos.sleep", seconds=0)
     except BackendUnavailable:
         return None
+
+
+SWEEPING = (  # the backend running orphaned_leases, the sweep's look for gone holders
+    "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND datname = current_database()"
+    " AND query LIKE '%%NOT EXISTS%%FOR UPDATE SKIP LOCKED%%' AND pid <> pg_backend_pid()"
+)
+
+
+def test_a_job_claimed_again_while_a_sweep_reads_gone_holders__is_not_recorded_crashed(pg_url):
+    """A job held by a dead worker is handed back and claimed by a worker that
+    registered while the sweep's statement was reading (after a server restart,
+    every worker registers again at once). PostgreSQL gave that statement the
+    job as the new claim left it, checked against a snapshot without the new
+    worker: its live attempt was recorded crashed.
+
+    The sweep's server process is frozen (SIGSTOP) inside that statement while
+    the job changes hands; the jobs of a live worker make the statement long
+    enough to be caught there."""
+    asyncio.run(_claimed_again_while_swept(pg_url))
+
+
+async def _claimed_again_while_swept(url: str) -> None:
+    live, sweeper = from_url(url), from_url(url)
+    watcher = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    await live.open()
+    await sweeper.open()
+    try:
+        await live.enqueue(JobSpec.create_many("t", [{}] * 20_000, queue="busy"))
+        await live.register_worker(WorkerInfo("live", "host", 1, ("busy",)))
+        assert len(await live.claim("live", ["busy"], 20_000)) == 20_000
+        caught = 0  # sweeps caught before they reached the job (one may be caught too early)
+        for n in range(20):
+            caught += await _hand_over_while_swept(url, sweeper, watcher, n)
+            if caught == 3:
+                return
+        pytest.fail(f"{caught} sweeps of 20 caught before they reached the job")
+    finally:
+        await watcher.close()
+        await sweeper.close()
+        await live.close()
+
+
+async def _hand_over_while_swept(
+    url: str, sweeper: Backend, watcher: psycopg.AsyncConnection[Any], n: int
+) -> bool:
+    """Whether a sweep was caught before it reached the job of a dead worker,
+    which was claimed again meanwhile; if so, that claim must stand."""
+    dead, newer = from_url(url), from_url(url)
+    await dead.open()
+    await newer.open()
+    try:
+        await dead.enqueue([JobSpec.create("t", {}, queue=f"q{n}")])
+        await dead.register_worker(WorkerInfo(f"dead{n}", "host", 2, (f"q{n}",)))
+        [job] = await dead.claim(f"dead{n}", [f"q{n}"], 1)
+        await dead.close()  # as a kill -9 would: its liveness lock goes
+        sweep = asyncio.ensure_future(sweeper.rescue())
+        pid = None
+        while pid is None and not sweep.done():
+            pid = await (await watcher.execute(SWEEPING)).fetchone()
+        if pid is None:
+            await sweep
+            return False
+        os.kill(pid[0], signal.SIGSTOP)
+        # Had the sweep locked the job already, the hand-over would wait for it.
+        thaw = asyncio.get_running_loop().call_later(1.0, os.kill, pid[0], signal.SIGCONT)
+        try:
+            await newer.register_worker(WorkerInfo(f"new{n}", "host", 3, (f"q{n}",)))
+            await newer.release(job.id, job.fence)
+            claimed = await newer.claim(f"new{n}", [f"q{n}"], 1)
+        except LeaseLost:  # the sweep recovered it first
+            claimed = []
+        finally:
+            thaw.cancel()
+            os.kill(pid[0], signal.SIGCONT)
+        await sweep
+        if not claimed:  # the sweep had locked the job already
+            return False
+        held = await newer.get(job.id)
+        outcomes = [(a.worker, a.outcome) for a in held.history]
+        assert held.state is State.ACTIVE and held.worker == f"new{n}", outcomes
+        return True
+    finally:
+        await newer.close()
+        await dead.close()

@@ -4,6 +4,7 @@ the server restarted mid-run, and a worker's liveness connection cut.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -11,8 +12,10 @@ import pytest
 import redis as redis_sync
 
 from tenure import Outcome, State
+from tenure.backends.base import WorkerInfo
+from tenure.backends.factory import from_url
 from tenure.chaos.lab import Lab
-from tenure.errors import BackendUnavailable
+from tenure.errors import BackendUnavailable, LivenessLost
 from tests.servers import RedisServer
 
 
@@ -75,3 +78,49 @@ def test_a_cut_liveness_connection__the_worker_comes_back_as_a_new_one(
 def _finished(lab: Lab, job_id: str) -> Any:
     job = lab.job(job_id)
     return job if job.state in (State.COMPLETED, State.DEAD) else None
+
+
+def test_a_worker_that_lost_its_connection_to_a_restart__kills_no_connection_of_the_new_server(
+    aof_redis: RedisServer,
+) -> None:
+    """Redis numbers its clients afresh at each start: the id of a liveness
+    connection from before a restart may be another client's after it, and a
+    worker that learns it lost its own must not have that one killed (it was
+    another worker's liveness connection: its attempts were recorded crashed)."""
+    with redis_sync.Redis.from_url(aof_redis.url) as admin:
+
+        def client_id_of(name: str) -> int | None:
+            return next((int(c["id"]) for c in admin.client_list() if c["name"] == name), None)
+
+        async def scenario() -> None:
+            backend = from_url(aof_redis.url)
+            await backend.open()
+            try:
+                # Clients before it, so that the new server's numbers reach its id later
+                # than this test's own clients reconnect.
+                earlier = [redis_sync.Redis.from_url(aof_redis.url) for _ in range(20)]
+                for client in earlier:
+                    client.ping()
+                await backend.register_worker(WorkerInfo("w-old", "host", 1, ("default",)))
+                named = next(c["name"] for c in admin.client_list()
+                             if c["name"].endswith(":worker:w-old"))  # fmt: skip
+                old_id = client_id_of(named)
+                assert old_id is not None
+                aof_redis.kill()
+                aof_redis.start()
+                others = []  # the new server's clients, up to the one numbered old_id
+                while (victim_id := client_id_of("victim")) is None:
+                    other = redis_sync.Redis.from_url(aof_redis.url)
+                    others.append(other)
+                    if int(other.client_id()) >= old_id:
+                        other.client_setname("victim")
+                assert victim_id == old_id, "the new server skipped the old id"
+                with pytest.raises(LivenessLost):
+                    await backend.heartbeat("w-old", set())
+                assert client_id_of("victim") == old_id, "another client's connection was killed"
+                for client in earlier + others:
+                    client.close()
+            finally:
+                await backend.close()
+
+        asyncio.run(scenario())

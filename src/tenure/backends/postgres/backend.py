@@ -546,6 +546,8 @@ class PostgresBackend(EventReading):
                                    (Outcome.STALLED, "expired_leases")):  # fmt: skip
                 cur = await conn.execute(self.q[query])
                 found = [(job_from_row(r[:-1]), r[-1]) for r in await cur.fetchall()]
+                if outcome is Outcome.CRASHED and found:
+                    found = await self._still_orphaned(conn, found)
                 policies = await self._policies(conn, {j.queue for j, _ in found})
                 for job, renewed in found:
                     proven = last_proof(outcome, renewed, last_seen.get(job.worker or ""))
@@ -558,6 +560,14 @@ class PostgresBackend(EventReading):
             await self._notify(conn, {*promoted, *(r.queue for r in rescued)})
             await self._trim_events(conn)
         return RescueReport(True, tuple(rescued), len(promoted), tuple(last_seen))
+
+    async def _still_orphaned(
+        self, conn: psycopg.AsyncConnection[Any], found: builtins.list[tuple[Job, float | None]]
+    ) -> builtins.list[tuple[Job, float | None]]:
+        """The orphaned leases whose holder is still unregistered (see still_orphaned)."""
+        cur = await conn.execute(self.q["still_orphaned"], {"ids": [j.id for j, _ in found]})
+        still = {i for (i,) in await cur.fetchall()}
+        return [(job, renewed) for job, renewed in found if job.id in still]
 
     async def _recover(
         self,

@@ -498,11 +498,26 @@ RETURNING id, last_seen
 
 -- name: orphaned_leases
 -- Active jobs whose lease holder is not a registered (live) worker, each with
--- when its lease was last renewed (proven).
+-- when its lease was last renewed (proven); locked, and to be checked again
+-- (still_orphaned) before they are recovered.
 SELECT {job_columns}, {proven} FROM {schema}.jobs j
 WHERE state = 'active'
   AND NOT EXISTS (SELECT 1 FROM {schema}.workers w WHERE w.id = j.worker)
 FOR UPDATE SKIP LOCKED
+
+-- name: still_orphaned
+-- Of the jobs orphaned_leases locked, those whose holder is still not a
+-- registered worker, seen from a snapshot taken after they were locked. A job
+-- that orphaned_leases read held by a dead worker, and that was released and
+-- claimed again before its scan reached it, comes back as the claim left it:
+-- PostgreSQL checks the row's new version against the statement's snapshot,
+-- from before the new holder registered (after a server restart, every worker
+-- registers again at once). Without this check, a live worker's fresh attempt
+-- was recorded crashed. A locked job's holder cannot change, and a holder
+-- registers before it claims.
+SELECT j.id FROM {schema}.jobs j
+WHERE j.id = ANY(%(ids)s::text[])
+  AND NOT EXISTS (SELECT 1 FROM {schema}.workers w WHERE w.id = j.worker)
 
 -- name: expired_leases
 -- Each with when its lease was last renewed (proven).

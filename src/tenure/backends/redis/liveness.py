@@ -167,16 +167,24 @@ class Liveness:
 
     async def drop(self, held: Held, *, kill: bool) -> None:
         """Close a worker's connection; ``kill`` first has Redis drop it at once, so
-        that the next CLIENT LIST anywhere no longer shows it (as after a kill -9)."""
+        that the next CLIENT LIST anywhere no longer shows it (as after a kill -9).
+
+        The kill is sent on that connection itself: Redis numbers its clients
+        afresh at each start, and by id from another connection it would kill
+        whichever client a restarted server gave that number (another worker's
+        liveness connection: its attempts recorded crashed). A connection already
+        lost reaches no server, and is not connected again to be killed."""
         if held.conn is None:
             return
-        if kill and held.client_id is not None:
-            # Redis gone or refusing: closing the socket says the same, a moment later
-            with contextlib.suppress(RedisError, OSError):
-                await self.runner.topology.on_node_of(
-                    self.keys.fleet, "CLIENT", "KILL", "ID", held.client_id
-                )
-        await held.conn.disconnect()
+        async with held.lock:
+            if kill and held.client_id is not None and held.conn.is_connected:
+                # Redis gone or refusing: closing the socket says the same, a moment later
+                with contextlib.suppress(RedisError, OSError):
+                    await held.conn.send_command(
+                        "CLIENT", "KILL", "ID", held.client_id, "SKIPME", "no"
+                    )
+                    await held.conn.read_response()
+            await held.conn.disconnect()
 
     async def close(self) -> None:
         """Drop every worker's connection, as a kill -9 would (no deregistering)."""

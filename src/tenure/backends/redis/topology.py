@@ -112,14 +112,6 @@ class Topology:
             return list(replies.values()) if isinstance(replies, dict) else [replies]
         return [await self.client.execute_command(*command)]  # type: ignore[no-untyped-call]
 
-    async def on_node_of(self, key: str, *command: Any) -> Any:
-        """Run a command on the node holding ``key`` (e.g. CLIENT KILL of a
-        connection made with :meth:`connection`)."""
-        if isinstance(self.client, RedisCluster):
-            node = self.client.get_node_from_key(key)
-            return await self.client.execute_command(*command, target_nodes=node)
-        return await self.client.execute_command(*command)  # type: ignore[no-untyped-call]
-
 
 @functools.cache  # once per process and reason: each backend opened would repeat it
 def _fall_back(reason: str) -> None:
