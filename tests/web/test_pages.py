@@ -34,7 +34,7 @@ def test_pages__render_with_their_data(api: httpx.Client, web_app: App, backend:
         "/queues/mail/dead": [job.id, 'dead">error</span> 1', 'name="confirm"'],
         "/queues/mail/jobs?state=dead": [job.id, "send", "Fail: &lt;script&gt;", "Retry selected"],
         "/queues/mail/policy": ['name="lease_ttl" value="15.0"', "&#34;at-least-once&#34;"],
-        "/workers": ["w-1", "test-host", "12345", "mail"],
+        "/workers": ["w-1", 'class="state active">alive<', "test-host", "12345", "mail"],
     }
     for path, expected in pages.items():
         response = api.get(path, headers=HTML)
@@ -185,3 +185,13 @@ def test_job_page__takes_a_unique_id_prefix_and_lists_an_ambiguous_one(
     ambiguous = api.get("/jobs/2367cbe5", headers=HTML)
     assert ambiguous.status_code == 400
     assert a in ambiguous.text and b in ambiguous.text
+
+
+def test_header_search__finds_a_job_by_a_prefix_of_its_id(api: httpx.Client, web_app: App) -> None:
+    job = web_app.enqueue("t", {})
+    page = api.get("/", headers=HTML).text
+    assert 'action="/jobs"' in page and 'name="id"' in page
+    found = api.get(f"/jobs?id=+{job.id[:13]}+", headers=HTML)
+    assert found.status_code == 303 and found.headers["location"] == f"/jobs/{job.id[:13]}"
+    assert job.id in api.get(found.headers["location"], headers=HTML).text
+    assert api.get("/jobs?id=", headers=HTML).status_code == 400

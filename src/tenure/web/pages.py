@@ -12,10 +12,11 @@ import re
 import time
 import unicodedata
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
 from starlette.requests import Request
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -120,6 +121,7 @@ class Pages:
     def routes(self) -> list[BaseRoute]:
         return [
             Route("/", self.overview, methods=["GET"]),
+            Route("/jobs", self.find, methods=["GET"]),
             Route("/jobs/{id}", self.job, methods=["GET"]),
             Route("/queues/{queue}/jobs", self.jobs, methods=["GET"]),
             Route("/queues/{queue}/dead", self.dead, methods=["GET"]),
@@ -141,6 +143,13 @@ class Pages:
         policy = await (await self.backend()).get_policy(job.queue)
         return render(request, "job.html", job=job, policy=policy,
                            live=job.state in UNFINISHED)  # fmt: skip
+
+    async def find(self, request: Request) -> Response:
+        """The header's search: to the job's page, which takes a unique prefix
+        and lists the jobs an ambiguous one names."""
+        wanted = check_job_id(request.query_params.get("id", "").strip())
+        root = str(request.scope.get("root_path", "")).rstrip("/")
+        return RedirectResponse(f"{root}/jobs/{quote(wanted, safe='')}", status_code=303)
 
     async def jobs(self, request: Request) -> HTMLResponse:
         """A page of the queue's jobs, newest first, in one state and of one task if asked."""
