@@ -129,6 +129,19 @@ def test_a_gone_worker__records_stalled_worker_gone_then_dead(
     ]
 
 
+def test_a_large_batch__records_each_job_enqueued_in_order_with_its_task_and_state(
+    backend: Any,
+) -> None:
+    """A batch large enough for PostgreSQL's COPY, of two queues, tasks and states."""
+    specs = [spec("a" if i % 3 else "b", queue="q1" if i % 2 else "q2",
+                  delay=60 if i % 5 == 0 else 0) for i in range(250)]  # fmt: skip
+    jobs = backend.enqueue(specs)
+    for queue in ("q1", "q2"):
+        found = [(e.job_id, e.kind, e.data) for e in events(backend, queue)]
+        assert found == [(j.id, "enqueued", {"task": j.task, "state": str(j.state)})
+                         for j in jobs if j.queue == queue]  # fmt: skip
+
+
 def test_release_cancel_retry_and_purge__record_their_events(backend: Any, worker: str) -> None:
     held = enqueue_one(backend)
     claimed = claim_one(backend, worker)

@@ -358,7 +358,10 @@ class PostgresBackend(EventReading):
                     await copy.write(_copy_rows(chunk, made))
                     jobs += made
             await self._notify(conn, {j.queue for j in jobs if j.state is State.QUEUED})
-            await conn.execute(self.q["record_enqueued"], {"ids": [j.id for j in jobs]})
+            await conn.execute(self.q["record_enqueued"], {
+                "ids": [j.id for j in jobs], "queues": [j.queue for j in jobs],
+                "tasks": [j.task for j in jobs], "states": [j.state.value for j in jobs],
+            })  # fmt: skip
         return jobs
 
     def _kept(self, specs: builtins.list[JobSpec]) -> Steps[dict[str, Job]]:

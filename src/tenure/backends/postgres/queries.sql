@@ -64,11 +64,14 @@ WITH ensured AS (
 SELECT extract(epoch FROM now())::float8
 
 -- name: record_enqueued
--- The enqueued events of jobs stored by COPY (%(ids)s), in the same transaction.
+-- The enqueued events of jobs stored by COPY, in the same transaction, from
+-- what the producer sent (%(ids)s, %(queues)s, %(tasks)s, %(states)s, in the
+-- order COPY stored them): the rows just written are not read back.
 WITH recorded_input AS (
-    SELECT queue, 'enqueued' AS kind, id AS job_id,
-           json_build_object('task', task, 'state', state) AS data, seq AS ord
-    FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[])
+    SELECT queue, 'enqueued' AS kind, job_id,
+           json_build_object('task', task, 'state', state) AS data, ord
+    FROM unnest(%(ids)s::text[], %(queues)s::text[], %(tasks)s::text[], %(states)s::text[])
+        WITH ORDINALITY AS t(job_id, queue, task, state, ord)
 ),
 {record_events}
 SELECT count(*) FROM recorded
