@@ -192,6 +192,15 @@ def test_an_at_most_once_job_started_twice__is_flagged():
     assert failed(h.check(run, jobs)) == {h.AMO_TWICE: 1}
 
 
+def test_an_at_most_once_job_handed_back_unbegun_by_a_drain__then_run__is_no_double_start():
+    run = run_of(("a", 2, 22, 1.0, 1.5),
+                 faults=[h.Fault("term", T0 + 0.2, T0 + 0.6, worker_pid=101)])  # fmt: skip
+    run.deliveries = {"q": "at-most-once"}
+    jobs = {"a": job("a", attempt(1, W1, 0.0, 0.5, "released"),
+                     attempt(2, W2, 1.0, 1.6, "completed"))}  # fmt: skip
+    assert failed(h.check(run, jobs)) == {}
+
+
 def test_a_delayed_job_started_before_its_delay__is_flagged():
     run = run_of(("a", 1, 11, 0.5, 0.6))
     run.requests = [h.Request("a", "ok", "q", "a", called_mono=0.0, acked_wall=T0, delay=1.0)]
