@@ -200,7 +200,10 @@ def _enqueued(lab):
 
 
 SWEEPING = (  # the backend running orphaned_leases, the sweep's look for gone holders
+    # (its client backend: a parallel worker of the same statement shows the same
+    # query, and exits when its part is done)
     "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND datname = current_database()"
+    " AND backend_type = 'client backend'"
     " AND query LIKE '%%NOT EXISTS%%FOR UPDATE SKIP LOCKED%%' AND pid <> pg_backend_pid()"
 )
 
