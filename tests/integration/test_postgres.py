@@ -490,3 +490,17 @@ def test_the_pool__gives_back_what_cancelled_calls_held_or_waited_for(pg_url):
         assert pool._count == 0 and not pool._idle
 
     asyncio.run(main())
+
+
+def test_a_released_job__wakes_the_idle_workers_of_its_queue(pg_url, open_backend):
+    worker, idle = open_backend(pg_url), open_backend(pg_url)
+    idle.wait_for_jobs(["default"], 0.01)  # listening from now on
+    [job] = worker.enqueue([JobSpec.create("t", {})])
+    started = time.monotonic()
+    idle.wait_for_jobs(["default"], 10.0)  # the enqueue's wake-up, spent here
+    assert time.monotonic() - started < 5.0
+    claimed = claim_one(worker, register(worker, "w-1"))
+    worker.release(job.id, claimed.fence)
+    started = time.monotonic()
+    idle.wait_for_jobs(["default"], 10.0)  # its wake-up waits for it if it came first
+    assert time.monotonic() - started < 5.0  # woken by the release, not timed out at 10 s

@@ -483,8 +483,7 @@ class PostgresBackend(EventReading):
 
     async def release(self, job_id: str, fence: int) -> None:
         events = orjson.dumps([[EventKind.RELEASED, None]]).decode()
-        params = {"id": job_id, "fence": fence, "state": State.QUEUED.value, "events": events}
-        await self._settle("release", params)
+        await self._settle("release", {"id": job_id, "fence": fence, "events": events})
 
     async def _settle(self, name: str, params: dict[str, Any]) -> None:
         """One fence-checked write; LeaseLost (or JobNotFound) when it touched nothing.
@@ -503,7 +502,7 @@ class PostgresBackend(EventReading):
                     f"job {params['id']} is no longer held with fence {params['fence']}: "
                     "it was recovered or settled by someone else"
                 )
-            if params.get("state") == State.QUEUED:
+            if name == "release" or params.get("state") == State.QUEUED:  # queued again
                 await self._notify(conn, [row[0]])
 
     @contextlib.contextmanager

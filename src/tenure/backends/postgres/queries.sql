@@ -442,9 +442,9 @@ done AS (
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
     UPDATE {schema}.jobs AS j
-    SET state = 'queued', attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL, lease_expires_at = NULL,
-        recovered_from = NULL
-    FROM {schema}.jobs AS o, clock
+    SET state = 'queued', attempts = j.attempts - 1, worker = NULL, lease_ttl = NULL,
+        lease_expires_at = NULL, recovered_from = NULL
+    FROM {schema}.jobs AS o
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
       AND NOT j.cancel_requested
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,

@@ -565,7 +565,7 @@ class SQLiteBackend(Opening, Operators, EventReading):
         ending = (Outcome.RELEASED, None, now)
         events = [(EventKind.RELEASED, None)]
         await self._run(
-            self._settle, Q["release"], ("queued", job_id, fence), (job_id, fence), ending, events
+            self._settle, Q["release"], (job_id, fence), (job_id, fence), ending, events
         )
 
     def _settle(

@@ -134,10 +134,10 @@ SET state = 'cancelled', error = coalesce(?, error), finished_at = ?, worker = N
 WHERE id = ? AND fence = ? AND state = 'active'
 
 -- name: release
--- active -> queued (the first parameter) without penalty, in its place in
--- line: the attempt is given back.
+-- active -> queued without penalty, in its place in line: the attempt is
+-- given back.
 UPDATE jobs
-SET state = ?, attempts = attempts - 1, worker = NULL,
+SET state = 'queued', attempts = attempts - 1, worker = NULL,
     lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
 WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
 
