@@ -16,21 +16,20 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import orjson
 
-from tenure.backends.checks import check_ago
+from tenure.backends.sqlite.database import Database
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
 from tenure.core.clock import Clock
 from tenure.core.events import Event
-from tenure.core.names import check_name, shown
+from tenure.core.names import shown
 from tenure.errors import InvalidInput
 
-T = TypeVar("T")
 WATCH_INTERVAL = 0.05  # seconds between two looks at data_version while waiting
 TRIM_INTERVAL = 60.0  # seconds between two retention passes of one sweeper
 DEFAULTS = QueuePolicy()
@@ -116,61 +115,49 @@ def event_cursor(after: str | None) -> int:
     raise InvalidInput(f"bad event id {shown(after)}: pass back an event's id")
 
 
-class EventReading:
-    """The event verbs of :class:`~tenure.backends.sqlite.SQLiteBackend` (a mixin)."""
+class Events:
+    """Reading the events, and their retention (the sweeper's)."""
 
-    clock: Clock
-    _last_trim: float
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self.db = db
+        self.clock = clock
+        self._last_trim = 0.0  # when this sweeper last applied events' retention
 
-    if TYPE_CHECKING:
-
-        async def _run(self, fn: Callable[..., T], *args: Any) -> T: ...
-
-        @property
-        def conn(self) -> sqlite3.Connection: ...
-
-    async def read_events(
-        self, queue: str | None, after: str | None, limit: int, timeout: float = 0.0
-    ) -> list[Event]:
-        if queue is not None:
-            check_name("queue", queue)
-        start = event_cursor(after)
+    async def read(self, queue: str | None, start: int, limit: int, timeout: float) -> list[Event]:
+        """Up to ``limit`` events after number ``start``, waiting up to ``timeout``
+        seconds for one."""
         deadline = time.monotonic() + timeout
         while True:
-            events, version = await self._run(self._read_events, queue, start, limit)
+            events, version = await self.db.run(self._read_events, queue, start, limit)
             if events or time.monotonic() >= deadline:
                 return events
-            while version == await self._run(self._data_version):
+            while version == await self.db.run(self._data_version):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return []
                 await asyncio.sleep(min(WATCH_INTERVAL, left))
 
-    async def events_now(self, queue: str | None, ago: float = 0.0) -> str:
-        if queue is not None:
-            check_name("queue", queue)
-        return str(await self._run(self._last_event, check_ago(ago)))
-
-    def _last_event(self, ago: float) -> int:
+    def last(self, ago: float) -> int:
+        """The number of the last event recorded ``ago`` seconds ago or before."""
         if ago:
-            (last,) = self.conn.execute(
+            (last,) = self.db.conn.execute(
                 Q["last_event_before"], (self.clock.now() - ago,)
             ).fetchone()
         else:
-            (last,) = self.conn.execute(Q["last_event"]).fetchone()
+            (last,) = self.db.conn.execute(Q["last_event"]).fetchone()
         return int(last)
 
     def _read_events(self, queue: str | None, after: int, limit: int) -> tuple[list[Event], int]:
-        conn = self.conn
+        conn = self.db.conn
         version = self._data_version()
         rows = conn.execute(Q["read_events"], (after, queue, limit)).fetchall()
         return events_of_rows(rows, after, limit), version
 
     def _data_version(self) -> int:
-        (version,) = self.conn.execute("PRAGMA data_version").fetchone()
+        (version,) = self.db.conn.execute("PRAGMA data_version").fetchone()
         return int(version)
 
-    def _trim_events(self, conn: sqlite3.Connection, now: float) -> None:
+    def trim(self, conn: sqlite3.Connection, now: float) -> None:
         """Retention, once per TRIM_INTERVAL of this sweeper: a pass reads every event."""
         if now - self._last_trim < TRIM_INTERVAL:
             return

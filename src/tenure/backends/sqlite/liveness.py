@@ -1,4 +1,6 @@
-"""Worker liveness on SQLite: an exclusive ``flock`` per worker, beside the database.
+"""Worker liveness on SQLite: registration, heartbeats (the leases' renewal),
+and the proof a worker is alive: an exclusive ``flock`` per worker, beside the
+database.
 
 A worker holds ``<db>.workers/<worker_id>.lock`` locked for its whole life. The
 kernel releases the lock the moment the process dies, however it dies, so a
@@ -18,10 +20,18 @@ import contextlib
 import errno
 import fcntl
 import os
+import sqlite3
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
+
+from tenure.backends.base import LeaseRef, Renewal, WorkerInfo
+from tenure.backends.sqlite.database import Database
+from tenure.backends.sqlite.doorbells import Doorbells
+from tenure.backends.sqlite.queries import Q
+from tenure.core.clock import Clock
 from tenure.core.names import check_name
 
 
@@ -130,3 +140,74 @@ class WorkerLocks:
         for fd in self._held.values():
             os.close(fd)
         self._held.clear()
+
+
+class Liveness:
+    """Workers' rows, their leases' renewal, and their liveness locks. Its
+    methods run on the backend's thread."""
+
+    def __init__(
+        self, db: Database, clock: Clock, locks: WorkerLocks, doorbells: Doorbells
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.locks = locks
+        self.doorbells = doorbells
+
+    def register(self, info: WorkerInfo) -> None:
+        self.locks.hold(info.id)  # before the row exists, so a row always has its lock
+        self.doorbells.listen(info.id)
+        now = self.clock.now()
+        with self.db.tx() as conn:
+            conn.execute(
+                Q["register_worker"],
+                (info.id, info.hostname, info.pid, orjson.dumps(list(info.queues)).decode(),
+                 now, now),
+            )  # fmt: skip
+
+    def deregister(self, worker_id: str) -> None:
+        with self.db.tx() as conn:
+            conn.execute(Q["deregister_worker"], (worker_id,))
+        self.locks.release(worker_id)
+        self.doorbells.stop(worker_id)
+
+    def heartbeat(self, worker_id: str, held: set[LeaseRef]) -> Renewal:
+        self.db.file.check()  # once per interval: a deleted or replaced file stops the worker
+        now = self.clock.now()
+        with self.db.tx() as conn:
+            presented = orjson.dumps([list(lease) for lease in held])
+            rows = conn.execute(Q["renew_leases"], (now, worker_id, presented)).fetchall()
+            conn.execute(Q["touch_worker"], (now, worker_id))
+        renewed = {(i, f) for i, f, _ in rows}
+        return Renewal(
+            frozenset(held - renewed), frozenset((i, f) for i, f, cancel in rows if cancel)
+        )
+
+    def workers(self) -> list[WorkerInfo]:
+        conn = self.db.conn
+        leases = dict(conn.execute(Q["leases_held"]).fetchall())
+        return [
+            WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, leases.get(i, 0),
+                       self._seems_alive(i))
+            for i, h, p, q, s, seen in conn.execute(Q["list_workers"])
+        ]  # fmt: skip
+
+    def _seems_alive(self, worker_id: str) -> bool:
+        """Whether the worker's lock is held; True when this user may not open
+        lock files (a reader of the database only): then its heartbeat tells."""
+        try:
+            return self.locks.alive(worker_id)
+        except PermissionError:
+            return True
+
+    def bury_dead(self, conn: sqlite3.Connection) -> dict[str, float]:
+        """Forget registered workers whose liveness lock is free: they are gone.
+        Returns when each was last seen (its last heartbeat)."""
+        dead = {}
+        for worker_id, *_, last_seen in conn.execute(Q["list_workers"]).fetchall():
+            if not self.locks.alive(worker_id):
+                conn.execute(Q["deregister_worker"], (worker_id,))
+                self.locks.forget(worker_id)
+                self.doorbells.forget(worker_id)
+                dead[worker_id] = last_seen
+        return dead

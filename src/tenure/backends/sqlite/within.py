@@ -2,7 +2,7 @@
 the App's file.
 
 The job and its ``enqueued`` event are written by the statements of every
-enqueue (``SQLiteBackend.enqueuing``) in the caller's transaction, under a
+enqueue (``Enqueuing.write``, enqueue.py) in the caller's transaction, under a
 savepoint so that they are stored all or none; tenure never commits or rolls
 back the caller's transaction. It runs in the caller's thread, where a
 sqlite3 connection belongs, and opens nothing of tenure's.
@@ -19,16 +19,14 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tenure.backends.base import kind_of
+from tenure.backends.sqlite.enqueue import Enqueuing
 from tenure.backends.sqlite.queries import Q
 from tenure.core.states import State
 from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import Job, JobSpec, check_specs
-
-if TYPE_CHECKING:
-    from tenure.backends.sqlite.backend import SQLiteBackend
 
 SAVEPOINT = "tenure_enqueue"
 
@@ -36,15 +34,19 @@ SAVEPOINT = "tenure_enqueue"
 class CallerTransactions:
     """The caller-connection side of one SQLite backend."""
 
-    def __init__(self, backend: SQLiteBackend, latest: int) -> None:
-        self.backend = backend
+    def __init__(self, url: str, max_payload: int, enqueuing: Enqueuing, latest: int) -> None:
+        self.url = url
+        self.max_payload = max_payload
+        self.enqueuing = enqueuing  # its statements, and the database they are for
+        self.path = enqueuing.db.path
+        self.doorbells = enqueuing.db.doorbells
         self.latest = latest  # the schema version this tenure writes
 
     def check_kind(self, conn: object) -> None:
         """InvalidInput unless ``conn`` is a sqlite3 connection."""
         if not isinstance(conn, sqlite3.Connection):
             raise InvalidInput(
-                f"conn= of an App on SQLite ({self.backend.url}) takes a sqlite3.Connection "
+                f"conn= of an App on SQLite ({self.url}) takes a sqlite3.Connection "
                 f"to its file, got {kind_of(conn)}"
             )
 
@@ -54,7 +56,7 @@ class CallerTransactions:
 
     def enqueue(self, conn: Any, specs: Sequence[JobSpec]) -> list[Job]:
         self.check_kind(conn)
-        check_specs(specs, self.backend.max_payload)
+        check_specs(specs, self.max_payload)
         try:
             in_transaction = conn.in_transaction
             cur = conn.cursor()
@@ -67,7 +69,7 @@ class CallerTransactions:
                 self._begin(conn, cur)
             cur.execute(f"SAVEPOINT {SAVEPOINT}")
             try:
-                jobs = self.backend.enqueuing(cur, specs)
+                jobs = self.enqueuing.write(cur, specs)
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):  # an error may have ended it all
                     cur.execute(f"ROLLBACK TO {SAVEPOINT}")
@@ -75,10 +77,10 @@ class CallerTransactions:
                 raise
             cur.execute(f"RELEASE {SAVEPOINT}")
             if any(j.state is State.QUEUED for j in jobs):
-                self.backend.doorbells.ring_once([w for (w,) in cur.execute(Q["worker_ids"])])
+                self.doorbells.ring_once([w for (w,) in cur.execute(Q["worker_ids"])])
             return jobs
         except sqlite3.OperationalError as exc:
-            raise BackendUnavailable(f"SQLite database {self.backend.path}: {exc}") from exc
+            raise BackendUnavailable(f"SQLite database {self.path}: {exc}") from exc
         finally:
             cur.close()
 
@@ -95,7 +97,7 @@ class CallerTransactions:
 
     def _check(self, cur: sqlite3.Cursor) -> None:
         """InvalidInput unless ``cur``'s connection is to the App's file, migrated."""
-        path = self.backend.path
+        path = self.path
         if path == ":memory:":
             raise InvalidInput(
                 "this App's SQLite database is in memory: no other connection can share it"

@@ -1,0 +1,226 @@
+"""The worker's cycle on SQLite: complete what finished and claim what is due,
+in one transaction (``complete_and_claim``), on the loop's own connection
+when the write lock is free."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sqlite3
+from collections.abc import Collection, Sequence
+
+import orjson
+
+from tenure.backends.base import LeaseRef
+from tenure.backends.checks import claim_limit
+from tenure.backends.rows import JOB_COLUMNS, job_from_row
+from tenure.backends.sqlite.database import Busy, Database
+from tenure.backends.sqlite.events import Pending
+from tenure.backends.sqlite.queries import Q
+from tenure.config import QueuePolicy
+from tenure.core import limits
+from tenure.core.clock import Clock
+from tenure.core.events import EventKind
+from tenure.core.states import Outcome
+from tenure.job import Job
+
+# How long the worker's cycle pauses, letting the loop run, before it tries the
+# write lock again on the loop's thread; then it waits for it on the backend's
+# thread (SQLite's own busy handler sleeps 1 ms, then longer, per attempt).
+FAST_PATH_PAUSES = (0.0, 0.0002, 0.0005, 0.001)
+SEQ = len(JOB_COLUMNS)  # where take_leases returns a job's seq, after its columns
+
+
+@functools.lru_cache(maxsize=64)
+def _for_queues(name: str, n: int) -> str:
+    """Statement ``name`` for ``n`` queues: its ``{queues}`` as ``n`` placeholders."""
+    return Q[name].replace("{queues}", ", ".join("?" * n))
+
+
+@functools.lru_cache(maxsize=64)
+def _claimable(n: int, skipping: bool) -> str:
+    """The claim's statement for ``n`` queues (see claimable in queries.sql),
+    passing over some tasks' jobs if ``skipping``."""
+    each = Q["claimable_in_queue_skipping" if skipping else "claimable_in_queue"]
+    return Q["claimable"].replace("{each}", " UNION ALL ".join([each] * n))
+
+
+# A queue's policy, parsed once per stored text: a claim reads the policies of
+# the queues it takes from, and parsing them cost more than reading them.
+_policy_of = functools.lru_cache(maxsize=256)(QueuePolicy.from_json)
+
+
+def read_policies(conn: sqlite3.Connection, queues: Collection[str]) -> dict[str, QueuePolicy]:
+    """The policies of ``queues``, the defaults for a queue that has none stored."""
+    queues = tuple(dict.fromkeys(queues))
+    found = dict(conn.execute(_for_queues("policies", len(queues)), queues).fetchall())
+    return {q: _policy_of(found.get(q)) for q in queues}
+
+
+class Claiming:
+    """The cycle, and what the claims found of their queues that completions use."""
+
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self.db = db
+        self.clock = clock
+        self._events_off: set[str] = set()  # queues whose last claim found events off
+        # Queues whose last claim found a max_active: a completion there may let
+        # an idle worker claim, so it rings the doorbells.
+        self._limited: set[str] = set()
+
+    async def complete_and_claim(
+        self,
+        items: Sequence[tuple[str, int, bytes]],
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        *,
+        skip_tasks: Collection[str] = (),
+    ) -> tuple[set[LeaseRef], list[Job]]:
+        limit = claim_limit(queues, limit)
+        if not items and not limit:
+            return set(), []
+        cycle = self._cycle
+        if skip_tasks:
+            cycle = functools.partial(cycle, skip=(orjson.dumps(list(skip_tasks)).decode(),))
+        args = (items, worker_id, list(queues), limit)
+        db = self.db
+        for pause in FAST_PATH_PAUSES if db.fast is not None else ():
+            try:
+                return cycle(db.fast, *args)
+            except Busy:  # another process writes: its transaction is likely short
+                await asyncio.sleep(pause)
+            except sqlite3.Error as exc:
+                raise db.failed(exc) from exc
+        return await db.run(cycle, None, *args)  # wait for the lock
+
+    def _cycle(
+        self,
+        conn: sqlite3.Connection | None,
+        items: Sequence[tuple[str, int, bytes]],
+        worker_id: str,
+        queues: list[str],
+        limit: int,
+        *,
+        skip: tuple[str, ...] = (),
+    ) -> tuple[set[LeaseRef], list[Job]]:
+        now = self.clock.now()
+        pending = Pending()  # the completions' events, then the claims': a row per queue
+        with self.db.tx(conn) as tx:  # one transaction: one lock, one commit
+            lost = self.completing(tx, now, items, pending) if items else set()
+            jobs = self._claiming(tx, worker_id, queues, limit, skip, now=now, pending=pending)
+            pending.record(tx, now)
+        return lost, jobs
+
+    def completing(
+        self,
+        conn: sqlite3.Connection,
+        now: float,
+        items: Sequence[tuple[str, int, bytes]],
+        pending: Pending,
+    ) -> set[LeaseRef]:
+        """Complete the leases still held (returns those that are not); their
+        events are added to ``pending``."""
+        # [[id, fence, result], ...]: each result is JSON already
+        listed = b"[" + b",".join(
+            [b"[%b,%d,%b]" % (orjson.dumps(i), f, payload) for i, f, payload in items]
+        ) + b"]"  # fmt: skip
+        conn.execute(Q["end_attempts"], (now, Outcome.COMPLETED, None, listed))
+        done = conn.execute(Q["complete_each"], (now, listed)).fetchall()
+        # A queue whose claims found its events off records none (its policy is
+        # read by every claim): completing costs nothing more there.
+        off = self._events_off
+        pending.events += [(q, EventKind.COMPLETED, i, None) for i, _, q in done if q not in off]
+        if self._limited and any(q in self._limited for _, _, q in done):
+            self.db.ring(conn)
+        return {(i, f) for i, f, _ in items} - {(i, f) for i, f, _ in done}
+
+    def _claiming(
+        self,
+        conn: sqlite3.Connection,
+        worker_id: str,
+        queues: list[str],
+        limit: int,
+        skip: tuple[str, ...],
+        *,
+        now: float,
+        pending: Pending,
+    ) -> list[Job]:
+        """Claim up to ``limit`` jobs, passing over the tasks ``skip`` lists (a
+        JSON array, if any); their events are added to ``pending``."""
+        if limit <= 0:
+            return []
+        conn.execute(Q["promote_due"], (now,))
+        params = [x for q in queues for x in (q, *skip, limit)]
+        rows = conn.execute(_claimable(len(queues), bool(skip)), (*params, limit)).fetchall()
+        if not rows:
+            return []
+        policies = read_policies(conn, queues)
+        if self._limited:
+            self._limited -= {q for q, p in policies.items() if p.max_active is None}
+        if any(p.paused or p.limited for p in policies.values()):
+            shares = self._shares(conn, policies, limit, now)  # then the claim again, within them
+            if not shares:
+                return []
+            params = [x for q, n in shares.items() for x in (q, *skip, n)]
+            rows = conn.execute(_claimable(len(shares), bool(skip)), (*params, limit)).fetchall()
+        leases = []
+        for seq, queue in rows:
+            policy = policies[queue]
+            leases.append((seq, policy.lease_ttl if policy.delivery == "at-least-once" else None))
+        taken = conn.execute(Q["take_leases"], (worker_id, now, orjson.dumps(leases))).fetchall()
+        rank = {seq: i for i, (seq, _) in enumerate(rows)}  # back in claim order
+        taken.sort(key=lambda row: rank[row[SEQ]])
+        jobs = [job_from_row(row[:SEQ]) for row in taken]
+        _took_from_buckets(conn, policies, jobs, now)
+        off = {q for q, p in policies.items() if not p.events}
+        self._events_off = (self._events_off - policies.keys()) | off
+        if len(off) < len(policies):
+            pending.on |= policies.keys() - off
+            kind = EventKind.STARTED
+            pending.events += [
+                (j.queue, kind, j.id, {"attempt": j.attempts, "worker": worker_id}) for j in jobs
+            ]
+        return jobs
+
+    def _shares(
+        self, conn: sqlite3.Connection, policies: dict[str, QueuePolicy], limit: int, now: float
+    ) -> dict[str, int]:
+        """How many jobs the claim may take from each queue: ``limit``, less where
+        a fleet-wide limit or a pause holds (tenure.core.limits), counted under
+        the write lock. A queue held back entirely is left out."""
+        shares = {}
+        for queue, policy in policies.items():
+            share = limit
+            if policy.limited or policy.paused:
+                active = 0
+                if policy.max_active is not None:
+                    (active,) = conn.execute(Q["active_in_queue"], (queue,)).fetchone()
+                tokens = None
+                if policy.rate_limit is not None:
+                    tokens = _bucket(conn, policy, queue, now)
+                share = limits.allowance(policy, limit, active, tokens)
+            if share > 0:
+                shares[queue] = share
+            if policy.max_active is not None:
+                self._limited.add(queue)
+        return shares
+
+
+def _took_from_buckets(
+    conn: sqlite3.Connection, policies: dict[str, QueuePolicy], jobs: list[Job], now: float
+) -> None:
+    """Each started job takes a token from its queue's rate bucket."""
+    for queue, policy in policies.items():
+        if policy.rate_limit is None:
+            continue
+        started = sum(1 for j in jobs if j.queue == queue)
+        if started:
+            tokens = _bucket(conn, policy, queue, now) - started
+            conn.execute(Q["take_from_bucket"], (tokens, now, queue))
+
+
+def _bucket(conn: sqlite3.Connection, policy: QueuePolicy, queue: str, now: float) -> float:
+    """The tokens in the queue's rate bucket now."""
+    tokens, at = conn.execute(Q["rate_bucket"], (queue,)).fetchone() or (None, None)
+    return limits.refilled(policy, tokens, at, now)

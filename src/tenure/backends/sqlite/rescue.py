@@ -1,0 +1,94 @@
+"""The sweeper's recovery on SQLite: attempts whose worker is gone (its lock
+free) or whose lease expired go where the retry policy says, and due
+scheduled jobs are queued."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from tenure.backends.base import Rescued, RescueReport
+from tenure.backends.checks import last_proof
+from tenure.backends.rows import job_from_row
+from tenure.backends.sqlite.claiming import read_policies
+from tenure.backends.sqlite.database import SETTLE, Database
+from tenure.backends.sqlite.events import Events, record_job
+from tenure.backends.sqlite.liveness import Liveness
+from tenure.backends.sqlite.queries import Q
+from tenure.backends.sqlite.settling import failure, listed
+from tenure.config import QueuePolicy
+from tenure.core.clock import Clock
+from tenure.core.events import failure_events
+from tenure.core.retry import decide_for
+from tenure.core.states import Outcome
+from tenure.job import Job
+
+
+class Rescuing:
+    """One sweep: dead workers buried, lost attempts recovered, due jobs queued,
+    events trimmed. ``rescue`` runs on the backend's thread."""
+
+    def __init__(self, db: Database, clock: Clock, liveness: Liveness, events: Events) -> None:
+        self.db = db
+        self.clock = clock
+        self.liveness = liveness
+        self.events = events
+
+    def rescue(self, min_interval: float) -> RescueReport:
+        self.db.file.check()
+        # Just after the write lock was held long (by a process frozen holding it,
+        # or a long transaction), every worker's renewal waited for it and some
+        # still sleep in SQLite's busy handler: judge no lease expired until they
+        # have landed. Dead workers (their flock free) are recovered regardless.
+        judge_leases = time.monotonic() - self.db.blocked_at > SETTLE
+        now = self.clock.now()
+        with self.db.tx() as conn:
+            (last,) = conn.execute(Q["sweep_guard"]).fetchone()
+            if 0 <= now - last < min_interval:  # a clock that went back does not stop sweeps
+                return RescueReport(swept=False, retry_in=min_interval - (now - last))
+            conn.execute(Q["sweep_mark"], (now,))
+            last_seen = self.liveness.bury_dead(conn)
+            rescued = []
+            for outcome, query in ((Outcome.CRASHED, "orphaned_leases"),
+                                   (Outcome.STALLED, "expired_leases")):  # fmt: skip
+                if outcome is Outcome.STALLED and not judge_leases:
+                    continue
+                params = () if outcome is Outcome.CRASHED else (now,)
+                rows = conn.execute(Q[query], params).fetchall()
+                found = [(job_from_row(r[:-1]), r[-1]) for r in rows]
+                policies = read_policies(conn, {j.queue for j, _ in found}) if found else {}
+                for job, renewed in found:
+                    proven = last_proof(outcome, renewed, last_seen.get(job.worker or ""))
+                    policy = policies[job.queue]
+                    rescued.append(_recover(conn, job, outcome, policy, now=now, proven=proven))
+            promoted = conn.execute(Q["promote_due"], (now,)).rowcount
+            if promoted or rescued:
+                self.db.ring(conn)
+            self.events.trim(conn, now)
+        return RescueReport(
+            swept=True, rescued=tuple(rescued), promoted=promoted, dead_workers=tuple(last_seen)
+        )
+
+
+def _recover(
+    conn: sqlite3.Connection,
+    job: Job,
+    outcome: Outcome,
+    policy: QueuePolicy,
+    *,
+    now: float,
+    proven: float | None,
+) -> Rescued:
+    """Apply the retry policy's decision to an attempt lost for ``outcome``."""
+    decision = decide_for(job, outcome, policy)
+    error = f"attempt {job.attempts} {outcome}: " + (
+        f"its worker {job.worker} is gone" if outcome is Outcome.CRASHED
+        else f"the lease of worker {job.worker} expired"
+    )  # fmt: skip
+    sql, params = failure(job.id, job.fence, error, decision, now, recovered_from=proven)
+    conn.execute(Q["end_attempts"], (now, outcome, error, listed(job.id, job.fence)))
+    conn.execute(sql, params)
+    rescued = Rescued.of(job, outcome, decision.state, proven, now)
+    events = failure_events(outcome, decision, rescued=True, stall=rescued.stall_data())
+    record_job(conn, now, job.id, events)
+    return rescued
