@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from tenure import App, Outcome
 from tenure.backends import from_url
 from tenure.backends.base import WorkerInfo
-from tenure.backends.sqlite import SQLiteBackend, retention
+from tenure.backends.sqlite import SQLiteBackend, rescue
 from tenure.backends.sqlite.claiming import _claimable
 from tenure.backends.sqlite.opening import MIGRATIONS
 from tenure.cli import cli
@@ -490,7 +490,7 @@ def test_a_prune__goes_in_transactions_of_at_most_prune_tx_jobs(
     sqlite_url, open_backend, monkeypatch
 ):
     """Each holds the write lock that the workers' cycles wait for."""
-    monkeypatch.setattr(retention, "PRUNE_TX", 4)
+    monkeypatch.setattr(rescue, "PRUNE_TX", 4)
     b = open_backend(sqlite_url)
     b.change_policy("default", {"keep_completed": 0})
     b.register_worker(WorkerInfo("w", "h", 1, ("default",)))

@@ -50,11 +50,9 @@ from tenure.backends.sqlite.events import Events, event_cursor
 from tenure.backends.sqlite.liveness import Liveness, WorkerLocks
 from tenure.backends.sqlite.opening import LATEST
 from tenure.backends.sqlite.operators import Operators
-from tenure.backends.sqlite.rescue import Rescuing
-from tenure.backends.sqlite.retention import prune
-from tenure.backends.sqlite.settling import Settling
+from tenure.backends.sqlite.rescue import Rescue
 from tenure.backends.sqlite.url import options_of_url, path_of_url
-from tenure.backends.sqlite.within import CallerTransactions
+from tenure.backends.sqlite.within import CallerTransactions, HandlerTransactions
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.events import Event, RetriedBy
@@ -105,12 +103,12 @@ class SQLiteBackend(DerivedVerbs):
         )  # fmt: skip
         self.enqueuing = Enqueuing(db, clock)
         self.claiming = Claiming(db, clock)
-        self.settling = Settling(db, clock, self.claiming.completing, max_payload)
         self.liveness = Liveness(db, clock, locks, self.doorbells)
         self.events = Events(db, clock)
-        self.rescuing = Rescuing(db, clock, self.liveness, self.events)
+        self.rescuing = Rescue(db, clock, self.liveness, self.events)
         self.operators = Operators(db, clock)
         self.callers = CallerTransactions(self.url, max_payload, self.enqueuing, LATEST)
+        self.effects = HandlerTransactions(db, self.claiming.completing, max_payload)
 
     @classmethod
     def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteBackend:
@@ -137,6 +135,7 @@ class SQLiteBackend(DerivedVerbs):
     def _close(self) -> None:
         self.liveness.locks.release_all()
         self.doorbells.close()
+        self.effects.close()
         self.db.close()
 
     # -- producers ---------------------------------------------------------
@@ -179,26 +178,26 @@ class SQLiteBackend(DerivedVerbs):
 
     async def progress(self, job_id: str, fence: int, data: Any) -> None:
         payload = encode(data, what="progress", limit=self.max_payload)
-        await self.db.run(self.settling.progress, job_id, fence, payload)
+        await self.db.run(self.claiming.progress, job_id, fence, payload)
 
     async def complete(self, job_id: str, fence: int, result: Any = None) -> None:
         payload = encode(result, what="job result", limit=self.max_payload)
-        await self.db.run(self.settling.complete, job_id, fence, payload)
+        await self.db.run(self.claiming.complete, job_id, fence, payload)
 
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
     ) -> None:
-        await self.db.run(self.settling.fail, job_id, fence, outcome, error, decision)
+        await self.db.run(self.claiming.fail, job_id, fence, outcome, error, decision)
 
     async def release(self, job_id: str, fence: int) -> None:
-        await self.db.run(self.settling.release, job_id, fence, self.clock.now())
+        await self.db.run(self.claiming.release, job_id, fence, self.clock.now())
 
     def transaction(
         self, job_id: str, fence: int, result: Any = None
     ) -> AbstractContextManager[sqlite3.Connection]:
         """The handler's own transaction on this database, completing the job at
         commit, fence-checked (see ``JobContext.transaction``)."""
-        return self.settling.transaction(job_id, fence, result)
+        return self.effects.transaction(job_id, fence, result)
 
     # -- the sweeper and the pruner ----------------------------------------
 
@@ -206,7 +205,7 @@ class SQLiteBackend(DerivedVerbs):
         return await self.db.run(self.rescuing.rescue, min_interval)
 
     async def prune(self, limit: int) -> int:
-        return await self.db.run(prune, self.db, self.clock, check_prune_limit(limit))
+        return await self.db.run(self.rescuing.prune, check_prune_limit(limit))
 
     # -- operators ---------------------------------------------------------
 

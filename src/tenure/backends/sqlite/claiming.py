@@ -1,6 +1,8 @@
-"""The worker's cycle on SQLite: complete what finished and claim what is due,
-in one transaction (``complete_and_claim``), on the loop's own connection
-when the write lock is free."""
+"""A lease holder's writes on SQLite: the worker's cycle (complete what
+finished and claim what is due, in one transaction, on the loop's own
+connection when the write lock is free), and an attempt's progress and other
+ends (failed, released), each fence-checked. Its methods but the cycle run on
+the backend's thread, their inputs checked."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import asyncio
 import functools
 import sqlite3
 from collections.abc import Collection, Sequence
+from typing import Any, NoReturn
 
 import orjson
 
@@ -15,13 +18,15 @@ from tenure.backends.base import LeaseRef
 from tenure.backends.checks import claim_limit
 from tenure.backends.rows import JOB_COLUMNS, job_from_row
 from tenure.backends.sqlite.database import Busy, Database
-from tenure.backends.sqlite.events import Pending
+from tenure.backends.sqlite.events import Pending, record_job
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
 from tenure.core import limits
 from tenure.core.clock import Clock
-from tenure.core.events import EventKind
-from tenure.core.states import Outcome
+from tenure.core.events import EventKind, failure_events
+from tenure.core.retry import CANCELLED, Decision
+from tenure.core.states import Outcome, State
+from tenure.errors import JobNotFound, LeaseLost
 from tenure.job import Job
 
 # How long the worker's cycle pauses, letting the loop run, before it tries the
@@ -58,7 +63,8 @@ def read_policies(conn: sqlite3.Connection, queues: Collection[str]) -> dict[str
 
 
 class Claiming:
-    """The cycle, and what the claims found of their queues that completions use."""
+    """The cycle and the lease holder's other writes; what the claims found of
+    their queues, which completions use."""
 
     def __init__(self, db: Database, clock: Clock) -> None:
         self.db = db
@@ -206,6 +212,54 @@ class Claiming:
                 self._limited.add(queue)
         return shares
 
+    def progress(self, job_id: str, fence: int, payload: bytes) -> None:
+        events = [(EventKind.PROGRESS, {"progress": orjson.Fragment(payload)})]
+        self._settle(Q["set_progress"], (payload, job_id, fence), (job_id, fence), None, events)
+
+    def complete(self, job_id: str, fence: int, payload: bytes) -> None:
+        now, pending = self.clock.now(), Pending()
+        with self.db.tx() as conn:
+            if self.completing(conn, now, [(job_id, fence, payload)], pending):
+                _refused(conn, job_id, fence)
+            pending.record(conn, now)
+
+    def fail(
+        self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
+    ) -> None:
+        now = self.clock.now()
+        sql, params = failure(job_id, fence, error, decision, now)
+        events = failure_events(outcome, decision, rescued=False)
+        self._settle(sql, params, (job_id, fence), (outcome, error, now), events)
+
+    def release(self, job_id: str, fence: int, now: float) -> None:
+        ending = (Outcome.RELEASED, None, now)
+        events = [(EventKind.RELEASED, None)]
+        self._settle(Q["release"], (job_id, fence), (job_id, fence), ending, events)
+
+    def _settle(
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        lease: LeaseRef,
+        ending: tuple[Outcome, str | None, float] | None,
+        events: Sequence[tuple[str, dict[str, Any] | None]],
+    ) -> None:
+        """Run one fence-checked write, then record its ``events``; end the
+        attempt in history when ``ending`` is given."""
+        job_id, fence = lease
+        with self.db.tx() as conn:
+            if ending is not None:  # first: it reads the attempt from the job
+                outcome, error, now = ending
+                conn.execute(Q["end_attempts"], (now, outcome, error, listed(job_id, fence)))
+            if conn.execute(sql, params).rowcount == 0:
+                if ending is None or not _cancelled(conn, job_id, fence, error, now):
+                    _refused(conn, job_id, fence)
+                events = failure_events(outcome, CANCELLED, rescued=False)
+            record_job(conn, self.clock.now() if ending is None else ending[2], job_id, events)
+            released = ending is not None and ending[0] is Outcome.RELEASED
+            if (released and params[0] == State.QUEUED) or sql is Q["requeue"]:
+                self.db.ring(conn)
+
 
 def _took_from_buckets(
     conn: sqlite3.Connection, policies: dict[str, QueuePolicy], jobs: list[Job], now: float
@@ -224,3 +278,46 @@ def _bucket(conn: sqlite3.Connection, policy: QueuePolicy, queue: str, now: floa
     """The tokens in the queue's rate bucket now."""
     tokens, at = conn.execute(Q["rate_bucket"], (queue,)).fetchone() or (None, None)
     return limits.refilled(policy, tokens, at, now)
+
+
+def _refused(conn: sqlite3.Connection, job_id: str, fence: int) -> NoReturn:
+    """Why a fence-checked write touched nothing: JobNotFound or LeaseLost."""
+    if conn.execute(Q["job_exists"], (job_id,)).fetchone() is None:
+        raise JobNotFound(f"no job with id {job_id!r}")
+    raise LeaseLost(
+        f"job {job_id} is no longer held with fence {fence}: "
+        "it was recovered or settled by someone else"
+    )
+
+
+def _cancelled(
+    conn: sqlite3.Connection, job_id: str, fence: int, error: str | None, now: float
+) -> bool:
+    """Whether the job, held with ``fence``, was cancelled while it ran (the
+    write that ended its attempt refused it): then it is, now."""
+    return conn.execute(Q["end_cancelled"], (error, now, job_id, fence)).rowcount > 0
+
+
+def listed(job_id: str, fence: int) -> bytes:
+    """One lease as the statements of many take it (end_attempts)."""
+    return orjson.dumps([[job_id, fence]])
+
+
+def failure(
+    job_id: str,
+    fence: int,
+    error: str | None,
+    decision: Decision,
+    now: float,
+    *,
+    recovered_from: float | None = None,
+) -> tuple[str, tuple[Any, ...]]:
+    """The fence-checked write that applies a retry decision (a recovery's
+    records when the lost attempt was last proven alive)."""
+    stall = int(decision.stall)
+    if decision.state is State.CANCELLED:
+        return Q["end_cancelled"], (error, now, job_id, fence)
+    if decision.state is State.DEAD:
+        return Q["bury"], (decision.dead_reason, error, stall, now, job_id, fence)
+    run_at = now + decision.delay if decision.state is State.SCHEDULED else None
+    return Q["requeue"], (decision.state, run_at, error, stall, recovered_from, job_id, fence)

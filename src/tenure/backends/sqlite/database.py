@@ -62,7 +62,6 @@ class Database:
         # The worker's cycle runs on the event loop's thread, on a connection of
         # its own, when the write lock is free (no thread hop; never a wait).
         self.fast: sqlite3.Connection | None = None
-        self._effects: sqlite3.Connection | None = None  # handlers' own transactions
         self._full = False  # a write found the disk full once: keep the WAL small
         self._small_wal: set[sqlite3.Connection] = set()  # connections that do
         self._to_ring: list[str] = []
@@ -135,16 +134,6 @@ class Database:
             conn.execute(f"PRAGMA wal_autocheckpoint = {SMALL_WAL_PAGES}")
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def effects(self) -> sqlite3.Connection:
-        """The connection of handlers' own transactions, opened at first use
-        (from a handler's thread)."""
-        if self._effects is None:
-            self._effects = sqlite3.connect(
-                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
-            )
-            self._effects.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        return self._effects
-
     def open(self) -> None:
         """Open the file: to read only, or to write (created or migrated)."""
         if self._conn is not None:
@@ -176,9 +165,6 @@ class Database:
 
     def close(self) -> None:
         """Close every connection (on the backend's thread)."""
-        if self._effects is not None:
-            self._effects.close()
-            self._effects = None
         self._disconnect()
 
     def _disconnect(self) -> None:

@@ -1,6 +1,7 @@
-"""The sweeper's recovery on SQLite: attempts whose worker is gone (its lock
-free) or whose lease expired go where the retry policy says, and due
-scheduled jobs are queued."""
+"""The sweeper's work on SQLite: rescue (attempts whose worker is gone, its
+lock free, or whose lease expired go where the retry policy says; due
+scheduled jobs are queued), and retention (the pruner's deletion of finished
+jobs; events' is the sweep's, events.py)."""
 
 from __future__ import annotations
 
@@ -10,23 +11,26 @@ import time
 from tenure.backends.base import Rescued, RescueReport
 from tenure.backends.checks import last_proof
 from tenure.backends.rows import job_from_row
-from tenure.backends.sqlite.claiming import read_policies
+from tenure.backends.sqlite.claiming import failure, listed, read_policies
 from tenure.backends.sqlite.database import SETTLE, Database
 from tenure.backends.sqlite.events import Events, record_job
 from tenure.backends.sqlite.liveness import Liveness
 from tenure.backends.sqlite.queries import Q
-from tenure.backends.sqlite.settling import failure, listed
 from tenure.config import QueuePolicy
+from tenure.core import retention
 from tenure.core.clock import Clock
 from tenure.core.events import failure_events
 from tenure.core.retry import decide_for
 from tenure.core.states import Outcome
 from tenure.job import Job
 
+PRUNE_TX = 250  # jobs per transaction of a prune: a few ms (docs/benchmarks.md)
 
-class Rescuing:
-    """One sweep: dead workers buried, lost attempts recovered, due jobs queued,
-    events trimmed. ``rescue`` runs on the backend's thread."""
+
+class Rescue:
+    """One sweep (dead workers buried, lost attempts recovered, due jobs queued,
+    events trimmed), and the pruner's pass. Its methods run on the backend's
+    thread."""
 
     def __init__(self, db: Database, clock: Clock, liveness: Liveness, events: Events) -> None:
         self.db = db
@@ -68,6 +72,27 @@ class Rescuing:
         return RescueReport(
             swept=True, rescued=tuple(rescued), promoted=promoted, dead_workers=tuple(last_seen)
         )
+
+    def prune(self, limit: int) -> int:
+        """Delete up to ``limit`` finished jobs due for deletion; how many. In
+        transactions of at most PRUNE_TX jobs: each holds the database's one
+        write lock, which the workers' cycles wait for."""
+        pruned = 0
+        while pruned < limit:
+            want = min(PRUNE_TX, limit - pruned)
+            left = want
+            now = self.clock.now()
+            with self.db.tx() as conn:
+                found = conn.execute(Q["all_policies"])
+                policies = {q: QueuePolicy.from_json(p) for q, p in found}
+                for queue, state, keep in retention.rules(policies):
+                    left -= conn.execute(Q["prune"], (queue, state, now - keep, left)).rowcount
+                    if left == 0:
+                        break
+            pruned += want - left
+            if left:
+                break
+        return pruned
 
 
 def _recover(

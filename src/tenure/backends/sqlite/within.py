@@ -1,5 +1,6 @@
-"""Enqueue in a caller's transaction, on the caller's sqlite3 connection to
-the App's file.
+"""Transactions that are not tenure's own: enqueue in a caller's transaction,
+on the caller's sqlite3 connection to the App's file; and a handler's own
+transaction, which completes its job as it commits.
 
 The job and its ``enqueued`` event are written by the statements of every
 enqueue (``Enqueuing.write``, enqueue.py) in the caller's transaction, under a
@@ -18,17 +19,25 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from tenure.backends.base import kind_of
+from tenure.backends.base import LeaseRef, kind_of
+from tenure.backends.sqlite.database import Database
 from tenure.backends.sqlite.enqueue import Enqueuing
+from tenure.backends.sqlite.events import Pending
 from tenure.backends.sqlite.queries import Q
+from tenure.core.payload import encode
 from tenure.core.states import State
-from tenure.errors import BackendUnavailable, InvalidInput
+from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost
 from tenure.job import Job, JobSpec, check_specs
 
 SAVEPOINT = "tenure_enqueue"
+
+# Claiming.completing: complete the leases still held, returning those that are not
+Completing = Callable[
+    [sqlite3.Connection, float, Sequence[tuple[str, int, bytes]], Pending], set[LeaseRef]
+]
 
 
 class CallerTransactions:
@@ -128,3 +137,47 @@ class CallerTransactions:
                 f"SQLite database {path} has tenure's schema at version {version}, newer than "
                 f"this tenure knows ({self.latest}): upgrade tenure"
             )
+
+
+class HandlerTransactions:
+    """Handlers' own transactions on ``db``'s file, on one connection of their
+    own, opened at first use (from a handler's thread)."""
+
+    def __init__(self, db: Database, completing: Completing, max_payload: int) -> None:
+        self.db = db
+        self.completing = completing  # the cycle's own: it knows the queues' policies
+        self.max_payload = max_payload
+        self._conn: sqlite3.Connection | None = None
+
+    @contextlib.contextmanager
+    def transaction(
+        self, job_id: str, fence: int, result: Any = None
+    ) -> Iterator[sqlite3.Connection]:
+        """The handler's own transaction on this database, completing the job at
+        commit, fence-checked (see ``JobContext.transaction``). Synchronous: it
+        runs in the handler's thread, on a connection of its own."""
+        payload = encode(result, what="job result", limit=self.max_payload)
+        if self._conn is None:
+            busy_timeout = self.db.busy_timeout
+            self._conn = sqlite3.connect(
+                self.db.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        conn = self._conn
+        conn.execute("BEGIN")
+        try:
+            yield conn
+            now, pending = self.db.clock.now(), Pending()
+            if self.completing(conn, now, [(job_id, fence, payload)], pending):
+                raise LeaseLost(f"job {job_id} is no longer held with fence {fence}")
+            pending.record(conn, now)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close the connection (on the backend's thread, as the backend closes)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
