@@ -13,7 +13,7 @@ from __future__ import annotations
 import builtins
 import os
 import sqlite3
-from collections.abc import Collection, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -159,19 +159,14 @@ class SQLiteBackend(DerivedVerbs):
 
     # -- lease holders -----------------------------------------------------
 
+    @property
     def complete_and_claim(
         self,
-        items: Sequence[tuple[str, int, bytes]],
-        worker_id: str,
-        queues: Sequence[str],
-        limit: int,
-        *,
-        skip_tasks: Collection[str] = (),
-    ) -> Coroutine[Any, Any, tuple[set[LeaseRef], list[Job]]]:
-        # The worker's hot path: the cycle's own coroutine, not one more around it.
-        return self.claiming.complete_and_claim(
-            items, worker_id, queues, limit, skip_tasks=skip_tasks
-        )
+    ) -> Callable[..., Coroutine[Any, Any, tuple[set[LeaseRef], builtins.list[Job]]]]:
+        """The cycle's own coroutine function (claiming.py): the worker's hot
+        path gains no frame, and a coroutine function it stays (CountedBackend
+        counts only those)."""
+        return self.claiming.complete_and_claim
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
         return await self.db.run(self.liveness.heartbeat, worker_id, set(leases))

@@ -37,9 +37,10 @@ def path_of_url(url: str) -> str:
 
 
 def options_of_url(url: str) -> Options:
-    """``durable`` (a boolean: fsync every commit), ``busy_timeout`` (ms, 0 to
-    1 hour, given in seconds), ``max_payload`` (bytes of JSON) and ``adopt`` (a
-    boolean: add tenure's tables to a database another program's tables are in)."""
+    """The options in the URL's query: ``durable`` (a boolean: fsync every
+    commit), ``busy_timeout`` (ms, 0 to 1 hour; returned in seconds),
+    ``max_payload`` (bytes of JSON) and ``adopt`` (a boolean: add tenure's
+    tables to a database another program's tables are in)."""
     options = UrlOptions(url, "SQLite", URL_OPTIONS)
     return Options(
         durable=options.flag("durable", False),
