@@ -486,6 +486,21 @@ def test_another_user__cannot_ring_a_workers_bell(shared_dir, open_backend):
     assert time.monotonic() - began < 10.0  # woken, not timed out
 
 
+def test_a_released_job__wakes_the_idle_workers_of_its_queue(sqlite_url, open_backend):
+    worker, idle = open_backend(sqlite_url), open_backend(sqlite_url)
+    idle.register_worker(WorkerInfo("w-idle", "host", 1, ("default",)))  # its bell
+    worker.register_worker(WorkerInfo("w-1", "host", 1, ("default",)))
+    [job] = worker.enqueue([JobSpec.create("t", {})])
+    started = time.monotonic()
+    idle.wait_for_jobs(["default"], 10.0)  # the enqueue's wake-up, spent here
+    assert time.monotonic() - started < 5.0
+    [claimed] = worker.claim("w-1", ["default"], 1)
+    worker.release(job.id, claimed.fence)
+    started = time.monotonic()
+    idle.wait_for_jobs(["default"], 10.0)
+    assert time.monotonic() - started < 5.0  # woken by the release, not timed out at 10 s
+
+
 def test_a_prune__goes_in_transactions_of_at_most_prune_tx_jobs(
     sqlite_url, open_backend, monkeypatch
 ):

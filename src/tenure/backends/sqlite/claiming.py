@@ -256,8 +256,7 @@ class Claiming:
                     _refused(conn, job_id, fence)
                 events = failure_events(outcome, CANCELLED, rescued=False)
             record_job(conn, self.clock.now() if ending is None else ending[2], job_id, events)
-            released = ending is not None and ending[0] is Outcome.RELEASED
-            if (released and params[0] == State.QUEUED) or sql is Q["requeue"]:
+            if sql is Q["release"] or sql is Q["requeue"]:  # queued again: wake the idle
                 self.db.ring(conn)
 
 
