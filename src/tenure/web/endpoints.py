@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenure.backends.base import LIST_LIMIT
+from tenure.backends.checks import LIST_LIMIT
 from tenure.config import MAX_SECONDS
 from tenure.core.states import State
 from tenure.web.schemas import (
