@@ -56,8 +56,9 @@ def query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]
 @dataclass(frozen=True)
 class Endpoint:
     """One method on one path. ``handler``: the name of ``Api``'s attribute
-    that serves it. ``errors``: the error statuses it may answer besides every
-    endpoint's (``COMMON_ERRORS``); ``notes``: an error's description of its own."""
+    that serves it. ``errors``: the error statuses it may answer besides
+    every endpoint's (``tenure.web.openapi.COMMON_ERRORS``); ``notes``: an
+    error's description of its own, over the usual one."""
 
     method: str
     path: str
@@ -120,7 +121,7 @@ ENDPOINTS = (
     Endpoint(
         "PUT", "/api/queues/{queue}/policy", "set_policy",
         "Change fields of a queue's policy; the others stay",
-        json_response(ref("Policy"), "the policy stored"), WITH_BODY,
+        json_response(ref("Policy"), "the policy stored"), errors=WITH_BODY,
         body=policy_schema(required=False),
     ),
     Endpoint(
@@ -132,14 +133,14 @@ ENDPOINTS = (
         "POST", "/api/queues/{queue}/dead/retry", "retry_dead",
         "Requeue dead jobs (the ids given, or all) with their budgets reset; "
         "by: who asks, for their retried events",
-        json_response(closed_object(retried={"type": "integer"}), "how many"), WITH_BODY,
+        json_response(closed_object(retried={"type": "integer"}), "how many"), errors=WITH_BODY,
         body={**SELECTION, "properties": {
             **SELECTION_FIELDS, "by": {"type": "string", "enum": ["api", "dashboard"]}}},
     ),
     Endpoint(
         "POST", "/api/queues/{queue}/dead/purge", "purge_dead",
         "Delete dead jobs for good; confirm must repeat the queue's name",
-        json_response(closed_object(purged={"type": "integer"}), "how many"), WITH_BODY,
+        json_response(closed_object(purged={"type": "integer"}), "how many"), errors=WITH_BODY,
         body={**SELECTION, "properties": {**SELECTION_FIELDS, "confirm": NAME},
               "required": ["confirm"]},
     ),
@@ -150,16 +151,18 @@ ENDPOINTS = (
                     query("state", type_schema(State), "only this state"), *PAGING],
     ),
     Endpoint(
-        "POST", "/api/jobs", "enqueue", "Enqueue a job of a task, by name", A_JOB, WITH_BODY,
-        body=ref("NewJob"), created=True,
+        "POST", "/api/jobs", "enqueue", "Enqueue a job of a task, by name", A_JOB,
+        errors=WITH_BODY, body=ref("NewJob"), created=True,
     ),
     Endpoint(
-        "GET", "/api/jobs/{id}", "job", "A job with its history of attempts", A_JOB, (404,),
+        "GET", "/api/jobs/{id}", "job", "A job with its history of attempts", A_JOB,
+        errors=(404,),
     ),
     Endpoint(
         "POST", "/api/jobs/{id}/cancel", "cancel",
         "Cancel a scheduled or queued job; stop an active one's attempt",
-        json_response(ref("Job"), "the job, cancelled (or cancel_requested)"), (404, 409),
+        json_response(ref("Job"), "the job, cancelled (or cancel_requested)"),
+        errors=(404, 409),
     ),
     Endpoint(
         "GET", "/api/workers", "workers", "Registered workers, with the leases each holds",
