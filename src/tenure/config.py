@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 import orjson
 
-from tenure.core.names import shown
+from tenure.core.hosts import is_loopback
+from tenure.core.names import check_name, shown
 from tenure.core.values import ATTEMPTS_RANGE, TIMEOUT_RANGE, check_number, shown_bound
 
 # `X as X`: re-exported (mypy --strict) at the value checks' old address.
@@ -374,8 +375,6 @@ class WorkerConfig:
         self.validate()
 
     def validate(self) -> None:
-        from tenure.core.names import check_name
-
         if not self.queues:
             raise InvalidInput("a worker needs at least one queue")
         for q in self.queues:
@@ -401,14 +400,12 @@ class WorkerConfig:
             raise InvalidInput(
                 f"metrics_host must be a host name or address, got {shown(self.metrics_host)}"
             )
-        if self.metrics_port is not None and not self.metrics_public:
-            from tenure.core.hosts import is_loopback
-
-            if not is_loopback(self.metrics_host):
-                raise InvalidInput(
-                    f"metrics on {self.metrics_host} could be read by anyone who reaches it "
-                    "(queue names, job counts): serve them on loopback, or say "
-                    "--metrics-public (metrics_public=True)"
-                )
+        served = self.metrics_port is not None
+        if served and not self.metrics_public and not is_loopback(self.metrics_host):
+            raise InvalidInput(
+                f"metrics on {self.metrics_host} could be read by anyone who reaches it "
+                "(queue names, job counts): serve them on loopback, or say "
+                "--metrics-public (metrics_public=True)"
+            )
         if self.idle_poll_min > self.idle_poll_max:
             raise InvalidInput("idle_poll_min must not exceed idle_poll_max")
