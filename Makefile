@@ -37,6 +37,7 @@ test: $(BIN)/.installed system-deps lint typecheck docs-build pytest
 lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests examples docs/hooks
 	$(BIN)/ruff format --check src tests examples docs/hooks
+	$(BIN)/lint-imports --no-cache  # the layers (pyproject.toml); 0.3 s, no cache folder to keep
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy --strict src
