@@ -12,6 +12,10 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import tenure
+from tenure import config, errors, signals
+from tenure.core import values
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 # Imports that close a cycle, allowed one by one, each with its reason.
@@ -147,6 +151,15 @@ def test_a_cycle_through_a_function_level_import__is_found(tmp_path: Path) -> No
     )
     (package / "c.py").write_text("import pkg.b\n")
     assert cycles(graph(tmp_path)) == [["pkg.a", "pkg.b", "pkg.a"]]
+
+
+def test_names_moved_down__keep_their_old_addresses() -> None:
+    assert tenure.Retry is errors.Retry is signals.Retry
+    assert tenure.Fail is errors.Fail is signals.Fail
+    assert config.MAX_SECONDS is values.MAX_SECONDS
+    assert config.check_seconds is values.check_seconds
+    assert config.check_integer is values.check_integer
+    assert not hasattr(errors, "Nothing")
 
 
 def test_each_allowed_import__is_still_made() -> None:
