@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tenure.app import App
-from tenure.backends.base import LIST_LIMIT
+from tenure.backends.checks import LIST_LIMIT
 from tenure.core.states import State
 from tenure.errors import TenureError
 

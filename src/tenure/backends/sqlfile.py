@@ -1,17 +1,25 @@
-"""Named queries kept in ``.sql`` files, loaded once with importlib.resources.
+"""Named queries kept in ``.sql`` files, loaded once with importlib.resources,
+and composed once at import: one scheme for PostgreSQL and SQLite.
 
 A file holds blocks introduced by ``-- name: <query_name>``; the text up to the
-next such line (comments included) is the query.
+next such line is the block. A block may name others as ``{y}``: the text of
+block ``y`` (a part), or of a part the code makes (``code_parts``). A block
+that no other names is a statement; ``composed`` makes statements of one block
+with some of its parts bound to other blocks. Marks a backend fills in later
+(identifiers, a limit, a list of placeholders) are named in ``left``.
+Comments and indentation are stripped: they are for readers of the file.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+MARK = re.compile(r"\{([a-z_]+)\}")
+_TRAILING_COMMENT = re.compile(r"--[^'\n]*$")  # none of our statements has "--" in a string
 
 
 def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
@@ -23,6 +31,53 @@ def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
             raise ValueError(f"query {name!r} defined twice in {package}/{filename}")
         queries[name] = body.strip()
     return queries
+
+
+def without_comments(text: str) -> str:
+    """A block as sent: without its comment lines, trailing comments and indentation."""
+    code = (ln.strip() for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+    return "\n".join(_TRAILING_COMMENT.sub("", ln).rstrip() for ln in code)
+
+
+def compose(
+    blocks: Mapping[str, str],
+    code_parts: Mapping[str, str] | None = None,
+    composed: Mapping[str, tuple[str, Mapping[str, str]]] | None = None,
+    *,
+    left: frozenset[str] | set[str] = frozenset(),
+) -> dict[str, str]:
+    """Every statement's text, without comments, its parts written in; the
+    marks in ``left`` stay as they are. ValueError for a part that no block or
+    code part is, a block that names itself, or a name given twice."""
+    code_parts = code_parts or {}
+    composed = composed or {}
+    blocks = {n: without_comments(b) for n, b in blocks.items()}
+    if twice := blocks.keys() & code_parts.keys():
+        raise ValueError(f"queries.sql: {sorted(twice)} are made by the code, not blocks")
+
+    def text(name: str, binds: Mapping[str, str], within: tuple[str, ...]) -> str:
+        if name in within:
+            raise ValueError(f"queries.sql: {' -> '.join((*within, name))} names itself")
+        if name in code_parts:
+            return code_parts[name]
+        if name not in blocks:
+            raise ValueError(f"queries.sql: {within[-1]!r} names a part {name!r}, which is none")
+        return MARK.sub(lambda m: mark(m.group(1), binds, (*within, name)), blocks[name])
+
+    def mark(name: str, binds: Mapping[str, str], within: tuple[str, ...]) -> str:
+        if name in left:
+            return "{" + name + "}"
+        return text(binds.get(name, name), binds, within)
+
+    named = {m for body in blocks.values() for m in MARK.findall(body)} - set(left)
+    for block, binds in composed.values():
+        named |= {block, *binds.values()}
+    statements = {n: text(n, {}, ()) for n in blocks if n not in named}
+    for name, (block, binds) in composed.items():
+        if name in blocks:
+            raise ValueError(f"queries.sql: {name!r} is a block and composed")
+        statements[name] = text(block, binds, (name,))
+    return statements
 
 
 def load_migrations(package: str) -> list[tuple[int, str, str]]:

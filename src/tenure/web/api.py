@@ -15,7 +15,8 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from tenure.app import App
-from tenure.backends.base import LIST_LIMIT, Backend
+from tenure.backends.base import Backend
+from tenure.backends.checks import LIST_LIMIT
 from tenure.cli.output import job_dict
 from tenure.core.events import RetriedBy
 from tenure.core.names import check_job_id, check_job_ids, check_name, shown

@@ -13,7 +13,8 @@ import typing
 from enum import Enum
 from typing import Any
 
-from tenure.backends.base import LIST_LIMIT, WorkerInfo
+from tenure.backends.base import WorkerInfo
+from tenure.backends.checks import LIST_LIMIT
 from tenure.config import MAX_SECONDS, POLICY_BOUNDS, QueuePolicy, policy_fields
 from tenure.core.events import Event, EventKind
 from tenure.core.names import DOT_SEGMENTS, JOB_ID_MAX_LENGTH, NAME_PATTERN

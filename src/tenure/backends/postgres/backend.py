@@ -23,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from tenure.backends.base import (
     Capabilities,
+    DerivedVerbs,
     LeaseRef,
     Page,
     Renewal,
@@ -30,6 +31,8 @@ from tenure.backends.base import (
     RescueReport,
     Tick,
     WorkerInfo,
+)
+from tenure.backends.checks import (
     check_cursor,
     check_listing,
     check_match,
@@ -92,7 +95,7 @@ DEFAULTS = QueuePolicy()
 __all__ = ["PostgresBackend"]
 
 
-class PostgresBackend(EventReading):
+class PostgresBackend(DerivedVerbs, EventReading):
     """Jobs in PostgreSQL, under their own schema (default ``tenure``)."""
 
     # Fuller cycles cost its server less CPU per job (docs/design.md).
@@ -384,17 +387,6 @@ class PostgresBackend(EventReading):
 
     # -- lease holders -----------------------------------------------------
 
-    async def claim(
-        self,
-        worker_id: str,
-        queues: Sequence[str],
-        limit: int,
-        *,
-        skip_tasks: Collection[str] = (),
-    ) -> list[Job]:
-        _, jobs = await self.complete_and_claim((), worker_id, queues, limit, skip_tasks=skip_tasks)
-        return jobs
-
     async def complete_and_claim(
         self,
         items: Sequence[tuple[str, int, bytes]],
@@ -471,9 +463,6 @@ class PostgresBackend(EventReading):
     async def complete(self, job_id: str, fence: int, result: Any = None) -> None:
         payload = encode(result, what="job result", limit=self.max_payload).decode()
         await self._settle("complete", {"id": job_id, "fence": fence, "result": payload})
-
-    async def complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
-        return (await self.complete_and_claim(items, "", (), 0))[0]
 
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision

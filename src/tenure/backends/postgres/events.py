@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import psycopg
 
-from tenure.backends.base import check_ago
+from tenure.backends.checks import check_ago
 from tenure.backends.postgres.statements import Statements
 from tenure.config import QueuePolicy
 from tenure.core.events import Event

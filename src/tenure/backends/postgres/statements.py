@@ -20,13 +20,13 @@ formatted into SQL, every other one is a parameter.
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Iterator, Mapping
 
 from psycopg import sql
 
+from tenure.backends import sqlfile
 from tenure.backends.rows import JOB_COLUMNS
-from tenure.backends.sqlfile import load_queries
+from tenure.backends.sqlfile import MARK
 
 TEXT_JSON = {"args", "result", "progress"}
 
@@ -60,56 +60,18 @@ IDENTIFIERS = frozenset({"schema", "channel"})
 LIMIT = "limit"
 LIMITS_KEPT = 64  # distinct limits whose statement is kept (and so prepared), per statement
 
-_MARK = re.compile(r"\{([a-z_]+)\}")
-_TRAILING_COMMENT = re.compile(r"--[^'\n]*$")  # none of our statements has "--" in a string
-
-
-def without_comments(text: str) -> str:
-    """A block as sent: without its comment lines, trailing comments and indentation."""
-    code = (ln.strip() for ln in text.splitlines() if not ln.lstrip().startswith("--"))
-    return "\n".join(_TRAILING_COMMENT.sub("", ln).rstrip() for ln in code)
-
 
 def compose(
     blocks: Mapping[str, str],
     code_parts: Mapping[str, str] = CODE_PARTS,
     composed: Mapping[str, tuple[str, Mapping[str, str]]] = COMPOSED,
 ) -> dict[str, str]:
-    """Every statement's text, its parts written in; ``{schema}``, the other
-    identifiers and ``{limit}`` are left for ``Statements``. ValueError for a
-    part that no block or code part is, a block that names itself, or a name
-    given twice."""
-    if twice := blocks.keys() & code_parts.keys():
-        raise ValueError(f"queries.sql: {sorted(twice)} are made by the code, not blocks")
-
-    def text(name: str, binds: Mapping[str, str], within: tuple[str, ...]) -> str:
-        if name in within:
-            raise ValueError(f"queries.sql: {' -> '.join((*within, name))} names itself")
-        if name in code_parts:
-            return code_parts[name]
-        if name not in blocks:
-            raise ValueError(f"queries.sql: {within[-1]!r} names a part {name!r}, which is none")
-        return _MARK.sub(lambda m: mark(m.group(1), binds, (*within, name)), blocks[name])
-
-    def mark(name: str, binds: Mapping[str, str], within: tuple[str, ...]) -> str:
-        if name in IDENTIFIERS or name == LIMIT:
-            return "{" + name + "}"
-        return text(binds.get(name, name), binds, within)
-
-    named = {m for body in blocks.values() for m in _MARK.findall(body)}
-    for block, binds in composed.values():
-        named |= {block, *binds.values()}
-    statements = {n: text(n, {}, ()) for n in blocks if n not in named}
-    for name, (block, binds) in composed.items():
-        if name in blocks:
-            raise ValueError(f"queries.sql: {name!r} is a block and composed")
-        statements[name] = text(block, binds, (name,))
-    return statements
+    """``sqlfile.compose`` with this backend's parts; its identifiers and
+    ``{limit}`` are left for ``Statements``."""
+    return sqlfile.compose(blocks, code_parts, composed, left=IDENTIFIERS | {LIMIT})
 
 
-TEMPLATES = compose(
-    {n: without_comments(t) for n, t in load_queries("tenure.backends.postgres").items()}
-)
+TEMPLATES = compose(sqlfile.load_queries("tenure.backends.postgres"))
 
 
 def quoted(identifier: str) -> str:
@@ -141,7 +103,7 @@ class Statements:
 
     def render(self, text: str) -> bytes:
         """``text`` with this backend's identifiers in (a migration's script)."""
-        return _MARK.sub(lambda m: self._quoted.get(m.group(1), m.group(0)), text).encode()
+        return MARK.sub(lambda m: self._quoted.get(m.group(1), m.group(0)), text).encode()
 
     def __getitem__(self, name: str) -> bytes:
         found = self._fixed.get(name)

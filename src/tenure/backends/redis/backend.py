@@ -28,12 +28,15 @@ from redis.exceptions import RedisError
 
 from tenure.backends.base import (
     Capabilities,
+    DerivedVerbs,
     LeaseRef,
     Page,
     Renewal,
     RescueReport,
     Tick,
     WorkerInfo,
+)
+from tenure.backends.checks import (
     bad_cursor,
     check_ago,
     check_cursor,
@@ -79,7 +82,7 @@ ID_CACHE = 100_000  # job id -> queue entries this backend remembers
 DEFAULTS = QueuePolicy()
 
 
-class RedisBackend:
+class RedisBackend(DerivedVerbs):
     """Jobs in Redis (keys laid out for Redis Cluster). See the module docstring."""
 
     # A cycle is one script call: cheap, and it gains more from overlapping than filling.
@@ -300,17 +303,6 @@ class RedisBackend:
 
     # -- lease holders -----------------------------------------------------
 
-    async def claim(
-        self,
-        worker_id: str,
-        queues: Sequence[str],
-        limit: int,
-        *,
-        skip_tasks: Collection[str] = (),
-    ) -> list[Job]:
-        _, jobs = await self.complete_and_claim((), worker_id, queues, limit, skip_tasks=skip_tasks)
-        return jobs
-
     async def complete_and_claim(
         self,
         items: Sequence[tuple[str, int, bytes]],
@@ -448,11 +440,6 @@ class RedisBackend:
             "complete", [self.keys.queue(queue)], [job_id, fence, payload]
         )
         check(code, job_id, fence)
-
-    async def complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
-        """Complete a batch: one script per queue, all in one round trip; return
-        the leases no longer held (unknown, settled or recovered: unchanged)."""
-        return (await self.complete_and_claim(items, "", (), 0))[0]
 
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision

@@ -23,7 +23,8 @@ from typing import Any
 
 import orjson
 
-from tenure.backends.base import Rescued, RescueReport, last_proof
+from tenure.backends.base import Rescued, RescueReport
+from tenure.backends.checks import last_proof
 from tenure.backends.redis import codec
 from tenure.backends.redis.keys import Keys
 from tenure.backends.redis.liveness import STALE_AFTER, Liveness

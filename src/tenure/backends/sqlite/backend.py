@@ -26,16 +26,14 @@ import orjson
 
 from tenure.backends.base import (
     Capabilities,
+    DerivedVerbs,
     LeaseRef,
     Renewal,
     Rescued,
     RescueReport,
     Tick,
-    check_schedules,
-    check_tick,
-    claim_limit,
-    last_proof,
 )
+from tenure.backends.checks import check_schedules, check_tick, claim_limit, last_proof
 from tenure.backends.rows import JOB_COLUMNS, job_from_row
 from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.events import EventReading, Pending, record, record_job
@@ -101,7 +99,7 @@ def path_of_url(url: str) -> str:
     return path
 
 
-class SQLiteBackend(Opening, Operators, EventReading):
+class SQLiteBackend(DerivedVerbs, Opening, Operators, EventReading):
     """Jobs in one SQLite file (WAL mode). See the module docstring."""
 
     capabilities = Capabilities(remote=False, costly_cycles=False)
@@ -335,17 +333,6 @@ class SQLiteBackend(Opening, Operators, EventReading):
 
     # -- lease holders -----------------------------------------------------
 
-    async def claim(
-        self,
-        worker_id: str,
-        queues: Sequence[str],
-        limit: int,
-        *,
-        skip_tasks: Collection[str] = (),
-    ) -> list[Job]:
-        _, jobs = await self.complete_and_claim((), worker_id, queues, limit, skip_tasks=skip_tasks)
-        return jobs
-
     async def complete_and_claim(
         self,
         items: Sequence[tuple[str, int, bytes]],
@@ -520,9 +507,6 @@ class SQLiteBackend(Opening, Operators, EventReading):
             if self._completing(conn, now, [(job_id, fence, payload)], pending):
                 _refused(conn, job_id, fence)
             pending.record(conn, now)
-
-    async def complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
-        return (await self.complete_and_claim(items, "", (), 0))[0]
 
     def _completing(
         self,

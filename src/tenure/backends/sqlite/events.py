@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from tenure.backends.base import check_ago
+from tenure.backends.checks import check_ago
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
 from tenure.core.clock import Clock

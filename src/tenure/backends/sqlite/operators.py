@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from tenure.backends.base import (
-    Page,
-    WorkerInfo,
+from tenure.backends.base import Page, WorkerInfo
+from tenure.backends.checks import (
     check_cursor,
     check_listing,
     check_match,

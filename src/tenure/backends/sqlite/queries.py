@@ -1,19 +1,7 @@
-"""The SQLite backend's named queries, loaded once from ``queries.sql``."""
+"""The SQLite backend's named queries, composed once from ``queries.sql``
+(``backends/sqlfile.py``); ``{queues}``, ``{each}`` and ``{where}`` are
+filled in per call, from fixed fragments."""
 
-from tenure.backends.sqlfile import load_queries
+from tenure.backends.sqlfile import compose, load_queries
 
-_RAW = load_queries("tenure.backends.sqlite")
-# Parts of statements, written into them (without their comment lines).
-_PARTS = {
-    "{" + name + "}": "\n".join(ln for ln in _RAW.pop(name).splitlines() if not ln.startswith("--"))
-    for name in ("job_columns", "proven")
-}
-
-
-def _rendered(sql: str) -> str:
-    for mark, part in _PARTS.items():
-        sql = sql.replace(mark, part)
-    return sql
-
-
-Q = {name: _rendered(sql) for name, sql in _RAW.items()}
+Q = compose(load_queries("tenure.backends.sqlite"), left={"queues", "each", "where"})
