@@ -81,7 +81,7 @@ class Parts:
         keys = options.keys
         index = Index(runner, keys, ids)
         liveness = Liveness(keys, runner)
-        events = EventReader(runner, keys)
+        events = EventReader(runner, keys, index)
         operators = Operators(runner, keys, index)
         return cls(
             topology=topology,

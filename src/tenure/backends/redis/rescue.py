@@ -98,7 +98,7 @@ class Rescue:
         return report
 
     async def prune(self, limit: int) -> int:
-        gone = await prune(self.runner, self.keys, limit)
+        gone = await prune(self.runner, self.keys, await self.index.queues(), limit)
         self.index.forget(gone)
         return len(gone)
 
@@ -203,10 +203,8 @@ def _keep(seconds: float | None) -> str:
     return "" if seconds is None else repr(float(seconds))
 
 
-async def prune(runner: Runner, keys: Keys, limit: int) -> list[str]:
-    """Delete up to ``limit`` finished jobs due for deletion; their ids."""
-    members = await runner.command("SMEMBERS", keys.queues, repeatable=True)
-    queues = sorted(m.decode() for m in members)
+async def prune(runner: Runner, keys: Keys, queues: list[str], limit: int) -> list[str]:
+    """Delete up to ``limit`` finished jobs of ``queues`` due for deletion; their ids."""
     defaults = [_keep(DEFAULTS.keep_completed), _keep(DEFAULTS.keep_dead)]
     shares = [(q, limit) for q in queues[:1]]
     if len(queues) > 1:
