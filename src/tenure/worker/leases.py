@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from tenure.backends.base import Backend, LeaseRef
 from tenure.errors import LivenessLost
-from tenure.worker.periodic import every
+from tenure.worker.every import every
 
 log = logging.getLogger("tenure.leases")
 

@@ -36,14 +36,14 @@ from tenure.worker.attempts import Attempts
 from tenure.worker.completer import Completer
 from tenure.worker.cycles import Cycles
 from tenure.worker.drain import Stop, drain
+from tenure.worker.every import every
 from tenure.worker.executors.base import Executor
 from tenure.worker.executors.process import ProcessPool
 from tenure.worker.executors.thread import ThreadExecutor
-from tenure.worker.executors.zygote import ForkedZygote
+from tenure.worker.executors.zygote_main import ForkedZygote
 from tenure.worker.faults import StorageFaults
 from tenure.worker.leases import LeaseKeeper
 from tenure.worker.pacing import Pace
-from tenure.worker.periodic import every
 from tenure.worker.policies import Policies
 from tenure.worker.sweeper import Sweeper
 from tenure.worker.ticker import Ticker
