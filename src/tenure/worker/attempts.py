@@ -100,11 +100,9 @@ class Attempts:
     def lease_lost(self, lease: LeaseRef) -> None:
         """The lease is no longer held: stop the attempt; it never settles."""
         attempt = self.by_lease.get(lease)
-        if attempt is None or attempt.lost:
-            return
+        if attempt is None or attempt.lost or attempt.settling:
+            return  # a settling one was settled a moment ago, or its settle says how it went
         attempt.lost = True
-        if attempt.settling:  # settled a moment ago: nothing to stop
-            return
         job = attempt.job
         log.warning("job %s (%s): lease of attempt %d lost (fence %d): stopping it", job.id,
                     job.task, job.attempts, job.fence, extra=attempt_fields(job))  # fmt: skip

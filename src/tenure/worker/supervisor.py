@@ -7,9 +7,11 @@ they cannot delay a heartbeat.
 
 It composes the worker's parts, each in its own module: the claim/complete
 cycle (``cycles``, paced by ``pacing``), the table of attempts in flight
-(``attempts``), the drain (``drain``), the lease keeper (``leases``), the
-sweeper, the ticker of periodic schedules, the queues' policies, the
-executor (``executors``) and, when asked for, metrics.
+(``attempts``, one ``attempt`` record each), the drain (``drain``), the
+lease keeper (``leases``: every renewal, a handler's own too), the worker's
+``identity``, the sweeper, the ticker of periodic schedules, the queues'
+policies, the executor (``executors``) and, when asked for, metrics; what
+the attempts and the cycles share is handed to them as ``parts``.
 """
 
 from __future__ import annotations
