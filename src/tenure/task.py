@@ -7,9 +7,8 @@ not bind (a mistyped name, a missing argument, an option such as ``delay``
 passed as an argument): the job would only fail on every attempt. Options go
 through ``with_options``, never through the arguments.
 
-A task stores its jobs through its ``Producer``: the App that registered it,
-seen only through what a task uses of it, so that this module need not
-import ``tenure.app`` (which imports this one).
+A task stores its jobs through the App that registered it; ``tenure.app``
+imports this module, so this one names ``App`` for the type checker only.
 """
 
 from __future__ import annotations
@@ -17,15 +16,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from tenure.backends.base import CallerTransactions
 from tenure.config import QueuePolicy
 from tenure.errors import InvalidInput
-from tenure.hooks import Hooks
 from tenure.job import Job, JobSpec
+
+if TYPE_CHECKING:
+    from tenure.app import App
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -33,19 +33,6 @@ R = TypeVar("R")
 # What with_options takes: a job's options, never its arguments.
 OPTIONS = ("delay", "run_at", "priority", "key", "queue", "timeout", "max_attempts", "conn")
 _PLAIN = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-
-
-class Producer(Protocol):
-    """What a task uses of its App (``tenure.app.App`` is one)."""
-
-    max_payload: int
-    hooks: Hooks
-
-    def store(self, specs: Sequence[JobSpec], conn: Any = None) -> list[Job]: ...
-
-    async def astore(self, specs: Sequence[JobSpec], conn: Any = None) -> list[Job]: ...
-
-    def callers(self, conn: object) -> CallerTransactions: ...
 
 
 @dataclass(frozen=True)
@@ -84,7 +71,7 @@ class Task(Generic[P, R]):
     task it has registered to jobs enqueued by name too.
     """
 
-    app: Producer
+    app: App
     fn: Callable[P, R]
     name: str
     queue: str

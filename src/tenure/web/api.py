@@ -22,12 +22,12 @@ from starlette.routing import Route
 from tenure.app import App
 from tenure.backends.base import Backend
 from tenure.backends.checks import LIST_LIMIT
-from tenure.cli.output import job_dict
 from tenure.core.events import RetriedBy
 from tenure.core.names import check_job_id, check_job_ids, check_name, shown
 from tenure.core.states import State
 from tenure.core.urls import redacted
 from tenure.errors import InvalidInput
+from tenure.formats import job_dict
 from tenure.metrics import app_registry, read_queues
 from tenure.web.endpoints import ENDPOINTS
 from tenure.web.responses import JSON, json_object
