@@ -37,7 +37,7 @@ from tenure.backends.postgres.enqueue import Enqueuing
 from tenure.backends.postgres.events import Events
 from tenure.backends.postgres.liveness import Liveness, Registry
 from tenure.backends.postgres.operators import Operators
-from tenure.backends.postgres.rescue import Rescue
+from tenure.backends.postgres.rescue import Rescuing
 from tenure.backends.postgres.url import POOL_SIZE, check_schema, parse
 from tenure.backends.postgres.wakeup import Wakeups
 from tenure.backends.postgres.within import CallerTransactions, HandlerTransactions
@@ -82,7 +82,7 @@ class PostgresBackend(DerivedVerbs):
         self.wakeups = Wakeups(conninfo, db.q["listen"])
         self.claiming = Claiming(db, self.liveness, pool_size=pool_size, max_payload=max_payload)
         self.enqueuing = Enqueuing(db, max_payload)
-        self.rescuing = Rescue(db)
+        self.rescuing = Rescuing(db)
         self.operators = Operators(db)
         self.registry = Registry(db, self.liveness)
         self.events = Events(db)

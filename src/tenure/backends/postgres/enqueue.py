@@ -36,6 +36,7 @@ class Enqueuing:
 
     def __init__(self, db: Database, max_payload: int) -> None:
         self.db = db
+        self.q = db.q
         self.max_payload = max_payload
 
     async def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
@@ -59,7 +60,7 @@ class Enqueuing:
         args = text_array(s.args.decode() for s in specs)
         columns = {"jobs": jobs, "args": args, "channel": self.db.channel}
         while True:
-            [(now, ids, _)] = yield self.db.q["insert_jobs"], columns
+            [(now, ids, _)] = yield self.q["insert_jobs"], columns
             inserted = set(ids or ())
             kept = yield from self._kept([s for s in specs if s.id not in inserted])
             if all(s.id in inserted or s.id in kept for s in specs):
@@ -75,7 +76,7 @@ class Enqueuing:
 
     def _ticking(self, schedule: str, at: float, spec: JobSpec) -> Steps[Job | None]:
         advance = {"queue": spec.queue, "name": schedule, "tick": at, "job_id": spec.id}
-        if not (yield self.db.q["advance_tick"], advance):
+        if not (yield self.q["advance_tick"], advance):
             return None
         [job] = yield from self.steps([spec])
         return job
@@ -91,7 +92,7 @@ class Enqueuing:
     async def _copy(self, specs: Sequence[JobSpec]) -> list[Job]:
         """A batch without key=: COPY, in one transaction (UniqueViolation if an
         id is stored already)."""
-        q = self.db.q
+        q = self.q
         queues = list(dict.fromkeys(s.queue for s in specs))
         async with self.db.tx() as conn:
             cur = await conn.execute(q["begin_copy"], {"queues": queues})
@@ -118,11 +119,11 @@ class Enqueuing:
         keyed = [s for s in specs if s.key is not None]
         if keyed:
             params = {"queues": [s.queue for s in keyed], "keys": [s.key for s in keyed]}
-            rows = yield self.db.q["find_unfinished_by_keys"], params
+            rows = yield self.q["find_unfinished_by_keys"], params
             holders = {(j.queue, j.key): j for j in map(job_from_row, rows)}
             found = {s.id: holders[s.queue, s.key] for s in keyed if (s.queue, s.key) in holders}
         if ids := [s.id for s in specs if s.id not in found]:
-            rows = yield self.db.q["find_by_ids"], {"ids": ids}
+            rows = yield self.q["find_by_ids"], {"ids": ids}
             found |= {j.id: j for j in map(job_from_row, rows)}
         return found
 
