@@ -13,7 +13,7 @@ from tenure import App, State
 from tenure.backends import from_url
 from tenure.backends.postgres import PostgresBackend
 from tenure.backends.postgres.backend import MIGRATIONS
-from tenure.backends.postgres.enqueue import COPY_FROM, Enqueuing
+from tenure.backends.postgres.enqueue import COPY_FROM, Enqueue
 from tenure.config import QueuePolicy
 from tenure.core.retry import decide_for
 from tenure.core.states import Outcome
@@ -77,13 +77,13 @@ def test_a_large_batch_goes_by_copy__reads_back_as_given_and_is_stored_once(
 ):
     backend = open_backend(pg_url)
     copies = []
-    copy = Enqueuing._copy
+    copy = Enqueue._copy
 
     def counted(self, specs):
         copies.append(len(specs))
         return copy(self, specs)
 
-    monkeypatch.setattr(Enqueuing, "_copy", counted)
+    monkeypatch.setattr(Enqueue, "_copy", counted)
     odd = {"s": "tab\t nl\n cr\r bs\\ \\N nul\x00 é😀", "n": [1e16, -0.0, 5e-324, 2**63 - 1]}
     specs = [
         JobSpec.create("t", {**odd, "i": i}, queue=f"q{i % 3}", delay=(i % 2) * 30.5,
@@ -334,7 +334,7 @@ def test_connections_held_for_cycles_the_server_dropped__cost_no_error(
     register(b, "w")
     b.enqueue([JobSpec.create("t", {}) for _ in range(2)])
     _, [first] = b.complete_and_claim([], "w", ["default"], 1)
-    assert len(b.inner.claiming._held) == 1
+    assert len(b.inner.parts.claiming._held) == 1
     db = pg_url.rsplit("/", 1)[1]
     postgres_server.psql(
         "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"

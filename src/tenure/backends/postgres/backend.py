@@ -7,9 +7,8 @@ every settle is fence-checked in SQL; rescue is guarded fleet-wide by
 (see ``liveness.py``); idle workers are woken by LISTEN/NOTIFY (``wakeup.py``).
 
 This class is the protocol's verbs, each handed to the part that does its
-work: ``claiming``, ``enqueuing``, ``rescuing``, ``operators``, ``registry``,
-``events``, and ``callers``/``effects`` (``within.py``). It opens and
-migrates the database, and closes what the parts hold.
+work (``Parts``, as on Redis). It opens and migrates the database, and closes
+what the parts hold.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Collection, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -33,11 +33,11 @@ from tenure.backends.base import (
 )
 from tenure.backends.postgres.claiming import Claiming
 from tenure.backends.postgres.database import Database
-from tenure.backends.postgres.enqueue import Enqueuing
-from tenure.backends.postgres.events import Events
-from tenure.backends.postgres.liveness import Liveness, Registry
+from tenure.backends.postgres.enqueue import Enqueue
+from tenure.backends.postgres.events import EventReader
+from tenure.backends.postgres.liveness import Liveness, Workers
 from tenure.backends.postgres.operators import Operators
-from tenure.backends.postgres.rescue import Rescuing
+from tenure.backends.postgres.rescue import Rescue
 from tenure.backends.postgres.url import POOL_SIZE, check_schema, parse
 from tenure.backends.postgres.wakeup import Wakeups
 from tenure.backends.postgres.within import CallerTransactions, HandlerTransactions
@@ -53,6 +53,34 @@ MIGRATIONS = load_migrations("tenure.backends.postgres.migrations")
 LATEST = latest_version(MIGRATIONS)
 
 __all__ = ["PostgresBackend"]
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """The parts that do the verbs' work, each given what it needs of ``db``."""
+
+    claiming: Claiming
+    enqueue: Enqueue
+    rescue: Rescue
+    operators: Operators
+    workers: Workers
+    events: EventReader
+    callers: CallerTransactions  # enqueue in a caller's transaction
+    effects: HandlerTransactions  # a handler's own transaction
+
+    @classmethod
+    def of(cls, db: Database, liveness: Liveness, *, pool_size: int, max_payload: int) -> Parts:
+        enqueue = Enqueue(db, max_payload)
+        return cls(
+            claiming=Claiming(db, liveness, pool_size=pool_size, max_payload=max_payload),
+            enqueue=enqueue,
+            rescue=Rescue(db),
+            operators=Operators(db),
+            workers=Workers(db, liveness),
+            events=EventReader(db),
+            callers=CallerTransactions(db, enqueue, LATEST),
+            effects=HandlerTransactions(db, max_payload),
+        )
 
 
 class PostgresBackend(DerivedVerbs):
@@ -80,14 +108,8 @@ class PostgresBackend(DerivedVerbs):
         self.q = db.q
         self.liveness = Liveness(conninfo, db.namespace)
         self.wakeups = Wakeups(conninfo, db.q["listen"])
-        self.claiming = Claiming(db, self.liveness, pool_size=pool_size, max_payload=max_payload)
-        self.enqueuing = Enqueuing(db, max_payload)
-        self.rescuing = Rescuing(db)
-        self.operators = Operators(db)
-        self.registry = Registry(db, self.liveness)
-        self.events = Events(db)
-        self.callers = CallerTransactions(db, self.enqueuing, LATEST)  # a caller's transaction
-        self.effects = HandlerTransactions(db, max_payload)  # a handler's own
+        self.parts = Parts.of(db, self.liveness, pool_size=pool_size, max_payload=max_payload)
+        self.callers = self.parts.callers
 
     @classmethod
     def from_url(cls, url: str) -> PostgresBackend:
@@ -137,24 +159,24 @@ class PostgresBackend(DerivedVerbs):
                     await conn.execute(q["record_migration"], {"version": version, "name": name})
 
     async def close(self) -> None:
-        self.effects.close()
+        self.parts.effects.close()
         await self.wakeups.close()
         await self.liveness.close()
-        await self.claiming.close()
+        await self.parts.claiming.close()
         await self.db.close()
 
     # -- producers ---------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
-        return await self.enqueuing.enqueue(specs)
+        return await self.parts.enqueue.enqueue(specs)
 
     async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
-        return await self.enqueuing.enqueue_tick(schedule, at, spec)
+        return await self.parts.enqueue.enqueue_tick(schedule, at, spec)
 
     async def last_ticks(
         self, schedules: Collection[tuple[str, str]]
     ) -> dict[tuple[str, str], Tick]:
-        return await self.enqueuing.last_ticks(schedules)
+        return await self.parts.enqueue.last_ticks(schedules)
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         await self.wakeups.wait(queues, timeout)
@@ -171,63 +193,63 @@ class PostgresBackend(DerivedVerbs):
         skip_tasks: Collection[str] = (),
     ) -> Coroutine[Any, Any, tuple[set[LeaseRef], builtins.list[Job]]]:
         # The part's coroutine itself, not one awaiting it: the cycle gains no frame.
-        return self.claiming.complete_and_claim(
+        return self.parts.claiming.complete_and_claim(
             items, worker_id, queues, limit, skip_tasks=skip_tasks
         )
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
-        return await self.registry.heartbeat(worker_id, leases)
+        return await self.parts.workers.heartbeat(worker_id, leases)
 
     async def progress(self, job_id: str, fence: int, data: Any) -> None:
-        await self.claiming.progress(job_id, fence, data)
+        await self.parts.claiming.progress(job_id, fence, data)
 
     async def complete(self, job_id: str, fence: int, result: Any = None) -> None:
-        await self.claiming.complete(job_id, fence, result)
+        await self.parts.claiming.complete(job_id, fence, result)
 
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
     ) -> None:
-        await self.claiming.fail(job_id, fence, outcome, error, decision)
+        await self.parts.claiming.fail(job_id, fence, outcome, error, decision)
 
     async def release(self, job_id: str, fence: int) -> None:
-        await self.claiming.release(job_id, fence)
+        await self.parts.claiming.release(job_id, fence)
 
     def transaction(
         self, job_id: str, fence: int, result: Any = None
     ) -> AbstractContextManager[psycopg.Connection[Any]]:
         """The handler's own transaction on this database, completing the job at
         commit, fence-checked (see ``HandlerTransactions.transaction``)."""
-        return self.effects.transaction(job_id, fence, result)
+        return self.parts.effects.transaction(job_id, fence, result)
 
     # -- the sweeper -------------------------------------------------------
 
     async def rescue(self, min_interval: float = 0.0) -> RescueReport:
-        return await self.rescuing.rescue(min_interval)
+        return await self.parts.rescue.rescue(min_interval)
 
     async def prune(self, limit: int) -> int:
-        return await self.rescuing.prune(limit)
+        return await self.parts.rescue.prune(limit)
 
     # -- operators ---------------------------------------------------------
 
     async def cancel(self, job_id: str) -> Job:
-        return await self.operators.cancel(job_id)
+        return await self.parts.operators.cancel(job_id)
 
     async def retry_dead(
         self, queue: str, job_ids: Sequence[str] | None = None, by: str = RetriedBy.PYTHON
     ) -> int:
-        return await self.operators.retry_dead(queue, job_ids, by)
+        return await self.parts.operators.retry_dead(queue, job_ids, by)
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
-        return await self.operators.purge_dead(queue, job_ids)
+        return await self.parts.operators.purge_dead(queue, job_ids)
 
     async def delete_queue(self, queue: str) -> int:
-        return await self.operators.delete_queue(queue)
+        return await self.parts.operators.delete_queue(queue)
 
     async def get(self, job_id: str) -> Job:
-        return await self.operators.get(job_id)
+        return await self.parts.operators.get(job_id)
 
     async def match_ids(self, prefix: str, limit: int) -> builtins.list[str]:
-        return await self.operators.match_ids(prefix, limit)
+        return await self.parts.operators.match_ids(prefix, limit)
 
     async def list(
         self,
@@ -236,46 +258,46 @@ class PostgresBackend(DerivedVerbs):
         limit: int = 50,
         after: str | None = None,
     ) -> Page:
-        return await self.operators.list(queue, state, limit, after)
+        return await self.parts.operators.list(queue, state, limit, after)
 
     async def counts(self, queue: str) -> dict[State, int]:
-        return await self.operators.counts(queue)
+        return await self.parts.operators.counts(queue)
 
     async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
-        return await self.operators.dead_counts(queue)
+        return await self.parts.operators.dead_counts(queue)
 
     async def lag(self, queue: str) -> float:
-        return await self.operators.lag(queue)
+        return await self.parts.operators.lag(queue)
 
     async def queues(self) -> builtins.list[str]:
-        return await self.operators.queues()
+        return await self.parts.operators.queues()
 
     async def get_policy(self, queue: str) -> QueuePolicy:
-        return await self.operators.get_policy(queue)
+        return await self.parts.operators.get_policy(queue)
 
     async def set_policy(self, queue: str, policy: QueuePolicy) -> None:
-        await self.operators.set_policy(queue, policy)
+        await self.parts.operators.set_policy(queue, policy)
 
     async def change_policy(self, queue: str, changes: Mapping[str, Any]) -> QueuePolicy:
-        return await self.operators.change_policy(queue, changes)
+        return await self.parts.operators.change_policy(queue, changes)
 
     # -- events ------------------------------------------------------------
 
     async def read_events(
         self, queue: str | None, after: str | None, limit: int, timeout: float = 0.0
     ) -> builtins.list[Event]:
-        return await self.events.read_events(queue, after, limit, timeout)
+        return await self.parts.events.read(queue, after, limit, timeout)
 
     async def events_now(self, queue: str | None, ago: float = 0.0) -> str:
-        return await self.events.events_now(queue, ago)
+        return await self.parts.events.now(queue, ago)
 
     # -- workers -----------------------------------------------------------
 
     async def register_worker(self, info: WorkerInfo) -> None:
-        await self.registry.register(info)
+        await self.parts.workers.register(info)
 
     async def deregister_worker(self, worker_id: str) -> None:
-        await self.registry.deregister(worker_id)
+        await self.parts.workers.deregister(worker_id)
 
     async def workers(self) -> builtins.list[WorkerInfo]:
-        return await self.registry.listed()
+        return await self.parts.workers.workers()

@@ -31,7 +31,7 @@ COPY_CHUNK = 200  # jobs per write of a COPY: the server stores one chunk while 
 COPY_NULL = "\\N"
 
 
-class Enqueuing:
+class Enqueue:
     """New jobs, in the database of ``db``."""
 
     def __init__(self, db: Database, max_payload: int) -> None:

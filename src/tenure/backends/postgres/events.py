@@ -52,13 +52,13 @@ def parse_event_id(after: str | None) -> Cursor:
     raise InvalidInput(f"bad event id {shown(after)}: pass back an event's id")
 
 
-class Events:
+class EventReader:
     """The event verbs: read, and where a reader starts."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def read_events(
+    async def read(
         self, queue: str | None, after: str | None, limit: int, timeout: float = 0.0
     ) -> list[Event]:
         if queue is not None:
@@ -72,7 +72,7 @@ class Events:
                 return events
             await asyncio.sleep(min(HELD_BACK_RETRY if held else EVENTS_POLL, left))
 
-    async def events_now(self, queue: str | None, ago: float = 0.0) -> str:
+    async def now(self, queue: str | None, ago: float = 0.0) -> str:
         # Just before the horizon in (xid, id) order, with the whole of that
         # (never complete) row skipped: what transactions older than the
         # horizon recorded comes before, what any other records, after.

@@ -5,7 +5,7 @@ lock_no)`` on a connection of its own (``Liveness``). PostgreSQL drops the lock
 the moment that session ends (the process died, the connection was cut or
 terminated), and ``pg_locks`` shows the sweeper of any other worker that it is
 gone. Every heartbeat checks the connection, so a worker whose connection
-dropped learns it at once and re-registers under a new identity. ``Registry``
+dropped learns it at once and re-registers under a new identity. ``Workers``
 is the protocol's verbs on them: register, deregister, list, heartbeat.
 """
 
@@ -25,7 +25,7 @@ from tenure.core.names import check_name
 from tenure.errors import LivenessLost
 
 
-class Registry:
+class Workers:
     """Registered workers: each one's row, and its lock held by ``liveness``."""
 
     def __init__(self, db: Database, liveness: Liveness) -> None:
@@ -49,7 +49,7 @@ class Registry:
             await conn.execute(self.db.q["deregister_worker"], {"id": worker_id})
         await self.liveness.release(worker_id)
 
-    async def listed(self) -> list[WorkerInfo]:
+    async def workers(self) -> list[WorkerInfo]:
         return [
             WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, n, alive)
             for i, h, p, q, s, seen, n, alive in await self.db.rows(

@@ -33,7 +33,7 @@ Connection = psycopg.AsyncConnection[Any]
 Found = list[tuple[Job, float | None]]  # jobs whose lease the sweep found, and its renewal
 
 
-class Rescuing:
+class Rescue:
     """Sweeps and retention, through ``db``."""
 
     def __init__(self, db: Database) -> None:

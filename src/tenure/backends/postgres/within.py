@@ -2,7 +2,7 @@
 
 ``CallerTransactions``: enqueue in a caller's transaction, on the caller's
 psycopg connection. The job and its ``enqueued`` event are written by the
-statements of every enqueue (``Enqueuing.steps``), on the caller's connection: they
+statements of every enqueue (``Enqueue.steps``), on the caller's connection: they
 commit with the caller's transaction or not at all, and tenure never commits
 or rolls it back. Idle workers are woken by the statement's NOTIFY, which
 PostgreSQL delivers at commit. Nothing here opens tenure's pool.
@@ -27,7 +27,7 @@ from psycopg import pq
 
 from tenure.backends.base import kind_of
 from tenure.backends.postgres.database import Database
-from tenure.backends.postgres.enqueue import Enqueuing
+from tenure.backends.postgres.enqueue import Enqueue
 from tenure.backends.postgres.steps import Steps, run_steps, run_steps_sync
 from tenure.core.payload import encode
 from tenure.errors import InvalidInput, LeaseLost
@@ -45,15 +45,16 @@ class CallerTransactions:
     """The caller-connection side of one PostgreSQL backend: its enqueue's
     steps, on a caller's connection to ``db``."""
 
-    def __init__(self, db: Database, enqueuing: Enqueuing, latest: int) -> None:
+    def __init__(self, db: Database, enqueue: Enqueue, latest: int) -> None:
         self.db = db
-        self.enqueuing = enqueuing
+        self.enqueue_steps = enqueue.steps
+        self.max_payload = enqueue.max_payload
         self.latest = latest  # the schema version this tenure writes
         self._checked: weakref.WeakSet[Any] = weakref.WeakSet()  # connections seen migrated
 
     def enqueue(self, conn: Any, specs: Sequence[JobSpec]) -> list[Job]:
         self._check(conn, awaited=False)
-        check_specs(specs, self.enqueuing.max_payload)
+        check_specs(specs, self.max_payload)
         if not specs:
             return []
         try:
@@ -63,7 +64,7 @@ class CallerTransactions:
 
     async def aenqueue(self, conn: Any, specs: Sequence[JobSpec]) -> list[Job]:
         self._check(conn, awaited=True)
-        check_specs(specs, self.enqueuing.max_payload)
+        check_specs(specs, self.max_payload)
         if not specs:
             return []
         try:
@@ -75,7 +76,7 @@ class CallerTransactions:
         if conn not in self._checked:
             yield from self._schema_checked()
             self._checked.add(conn)
-        return (yield from self.enqueuing.steps(specs))
+        return (yield from self.enqueue_steps(specs))
 
     def _schema_checked(self) -> Steps[None]:
         """InvalidInput unless the connection's database has tenure's schema at
