@@ -51,10 +51,10 @@ async def run(url: str, sizes: list[int], rounds: int) -> None:
     have = 0
     try:
         for size in sizes:
-            async with backend._tx() as conn:
+            async with backend.db.tx() as conn:
                 await conn.execute(FILL, (size - have,))
             have = size
-            async with backend._tx() as conn:
+            async with backend.db.tx() as conn:
                 await conn.execute("ANALYZE tenure.jobs")
             await measure(backend, 20)  # warm up: plans prepared, caches hot
             results[size] = await measure(backend, rounds)

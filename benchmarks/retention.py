@@ -118,11 +118,11 @@ async def rate(backend: Backend, jobs: int) -> tuple[float, float]:
 async def fill(backend: Backend, n: int) -> None:
     """``n`` completed jobs, ``AGE`` seconds old, written straight into storage."""
     if isinstance(backend, PostgresBackend):
-        async with backend._tx() as conn:
+        async with backend.db.tx() as conn:
             await conn.execute(PG_FILL, {"queue": QUEUE, "n": n, "age": AGE})
         # What autovacuum does next, and the checkpoint a million rows bring:
         # the cycles that follow are measured apart from the fill's aftermath.
-        async with backend._conn() as conn:
+        async with backend.db.conn() as conn:
             await conn.execute("VACUUM ANALYZE tenure.jobs")
             await conn.execute("CHECKPOINT")
     elif isinstance(backend, SQLiteBackend):
@@ -139,7 +139,7 @@ async def fill(backend: Backend, n: int) -> None:
 
 async def sql(backend: Backend, statement: str) -> None:
     if isinstance(backend, PostgresBackend):
-        async with backend._tx() as conn:
+        async with backend.db.tx() as conn:
             await conn.execute("SET LOCAL search_path TO tenure")
             await conn.execute(statement)
     elif isinstance(backend, SQLiteBackend):

@@ -8,17 +8,16 @@ from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import (
     AmbiguousJobId,
     BackendUnavailable,
-    Fail,
     InvalidInput,
     InvalidTransition,
     JobCancelled,
     JobFailed,
     JobNotFound,
     LeaseLost,
-    Retry,
     TenureError,
 )
 from tenure.job import Attempt, Job
+from tenure.signals import Fail, Retry
 
 __all__ = [
     "AmbiguousJobId",

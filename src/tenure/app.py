@@ -3,7 +3,9 @@
 One async core, one thin sync facade: each method ``aname`` runs on the
 caller's event loop, against a backend the App opens on that loop at its first
 use there (no thread hop); its twin ``name`` runs the same coroutine on the
-App's portal, an event loop in a thread of its own, for synchronous code.
+App's portal, an event loop in a thread of its own, for synchronous code
+(both kept by ``tenure.connections``). ``app.queue(name)`` is the facade of
+one queue (``tenure.queue``).
 
 ``App`` never imports ``tenure.worker``: producers stay light, and the worker
 runtime is built on top of the same App.
@@ -11,12 +13,8 @@ runtime is built on top of the same App.
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import logging
 import os
-import threading
-import weakref
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -28,6 +26,7 @@ from collections.abc import (
     Sequence,
 )
 from datetime import timedelta
+from functools import partial
 from typing import Any, ParamSpec, TypeVar, overload
 
 from tenure.backends.base import Backend, CallerTransactions, Page, Tick, WorkerInfo
@@ -36,11 +35,11 @@ from tenure.config import (
     DEFAULT_MAX_PAYLOAD,
     DEFAULT_URL,
     MAX_PAYLOAD_RANGE,
-    QueuePolicy,
     check_integer,
 )
+from tenure.connections import Connections
 from tenure.core.events import Event
-from tenure.core.names import check_job_id, check_job_ids, check_name, shown
+from tenure.core.names import check_job_id, check_name, shown
 from tenure.core.schedules import Schedule
 from tenure.core.states import State, parse_state
 from tenure.core.urls import redacted
@@ -48,8 +47,7 @@ from tenure.errors import AmbiguousJobId, InvalidInput, JobNotFound
 from tenure.events import Steps, follow, follow_sync
 from tenure.hooks import Hooks
 from tenure.job import Job, JobSpec, id_prefix
-from tenure.loops import LoopBackend
-from tenure.portal import Portal
+from tenure.queue import Queue
 from tenure.results import check_timeout, wait_result
 from tenure.task import Task
 
@@ -63,93 +61,6 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 log = logging.getLogger("tenure")
-
-
-class Queue:
-    """One queue of an App: counts, policy and its dead-letter queue."""
-
-    def __init__(self, app: App, name: str) -> None:
-        self.app = app
-        self.name = check_name("queue", name)
-
-    def counts(self) -> dict[State, int]:
-        return self.app.call(self.acounts())
-
-    async def acounts(self) -> dict[State, int]:
-        return await (await self.app.abackend()).counts(self.name)
-
-    def policy(self) -> QueuePolicy:
-        return self.app.call(self.apolicy())
-
-    async def apolicy(self) -> QueuePolicy:
-        return await (await self.app.abackend()).get_policy(self.name)
-
-    def set_policy(self, **changes: Any) -> QueuePolicy:
-        """Change some fields of the stored policy, atomically (a concurrent
-        change of other fields is kept); every worker reads it."""
-        return self.app.call(self.aset_policy(**changes))
-
-    async def aset_policy(self, **changes: Any) -> QueuePolicy:
-        return await (await self.app.abackend()).change_policy(self.name, changes)
-
-    def pause(self) -> QueuePolicy:
-        """Stop every worker claiming from this queue (its claims check it, so
-        at once); enqueues still land, and running attempts finish."""
-        return self.set_policy(paused=True)
-
-    async def apause(self) -> QueuePolicy:
-        return await self.aset_policy(paused=True)
-
-    def resume(self) -> QueuePolicy:
-        """Let workers claim from this queue again; idle ones wake."""
-        return self.set_policy(paused=False)
-
-    async def aresume(self) -> QueuePolicy:
-        return await self.aset_policy(paused=False)
-
-    def delete(self) -> int:
-        """Delete this queue: its jobs in every state with their history, its
-        policy and its events; returns how many jobs went. Refused
-        (InvalidTransition) while any of its jobs is active: pause it first."""
-        return self.app.call(self.adelete())
-
-    async def adelete(self) -> int:
-        return await (await self.app.abackend()).delete_queue(self.name)
-
-    def jobs(
-        self, state: State | str | None = None, limit: int = 50, after: str | None = None
-    ) -> Page:
-        return self.app.jobs(self.name, state, limit, after)
-
-    async def ajobs(
-        self, state: State | str | None = None, limit: int = 50, after: str | None = None
-    ) -> Page:
-        return await self.app.ajobs(self.name, state, limit, after)
-
-    def dead(self, limit: int = 50, after: str | None = None) -> Page:
-        """A page of the dead-letter queue, newest first."""
-        return self.jobs(State.DEAD, limit, after)
-
-    async def adead(self, limit: int = 50, after: str | None = None) -> Page:
-        return await self.ajobs(State.DEAD, limit, after)
-
-    def retry_dead(self, job_ids: Iterable[str] | None = None, *, by: str = "python") -> int:
-        """Requeue dead jobs (all when ``job_ids`` is None) with their budgets
-        reset; their attempts keep counting, and each gets a ``retried`` event
-        saying ``by`` whom (``tenure.core.events.RetriedBy``)."""
-        return self.app.call(self.aretry_dead(job_ids, by=by))
-
-    async def aretry_dead(self, job_ids: Iterable[str] | None = None, *, by: str = "python") -> int:
-        ids = check_job_ids(job_ids)
-        return await (await self.app.abackend()).retry_dead(self.name, ids, by)
-
-    def purge_dead(self, job_ids: Iterable[str] | None = None) -> int:
-        """Delete dead jobs (all when ``job_ids`` is None)."""
-        return self.app.call(self.apurge_dead(job_ids))
-
-    async def apurge_dead(self, job_ids: Iterable[str] | None = None) -> int:
-        ids = check_job_ids(job_ids)
-        return await (await self.app.abackend()).purge_dead(self.name, ids)
 
 
 class App:
@@ -175,10 +86,7 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}  # periodic jobs, by name
         self.hooks = Hooks()  # users' code around attempts and at the worker's events
-        self._loops: dict[asyncio.AbstractEventLoop, LoopBackend] = {}  # a backend per loop
-        self._portal: Portal | None = None  # the sync facade's loop
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
+        self._connections = Connections(partial(from_url, self.url, read_only=read_only))
         # Validates the URL now (connects on first use); never opened, it enqueues
         # on a caller's connection (conn=), and describes the storage.
         self._described = from_url(self.url)
@@ -495,18 +403,7 @@ class App:
         """The backend of the running event loop, opened there on first use (and
         again in a forked child, or after a failed opening); closed with its
         loop. Concurrent first uses wait for one opening."""
-        if self._pid != os.getpid():
-            self._forget()
-        loop = asyncio.get_running_loop()
-        held = self._loops.get(loop)
-        if held is None or held.ended:
-            for gone in [lp for lp in self._loops if lp.is_closed()]:
-                del self._loops[gone]  # its connections closed with its loop
-            held = self._loops[loop] = LoopBackend(loop, self._make_backend)
-        return await held.backend()
-
-    def _make_backend(self) -> Backend:
-        return from_url(self.url, read_only=self.read_only)
+        return await self._connections.backend()
 
     @property
     def backend(self) -> Backend:
@@ -515,56 +412,17 @@ class App:
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the App's portal, from synchronous code: the sync facade."""
-        with self._lock:
-            if self._pid != os.getpid():
-                self._forget()
-            if self._portal is None:
-                self._portal = Portal()
-                _close_at_exit(self)
-            portal = self._portal
-        try:
-            return portal.run(coro)
-        except BaseException:
-            held = self._loops.get(portal.loop)
-            if held is None or held.ended:  # it failed to open: keep no thread
-                with self._lock:
-                    if self._portal is portal:
-                        self._portal = None
-                        portal.close()
-            raise
-
-    def _forget(self) -> None:
-        """In a forked child: the parent's connections and threads are not ours to use."""
-        self._pid = os.getpid()
-        for held in self._loops.values():
-            held.abandon()
-        self._loops, self._portal = {}, None
+        return self._connections.call(coro)
 
     def close(self) -> None:
         """Close the sync facade's backend, and those of event loops that are not
         running (a running loop's closes with ``await app.aclose()``, or ``async
         with app:``; one whose loop is closed is gone with it)."""
-        if self._pid != os.getpid():
-            self._forget()
-            return
-        with self._lock:
-            portal, self._portal = self._portal, None
-        for loop, held in list(self._loops.items()):
-            if portal is not None and loop is portal.loop:
-                portal.run(held.close())
-            elif not (loop.is_closed() or loop.is_running()):
-                loop.run_until_complete(held.close())
-            elif loop.is_running():
-                continue
-            del self._loops[loop]
-        if portal is not None:
-            portal.close()
+        self._connections.close()
 
     async def aclose(self) -> None:
         """Close the backend of the running event loop."""
-        held = self._loops.pop(asyncio.get_running_loop(), None)
-        if held is not None:
-            await held.close()
+        await self._connections.aclose()
 
     def __enter__(self) -> App:
         return self
@@ -593,18 +451,6 @@ def _say_default_once() -> None:
             DEFAULT_URL,
             os.path.join(os.getcwd(), "tenure.db"),
         )
-
-
-def _close_at_exit(app: App) -> None:
-    """Close an App its user forgot to close, so that connections end cleanly."""
-    ref = weakref.ref(app)
-
-    def close() -> None:
-        alive = ref()
-        if alive is not None:
-            alive.close()
-
-    atexit.register(close)
 
 
 async def _awaited(coro: Coroutine[Any, Any, T]) -> T:

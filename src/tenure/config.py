@@ -13,7 +13,14 @@ from typing import Any, Literal
 
 import orjson
 
-from tenure.core.names import shown
+from tenure.core.hosts import is_loopback
+from tenure.core.names import check_name, shown
+from tenure.core.values import ATTEMPTS_RANGE, TIMEOUT_RANGE, check_number, shown_bound
+
+# `X as X`: re-exported (mypy --strict) at the value checks' old address.
+from tenure.core.values import MAX_SECONDS as MAX_SECONDS  # noqa: PLC0414
+from tenure.core.values import check_integer as check_integer  # noqa: PLC0414
+from tenure.core.values import check_seconds as check_seconds  # noqa: PLC0414
 from tenure.errors import InvalidInput
 
 Delivery = Literal["at-least-once", "at-most-once"]
@@ -27,12 +34,6 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024
 # A payload crosses to an executor in one frame of at most 512 MiB, with its job.
 MAX_PAYLOAD_RANGE = (1, 256 * 1024 * 1024)
 
-# Bounds, once for every backend: each value stored must fit PostgreSQL's
-# integer and SQLite's and Redis' numbers alike, and render as a date.
-MAX_SECONDS = 10 * 365.25 * 86_400.0  # delays, deadlines, backoffs: ten years
-PRIORITY_RANGE = (-1_000_000, 1_000_000)
-ATTEMPTS_RANGE = (1, 1_000_000)  # max_attempts and max_stalls, of a queue or a job
-TIMEOUT_RANGE = (0.0, MAX_SECONDS)  # above 0
 LEASE_TTL_MAX = 3_600.0
 
 # The bounds of each numeric policy field, in seconds but for the counts. A
@@ -73,39 +74,6 @@ _ABOVE = frozenset({"timeout"})  # bounds (lo, hi]: zero is not a deadline
 _OPTIONAL = frozenset({"timeout", "max_active", "rate_limit", "keep_completed", "keep_dead"})
 _FLAGS = ("events", "paused")
 _SHARES = frozenset({"backoff_jitter"})  # a number within [0, 1], not seconds
-
-
-def _bound(x: float) -> str:
-    if x == MAX_SECONDS:
-        return "315576000 (ten years)"
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
-
-
-def check_number(
-    name: str, value: object, lo: float, hi: float, *, above: bool = False, kind: str = "a number"
-) -> None:
-    """InvalidInput unless ``value`` is a real number (not a bool) within
-    ``[lo, hi]`` (``(lo, hi]`` when ``above``). NaN, infinities and integers too
-    large for a float fall outside every range."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not (ok and (lo < value if above else lo <= value) and value <= hi):  # type: ignore[operator]
-        low = "(" if above else "["
-        raise InvalidInput(
-            f"{name} must be {kind} within {low}{_bound(lo)}, {_bound(hi)}], got {shown(value)}"
-        )
-
-
-def check_integer(name: str, value: object, lo: int | float, hi: int | float) -> None:
-    """InvalidInput unless ``value`` is an int (not a bool) within ``[lo, hi]``."""
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise InvalidInput(
-            f"{name} must be an integer within [{_bound(lo)}, {_bound(hi)}], got {shown(value)}"
-        )
-
-
-def check_seconds(name: str, value: object, *, above: bool = False) -> None:
-    """A number of seconds within [0, ten years] (``(0, ten years]`` when ``above``)."""
-    check_number(name, value, 0.0, MAX_SECONDS, above=above, kind="a number of seconds")
 
 
 def _clamped(name: str, value: Any) -> Any:
@@ -329,7 +297,7 @@ class PolicyField:
         """``[lo, hi]`` (``(lo, hi]`` when ``above``), as the checks word them."""
         if self.low is None or self.high is None:
             return ""
-        return f"{'(' if self.above else '['}{_bound(self.low)}, {_bound(self.high)}]"
+        return f"{'(' if self.above else '['}{shown_bound(self.low)}, {shown_bound(self.high)}]"
 
 
 @functools.cache
@@ -407,8 +375,6 @@ class WorkerConfig:
         self.validate()
 
     def validate(self) -> None:
-        from tenure.core.names import check_name
-
         if not self.queues:
             raise InvalidInput("a worker needs at least one queue")
         for q in self.queues:
@@ -434,14 +400,12 @@ class WorkerConfig:
             raise InvalidInput(
                 f"metrics_host must be a host name or address, got {shown(self.metrics_host)}"
             )
-        if self.metrics_port is not None and not self.metrics_public:
-            from tenure.core.hosts import is_loopback
-
-            if not is_loopback(self.metrics_host):
-                raise InvalidInput(
-                    f"metrics on {self.metrics_host} could be read by anyone who reaches it "
-                    "(queue names, job counts): serve them on loopback, or say "
-                    "--metrics-public (metrics_public=True)"
-                )
+        served = self.metrics_port is not None
+        if served and not self.metrics_public and not is_loopback(self.metrics_host):
+            raise InvalidInput(
+                f"metrics on {self.metrics_host} could be read by anyone who reaches it "
+                "(queue names, job counts): serve them on loopback, or say "
+                "--metrics-public (metrics_public=True)"
+            )
         if self.idle_poll_min > self.idle_poll_max:
             raise InvalidInput("idle_poll_min must not exceed idle_poll_max")

@@ -2,6 +2,10 @@
 
 Every error a user can act on is a :class:`TenureError`; its message says what
 was wrong and what to do about it.
+
+The bottom layer: this module imports nothing of tenure while it loads (the
+type checker reads types; ``Retry`` and ``Fail`` are fetched on first use),
+so that every other module can import it.
 """
 
 from __future__ import annotations
@@ -11,6 +15,23 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tenure.core.states import DeadReason
     from tenure.job import Job
+    from tenure.signals import Fail, Retry
+
+__all__ = [
+    "AmbiguousJobId",
+    "BackendUnavailable",
+    "Fail",
+    "InvalidInput",
+    "InvalidTransition",
+    "JobCancelled",
+    "JobFailed",
+    "JobNotFound",
+    "LeaseLost",
+    "LivenessLost",
+    "Retry",
+    "StorageLost",
+    "TenureError",
+]
 
 
 class TenureError(Exception):
@@ -97,22 +118,12 @@ class StorageLost(TenureError):
     write where nobody else does, so a worker stops; it is not retried."""
 
 
-class Retry(Exception):
-    """Raised by a handler to retry its job explicitly, optionally after ``in_`` seconds
-    (at most ten years: ``tenure.config.MAX_SECONDS``).
+def __getattr__(name: str) -> object:
+    """``Retry`` and ``Fail``, the handler signals, at their old address: they
+    live in :mod:`tenure.signals`, which needs this module first, so they are
+    fetched on first use rather than imported while this module loads."""
+    if name in ("Retry", "Fail"):
+        from tenure import signals
 
-    The attempt counts against ``max_attempts``.
-    """
-
-    def __init__(self, in_: float | None = None, reason: str = "") -> None:
-        if in_ is not None:
-            from tenure.config import check_seconds  # config needs this module first
-
-            check_seconds("Retry(in_=...)", in_)
-        self.in_ = in_
-        self.reason = reason
-        super().__init__(reason or f"retry requested (in {in_} s)")
-
-
-class Fail(Exception):
-    """Raised by a handler to send its job straight to the dead-letter queue."""
+        return getattr(signals, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,17 +11,17 @@ from typing import Any, TypeVar
 
 import orjson
 
-from tenure.config import (
+from tenure.config import DEFAULT_MAX_PAYLOAD
+from tenure.core.names import check_job_id, check_key, check_name, shown
+from tenure.core.payload import encode_args
+from tenure.core.states import DeadReason, Outcome, State
+from tenure.core.values import (
     ATTEMPTS_RANGE,
-    DEFAULT_MAX_PAYLOAD,
     MAX_SECONDS,
     PRIORITY_RANGE,
     check_integer,
     check_seconds,
 )
-from tenure.core.names import check_job_id, check_key, check_name, shown
-from tenure.core.payload import encode_args
-from tenure.core.states import DeadReason, Outcome, State
 from tenure.errors import InvalidInput
 from tenure.traces import TRACEPARENT, current_traceparent
 

@@ -6,6 +6,9 @@ included, to the handler's parameters by name, and refuses at once what would
 not bind (a mistyped name, a missing argument, an option such as ``delay``
 passed as an argument): the job would only fail on every attempt. Options go
 through ``with_options``, never through the arguments.
+
+A task stores its jobs through the App that registered it; ``tenure.app``
+imports this module, so this one names ``App`` for the type checker only.
 """
 
 from __future__ import annotations

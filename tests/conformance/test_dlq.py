@@ -229,7 +229,7 @@ def test_dead_counts__count_the_dead_jobs_of_the_queue_by_reason(
     backend: Any, worker: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Redis counts by pieces: three pieces (the last one partly full) for five jobs.
-    monkeypatch.setattr("tenure.backends.redis.backend.DEAD_COUNT_PIECE", 2)
+    monkeypatch.setattr("tenure.backends.redis.operators.DEAD_COUNT_PIECE", 2)
     assert backend.dead_counts("default") == {}
     buried = [bury(backend, worker) for _ in range(2)]
     timed_out = kill(backend, worker, Outcome.TIMEOUT)

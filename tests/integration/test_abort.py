@@ -42,6 +42,15 @@ async def apolite() -> str:
     return "slept"
 
 @app.task
+def beating() -> str:
+    job = tenure.current_job()
+    job.progress("started")
+    while not job.cancelled:
+        job.heartbeat()  # its own renewal: the worker's own is far off
+        time.sleep(0.01)
+    return "stopped when its heartbeat told it"
+
+@app.task
 def stubborn(seconds: float) -> str:
     tenure.current_job().progress("started")
     time.sleep(seconds)  # never looks
@@ -103,6 +112,19 @@ def test_an_async_handler__gets_cancelled_error_and_the_job_ends_cancelled(abort
     assert job.state is State.CANCELLED and job.progress == "cleaned up"
     assert [a.outcome for a in job.history] == [Outcome.CANCELLED]
     assert took < GRACE
+
+
+@pytest.mark.parametrize("pool", ["process", "thread"])
+def test_a_handler_that_heartbeats_itself__is_told_of_the_cancel_by_its_heartbeat(abort_app, pool):
+    """A handler's own heartbeat renews its lease as the worker's does, and
+    learns of a cancel the same way: its handler is asked to stop, without
+    waiting for the worker's next heartbeat (here long after the test ends)."""
+    abort_app.queue().set_policy(heartbeat_interval=60.0, lease_ttl=120.0)
+    took, job = cancel_while_running(abort_app, "beating", {}, pool)
+    assert (job.state, job.result, job.attempts) == (State.CANCELLED, None, 1)
+    assert [a.outcome for a in job.history] == [Outcome.CANCELLED]
+    assert "returned" in job.error
+    assert took < GRACE  # it stopped by itself, told by its own heartbeat: no kill
 
 
 def test_a_handler_that_ignores_the_cancel__is_killed_after_the_grace(abort_app):

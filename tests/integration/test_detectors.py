@@ -10,6 +10,7 @@ from tenure.backends.sqlite import SQLiteBackend
 from tenure.core.clock import FakeClock
 from tenure.core.states import Outcome, State
 from tenure.job import JobSpec
+from tenure.worker.identity import Identity
 from tenure.worker.leases import LeaseKeeper
 from tenure.worker.sweeper import RETRY_PAST_GUARD, Sweeper
 
@@ -93,13 +94,33 @@ def test_a_refused_sweeper__tries_again_as_soon_as_a_sweep_is_allowed(make_backe
     assert waits[1] == pytest.approx(0.9 - 0.6 + RETRY_PAST_GUARD)  # the guard's 0.9 x interval
 
 
+class Held:
+    """The attempts a keeper renews the leases of: one each, until its lease is lost."""
+
+    def __init__(self, on_lost):
+        self.leases = {}
+
+        def lease_lost(lease):
+            if self.leases.pop(lease, None) is not None:
+                on_lost()
+
+        self.lease_lost = lease_lost
+
+    def held(self):
+        return set(self.leases)
+
+    def cancel_requested(self, lease):
+        pass
+
+
 def test_the_lease_keeper_renews_and_reports_a_lost_lease_to_its_attempt(make_backend, clock):
     async def scenario():
         backend = await make_backend()
         job = await claimed(backend)
         lost = []
-        keeper = LeaseKeeper(backend, "w1", interval=2.0)
-        keeper.hold((job.id, job.fence), lambda: lost.append(job.id))
+        holder = Held(lambda: lost.append(job.id))
+        keeper = LeaseKeeper(backend, Identity("w1"), holder, interval=2.0)
+        holder.leases[job.id, job.fence] = job
         clock.advance(10.0)
         assert await keeper.run_once() == set()  # renewed: expires 15 s from now
         renewed = (await backend.get(job.id)).lease_expires_at

@@ -12,7 +12,8 @@ import pytest
 from tenure import App, State
 from tenure.backends import from_url
 from tenure.backends.postgres import PostgresBackend
-from tenure.backends.postgres.backend import COPY_FROM, MIGRATIONS
+from tenure.backends.postgres.backend import MIGRATIONS
+from tenure.backends.postgres.enqueue import COPY_FROM, Enqueue
 from tenure.config import QueuePolicy
 from tenure.core.retry import decide_for
 from tenure.core.states import Outcome
@@ -76,13 +77,13 @@ def test_a_large_batch_goes_by_copy__reads_back_as_given_and_is_stored_once(
 ):
     backend = open_backend(pg_url)
     copies = []
-    copy = PostgresBackend._copy
+    copy = Enqueue._copy
 
     def counted(self, specs):
         copies.append(len(specs))
         return copy(self, specs)
 
-    monkeypatch.setattr(PostgresBackend, "_copy", counted)
+    monkeypatch.setattr(Enqueue, "_copy", counted)
     odd = {"s": "tab\t nl\n cr\r bs\\ \\N nul\x00 é😀", "n": [1e16, -0.0, 5e-324, 2**63 - 1]}
     specs = [
         JobSpec.create("t", {**odd, "i": i}, queue=f"q{i % 3}", delay=(i % 2) * 30.5,
@@ -333,7 +334,7 @@ def test_connections_held_for_cycles_the_server_dropped__cost_no_error(
     register(b, "w")
     b.enqueue([JobSpec.create("t", {}) for _ in range(2)])
     _, [first] = b.complete_and_claim([], "w", ["default"], 1)
-    assert len(b.inner._held) == 1
+    assert len(b.inner.parts.claiming._held) == 1
     db = pg_url.rsplit("/", 1)[1]
     postgres_server.psql(
         "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
@@ -404,7 +405,7 @@ def test_the_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, portal
     try:
 
         async def plans():
-            async with b._conn() as conn:
+            async with b.db.conn() as conn:
                 await conn.execute(
                     "INSERT INTO tenure.jobs (id, queue, task, args, state, run_at, created_at)"
                     " SELECT md5(g::text), 'default', 't', '{}', 'queued', g, 0"
@@ -414,7 +415,7 @@ def test_the_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, portal
             for _ in range(8):  # psycopg prepares a statement at its 6th run
                 await b.complete_and_claim([], "w", ["default"], 4)
                 await b.complete_and_claim([], "w", ["default"], 4, skip_tasks=["new"])
-            async with b._conn() as conn:
+            async with b.db.conn() as conn:
                 cur = await conn.execute(
                     "SELECT name, parameter_types::text[] FROM pg_prepared_statements"
                     " WHERE statement LIKE '%%candidates AS%%'"

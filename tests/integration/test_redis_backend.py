@@ -27,8 +27,8 @@ import redis as redis_sync
 from redis.crc import key_slot
 
 from tenure.backends.base import Renewal, WorkerInfo
-from tenure.backends.redis import RedisBackend, retention
-from tenure.backends.redis.backend import ENQUEUE_CHUNK, ENQUEUE_WINDOW
+from tenure.backends.redis import RedisBackend, rescue
+from tenure.backends.redis.enqueue import ENQUEUE_CHUNK, ENQUEUE_WINDOW
 from tenure.backends.redis.scripts import NAMES, SCRIPTS, Runner
 from tenure.backends.redis.transport import RedisPyTransport
 from tenure.config import QueuePolicy
@@ -439,7 +439,7 @@ def test_a_deleted_queue__leaves_none_of_its_keys_retention_s_included(
 def test_a_prune__goes_in_script_calls_of_at_most_script_max_jobs(
     redis_url: str, open_backend: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(retention, "SCRIPT_MAX", 4)
+    monkeypatch.setattr(rescue, "SCRIPT_MAX", 4)
     b = open_backend(redis_url)
     b.change_policy("default", {"keep_completed": 0})
     w = register(b, "w1")
@@ -586,7 +586,7 @@ def test_a_worker_whose_liveness_connection_dropped__never_claims_under_that_ide
     [victim] = [c for c in clients(redis_url) if c["name"].endswith("w-cut")]
     admin(redis_url, "CLIENT", "KILL", "ID", victim["id"])
     deadline = time.monotonic() + 5
-    while not b.inner._liveness.seems_lost("w-cut"):  # once the loop has read the EOF
+    while not b.inner.liveness.seems_lost("w-cut"):  # once the loop has read the EOF
         assert time.monotonic() < deadline, "the closed connection was never noticed"
         b.counts("default")  # a round trip lets the loop run
     assert b.claim("w-cut", ["default"], 2) == []

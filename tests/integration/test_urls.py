@@ -14,7 +14,7 @@ import pytest
 
 from tenure import App
 from tenure.backends import from_url
-from tenure.backends.postgres.backend import MAX_SCHEMA_LENGTH
+from tenure.backends.postgres.url import MAX_SCHEMA_LENGTH
 from tenure.core.urls import redacted, scrub
 from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.portal import Portal

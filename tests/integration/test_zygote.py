@@ -20,7 +20,7 @@ from tenure.job import Job
 from tenure.worker import Supervisor
 from tenure.worker.executors.base import AttemptResult, Returned, Stopped
 from tenure.worker.executors.process import ProcessPool
-from tenure.worker.executors.zygotes import Zygote
+from tenure.worker.executors.zygote_handle import Zygote
 
 TENURE = Path(sys.executable).with_name("tenure")
 

@@ -1,7 +1,7 @@
 """The executor process's side, in this process: aborts of attempts it has
 not read yet (no pipe is read or written here)."""
 
-from tenure.worker.executors.child import ABORTS_KEPT, ExecutorProcess
+from tenure.worker.executors.child_main import ABORTS_KEPT, ExecutorProcess
 from tenure.worker.executors.wire import Run
 
 

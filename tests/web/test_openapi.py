@@ -12,8 +12,12 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode, checks
+from starlette.applications import Starlette
+from starlette.routing import Route
 
 from tenure import App
+from tenure.web import asgi_app
+from tenure.web.openapi import document
 from tests.web.conftest import Served
 
 EXAMPLES = 12  # per operation and mode: the whole test stays within seconds
@@ -61,3 +65,19 @@ def test_openapi__no_5xx_and_responses_match_the_document(
                     exercise(operation, mode, server.url, job.id)
     finally:
         app.close()
+
+
+def test_served_routes__are_the_documents_operations(tmp_path: Path) -> None:
+    app = App(f"sqlite:///{tmp_path / 'tenure.db'}")
+    try:
+        server = asgi_app(app)
+    finally:
+        app.close()
+    assert isinstance(server.inner, Starlette)
+    api = [r for r in server.inner.routes if isinstance(r, Route)
+           and (r.path.startswith("/api/") or r.path == "/metrics")
+           and r.path != "/api/openapi.json"]  # fmt: skip
+    served = sorted((m, r.path) for r in api for m in r.methods or () if m != "HEAD")
+    paths = document()["paths"].items()
+    documented = sorted((m.upper(), p) for p, item in paths for m in item if m != "parameters")
+    assert served == documented

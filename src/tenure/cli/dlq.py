@@ -9,8 +9,9 @@ import click
 from tenure.app import App
 from tenure.cli.common import CliError, json_option, open_app
 from tenure.cli.jobs import list_jobs
-from tenure.cli.output import job_dict, print_job, print_json
+from tenure.cli.output import print_job, print_json
 from tenure.core.states import State
+from tenure.formats import job_dict
 
 QUEUE_HELP = "Only this queue (default: every queue)."
 

@@ -10,7 +10,6 @@ import click
 from tenure.cli.common import CliError, cli_state, json_object, json_option, open_app
 from tenure.cli.output import (
     counts_table,
-    job_dict,
     print_job,
     print_jobs,
     print_json,
@@ -19,6 +18,7 @@ from tenure.cli.output import (
 )
 from tenure.core.states import State
 from tenure.core.urls import redacted
+from tenure.formats import job_dict
 
 STATES = click.Choice([s.value for s in State])
 LIMIT = click.IntRange(1, 10_000)

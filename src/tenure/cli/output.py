@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 import click
@@ -23,12 +21,12 @@ from tenure.backends.base import Page, WorkerInfo
 from tenure.config import QueuePolicy
 from tenure.core.states import State
 from tenure.errors import TenureError
+from tenure.formats import seconds, summary, to_json, when
 from tenure.job import Job
 
 NUMERIC = frozenset(
     {"attempt", "attempts", "fence", "total", "pid", "leases", *(s.value for s in State)}
 )
-SUMMARY_LENGTH = 80  # an error's one-line summary in a table
 SHRINK_TO = 24  # how narrow an error column may get on a narrow terminal
 UNBOUNDED = 100_000
 
@@ -61,48 +59,8 @@ def show(renderable: Table) -> None:
     console(max(width, size.minimum)).print(renderable, crop=False)
 
 
-def when(ts: float | None) -> str:
-    """An epoch time as local ISO time without microseconds; ``-`` for none.
-    A time no date can show (stored before times were bounded, or by hand)
-    is shown as its number, so that one such job does not break a listing."""
-    if ts is None:
-        return "-"
-    try:
-        return datetime.fromtimestamp(ts).isoformat(sep=" ", timespec="seconds")
-    except (OverflowError, ValueError, OSError, TypeError):
-        return f"{ts!r} (epoch s)"
-
-
-def seconds(duration: float | None) -> str:
-    try:
-        return "-" if duration is None else f"{duration:.2f} s"
-    except (TypeError, ValueError):
-        return repr(duration)
-
-
-def to_json(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
-
-
-def summary(error: str | None) -> str:
-    """One line of an error: a traceback's last line (the exception), else the first line."""
-    if not error:
-        return ""
-    lines = [line.strip() for line in error.splitlines() if line.strip()]
-    if not lines:
-        return ""
-    line = lines[0]
-    if line.startswith("Traceback"):
-        line = [x for x in lines if x != "[truncated]"][-1]
-    return line if len(line) <= SUMMARY_LENGTH else line[: SUMMARY_LENGTH - 1] + "…"
-
-
 def print_json(data: Any) -> None:
     click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
-
-
-def job_dict(job: Job) -> dict[str, Any]:
-    return dataclasses.asdict(job)
 
 
 # -- tables ----------------------------------------------------------------

@@ -7,7 +7,8 @@ import time
 import click
 
 from tenure.cli.common import CliError, cli_state, json_option, open_app
-from tenure.cli.output import print_json, schedules_table, show, when
+from tenure.cli.output import print_json, schedules_table, show
+from tenure.formats import when
 
 
 @click.command()

@@ -111,7 +111,7 @@ def worker(
 ) -> None:
     """Run a worker for the App at MODULE:APP (e.g. myapp.tasks:app; default: --app)."""
     from tenure.worker import run_worker  # producers' commands need not load the worker
-    from tenure.worker.executors.zygote import fork_zygote
+    from tenure.worker.executors.zygote_main import fork_zygote
 
     app_path = app_path or cli_state().app_path
     if not app_path:

@@ -11,8 +11,10 @@ the same, in their own language (their tests are the conformance suite's).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from tenure.config import QueuePolicy
+if TYPE_CHECKING:
+    from tenure.config import QueuePolicy
 
 # Tokens are floats refilled in small steps: 2.9999999999 is 3.
 EPSILON = 1e-9

@@ -11,9 +11,12 @@ jobs write a million events.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from tenure.config import QueuePolicy
 from tenure.core.states import State
+
+if TYPE_CHECKING:
+    from tenure.config import QueuePolicy
 
 # The finished states, each with the policy field that says how long it is kept.
 KEPT_BY = {State.COMPLETED: "keep_completed", State.CANCELLED: "keep_completed",

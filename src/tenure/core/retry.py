@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tenure.config import QueuePolicy
 from tenure.core.states import STALL_OUTCOMES, DeadReason, Outcome, State
-from tenure.job import Job
+
+if TYPE_CHECKING:
+    from tenure.config import QueuePolicy
+    from tenure.job import Job
 
 
 @dataclass(frozen=True, slots=True)

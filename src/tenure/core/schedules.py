@@ -20,8 +20,8 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from enum import StrEnum
 from typing import Any
 
-from tenure.config import MAX_SECONDS
 from tenure.core.names import check_name, shown
+from tenure.core.values import MAX_SECONDS
 from tenure.errors import InvalidInput
 
 MIN_EVERY = 1.0  # seconds: cron's own finest step; each tick costs a round trip per worker

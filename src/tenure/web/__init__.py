@@ -20,9 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable, Iterable
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -30,14 +28,12 @@ from starlette.routing import Route
 
 from tenure.app import App
 from tenure.errors import BackendUnavailable, InvalidInput, InvalidTransition, JobNotFound
-from tenure.metrics import app_registry
 from tenure.web.api import Api
 from tenure.web.guard import Guard, route_path
 from tenure.web.openapi import document
 from tenure.web.pages import Pages, error_page
 from tenure.web.responses import JSON, error_response
 from tenure.web.sessions import SESSION_HOURS
-from tenure.web.sse import EventStream
 
 # tenure's errors as HTTP: the most specific class first (InvalidTransition is an InvalidInput).
 STATUS: dict[type[Exception], int] = {
@@ -72,10 +68,8 @@ def asgi_app(
 
     routes = [
         Route("/api/openapi.json", openapi_json, methods=["GET"]),
-        Route("/api/events", EventStream(app).respond, methods=["GET"]),
         *Api(app).routes(),
         *Pages(app).routes(),
-        _metrics_route(app),
     ]
     handlers = {cls: _error_handler(status) for cls, status in STATUS.items()}
     server = Starlette(
@@ -87,19 +81,6 @@ def asgi_app(
         },
     )
     return Guard(server, token, any_host=any_host, hosts=hosts, session_hours=session_hours)
-
-
-def _metrics_route(app: App) -> Route:
-    """Prometheus' ``/metrics``: storage's gauges (jobs by queue and state, queue lag)."""
-    registry = app_registry(app)
-
-    async def metrics(request: Request) -> Response:
-        # The registry reads storage through the App's sync facade: off this loop.
-        return Response(
-            await run_in_threadpool(generate_latest, registry), media_type=CONTENT_TYPE_LATEST
-        )
-
-    return Route("/metrics", metrics, methods=["GET"])
 
 
 def _error_handler(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:

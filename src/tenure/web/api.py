@@ -1,4 +1,6 @@
-"""The JSON API: queues, policies, jobs, the dead-letter queue and workers.
+"""The JSON API: queues, policies, jobs, the dead-letter queue and workers;
+with the event stream and ``/metrics``, every endpoint ``tenure.web.endpoints``
+declares.
 
 Every handler validates what it reads with tenure's own checks; their
 ``InvalidInput`` (400), ``InvalidTransition`` (409) and ``JobNotFound`` (404)
@@ -11,20 +13,25 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from tenure.app import App
 from tenure.backends.base import Backend
 from tenure.backends.checks import LIST_LIMIT
-from tenure.cli.output import job_dict
 from tenure.core.events import RetriedBy
 from tenure.core.names import check_job_id, check_job_ids, check_name, shown
 from tenure.core.states import State
 from tenure.core.urls import redacted
 from tenure.errors import InvalidInput
-from tenure.metrics import read_queues
+from tenure.formats import job_dict
+from tenure.metrics import app_registry, read_queues
+from tenure.web.endpoints import ENDPOINTS
 from tenure.web.responses import JSON, json_object
+from tenure.web.sse import EventStream
 
 ENQUEUE_OPTIONS = frozenset(
     {"queue", "delay", "run_at", "priority", "key", "max_attempts", "timeout"}
@@ -38,21 +45,12 @@ class Api:
     def __init__(self, app: App) -> None:
         self.app = app
         self.body_limit = app.max_payload + BODY_MARGIN
+        self.events = EventStream(app).respond  # GET /api/events
+        self.registry = app_registry(app)
 
     def routes(self) -> list[Route]:
-        return [
-            Route("/api/queues", self.queues, methods=["GET"]),
-            Route("/api/queues/{queue}/policy", self.policy, methods=["GET"]),
-            Route("/api/queues/{queue}/policy", self.set_policy, methods=["PUT"]),
-            Route("/api/queues/{queue}/dead", self.dead, methods=["GET"]),
-            Route("/api/queues/{queue}/dead/retry", self.retry_dead, methods=["POST"]),
-            Route("/api/queues/{queue}/dead/purge", self.purge_dead, methods=["POST"]),
-            Route("/api/jobs", self.jobs, methods=["GET"]),
-            Route("/api/jobs", self.enqueue, methods=["POST"]),
-            Route("/api/jobs/{id}", self.job, methods=["GET"]),
-            Route("/api/jobs/{id}/cancel", self.cancel, methods=["POST"]),
-            Route("/api/workers", self.workers, methods=["GET"]),
-        ]
+        """A route per endpoint of ``tenure.web.endpoints``, to the handler it names."""
+        return [Route(e.path, getattr(self, e.handler), methods=[e.method]) for e in ENDPOINTS]
 
     async def backend(self) -> Backend:
         return await self.app.abackend()
@@ -148,6 +146,14 @@ class Api:
         """Registered workers, each with how many leases (active jobs) it holds."""
         workers = await (await self.backend()).workers()
         return JSON({"workers": [dataclasses.asdict(w) for w in workers]})
+
+    async def metrics(self, request: Request) -> Response:
+        """Prometheus' ``/metrics``: storage's gauges (jobs by queue and state, queue lag)."""
+        # The registry reads storage through the App's sync facade: off this loop.
+        return Response(
+            await run_in_threadpool(generate_latest, self.registry),
+            media_type=CONTENT_TYPE_LATEST,
+        )
 
 
 def _param(request: Request, name: str) -> str | None:

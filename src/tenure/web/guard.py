@@ -19,7 +19,8 @@
   address a proxy the server trusts forwards), in memory: past
   LOGIN_FAILURES within LOGIN_WINDOW seconds, every token attempt from it
   gets 429 (the right token too: else guessing would go on at full speed)
-  until the oldest failure ages out.
+  until the oldest failure ages out. The login form and that count are
+  ``tenure.web.login``'s.
 - Every response carries the security headers below: a CSP without inline
   script, ``nosniff``, no framing, no referrer to other sites, no caching.
 """
@@ -28,33 +29,33 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 import re
-import time
-from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
-from urllib.parse import parse_qs, urlsplit
+from collections.abc import Iterable
+from urllib.parse import urlsplit
 
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tenure.core.hosts import check_host_name, host_name, is_loopback
 from tenure.errors import InvalidInput
-from tenure.web.responses import error_response, read_body
-from tenure.web.sessions import SESSION_HOURS, Sessions, cookie_name
+from tenure.web.login import (
+    LOGIN_FAILURES,
+    LOGIN_PATHS,
+    LOGIN_WINDOW,
+    Login,
+    LoginThrottle,
+    too_many_attempts,
+)
+from tenure.web.responses import error_response
+from tenure.web.scope import client_address, root_path, route_path, session_cookie
+from tenure.web.sessions import SESSION_HOURS, Sessions
 
 SESSION = "tenure.session"  # the scope's key: whether the request came with a live session
 MIN_TOKEN_LENGTH = 16
 TOKEN = re.compile(r"[\x21-\x7e]+")  # printable ASCII: what a header carries unchanged
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SAME_SITE = frozenset({"same-origin", "none"})
-LOGIN_PATHS = frozenset({"/login", "/logout"})
-LOGIN_FAILURES = 10  # failed token attempts a client address may make ...
-LOGIN_WINDOW = 60.0  # ... within this many seconds, before it gets 429
-THROTTLED_CLIENTS = 10_000  # addresses remembered: the oldest are forgotten past it
-LOGIN_BODY_LIMIT = 4096
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -86,40 +87,6 @@ def _digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).digest()
 
 
-class LoginThrottle:
-    """Failed token attempts per client address, in memory: past ``limit``
-    within ``window`` seconds, the address waits until the oldest ages out."""
-
-    def __init__(
-        self,
-        limit: int = LOGIN_FAILURES,
-        window: float = LOGIN_WINDOW,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.limit, self.window, self.clock = limit, window, clock
-        self.failures: OrderedDict[str, deque[float]] = OrderedDict()
-
-    def wait(self, client: str) -> float:
-        """Seconds ``client`` must wait before its next attempt (0: none)."""
-        failed = self.failures.get(client)
-        if failed is None:
-            return 0.0
-        now = self.clock()
-        while failed and failed[0] <= now - self.window:
-            failed.popleft()
-        if not failed:
-            del self.failures[client]
-            return 0.0
-        return failed[0] + self.window - now if len(failed) >= self.limit else 0.0
-
-    def failed(self, client: str) -> None:
-        failed = self.failures.setdefault(client, deque(maxlen=self.limit))
-        failed.append(self.clock())
-        self.failures.move_to_end(client)
-        if len(self.failures) > THROTTLED_CLIENTS:  # many addresses (IPv6): memory stays bounded
-            self.failures.popitem(last=False)
-
-
 class Guard:
     """ASGI middleware: the rules of the module docstring, before ``inner`` sees a request.
 
@@ -148,6 +115,7 @@ class Guard:
         self._digest = None if token is None else _digest(token)
         self.sessions = Sessions(session_hours)
         self.throttle = LoginThrottle()
+        self.login = Login(self.matches, self.sessions, self.throttle)
 
     def protection(self, source: str = "") -> str:
         """What guards the server, in one line (``tenure serve`` says it at
@@ -183,12 +151,12 @@ class Guard:
         if misdirected is not None:
             return misdirected
         if self.token is not None and self.tries_token(request):
-            wait = self.throttle.wait(_client(request))
+            wait = self.throttle.wait(client_address(request))
             if wait > 0:
                 return too_many_attempts(request, wait)
         bearer = self.bearer_ok(request)
         if self.token is not None and _bearer(request) is not None and not bearer:
-            self.throttle.failed(_client(request))
+            self.throttle.failed(client_address(request))
         request.scope[SESSION] = session = self.cookie_ok(request)
         needs_token = self.token is not None and route_path(request.scope) not in LOGIN_PATHS
         if needs_token and not (bearer or session):
@@ -233,97 +201,23 @@ class Guard:
 
     def cookie_ok(self, request: Request) -> bool:
         """Whether ``request`` carries a live session."""
-        given = request.cookies.get(_cookie(request.scope))
+        given = request.cookies.get(session_cookie(request.scope))
         return self.token is not None and given is not None and self.sessions.live(given)
 
     def unauthenticated(self, request: Request) -> Response:
         if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
-            return RedirectResponse(_root(request.scope) + "/login", 303)
+            return RedirectResponse(root_path(request.scope) + "/login", 303)
         response = error_response(
             401, "Unauthorized", "this server needs its token: Authorization: Bearer <token>"
         )
         response.headers["www-authenticate"] = 'Bearer realm="tenure"'
         return response
 
-    def logged_in(self, request: Request) -> Response:
-        """The way back to the dashboard, with a new session's cookie."""
-        root = _root(request.scope)
-        response = RedirectResponse(root + "/", 303)
-        response.set_cookie(
-            _cookie(request.scope),
-            self.sessions.start(),
-            max_age=int(self.sessions.seconds),
-            path=root + "/",
-            httponly=True,
-            samesite="strict",
-            # The scheme the client used: a proxy's X-Forwarded-Proto, when trusted.
-            secure=request.url.scheme == "https",
-        )
-        return response
-
-    def logged_out(self, request: Request) -> Response:
-        """The way back to the login form: the session ended, its cookie cleared."""
-        given = request.cookies.get(_cookie(request.scope))
-        if given is not None:
-            self.sessions.end(given)
-        root = _root(request.scope)
-        response = RedirectResponse(root + "/login", 303)
-        response.delete_cookie(
-            _cookie(request.scope),
-            path=root + "/",
-            httponly=True,
-            samesite="strict",
-            secure=request.url.scheme == "https",
-        )
-        return response
-
-    async def login(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The login form (GET), a login (POST): its cookie, or the form again;
-        or a logout (POST /logout): the session ended."""
-        request = Request(scope, receive)
-        await (await self._login(request))(scope, receive, send)
-
-    async def _login(self, request: Request) -> Response:
-        logout = route_path(request.scope) == "/logout"
-        if logout:
-            if request.method != "POST":
-                return error_response(405, "MethodNotAllowed", "log out with a POST")
-            return self.logged_out(request)
-        if request.method != "POST":
-            return HTMLResponse(login_page(""))
-        try:
-            body = await read_body(request, LOGIN_BODY_LIMIT)
-        except HTTPException as exc:  # outside Starlette's handlers, here
-            return error_response(exc.status_code, "HTTPError", exc.detail)
-        given = parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0]
-        if self.matches(given):
-            return self.logged_in(request)
-        self.throttle.failed(_client(request))
-        return HTMLResponse(login_page("wrong token"), 401)
-
-
-def too_many_attempts(request: Request, wait: float) -> Response:
-    """429, with Retry-After: a page for the login form, JSON otherwise."""
-    seconds = math.ceil(wait)
-    message = f"too many wrong tokens from your address: try again in {seconds} s"
-    if route_path(request.scope) == "/login":
-        response: Response = HTMLResponse(login_page(message), 429)
-    else:
-        response = error_response(429, "TooManyAttempts", message)
-    response.headers["retry-after"] = str(seconds)
-    return response
-
 
 def _bearer(request: Request) -> str | None:
     """The bearer token the request presents, if any."""
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     return given.strip() if scheme.lower() == "bearer" else None
-
-
-def _client(request: Request) -> str:
-    """The client's address: the connection's peer, or behind a proxy the
-    server trusts (``--forwarded-allow-ips``), the address it forwards."""
-    return request.client.host if request.client else ""
 
 
 def cross_site(request: Request) -> bool:
@@ -340,23 +234,6 @@ def cross_site(request: Request) -> bool:
     return netloc.lower() != request.headers.get("host", "").lower()
 
 
-def route_path(scope: Scope) -> str:
-    """The request's path within this app (mounted under ``root_path``, maybe)."""
-    path: str = scope["path"]
-    root = _root(scope)
-    return path[len(root) :] if root and path.startswith(root) else path
-
-
-def _root(scope: Scope) -> str:
-    return str(scope.get("root_path", "")).rstrip("/")
-
-
-def _cookie(scope: Scope) -> str:
-    """The session cookie's name: this server's own (see ``cookie_name``)."""
-    server = scope.get("server")
-    return cookie_name(server[1] if server and server[1] is not None else None)
-
-
 def has_session(request: Request) -> bool:
     """Whether ``request`` came with a live session (a page offers to log out)."""
     return bool(request.scope.get(SESSION))
@@ -371,14 +248,14 @@ def _with_security_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple
     return out
 
 
-def login_page(message: str) -> str:
-    """The login form: plain HTML, no script; ``message`` is one of ours, never input."""
-    note = f"<p>{message}</p>" if message else ""
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        "<title>tenure: log in</title></head><body><h1>tenure</h1>"
-        f'{note}<form method="post" action="login"><label>Token '
-        '<input type="password" name="token" autocomplete="current-password" required>'
-        "</label> <button>Log in</button></form></body></html>"
-    )
+__all__ = [
+    "LOGIN_FAILURES",
+    "LOGIN_WINDOW",
+    "NEW_TOKEN_HINT",
+    "Guard",
+    "LoginThrottle",
+    "check_token",
+    "cross_site",
+    "has_session",
+    "route_path",
+]

@@ -22,11 +22,11 @@ from starlette.staticfiles import StaticFiles
 
 from tenure.app import App
 from tenure.backends.base import Backend
-from tenure.cli.output import seconds, summary, to_json, when
 from tenure.config import policy_fields
 from tenure.core.names import check_job_id, check_name
 from tenure.core.states import UNFINISHED, State, parse_state
 from tenure.core.urls import redacted
+from tenure.formats import seconds, summary, to_json, when
 from tenure.job import Job
 from tenure.metrics import read_queues
 from tenure.web.guard import has_session

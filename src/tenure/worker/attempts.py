@@ -1,16 +1,18 @@
-"""The table of attempts in flight: from the claim to the settle, one row each.
+"""The table of attempts in flight: from the claim to the settle, one record each.
 
-An attempt claimed is begun on the executor, or, claimed ahead, waits here
-for room (``ahead``). Its end calls back (``_ended``); a success joins the
-next cycle's completions, and their write calls back (``_written``); anything
-else is settled in a task. Either way it is then finished (``_finish``): its
-lease is dropped and its row goes. What can wait (a policy to fetch, a
-failure to record, a settle to retry) runs in a task (``in_task``).
+Each attempt is one :class:`~tenure.worker.attempt.Attempt`, keyed by its
+lease. Claimed, it is begun on the executor, or, claimed ahead, waits in
+``ahead`` for room. Its end calls back (``_ended``); a success joins the next
+cycle's completions, and their write calls back (``_written``); anything else
+is settled in a task. Either way it is then finished (``_finish``): its
+record goes. What can wait (a policy to fetch, a failure to record, a settle
+to retry) runs in a task (``in_task``).
 
-An attempt whose lease was lost (the sweeper recovered it, or a drain handed
-it back) is in ``lost``: it is stopped and never settles. One whose job was
-cancelled while it ran is in ``cancelling``: however it ends, the job ends
-``cancelled``.
+The lease keeper renews the leases of this table (it is the keeper's
+``Holder``). An attempt whose lease was lost (the sweeper recovered it, or a
+drain handed it back) is marked ``lost``: it is stopped and never settles.
+One whose job was cancelled while it ran is marked ``cancelling``: however it
+ends, the job ends ``cancelled``.
 """
 
 from __future__ import annotations
@@ -19,28 +21,23 @@ import asyncio
 import functools
 import logging
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from tenure.app import App
-from tenure.backends.base import Backend, LeaseRef
+from tenure.backends.base import LeaseRef
 from tenure.config import QueuePolicy
 from tenure.core.retry import Decision
 from tenure.core.states import State
 from tenure.errors import BackendUnavailable, LeaseLost, StorageLost, TenureError
 from tenure.job import Job
-from tenure.worker.completer import Completer
-from tenure.worker.executors.base import AttemptResult, Cancelled, Executor, Returned, Settled
-from tenure.worker.faults import StorageFaults
-from tenure.worker.leases import LeaseKeeper
+from tenure.worker.attempt import Attempt, Stage
+from tenure.worker.executors.base import AttemptResult, Cancelled, Returned, Settled
 from tenure.worker.logfields import attempt_fields
 from tenure.worker.outcome import cancelled, settle, settle_unknown_task
-from tenure.worker.pacing import Pace
-from tenure.worker.policies import Policies
 from tenure.worker.unknown import UnknownTasks
 
 if TYPE_CHECKING:
-    from tenure.metrics import WorkerMetrics
+    from tenure.worker.parts import Parts
 
 log = logging.getLogger("tenure.worker")
 
@@ -51,40 +48,23 @@ NOT_BEGUN = Cancelled("it had not begun")  # claimed ahead, cancelled before a s
 class Attempts:
     """Every attempt this worker holds, from its claim until it is settled."""
 
-    def __init__(
-        self,
-        app: App,
-        backend: Backend,
-        executor: Executor,
-        *,
-        keeper: LeaseKeeper,
-        completer: Completer,
-        policies: Policies,
-        faults: StorageFaults,
-        pace: Pace,
-        wake: Callable[[], None],
-        draining: asyncio.Event,
-        metrics: WorkerMetrics | None = None,
-    ) -> None:
-        self.app = app
-        self.backend = backend
-        self.executor = executor
-        self.keeper = keeper
-        self.completer = completer
-        self.policies = policies
-        self.faults = faults
-        self.pace = pace
-        self.wake = wake  # a slot freed, or a row went: the cycle loop looks again
-        self.draining = draining
-        self.metrics = metrics
-        self.running: dict[LeaseRef, Job] = {}  # claimed and not yet finished
-        self.lost: set[LeaseRef] = set()
-        self.cancelling: set[LeaseRef] = set()
-        self.ahead: deque[tuple[Job, QueuePolicy]] = deque()  # claimed ahead: no room yet
-        self.starting = 0  # started, waiting for their policy before they begin
+    def __init__(self, parts: Parts) -> None:
+        self.app = parts.app
+        self.backend = parts.backend
+        self.executor = parts.executor
+        self.completer = parts.completer
+        self.policies = parts.policies
+        self.faults = parts.faults
+        self.pace = parts.pace
+        self.wake = parts.wake.set  # a slot freed, or a record went: the cycle loop looks again
+        self.draining = parts.stop.draining
+        self.metrics = parts.metrics
+        self.by_lease: dict[LeaseRef, Attempt] = {}  # claimed and not yet finished
+        self.ahead: deque[Attempt] = deque()  # claimed ahead: their turn for room, in order
+        self.starting = 0  # attempts in stage STARTING: claimed, not begun
         self.unknown = UnknownTasks()  # tasks met without a handler: claims pass them over
         self.processed = 0
-        self.finished = asyncio.Event()  # a row went
+        self.finished = asyncio.Event()  # a record went
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -92,117 +72,137 @@ class Attempts:
         """Jobs claimed that wait for a slot: here, or in the executor."""
         return len(self.ahead) + max(-self.executor.capacity(), 0)
 
+    def _to(self, attempt: Attempt, stage: Stage) -> None:
+        if attempt.stage is Stage.STARTING:
+            self.starting -= 1
+        attempt.stage = stage
+
     def start(self, job: Job) -> None:
         """A job was claimed: hold its lease and begin its attempt."""
         if self.metrics is not None:
             self.metrics.started(job)
         lease = (job.id, job.fence)
-        self.running[lease] = job
-        self.keeper.hold(lease, lambda: self.lease_lost(lease))
+        attempt = self.by_lease[lease] = Attempt(job, lease)
+        self.starting += 1
         policy = self.policies.by_queue.get(job.queue)
         task = self.app.tasks.get(job.task)
         if policy is None or task is None:
-            self.starting += 1
-            self.in_task(self._start_slowly(job))
+            self.in_task(self._start_slowly(attempt))
             return
-        self._begin(job, task.policy(policy))
+        self._begin(attempt, task.policy(policy))
+
+    # -- the lease keeper's Holder ----------------------------------------
+
+    def held(self) -> list[LeaseRef]:
+        """The leases to renew: every attempt's, but those known lost."""
+        return [lease for lease, attempt in self.by_lease.items() if not attempt.lost]
 
     def lease_lost(self, lease: LeaseRef) -> None:
         """The lease is no longer held: stop the attempt; it never settles."""
-        if (job := self.running.get(lease)) is not None:
-            log.warning("job %s (%s): lease of attempt %d lost (fence %d): stopping it", job.id,
-                        job.task, job.attempts, job.fence, extra=attempt_fields(job))  # fmt: skip
-        self.lost.add(lease)
-        for i, (job, _) in enumerate(self.ahead):
-            if (job.id, job.fence) == lease:  # never began: it just goes
-                del self.ahead[i]
+        attempt = self.by_lease.get(lease)
+        if attempt is None or attempt.lost or attempt.settling:
+            return  # a settling one was settled a moment ago, or its settle says how it went
+        attempt.lost = True
+        job = attempt.job
+        log.warning("job %s (%s): lease of attempt %d lost (fence %d): stopping it", job.id,
+                    job.task, job.attempts, job.fence, extra=attempt_fields(job))  # fmt: skip
+        if attempt.stage is Stage.STARTING:
+            if attempt in self.ahead:  # never began: it just goes
+                self.ahead.remove(attempt)
                 self._finish(lease)
-                return
+            return  # waits for its policy: it never begins
         self.executor.stop(lease)
 
     def cancel_requested(self, lease: LeaseRef) -> None:
         """The job was cancelled while this worker runs it: tell its handler, which
         has the queue's cancel_grace to stop; then it is stopped. Whatever ends
-        the attempt from now on, the job ends cancelled."""
-        if (job := self.running.get(lease)) is None or lease in self.lost:
+        the attempt from now on, the job ends cancelled. Told once."""
+        attempt = self.by_lease.get(lease)
+        if attempt is None or attempt.lost or attempt.cancelling or attempt.settling:
             return
-        self.cancelling.add(lease)
+        attempt.cancelling = True
+        job = attempt.job
         policy = self.policies.by_queue.get(job.queue) or QueuePolicy()
         log.info("job %s (%s): cancelled while running attempt %d; stopping it within %g s",
                  job.id, job.task, job.attempts, policy.cancel_grace,
                  extra=attempt_fields(job))  # fmt: skip
-        for i, (waiting, _) in enumerate(self.ahead):
-            if (waiting.id, waiting.fence) == lease:  # never began: it ends now
-                del self.ahead[i]
-                self.in_task(self._settle_then_finish(waiting, policy, NOT_BEGUN))
-                return
+        if attempt in self.ahead:  # never began: it ends now
+            self.ahead.remove(attempt)
+            self.in_task(self._settle_then_finish(attempt, NOT_BEGUN))
+            return
         self.executor.abort(lease, policy.cancel_grace)
 
-    def _begin(self, job: Job, policy: QueuePolicy) -> None:
-        if self.cancelling and (job.id, job.fence) in self.cancelling:  # before it began
-            self.in_task(self._settle_then_finish(job, policy, NOT_BEGUN))
+    # -- begin, end, settle -----------------------------------------------
+
+    def _begin(self, attempt: Attempt, policy: QueuePolicy) -> None:
+        attempt.policy = policy
+        if attempt.cancelling:  # cancelled before it began
+            self.in_task(self._settle_then_finish(attempt, NOT_BEGUN))
         elif self.executor.capacity() <= 0 and self.draining.is_set():
-            self.in_task(self.hand_back_unbegun(job))  # claimed ahead: never begins
+            self.in_task(self.hand_back_unbegun(attempt.job))  # claimed ahead: never begins
         elif self.executor.room() <= 0:  # claimed ahead: it begins when a slot frees
-            self.ahead.append((job, policy))
+            self.ahead.append(attempt)
         else:
-            timeout = job.timeout or policy.timeout
-            self.executor.begin(job, timeout, functools.partial(self._ended, job, policy))
+            self._to(attempt, Stage.RUNNING)
+            job = attempt.job
+            attempt.timeout = job.timeout or policy.timeout
+            self.executor.begin(job, attempt.timeout, functools.partial(self._ended, attempt))
 
     def begin_ahead(self) -> None:
         """Hand jobs claimed ahead to the executor while it has room: when an
         attempt ends, and when the process pool has replaced an executor."""
         while self.ahead and self.executor.room() > 0 and not self.draining.is_set():
-            self._begin(*self.ahead.popleft())
+            attempt = self.ahead.popleft()
+            assert attempt.policy is not None  # read before it waited
+            self._begin(attempt, attempt.policy)
 
     def withdraw_unbegun(self) -> list[Job]:
         """Take back every job claimed that has not begun (a drain hands them back)."""
-        unbegun = [job for job, _ in self.ahead] + self.executor.withdraw()
+        unbegun = [attempt.job for attempt in self.ahead] + self.executor.withdraw()
         self.ahead.clear()
         return unbegun
 
-    async def _start_slowly(self, job: Job) -> None:
-        lease = (job.id, job.fence)
+    async def _start_slowly(self, attempt: Attempt) -> None:
+        job = attempt.job
         try:
             policy = await self.policies.get(job.queue)
-            if lease in self.lost:
+            if attempt.lost:
                 pass  # handed back, or recovered, while we waited: never run it
             elif job.task not in self.app.tasks:
                 decision = await settle_unknown_task(self.backend, job, policy, self.unknown)
                 self.after_failure(decision, job.id)
             else:
-                self._begin(job, self.app.tasks[job.task].policy(policy))
+                self._begin(attempt, self.app.tasks[job.task].policy(policy))
                 return
         except LeaseLost as exc:
             log.warning("job %s: %s", job.id, exc)
         except Exception:
             log.exception("job %s: could not start attempt %d", job.id, job.attempts)
-        finally:
-            self.starting -= 1
-        self._finish(lease)
+        self._finish(attempt.lease)
 
-    def _ended(self, job: Job, policy: QueuePolicy, result: AttemptResult, ran: float) -> None:
-        lease = (job.id, job.fence)
+    def _ended(self, attempt: Attempt, result: AttemptResult, ran: float) -> None:
+        job = attempt.job
         if self.metrics is not None:
-            self.metrics.ended(job.queue, result, ran, lost=lease in self.lost)
+            self.metrics.ended(job.queue, result, ran, lost=attempt.lost)
         self.pace.ran(ran)
         self.begin_ahead()
-        self.keeper.settling(lease)
-        if lease in self.lost:  # recovered by the sweeper, or handed back: never settle
-            self._finish(lease)
-        elif lease in self.cancelling and not isinstance(result, Settled):
-            self.in_task(self._settle_then_finish(job, policy, cancelled(result)))
+        self._to(attempt, Stage.SETTLING)
+        if attempt.lost:  # recovered by the sweeper, or handed back: never settle
+            self._finish(attempt.lease)
+        elif attempt.cancelling and not isinstance(result, Settled):
+            self.in_task(self._settle_then_finish(attempt, cancelled(result)))
         elif isinstance(result, Returned) and (item := self.completer.item(job, result.value)):
-            self.completer.add(item, functools.partial(self._written, job, policy, result))
+            self.completer.add(item, functools.partial(self._written, attempt, result))
         else:
-            self.in_task(self._settle_then_finish(job, policy, result))
+            self.in_task(self._settle_then_finish(attempt, result))
 
     def _written(
-        self, job: Job, policy: QueuePolicy, result: AttemptResult, error: BaseException | None
+        self, attempt: Attempt, result: AttemptResult, error: BaseException | None
     ) -> None:
         if isinstance(error, BackendUnavailable):
-            self.in_task(self._settle_then_finish(job, policy, result))
+            self.in_task(self._settle_then_finish(attempt, result))
             return
+        job = attempt.job
         if error is None:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("completed job %s (%s), attempt %d", job.id, job.task, job.attempts,
@@ -212,25 +212,26 @@ class Attempts:
         elif not isinstance(error, StorageLost):  # that one is said once, by the cycle
             log.error("job %s: could not settle attempt %d", job.id, job.attempts, exc_info=error,
                       extra=attempt_fields(job))  # fmt: skip
-        self._finish((job.id, job.fence))
+        self._finish(attempt.lease)
 
-    async def _settle_then_finish(
-        self, job: Job, policy: QueuePolicy, result: AttemptResult
-    ) -> None:
+    async def _settle_then_finish(self, attempt: Attempt, result: AttemptResult) -> None:
+        self._to(attempt, Stage.SETTLING)
+        job = attempt.job
         try:
-            await self._settle(job, policy, result)
+            await self._settle(attempt, result)
         except LeaseLost as exc:
             log.warning("job %s: %s", job.id, exc)
         except Exception:
             log.exception("job %s: could not settle attempt %d", job.id, job.attempts)
         finally:
-            self._finish((job.id, job.fence))
+            self._finish(attempt.lease)
 
-    async def _settle(self, job: Job, policy: QueuePolicy, result: AttemptResult) -> None:
+    async def _settle(self, attempt: Attempt, result: AttemptResult) -> None:
         """Settle, riding out a storage hiccup while the lease is still heartbeated."""
-        lease = (job.id, job.fence)
+        job, policy = attempt.job, attempt.policy
+        assert policy is not None  # read before it began
         for delay in SETTLE_RETRIES:
-            if lease in self.lost:
+            if attempt.lost:
                 return  # recovered by the sweeper, or handed back: never settle
             try:
                 decision = await settle(self.backend, job, policy, result, self.completer)
@@ -247,10 +248,8 @@ class Attempts:
 
     def _finish(self, lease: LeaseRef) -> None:
         self.begin_ahead()
-        self.keeper.drop(lease)
-        self.lost.discard(lease)
-        self.cancelling.discard(lease)
-        if self.running.pop(lease, None) is not None:
+        if (attempt := self.by_lease.pop(lease, None)) is not None:
+            self._to(attempt, Stage.WRITTEN)
             self.processed += 1
         self.finished.set()
         self.wake()

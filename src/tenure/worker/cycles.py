@@ -16,20 +16,15 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from tenure.backends.base import Backend
-from tenure.config import WorkerConfig
 from tenure.errors import TenureError
 from tenure.worker import pacing
-from tenure.worker.attempts import Attempts
-from tenure.worker.completer import Completer
-from tenure.worker.drain import Stop
-from tenure.worker.executors.base import Executor
-from tenure.worker.faults import StorageFaults
 from tenure.worker.logfields import attempt_fields
-from tenure.worker.pacing import Pace
-from tenure.worker.policies import Policies
+
+if TYPE_CHECKING:
+    from tenure.worker.attempts import Attempts
+    from tenure.worker.parts import Parts
 
 log = logging.getLogger("tenure.worker")
 
@@ -40,38 +35,22 @@ class Cycles:
     """Runs cycles whenever there is something to say to storage: completions
     to write, free slots to fill."""
 
-    def __init__(
-        self,
-        backend: Backend,
-        config: WorkerConfig,
-        attempts: Attempts,
-        *,
-        executor: Executor,
-        completer: Completer,
-        policies: Policies,
-        pace: Pace,
-        faults: StorageFaults,
-        stop: Stop,
-        wake: asyncio.Event,
-        registered: asyncio.Event,
-        worker_id: Callable[[], str],
-    ) -> None:
-        self.backend = backend
-        self.config = config
+    def __init__(self, parts: Parts, attempts: Attempts) -> None:
+        self.backend = parts.backend
+        self.config = parts.config
         self.attempts = attempts
-        self.executor = executor
-        self.completer = completer
-        self.policies = policies
-        self.pace = pace
-        self.faults = faults
-        self.stop = stop
-        self.wake = wake  # a cycle ended, a slot freed, a completion waits, a stop, a tick
-        self.registered = registered  # cleared while the worker registers again
-        self.worker_id = worker_id
+        self.executor = parts.executor
+        self.completer = parts.completer
+        self.policies = parts.policies
+        self.pace = parts.pace
+        self.faults = parts.faults
+        self.stop = parts.stop
+        self.wake = parts.wake  # a cycle ended, a slot freed, a completion waits, a stop, a tick
+        self.identity = parts.identity  # not registered while the worker registers again
         self.in_flight = 0
         self._claiming = 0  # slots reserved by claims in flight
         self._dry = False  # the last claim found fewer jobs than it asked for
-        self._idle_for = config.idle_poll_min  # the next idle wait (doubles while idle)
+        self._idle_for = self.config.idle_poll_min  # the next idle wait (doubles while idle)
         self._claim_after = 0.0  # loop time: claims back off while storage fails
         self._loop: asyncio.AbstractEventLoop  # once running
 
@@ -105,8 +84,7 @@ class Cycles:
 
     def _free(self) -> int:
         """Slots to claim for: free now, plus ahead, minus those spoken for."""
-        a = self.attempts
-        spoken_for = len(a.ahead) + a.starting + self._claiming
+        spoken_for = self.attempts.starting + self._claiming
         return self.executor.capacity() + self.claims_ahead() - spoken_for
 
     async def _next(self) -> int | None:
@@ -115,14 +93,15 @@ class Cycles:
         draining = self.stop.draining
         while True:
             done = len(self.completer) > 0
-            if draining.is_set() and not (self.attempts.running or self.in_flight or done):
+            if draining.is_set() and not (self.attempts.by_lease or self.in_flight or done):
                 return None
             if self.stop.storage_lost is not None:
                 return None  # nothing can be written any more
             if (pause := self._claim_after - self._loop.time()) > 0:
                 await self._wait(pause)  # storage failed: back off
                 continue
-            free = 0 if draining.is_set() or not self.registered.is_set() else self._free()
+            registered = self.identity.registered.is_set()
+            free = 0 if draining.is_set() or not registered else self._free()
             if free <= 0 and not done:
                 await self._wait()
                 continue
@@ -153,7 +132,7 @@ class Cycles:
                                   now=time.monotonic())  # fmt: skip
 
     async def _dried_up(self) -> None:
-        if self.config.burst and not (self.attempts.running or self.in_flight):
+        if self.config.burst and not (self.attempts.by_lease or self.in_flight):
             self.stop.draining.set()  # burst: the queues are empty, stop
         elif not self.in_flight:
             await self._idle(self._idle_for)
@@ -166,7 +145,7 @@ class Cycles:
         batch = self.completer.take()
         loop = self._loop
         began = loop.time()
-        worker_id = self.worker_id()
+        worker_id = self.identity.id
         try:
             lost, jobs = await self.backend.complete_and_claim(
                 batch.items, worker_id, self.config.queues, slots,
@@ -184,7 +163,7 @@ class Cycles:
             batch.written(lost)
         finally:
             self._claiming -= slots
-        if worker_id != self.worker_id():
+        if worker_id != self.identity.id:
             # Registered again while the claim was out: it may have landed under
             # the identity storage saw die, and a sweep would record these
             # attempts crashed. None began: each goes back without penalty.

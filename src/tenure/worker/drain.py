@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from tenure.backends.base import Backend
 from tenure.errors import LeaseLost, StorageLost, TenureError
-from tenure.worker.attempts import Attempts
-from tenure.worker.executors.base import Executor
 from tenure.worker.outcome import hand_back
-from tenure.worker.policies import Policies
+
+if TYPE_CHECKING:
+    from tenure.worker.attempts import Attempts
+    from tenure.worker.parts import Parts
 
 log = logging.getLogger("tenure.worker")
 
@@ -53,34 +54,29 @@ class Stop:
             self.wake()
 
 
-async def drain(
-    attempts: Attempts,
-    *,
-    executor: Executor,
-    backend: Backend,
-    policies: Policies,
-    stop: Stop,
-    timeout: float,
-) -> None:
+async def drain(attempts: Attempts, parts: Parts) -> None:
     """Hand back what has not begun, give running attempts ``timeout``
-    seconds, then stop and hand back the rest; return when all have ended."""
+    seconds (``drain_timeout``), then stop and hand back the rest; return when
+    all have ended."""
+    executor, backend, policies, stop = parts.executor, parts.backend, parts.policies, parts.stop
+    timeout = parts.config.drain_timeout
     for job in attempts.withdraw_unbegun():  # claimed ahead, never begun: handed back at once
         attempts.in_task(attempts.hand_back_unbegun(job))
-    running = attempts.running
-    if not running:
+    held = attempts.by_lease
+    if not held:
         return
-    log.info("drain: waiting up to %.1f s for %d attempts", timeout, len(running))
+    log.info("drain: waiting up to %.1f s for %d attempts", timeout, len(held))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while running and not stop.hurry.is_set() and (left := deadline - loop.time()) > 0:
+    while held and not stop.hurry.is_set() and (left := deadline - loop.time()) > 0:
         await _until_finished_or_hurried(attempts.finished, stop.hurry, left)
-    leftover = dict(running)
-    for lease in leftover:
-        attempts.lost.add(lease)  # stopped attempts must not settle: they are handed back
-        executor.stop(lease)
+    leftover = list(held.values())
+    for attempt in leftover:
+        attempt.lost = True  # stopped attempts must not settle: they are handed back
+        executor.stop(attempt.lease)
     if stop.storage_lost is not None:
         return  # nothing can be handed back: others recover them from their leases
-    for job in leftover.values():
+    for job in (attempt.job for attempt in leftover):
         try:
             decision = await hand_back(backend, job, await policies.get(job.queue))
             attempts.after_failure(decision, job.id)
@@ -89,7 +85,7 @@ async def drain(
         except TenureError as exc:
             log.warning("drain: could not hand back job %s (%s); its lease will expire",
                         job.id, exc)  # fmt: skip
-    while leftover.keys() & running.keys():  # stopped attempts end soon
+    while any(attempt.lease in held for attempt in leftover):  # stopped attempts end soon
         attempts.finished.clear()
         await attempts.finished.wait()
 

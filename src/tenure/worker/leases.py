@@ -1,64 +1,66 @@
-"""The lease keeper: one heartbeat per interval renews every lease the worker holds.
+"""The lease keeper: every renewal of this worker's leases, and what storage answers.
+
+The periodic heartbeat (one per interval, for every lease held) and a
+handler's own ``heartbeat()`` and ``progress()`` go through here, and what
+storage answers means the same whoever asked: a lease lost was recovered by
+the sweeper, so its attempt is stopped and must never settle; a lease whose
+job's cancel was requested is told to its attempt, which tells its handler.
 
 It runs in the supervisor, never in the code that runs handlers, so a handler
-cannot delay it whatever it does. A lease the heartbeat reports lost was
-recovered by the sweeper: its attempt is stopped and must never settle. A
-lease whose job's cancel was requested is told to its holder, once.
+cannot delay the periodic heartbeat whatever it does.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, Protocol
 
-from tenure.backends.base import Backend, LeaseRef
-from tenure.errors import LivenessLost
-from tenure.worker.periodic import every
+from tenure.backends.base import Backend, LeaseRef, Renewal
+from tenure.errors import LeaseLost, LivenessLost
+from tenure.worker.identity import Identity
 
 log = logging.getLogger("tenure.leases")
 
 
+class Holder(Protocol):
+    """The attempts whose leases the keeper renews (``attempts.Attempts``)."""
+
+    def held(self) -> Collection[LeaseRef]:
+        """The leases to renew: every attempt's not known lost."""
+
+    def lease_lost(self, lease: LeaseRef) -> None:
+        """The lease is no longer held: stop its attempt, if it still runs."""
+
+    def cancel_requested(self, lease: LeaseRef) -> None:
+        """The job was cancelled while held: tell its attempt's handler, once."""
+
+
 class LeaseKeeper:
-    """Renews every lease the worker holds, in one heartbeat per interval."""
+    """Renews the leases of ``holder``'s attempts, in one heartbeat per interval,
+    and when a handler asks."""
 
     def __init__(
         self,
         backend: Backend,
-        worker_id: str,
-        interval: float,
+        identity: Identity,
+        holder: Holder,
+        interval: float = 0.0,
         on_liveness_lost: Callable[[], Awaitable[None]] | None = None,
-        on_cancel_requested: Callable[[LeaseRef], None] | None = None,
     ) -> None:
         self.backend = backend
-        self.worker_id = worker_id
+        self.identity = identity
+        self.holder = holder
         self.interval = interval
         self.on_liveness_lost = on_liveness_lost or _nothing
-        self.on_cancel_requested = on_cancel_requested or _ignore
         self._lost_liveness = False
-        self._held: dict[LeaseRef, Callable[[], None]] = {}
-        self._cancel_told: set[LeaseRef] = set()  # held leases whose cancel was told
 
     @property
     def held(self) -> set[LeaseRef]:
-        return set(self._held)
-
-    def hold(self, lease: LeaseRef, on_lost: Callable[[], None]) -> None:
-        self._held[lease] = on_lost
-
-    def settling(self, lease: LeaseRef) -> None:
-        """The attempt is over and being settled: keep renewing its lease, but a
-        heartbeat that finds it gone (settled a moment ago) has nothing to stop."""
-        if lease in self._held:
-            self._held[lease] = _quiet
-
-    def drop(self, lease: LeaseRef) -> None:
-        self._held.pop(lease, None)
-        self._cancel_told.discard(lease)
+        return set(self.holder.held())
 
     async def run_once(self) -> set[LeaseRef]:
-        """Renew every held lease; stop the attempts whose lease is lost; tell the
-        holder of each running attempt whose job's cancel was requested, once.
+        """Renew every held lease; return those lost.
 
         It runs even with no lease held: it is also how the worker learns that
         storage no longer sees it alive, before it claims under a dead identity.
@@ -66,41 +68,45 @@ class LeaseKeeper:
         if self._lost_liveness:  # registering again failed last time: try again first
             await self.on_liveness_lost()
             self._lost_liveness = False
+        held = self.held
         try:
-            renewal = await self.backend.heartbeat(self.worker_id, self.held)
+            renewal = await self.renew(held)
         except LivenessLost as exc:
             log.error("%s: stopping every attempt and registering again", exc)
-            lost = self.held
-            self._stop(lost)
+            for lease in held:
+                self.holder.lease_lost(lease)
             self._lost_liveness = True
             await self.on_liveness_lost()
             self._lost_liveness = False
-            return lost
-        self._stop(set(renewal.lost))
-        for lease in renewal.cancel_requested - self._cancel_told:
-            if self._held.get(lease, _quiet) is not _quiet:  # running, not being settled
-                self._cancel_told.add(lease)
-                self.on_cancel_requested(lease)
+            return held
         return set(renewal.lost)
 
-    def _stop(self, lost: set[LeaseRef]) -> None:
-        for lease in lost:
-            self._cancel_told.discard(lease)
-            on_lost = self._held.pop(lease, None)
-            if on_lost is not None:  # the holder says it, knowing the attempt
-                on_lost()
+    async def renew(self, leases: Collection[LeaseRef]) -> Renewal:
+        """Renew ``leases`` in one round trip, and act on the answer: stop the
+        attempts whose lease is lost, tell those whose job's cancel was requested."""
+        renewal = await self.backend.heartbeat(self.identity.id, leases)
+        for lease in renewal.lost:
+            self.holder.lease_lost(lease)
+        for lease in renewal.cancel_requested:
+            self.holder.cancel_requested(lease)
+        return renewal
 
-    async def run(self, stop: asyncio.Event) -> None:
-        await every(self, stop, log)
+    async def heartbeat(self, lease: LeaseRef) -> None:
+        """A handler renews its own lease; LeaseLost if it is no longer held.
+        (LivenessLost goes back to the handler: the periodic heartbeat meets it
+        too, and registers again.)"""
+        if lease in (await self.renew((lease,))).lost:
+            raise LeaseLost(f"job {lease[0]} is no longer held with fence {lease[1]}")
+
+    async def progress(self, lease: LeaseRef, data: Any) -> None:
+        """Record a handler's progress report; a lease found lost stops its
+        attempt as a heartbeat finding it would."""
+        try:
+            await self.backend.progress(lease[0], lease[1], data)
+        except LeaseLost:
+            self.holder.lease_lost(lease)
+            raise
 
 
 async def _nothing() -> None:
-    pass
-
-
-def _quiet() -> None:
-    pass
-
-
-def _ignore(lease: LeaseRef) -> None:
     pass

@@ -7,9 +7,11 @@ they cannot delay a heartbeat.
 
 It composes the worker's parts, each in its own module: the claim/complete
 cycle (``cycles``, paced by ``pacing``), the table of attempts in flight
-(``attempts``), the drain (``drain``), the lease keeper (``leases``), the
-sweeper, the ticker of periodic schedules, the queues' policies, the
-executor (``executors``) and, when asked for, metrics.
+(``attempts``, one ``attempt`` record each), the drain (``drain``), the
+lease keeper (``leases``: every renewal, a handler's own too), the worker's
+``identity``, the sweeper, the ticker of periodic schedules, the queues'
+policies, the executor (``executors``) and, when asked for, metrics; what
+the attempts and the cycles share is handed to them as ``parts``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import logging
 import os
 import signal
 import socket
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
@@ -29,21 +30,23 @@ from tenure.backends.base import Backend, WorkerInfo
 from tenure.backends.factory import from_url
 from tenure.config import WorkerConfig
 from tenure.core.urls import redacted
-from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost, TenureError
+from tenure.errors import BackendUnavailable, InvalidInput, TenureError
 from tenure.job import Job
 from tenure.loader import path_of
 from tenure.worker.attempts import Attempts
 from tenure.worker.completer import Completer
 from tenure.worker.cycles import Cycles
 from tenure.worker.drain import Stop, drain
+from tenure.worker.every import every
 from tenure.worker.executors.base import Executor
 from tenure.worker.executors.process import ProcessPool
 from tenure.worker.executors.thread import ThreadExecutor
-from tenure.worker.executors.zygote import ForkedZygote
+from tenure.worker.executors.zygote_main import ForkedZygote
 from tenure.worker.faults import StorageFaults
+from tenure.worker.identity import Identity
 from tenure.worker.leases import LeaseKeeper
 from tenure.worker.pacing import Pace
-from tenure.worker.periodic import every
+from tenure.worker.parts import Parts
 from tenure.worker.policies import Policies
 from tenure.worker.sweeper import Sweeper
 from tenure.worker.ticker import Ticker
@@ -57,11 +60,6 @@ log = logging.getLogger("tenure.worker")
 # restarting, a database started after its workers) before it gives up, exit 1.
 START_PATIENCE = 30.0
 EXIT_GRACE = 10.0  # seconds a stopping worker waits for its last tasks (hooks, settles)
-
-
-def new_worker_id() -> str:
-    host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())[:40]
-    return f"{host or 'host'}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
 
 
 class Supervisor:
@@ -79,7 +77,7 @@ class Supervisor:
         self.app = app
         self.config = config
         self.app_path = app_path
-        self.worker_id = worker_id or new_worker_id()
+        self.identity = Identity(worker_id)
         self.executor = self._executor(zygote)
         self.backend: Backend = from_url(app.url)
         self.metrics: WorkerMetrics | None = None
@@ -94,26 +92,26 @@ class Supervisor:
         self.faults = StorageFaults(self.stop.lose_storage)
         self.pace = Pace()
         self.completer = Completer(self.backend.max_payload, self.wake.set)
-        self.keeper = LeaseKeeper(self.backend, self.worker_id, 0.0, self._register_again)
-        self.attempts = Attempts(
-            app, self.backend, self.executor, keeper=self.keeper, completer=self.completer,
-            policies=self.policies, faults=self.faults, pace=self.pace, wake=self.wake.set,
-            draining=self.stop.draining, metrics=self.metrics,
+        self.parts = Parts(
+            app, config, self.backend, self.executor, self.identity, self.completer,
+            self.policies, self.faults, self.pace, self.stop, self.wake, self.metrics,
         )  # fmt: skip
-        self.keeper.on_cancel_requested = self.attempts.cancel_requested
-        self._registered = asyncio.Event()
-        self.cycles = Cycles(
-            self.backend, config, self.attempts, executor=self.executor,
-            completer=self.completer, policies=self.policies, pace=self.pace,
-            faults=self.faults, stop=self.stop, wake=self.wake, registered=self._registered,
-            worker_id=lambda: self.worker_id,
-        )  # fmt: skip
+        self.attempts = Attempts(self.parts)
+        self.keeper = LeaseKeeper(
+            self.backend, self.identity, self.attempts, on_liveness_lost=self._register_again
+        )
+        self.cycles = Cycles(self.parts, self.attempts)
         self.sweeper = Sweeper(
             self.backend,
             0.0,
             on_dead=self.attempts.tell_dead,
             on_rescued=None if self.metrics is None else self.metrics.rescued,
         )
+
+    @property
+    def worker_id(self) -> str:
+        """The id storage knows this worker by (a new one each registration)."""
+        return self.identity.id
 
     @property
     def processed(self) -> int:
@@ -141,11 +139,10 @@ class Supervisor:
     # -- what running handlers ask (the executors' Link) --------------------
 
     async def progress(self, job: Job, data: Any) -> None:
-        await self.backend.progress(job.id, job.fence, data)
+        await self.keeper.progress((job.id, job.fence), data)
 
     async def heartbeat(self, job: Job) -> None:
-        if (await self.backend.heartbeat(self.worker_id, {(job.id, job.fence)})).lost:
-            raise LeaseLost(f"job {job.id} is no longer held with fence {job.fence}")
+        await self.keeper.heartbeat((job.id, job.fence))
 
     def _executor_replaced(self) -> None:
         """The process pool has a slot again: begin a job claimed ahead in it, or
@@ -204,8 +201,7 @@ class Supervisor:
 
     async def _register_at_start(self) -> None:
         if "register" in self.faults.episodes:
-            self.worker_id = new_worker_id()  # a failed try may have left its id half-held
-            self.keeper.worker_id = self.worker_id
+            self.identity.renew()  # a failed try may have left its id half-held
         await self._register()
 
     async def _run(self, starting: Awaitable[None]) -> None:
@@ -248,9 +244,7 @@ class Supervisor:
             stop = asyncio.ensure_future(self.stop.draining.wait())
             await asyncio.wait({cycling, stop}, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
-            await drain(self.attempts, executor=self.executor, backend=self.backend,
-                        policies=self.policies, stop=self.stop,
-                        timeout=self.config.drain_timeout)  # fmt: skip
+            await drain(self.attempts, self.parts)
             await cycling
         finally:
             cycling.cancel()
@@ -270,7 +264,7 @@ class Supervisor:
     async def _register(self) -> None:
         info = WorkerInfo(self.worker_id, socket.gethostname(), os.getpid(), self.config.queues)
         await self.backend.register_worker(info)
-        self._registered.set()
+        self.identity.registered.set()
 
     async def _deregister(self) -> None:
         try:
@@ -282,9 +276,7 @@ class Supervisor:
         """Storage lost sight of us: come back as a new worker (the old one is dead).
         Nothing is claimed until then: a claim under a dead identity would be
         recovered from under us as a crash."""
-        self._registered.clear()
-        self.worker_id = new_worker_id()
-        self.keeper.worker_id = self.worker_id
+        self.identity.renew()
         await self._register()
         log.warning("registered again as worker %s", self.worker_id)
 
@@ -298,7 +290,7 @@ class Supervisor:
 
     def request_stop(self) -> None:
         """Begin a drain; a second request skips the wait for running attempts."""
-        self.stop.request(len(self.attempts.running))
+        self.stop.request(len(self.attempts.by_lease))
 
 
 def where(url: str) -> tuple[str, str | None]:

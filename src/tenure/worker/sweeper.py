@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from tenure.backends.base import Backend, Rescued, RescueReport
 from tenure.core.states import State
+from tenure.worker.every import every
 from tenure.worker.faults import StorageFaults
-from tenure.worker.periodic import every
 from tenure.worker.pruner import SHARE, Pruner
 
 log = logging.getLogger("tenure.sweeper")

@@ -21,8 +21,8 @@ from tenure.backends.base import Backend
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.schedules import Schedule
 from tenure.task import Task
+from tenure.worker.every import every
 from tenure.worker.faults import StorageFaults
-from tenure.worker.periodic import every
 
 log = logging.getLogger("tenure.periodic")
 

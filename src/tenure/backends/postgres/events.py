@@ -20,23 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
 
 import orjson
-import psycopg
 
 from tenure.backends.checks import check_ago
-from tenure.backends.postgres.statements import Statements
-from tenure.config import QueuePolicy
+from tenure.backends.postgres.database import Database
 from tenure.core.events import Event
 from tenure.core.names import check_name, shown
 from tenure.errors import InvalidInput
 
 HELD_BACK_RETRY = 0.01  # seconds before a look again while events are held back
 EVENTS_POLL = 0.05  # seconds between two looks of a reader waiting for events
-TRIM_INTERVAL = 60.0  # seconds between two retention passes of one sweeper
-DEFAULTS = QueuePolicy()
 MAX_ID = 2**63 - 1
 
 
@@ -58,17 +52,13 @@ def parse_event_id(after: str | None) -> Cursor:
     raise InvalidInput(f"bad event id {shown(after)}: pass back an event's id")
 
 
-class EventReading:
-    """The event verbs of :class:`~tenure.backends.postgres.PostgresBackend` (a mixin)."""
+class EventReader:
+    """The event verbs: read, and where a reader starts."""
 
-    q: Statements
-    _last_trim: float
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
-    if TYPE_CHECKING:
-
-        def _conn(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
-
-    async def read_events(
+    async def read(
         self, queue: str | None, after: str | None, limit: int, timeout: float = 0.0
     ) -> list[Event]:
         if queue is not None:
@@ -82,7 +72,7 @@ class EventReading:
                 return events
             await asyncio.sleep(min(HELD_BACK_RETRY if held else EVENTS_POLL, left))
 
-    async def events_now(self, queue: str | None, ago: float = 0.0) -> str:
+    async def now(self, queue: str | None, ago: float = 0.0) -> str:
         # Just before the horizon in (xid, id) order, with the whole of that
         # (never complete) row skipped: what transactions older than the
         # horizon recorded comes before, what any other records, after.
@@ -90,8 +80,8 @@ class EventReading:
             check_name("queue", queue)
         if check_ago(ago):
             return await self._events_before(ago)
-        async with self._conn() as conn:
-            cur = await conn.execute(self.q["events_horizon"])
+        async with self.db.conn() as conn:
+            cur = await conn.execute(self.db.q["events_horizon"])
             row = await cur.fetchone()
         assert row is not None
         return f"{int(row[0]) - 1}-{MAX_ID}.{MAX_ID}"
@@ -99,8 +89,8 @@ class EventReading:
     async def _events_before(self, ago: float) -> str:
         """After the whole of the newest row recorded over ``ago`` seconds ago
         (before every row when none is)."""
-        async with self._conn() as conn:
-            cur = await conn.execute(self.q["last_event_before"], {"ago": ago})
+        async with self.db.conn() as conn:
+            cur = await conn.execute(self.db.q["last_event_before"], {"ago": ago})
             row = await cur.fetchone()
         return "0-0.0" if row is None else f"{row[0]}-{row[1]}.{MAX_ID}"
 
@@ -109,8 +99,8 @@ class EventReading:
     ) -> tuple[list[Event], bool]:
         xid, n, skip = cursor
         params = {"queue": queue, "xid": xid, "id": n, "limit": limit}
-        async with self._conn() as conn:
-            cur = await conn.execute(self.q["read_events"], params)
+        async with self.db.conn() as conn:
+            cur = await conn.execute(self.db.q["read_events"], params)
             rows = await cur.fetchall()
         events: list[Event] = []
         for x, i, q, kind, jobs, at, data, _ in rows:
@@ -125,12 +115,3 @@ class EventReading:
                 if len(events) == limit:
                     return events, False
         return events, bool(rows and rows[0][-1])
-
-    async def _trim_events(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Retention, once per TRIM_INTERVAL of this sweeper: a pass reads every event."""
-        now = time.monotonic()
-        if now - self._last_trim < TRIM_INTERVAL:
-            return
-        self._last_trim = now
-        params = {"max_age": DEFAULTS.events_max_age, "max_count": DEFAULTS.events_max_count}
-        await conn.execute(self.q["trim_events"], params)

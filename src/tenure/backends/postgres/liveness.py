@@ -1,34 +1,74 @@
-"""Worker liveness and wake-ups on PostgreSQL.
+"""Workers on PostgreSQL: their registration, heartbeats and proof of life.
 
-Liveness: each registered worker holds the session advisory lock
-``(namespace, lock_no)`` on a connection of its own. PostgreSQL drops the lock
+Each registered worker holds the session advisory lock ``(namespace,
+lock_no)`` on a connection of its own (``Liveness``). PostgreSQL drops the lock
 the moment that session ends (the process died, the connection was cut or
 terminated), and ``pg_locks`` shows the sweeper of any other worker that it is
 gone. Every heartbeat checks the connection, so a worker whose connection
-dropped learns it at once and re-registers under a new identity.
-
-Wake-ups: one LISTEN connection per backend object; enqueues and requeues
-NOTIFY the queue's name (never a payload bigger than a name).
+dropped learns it at once and re-registers under a new identity. ``Workers``
+is the protocol's verbs on them: register, deregister, list, heartbeat.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import select
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Collection
 
+import orjson
 import psycopg
 
-from tenure.core.urls import one_line
+from tenure.backends.base import LeaseRef, Renewal, WorkerInfo
+from tenure.backends.postgres.database import Database
+from tenure.backends.postgres.pool import hung_up
+from tenure.core.names import check_name
 from tenure.errors import LivenessLost
 
-log = logging.getLogger("tenure.postgres")
+
+class Workers:
+    """Registered workers: each one's row, and its lock held by ``liveness``."""
+
+    def __init__(self, db: Database, liveness: Liveness) -> None:
+        self.db = db
+        self.liveness = liveness
+
+    async def register(self, info: WorkerInfo) -> None:
+        check_name("worker", info.id)
+        [(lock_no,)] = await self.db.rows("next_lock_no")
+        try:  # the lock before the row: a registered worker always has its lock
+            await self.liveness.hold(info.id, lock_no)
+        except psycopg.OperationalError as exc:
+            raise self.db.unavailable("cannot open the liveness connection", exc) from exc
+        async with self.db.tx() as conn:
+            await conn.execute(self.db.q["register_worker"], {
+                "id": info.id, "lock_no": lock_no, "hostname": info.hostname, "pid": info.pid,
+                "queues": orjson.dumps(list(info.queues)).decode()})  # fmt: skip
+
+    async def deregister(self, worker_id: str) -> None:
+        async with self.db.tx() as conn:
+            await conn.execute(self.db.q["deregister_worker"], {"id": worker_id})
+        await self.liveness.release(worker_id)
+
+    async def workers(self) -> list[WorkerInfo]:
+        return [
+            WorkerInfo(i, h, p, tuple(orjson.loads(q)), s, seen, n, alive)
+            for i, h, p, q, s, seen, n, alive in await self.db.rows(
+                "list_workers", {"namespace": self.db.namespace}
+            )
+        ]
+
+    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
+        await self.liveness.check(worker_id)
+        held = list(leases)
+        params = {"worker": worker_id, "ids": [i for i, _ in held], "fences": [f for _, f in held]}
+        rows = await self.db.rows("heartbeat", params)
+        lost = set(held) - {(i, f) for i, f, _ in rows}
+        return Renewal(frozenset(lost), frozenset((i, f) for i, f, cancel in rows if cancel))
 
 
 class Liveness:
+    """The advisory locks of the workers registered through this backend, on one session."""
+
     def __init__(self, conninfo: str, namespace: int) -> None:
         self.conninfo = conninfo
         self.namespace = namespace
@@ -107,87 +147,3 @@ class Liveness:
             self._conn = None
         self._retired.update(self._locks)
         self._locks.clear()
-
-
-class Wakeups:
-    """LISTEN for the queues' channel; tell waiting workers which queue got a job."""
-
-    def __init__(self, conninfo: str, listen: bytes) -> None:
-        self.conninfo = conninfo
-        self.listen = listen  # the LISTEN statement of the channel (statements.py)
-        self._pending: set[str] = set()
-        self._waiters: list[tuple[frozenset[str], asyncio.Event]] = []
-        self._task: asyncio.Task[None] | None = None
-        self._listening = asyncio.Event()
-
-    async def wait(self, queues: Sequence[str], timeout: float) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._listen(), name="tenure-postgres-listen")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await self._listening.wait()
-        wanted = frozenset(queues)
-        if self._pending & wanted:  # a job came while nobody was waiting
-            self._pending -= wanted
-            return
-        event = asyncio.Event()
-        waiter = (wanted, event)
-        self._waiters.append(waiter)
-        try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await event.wait()
-        finally:
-            self._waiters.remove(waiter)
-        self._pending -= wanted
-
-    async def _listen(self) -> None:
-        delay = 0.1
-        lost = False  # said once, until it listens again
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self.conninfo, autocommit=True, application_name="tenure-listen"
-                )
-                async with conn:
-                    await conn.execute(self.listen)
-                    self._listening.set()
-                    delay = 0.1
-                    if lost:
-                        log.info("LISTEN connection back: idle workers are woken again")
-                        lost = False
-                    async for notice in conn.notifies():
-                        self._signal(notice.payload)
-            except psycopg.Error as exc:
-                cause = one_line(str(exc))
-                log.log(logging.DEBUG if lost else logging.WARNING,
-                        "LISTEN connection lost (%s); reconnecting", cause)  # fmt: skip
-                lost = True
-            self._listening.clear()
-            self._signal_all()  # what was missed meanwhile: let workers look
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-    def _signal(self, queue: str) -> None:
-        self._pending.add(queue)
-        for wanted, event in self._waiters:
-            if queue in wanted:
-                event.set()
-
-    def _signal_all(self) -> None:
-        for _, event in self._waiters:
-            event.set()
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-
-def hung_up(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """Whether an idle connection has something to read: the server's goodbye."""
-    poll = select.poll()
-    poll.register(conn.fileno(), select.POLLIN)
-    return bool(poll.poll(0))

@@ -16,15 +16,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import select
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from tenure.backends.postgres.liveness import hung_up
-
-__all__ = ["Pool", "PoolTimeout"]
+__all__ = ["Pool", "PoolTimeout", "hung_up"]
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -173,3 +172,10 @@ class Pool:
             if not waiter.done():
                 waiter.set_result(None)
                 return
+
+
+def hung_up(conn: Connection) -> bool:
+    """Whether an idle connection has something to read: the server's goodbye."""
+    poll = select.poll()
+    poll.register(conn.fileno(), select.POLLIN)
+    return bool(poll.poll(0))

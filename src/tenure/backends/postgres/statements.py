@@ -14,13 +14,14 @@ What is left is filled in per backend: ``{schema}`` and ``{channel}``,
 identifiers quoted once (``Statements``). One value varies per call:
 ``{limit}``, an integer written into the text (a generic plan must know it,
 see queries.sql), by ``Statements.limited``; it is the only value ever
-formatted into SQL, every other one is a parameter.
+formatted into SQL, every other one is a parameter. Arrays of text go as
+array literals (``text_array``).
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from psycopg import sql
 
@@ -126,3 +127,10 @@ class Statements:
     def __iter__(self) -> Iterator[str]:
         yield from self._fixed
         yield from self._pieces
+
+
+def text_array(values: Iterable[str]) -> str:
+    """A PostgreSQL array literal of text values, each quoted (so that NULL,
+    commas and braces are only text) with its quotes and backslashes escaped."""
+    quoted = ['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]
+    return "{" + ",".join(quoted) + "}"

@@ -2,28 +2,23 @@
 
 Jobs, queues, leases and workers live in the keys ``keys.py`` lays out; each
 transition runs as one script (``scripts/*.lua``) on the keys of one queue,
-atomically, judged by Redis's own clock (``TIME``). Worker liveness is a named
-connection per registered worker (``liveness.py``); idle workers block on
-per-queue signal lists (``wakeup.py``); the sweep runs in phases so that the
-retry policy stays in ``tenure.core.retry`` (``rescue.py``).
-
-A verb given only a job id finds the job's queue, hence its hash slot, in a
-cache of the ids this backend has seen (those it enqueued, claimed or read), or
-else in the fleet's id index, one extra round trip.
+atomically, judged by Redis's own clock (``TIME``). This class is the
+protocol's verbs, thin: each checks its arguments and hands them to the part
+that does the work, built when the backend opens (:class:`Parts`):
+``claiming.py`` (the cycle and the lease holder's writes), ``enqueue.py``,
+``rescue.py`` (the sweep and the prune), ``operators.py``, ``liveness.py``
+(workers: registration, heartbeat, a named connection each), ``events.py`` and
+``wakeup.py`` (idle workers block on per-queue signal lists). ``index.py``
+finds a job's queue, hence its hash slot, from its id.
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import contextlib
-import functools
-import logging
-from collections import Counter, OrderedDict, deque
-from collections.abc import AsyncGenerator, Awaitable, Collection, Mapping, Sequence
+from collections.abc import Collection, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from redis.exceptions import RedisError
 
 from tenure.backends.base import (
@@ -37,49 +32,71 @@ from tenure.backends.base import (
     WorkerInfo,
 )
 from tenure.backends.checks import (
-    bad_cursor,
     check_ago,
-    check_cursor,
     check_listing,
     check_match,
     check_prune_limit,
     check_retried_by,
     check_schedules,
     check_tick,
-    claim_limit,
-    cursor_seq,
-    not_cancellable,
-    prefix_range,
-    queue_busy,
 )
-from tenure.backends.redis import codec, retention
+from tenure.backends.redis.claiming import Claiming
+from tenure.backends.redis.enqueue import Enqueue
 from tenure.backends.redis.events import EventReader
-from tenure.backends.redis.keys import glob_escaped
-from tenure.backends.redis.liveness import Liveness
-from tenure.backends.redis.rescue import judge, rescue
-from tenure.backends.redis.scripts import INVALID_TRANSITION, OK, Arg, Call, Runner, check
+from tenure.backends.redis.index import IdCache, Index
+from tenure.backends.redis.liveness import Liveness, Workers
+from tenure.backends.redis.operators import Operators, parse_cursor
+from tenure.backends.redis.rescue import Rescue
+from tenure.backends.redis.scripts import Runner
 from tenure.backends.redis.topology import Topology
 from tenure.backends.redis.url import Options, parse
 from tenure.backends.redis.wakeup import Wakeups
 from tenure.config import QueuePolicy
-from tenure.core.events import Event, RetriedBy, failure_events
-from tenure.core.names import NAME_PATTERN, check_job_id, check_job_ids, check_name
+from tenure.core.events import Event, RetriedBy
+from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
-from tenure.core.retry import CANCELLED, Decision
+from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
-from tenure.errors import BackendUnavailable, InvalidInput, JobNotFound
+from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import Job, JobSpec, check_specs
 
-log = logging.getLogger("tenure.redis")
 
-ENQUEUE_CHUNK = 500  # jobs per enqueue script call: bounds how long one call holds Redis
-ENQUEUE_WINDOW = 2  # enqueue pipelines in flight at once
-PROMOTE_MAX = 1000  # due scheduled jobs one claim promotes per queue
-DELETE_PIECE = 1000  # jobs one delete_queue call deletes: bounds how long it holds Redis
-DEAD_COUNT_PIECE = 5000  # dead jobs one dead_counts call looks at: bounds how long it holds Redis
-MATCH_PIECE = 5000  # ids one HSCAN of match_ids looks at: bounds how long it holds Redis
-ID_CACHE = 100_000  # job id -> queue entries this backend remembers
-DEFAULTS = QueuePolicy()
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """An open backend: its connection to Redis and the parts that do the verbs' work."""
+
+    topology: Topology
+    runner: Runner
+    liveness: Liveness
+    workers: Workers
+    claiming: Claiming
+    enqueue: Enqueue
+    rescue: Rescue
+    operators: Operators
+    events: EventReader
+    wakeups: Wakeups
+
+    @classmethod
+    def of(cls, topology: Topology, runner: Runner, options: Options, ids: IdCache) -> Parts:
+        keys = options.keys
+        index = Index(runner, keys, ids)
+        liveness = Liveness(keys, runner)
+        events = EventReader(runner, keys, index)
+        operators = Operators(runner, keys, index)
+        return cls(
+            topology=topology,
+            runner=runner,
+            liveness=liveness,
+            workers=Workers(runner, keys, index, liveness),
+            claiming=Claiming(runner, keys, index, liveness),
+            enqueue=Enqueue(runner, keys, index),
+            rescue=Rescue(
+                runner, keys, index, liveness, events=events, policy_of=operators.get_policy
+            ),
+            operators=operators,
+            events=events,
+            wakeups=Wakeups(topology, keys),
+        )
 
 
 class RedisBackend(DerivedVerbs):
@@ -96,13 +113,8 @@ class RedisBackend(DerivedVerbs):
         self.keys = options.keys
         self.max_payload = options.max_payload
         self._safe_url = options.safe_url
-        self._topology: Topology | None = None
-        self._runner: Runner | None = None
-        self._liveness: Liveness | None = None
-        self._events: EventReader | None = None
-        self._wakeups: dict[tuple[str, ...], Wakeups] = {}
-        self._queue_of_id: OrderedDict[str, str] = OrderedDict()
-        self._warned_durability = False
+        self._parts: Parts | None = None
+        self._ids: IdCache = IdCache()  # job id -> queue, kept across a close
 
     @classmethod
     def from_url(cls, url: str) -> RedisBackend:
@@ -113,13 +125,21 @@ class RedisBackend(DerivedVerbs):
     # -- plumbing ----------------------------------------------------------
 
     @property
-    def runner(self) -> Runner:
-        if self._runner is None:
+    def parts(self) -> Parts:
+        if self._parts is None:
             raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
-        return self._runner
+        return self._parts
+
+    @property
+    def runner(self) -> Runner:
+        return self.parts.runner
+
+    @property
+    def liveness(self) -> Liveness:
+        return self.parts.liveness
 
     async def open(self) -> None:
-        if self._runner is not None:
+        if self._parts is not None:
             return
         try:
             topology = Topology(self.options)
@@ -134,176 +154,41 @@ class RedisBackend(DerivedVerbs):
             if isinstance(exc, BackendUnavailable):
                 raise
             raise BackendUnavailable(f"Redis at {self._safe_url}: {exc}") from exc
-        self._topology, self._runner = topology, runner
-        self._liveness = Liveness(self.keys, runner)
-        self._events = EventReader(runner, self.keys)
+        self._parts = Parts.of(topology, runner, self.options, self._ids)
 
     async def close(self) -> None:
-        if self._liveness is not None:
-            await self._liveness.close()  # no deregistering: to the fleet, a kill -9
-        for wakeups in self._wakeups.values():
-            await wakeups.close()
-        if self._topology is not None:
-            await self._topology.close()
-        self._topology = self._runner = self._liveness = self._events = None
-        self._wakeups = {}
-
-    def _remember(self, queue_of_id: Mapping[str, str]) -> None:
-        """Cache job id -> queue; the oldest entries go first (new ids go last)."""
-        cache = self._queue_of_id
-        cache.update(queue_of_id)
-        while len(cache) > ID_CACHE:
-            cache.popitem(last=False)
-
-    def _known(self, jobs: Sequence[Job]) -> list[Job]:
-        self._remember({job.id: job.queue for job in jobs})
-        return list(jobs)
-
-    async def _queues_of(self, job_ids: Collection[str]) -> dict[str, str]:
-        """The queue of each job id that exists (cache, else the fleet's index)."""
-        found = {i: q for i in job_ids if (q := self._queue_of_id.get(i)) is not None}
-        unknown = [i for i in job_ids if i not in found]
-        if unknown:
-            queues = await self.runner.command("HMGET", self.keys.jobs, *unknown, repeatable=True)
-            fetched = {i: q.decode() for i, q in zip(unknown, queues, strict=True) if q is not None}
-            self._remember(fetched)
-            found.update(fetched)
-        return found
-
-    async def _queue_of(self, job_id: str) -> str:
-        queue = (await self._queues_of([job_id])).get(job_id)
-        if queue is None:
-            raise JobNotFound(f"no job with id {job_id!r}")
-        return queue
-
-    async def _settle(
-        self, script: str, job_id: str, fence: int, *args: str | bytes, repeatable: bool = False
-    ) -> None:
-        """Run one fence-checked script on a job; LeaseLost or JobNotFound if refused."""
-        queue = await self._queue_of(job_id)
-        keys, argv = [self.keys.queue(queue)], [job_id, fence, *args]
-        code = await self.runner.call(script, keys, argv, repeatable=repeatable)
-        check(code, job_id, fence)
+        if self._parts is not None:
+            await self._parts.liveness.close()  # no deregistering: to the fleet, a kill -9
+            await self._parts.wakeups.close()
+            await self._parts.topology.close()
+        self._parts = None
 
     # -- producers ---------------------------------------------------------
 
-    async def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
+    async def enqueue(self, specs: Sequence[JobSpec]) -> builtins.list[Job]:
         check_specs(specs, self.max_payload)
         if not specs:
             return []
-        queues = list(dict.fromkeys(s.queue for s in specs))
-        head = [Call.command("SADD", self.keys.queues, *queues)]
-        runs = _runs(specs)
-        pipelines = []
-        for queue, run in runs:  # the index by id first: a rerun finds them
-            args: list[Arg] = [queue, len(run), *codec.shared_args(run[0])]
-            args += [a for s in run for a in (s.id, s.args, s.key or "")]
-            pipelines.append([*head, Call.command("HSET", self.keys.jobs,
-                                                  *[x for s in run for x in (s.id, queue)]),
-                              Call.script("enqueue", [self.keys.queue(queue)], args)])  # fmt: skip
-            head = []
-        jobs: list[Job] = []
-        # Each run's jobs are made while Redis stores the next runs.
-        async with contextlib.aclosing(self._pipelines(pipelines)) as replies:
-            each_run = iter(runs)
-            async for reply in replies:
-                _, run = next(each_run)
-                jobs += _enqueued(run, reply[-1])
-        # The index got an entry for every spec; drop those that made no job.
-        unused = [s.id for s, j in zip(specs, jobs, strict=True) if s.id != j.id]
-        if unused:
-            await self.runner.command("HDEL", self.keys.jobs, *unused)
-        return self._known(jobs)
+        return await self.parts.enqueue.enqueue(specs)
 
     async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
         at = check_tick(schedule, at)
         check_specs([spec], self.max_payload)
-        queue = spec.queue
-        args: list[Arg] = [queue, 1, *codec.shared_args(spec), spec.id, spec.args,
-                           spec.key or "", schedule, repr(at), spec.id]  # fmt: skip
-        # Not repeatable: run again after a lost reply, it would find its own
-        # tick and say None, and the index entry of its job would be dropped.
-        reply = await self.runner.pipeline([
-            Call.command("SADD", self.keys.queues, queue),
-            Call.command("HSET", self.keys.jobs, spec.id, queue),
-            Call.script("enqueue_tick", [self.keys.queue(queue)], args),
-        ])  # fmt: skip
-        if not reply[-1]:  # another worker's tick: no job, so no index entry
-            await self.runner.command("HDEL", self.keys.jobs, spec.id)
-            return None
-        [job] = _enqueued([spec], reply[-1])
-        return self._known([job])[0]
+        return await self.parts.enqueue.enqueue_tick(schedule, at, spec)
 
     async def last_ticks(
         self, schedules: Collection[tuple[str, str]]
     ) -> dict[tuple[str, str], Tick]:
         pairs = check_schedules(schedules)
-        by_queue: dict[str, builtins.list[str]] = {}
-        for queue, name in pairs:
-            by_queue.setdefault(queue, []).append(name)
-        calls = [Call.command("HMGET", self.keys.queue(q) + "ticks", *names)
-                 for q, names in by_queue.items()]  # fmt: skip
-        replies = await self.runner.pipeline(calls, repeatable=True)
-        found: dict[tuple[str, str], Tick] = {}
-        for (queue, names), values in zip(by_queue.items(), replies, strict=True):
-            for name, value in zip(names, values, strict=True):
-                if value is not None:
-                    at, job_id = value.decode().split(" ", 1)
-                    found[queue, name] = Tick(float(at), job_id)
-        return found
-
-    async def _pipelines(
-        self, pipelines: Sequence[Sequence[Call]]
-    ) -> AsyncGenerator[list[Any], None]:
-        """Run repeatable pipelines in order, yielding their replies as they come.
-        On an ordered transport (the lane), up to ENQUEUE_WINDOW in flight:
-        while Redis runs one, the next is sent, and the caller reads the last
-        reply meanwhile. Else one at a time: on two pooled connections, a later
-        one could run first."""
-        run = functools.partial(self.runner.pipeline, repeatable=True, hot=True)
-        if len(pipelines) == 1:
-            yield await run(pipelines[0])
-            return
-        window = ENQUEUE_WINDOW if self.runner.topology.hot.ordered else 1
-        sent: deque[asyncio.Future[list[Any]]] = deque()
-        try:
-            for calls in pipelines:
-                sent.append(asyncio.ensure_future(run(calls)))
-                await asyncio.sleep(0)  # it writes its commands
-                if len(sent) >= window:
-                    yield await sent.popleft()
-            while sent:
-                yield await sent.popleft()
-        finally:
-            for pipeline in sent:  # an earlier one failed: the rest are not needed
-                pipeline.cancel()
-            await asyncio.gather(*sent, return_exceptions=True)
+        return await self.parts.enqueue.last_ticks(pairs)
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
-        """Block on the queues' signal lists (BLPOP) until a token or the timeout.
-        On Redis Cluster the lists live on several nodes: one pop per queue, and
-        the first token wins."""
-        if self._topology is None or not queues:
-            return
-        lists = tuple(self.keys.signal(q) for q in dict.fromkeys(queues))
-        groups = [(key,) for key in lists] if self._topology.cluster else [lists]
-        waits = [asyncio.ensure_future(self._waiter(g).wait(g, timeout)) for g in groups]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()  # a pending pop outlives its wait: the next wait picks it up
-
-    def _waiter(self, lists: tuple[str, ...]) -> Wakeups:
-        if lists not in self._wakeups:
-            topology = self._topology
-            assert topology is not None
-            self._wakeups[lists] = Wakeups(lambda: topology.connection(lists[0]))
-        return self._wakeups[lists]
+        if self._parts is not None:  # closed: nothing to wake anyone
+            await self._parts.wakeups.wait(queues, timeout)
 
     # -- lease holders -----------------------------------------------------
 
-    async def complete_and_claim(
+    def complete_and_claim(
         self,
         items: Sequence[tuple[str, int, bytes]],
         worker_id: str,
@@ -311,195 +196,56 @@ class RedisBackend(DerivedVerbs):
         limit: int,
         *,
         skip_tasks: Collection[str] = (),
-    ) -> tuple[set[LeaseRef], builtins.list[Job]]:
-        """One script (cycle.lua) for the completions and the claim; on Redis
-        Cluster, one script per queue and the claim, in one pipeline."""
-        limit = claim_limit(queues, limit)
-        lost: set[LeaseRef] = set()
-        batches: dict[str, list[tuple[str, int, bytes]]] = {}
-        if items:
-            queue_of = await self._queues_of({job_id for job_id, _, _ in items})
-            lost = {(job_id, fence) for job_id, fence, _ in items if job_id not in queue_of}
-            for item in items:
-                if item[0] in queue_of:
-                    batches.setdefault(queue_of[item[0]], []).append(item)
-        if limit and self._liveness is not None and self._liveness.seems_lost(worker_id):
-            # Claimed under an identity the fleet already takes for dead, a job
-            # would be recovered from under us: the next heartbeat registers us again.
-            # (Checked after the round trip above, which may have spanned a restart.)
-            limit = 0
-        queues = list(dict.fromkeys(queues)) if limit else []
-        if not batches and not queues:
-            return lost, []
-        skip = orjson.dumps(list(skip_tasks)).decode() if skip_tasks else ""
-        claim: list[str | int] = [
-            worker_id, limit, repr(DEFAULTS.lease_ttl), DEFAULTS.delivery, PROMOTE_MAX, skip
-        ]  # fmt: skip
-        if self.runner.topology.cluster:
-            statuses, claimed = await self._cycle_on_cluster(batches, queues, claim)
-        else:
-            keys = [self.keys.queue(q) for q in (*queues, *batches)]
-            args: list[str | int | bytes] = [*claim, len(queues)]
-            for batch in batches.values():
-                args += [len(batch), *(a for item in batch for a in item)]
-            claimed, statuses = await self.runner.call("cycle", keys, args, hot=True)
-        for batch, codes in zip(batches.values(), statuses, strict=True):
-            lost |= {(i, f) for (i, f, _), code in zip(batch, codes, strict=True) if code != OK}
-        jobs = [codec.job_of_values(values) for values in claimed]
-        if self.runner.topology.cluster and len(queues) > 1:  # claimed queue by queue: in line
-            jobs.sort(key=lambda j: (-j.priority, j.run_at, j.created_at, j.id))
-        return lost, self._known(jobs)
-
-    async def _cycle_on_cluster(
-        self,
-        batches: dict[str, builtins.list[tuple[str, int, bytes]]],
-        queues: builtins.list[str],
-        claim: builtins.list[str | int],
-    ) -> tuple[builtins.list[Any], builtins.list[Any]]:
-        """complete.lua per queue and claim.lua per queue (each in its hash slot)."""
-        calls = [
-            Call.script("complete", [self.keys.queue(q)], [a for item in batch for a in item])
-            for q, batch in batches.items()
-        ]
-        if queues:
-            shares = {q: int(claim[1]) for q in queues}
-            if len(shares) > 1:
-                shares = await self._shares(queues, int(claim[1]), str(claim[5]))
-            calls += [
-                Call.script("claim", [self.keys.queue(q)], [claim[0], n, *claim[2:]])
-                for q, n in shares.items() if n > 0
-            ]  # fmt: skip
-        replies = await self.runner.pipeline(calls)
-        return replies[: len(batches)], [flat for r in replies[len(batches) :] for flat in r]
-
-    async def _shares(self, queues: builtins.list[str], limit: int, skip: str) -> dict[str, int]:
-        """How many jobs to claim from each queue so that the batch is the best
-        ``limit`` across them (Cluster: a peek per queue, then a claim per queue;
-        a job another worker takes in between leaves this batch short)."""
-        calls = [Call.script("peek", [self.keys.queue(q)], [limit, PROMOTE_MAX, skip])
-                 for q in queues]  # fmt: skip
-        candidates = []
-        for queue, reply in zip(queues, await self.runner.pipeline(calls), strict=True):
-            candidates += [(float(reply[i + 1]), reply[i], queue) for i in range(0, len(reply), 2)]
-        shares = dict.fromkeys(queues, 0)
-        for _, _, queue in sorted(candidates)[:limit]:
-            shares[queue] += 1
-        return shares
+    ) -> Coroutine[Any, Any, tuple[set[LeaseRef], builtins.list[Job]]]:
+        # Not async: the cycle is the worker's hot path, and this hands the
+        # caller the part's coroutine rather than awaiting it in one more.
+        return self.parts.claiming.complete_and_claim(
+            items, worker_id, queues, limit, skip_tasks=skip_tasks
+        )
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
-        """Renew the presented leases the worker still holds, one script per queue,
-        in one round trip. For a worker registered by this backend it also proves
-        the worker alive: its named connection answers a PING (at the same time)
-        and its registry entry is still there; LivenessLost otherwise."""
-        presented = set(leases)
-        here = self._liveness is not None and worker_id in self._liveness.held
-        if not presented and not here:
-            return Renewal()
-        queue_of = await self._queues_of({job_id for job_id, _ in presented})
-        by_queue: dict[str, list[str | int]] = {}
-        for job_id, fence in presented:
-            if job_id in queue_of:
-                by_queue.setdefault(queue_of[job_id], [worker_id]).extend((job_id, fence))
-        calls = [Call.script("heartbeat", [self.keys.queue(q)], a) for q, a in by_queue.items()]
-        if here:
-            calls.append(Call.script("touch", [self.keys.fleet], [worker_id]))
-        replies = await self._with_liveness(worker_id, self.runner.pipeline(calls))
-        if here and not int(replies.pop()):
-            assert self._liveness is not None
-            await self._liveness.lost(worker_id, "a sweeper found it gone and buried it")
-        held, cancel_requested = set(), set()
-        for reply in replies:
-            for i in range(0, len(reply), 3):
-                lease = (reply[i].decode(), int(reply[i + 1]))
-                held.add(lease)
-                if int(reply[i + 2]):
-                    cancel_requested.add(lease)
-        return Renewal(frozenset(presented - held), frozenset(cancel_requested))
-
-    async def _with_liveness(self, worker_id: str, work: Awaitable[list[Any]]) -> list[Any]:
-        """Await ``work`` and, at the same time, the check of the worker's connection;
-        a lost liveness wins over any other error."""
-        assert self._liveness is not None
-        checked, done = await asyncio.gather(
-            self._liveness.check(worker_id), work, return_exceptions=True
-        )
-        for outcome in (checked, done):
-            if isinstance(outcome, BaseException):
-                raise outcome
-        assert isinstance(done, list)
-        return done
+        if self._parts is None and not leases:
+            return Renewal()  # nothing to renew, and no worker of ours to prove alive
+        return await self.parts.workers.heartbeat(worker_id, leases)
 
     async def progress(self, job_id: str, fence: int, data: Any) -> None:
         payload = encode(data, what="progress", limit=self.max_payload)
-        await self._settle("progress", job_id, fence, payload, repeatable=True)
+        await self.parts.claiming.progress(job_id, fence, payload)
 
     async def complete(self, job_id: str, fence: int, result: Any = None) -> None:
         payload = encode(result, what="job result", limit=self.max_payload)
-        queue = await self._queue_of(job_id)
-        [code] = await self.runner.call(
-            "complete", [self.keys.queue(queue)], [job_id, fence, payload]
-        )
-        check(code, job_id, fence)
+        await self.parts.claiming.complete(job_id, fence, payload)
 
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
     ) -> None:
-        reason = decision.dead_reason.value if decision.dead_reason else ""
-        await self._settle(
-            "fail", job_id, fence, Outcome(outcome).value, "" if error is None else "=" + error,
-            decision.state.value, repr(float(decision.delay)), reason,
-            "1" if decision.stall else "0",
-            orjson.dumps(failure_events(outcome, decision, rescued=False)),
-            orjson.dumps(failure_events(outcome, CANCELLED, rescued=False)),
-        )  # fmt: skip
+        await self.parts.claiming.fail(job_id, fence, outcome, error, decision)
 
     async def release(self, job_id: str, fence: int) -> None:
-        await self._settle("release", job_id, fence)
+        await self.parts.claiming.release(job_id, fence)
 
     # -- the sweeper -------------------------------------------------------
 
-    @property
-    def liveness(self) -> Liveness:
-        if self._liveness is None:
-            raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
-        return self._liveness
-
     async def rescue(self, min_interval: float = 0.0) -> RescueReport:
-        report = await rescue(self.runner, self.keys, self.liveness, min_interval)
-        if report.swept and self._events is not None and self._events.trim_due():
-            queues = await self.queues()
-            await self._events.trim(queues, {q: await self.get_policy(q) for q in queues})
-        return report
+        return await self.parts.rescue.rescue(min_interval)
 
     async def prune(self, limit: int) -> int:
-        gone = await retention.prune(self.runner, self.keys, check_prune_limit(limit))
-        for job_id in gone:
-            self._queue_of_id.pop(job_id, None)
-        return len(gone)
+        return await self.parts.rescue.prune(check_prune_limit(limit))
 
     # -- lifecycle events --------------------------------------------------
 
     async def read_events(
         self, queue: str | None, after: str | None, limit: int, timeout: float = 0.0
     ) -> builtins.list[Event]:
-        if self._events is None:
-            raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
-        return await self._events.read(queue, after, limit, timeout)
+        return await self.parts.events.read(queue, after, limit, timeout)
 
     async def events_now(self, queue: str | None, ago: float = 0.0) -> str:
-        if self._events is None:
-            raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
-        return await self._events.now(queue, check_ago(ago))
+        return await self.parts.events.now(queue, check_ago(ago))
 
     # -- operators ---------------------------------------------------------
 
     async def cancel(self, job_id: str) -> Job:
-        queue = await self._queue_of(check_job_id(job_id))
-        code, *rest = await self.runner.call("cancel", [self.keys.queue(queue)], [job_id])
-        if code == INVALID_TRANSITION:
-            raise not_cancellable(await self.get(job_id))
-        check(code, job_id)
-        return codec.job(*rest)
+        return await self.parts.operators.cancel(check_job_id(job_id))
 
     async def retry_dead(
         self, queue: str, job_ids: Sequence[str] | None = None, by: str = RetriedBy.PYTHON
@@ -509,65 +255,24 @@ class RedisBackend(DerivedVerbs):
         retried_by = check_retried_by(by).value
         if ids is not None and not ids:
             return 0
-        args = [retried_by, *(ids or [])]
-        return int(await self.runner.call("retry_dead", [self.keys.queue(queue)], args))
+        return await self.parts.operators.retry_dead(queue, ids, retried_by)
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         check_name("queue", queue)
         ids = check_job_ids(job_ids)
         if ids is not None and not ids:
             return 0
-        ids = ids or []
-        gone = await self.runner.call("purge_dead", [self.keys.queue(queue)], ids)
-        if gone:
-            await self.runner.command("HDEL", self.keys.jobs, *gone)
-            for job_id in gone:
-                self._queue_of_id.pop(job_id.decode(), None)
-        return len(gone)
+        return await self.parts.operators.purge_dead(queue, ids)
 
     async def delete_queue(self, queue: str) -> int:
-        """delete_queue.lua, a piece at a time, then the queue's name."""
-        check_name("queue", queue)
-        deleted = 0
-        while True:
-            code, left, *ids = await self.runner.call(
-                "delete_queue", [self.keys.queue(queue)], [DELETE_PIECE]
-            )
-            if code == INVALID_TRANSITION:
-                raise queue_busy(queue, int(left))
-            if not ids:
-                break
-            await self.runner.command("HDEL", self.keys.jobs, *ids)
-            for job_id in ids:
-                self._queue_of_id.pop(job_id.decode(), None)
-            deleted += len(ids)
-        await self.runner.command("SREM", self.keys.queues, queue)
-        return deleted
+        return await self.parts.operators.delete_queue(check_name("queue", queue))
 
     async def get(self, job_id: str) -> Job:
-        queue = await self._queue_of(check_job_id(job_id))
-        keys = [self.keys.queue(queue)]
-        flat, history = await self.runner.call("get", keys, [job_id], repeatable=True)
-        if not flat:
-            raise JobNotFound(f"no job with id {job_id!r}")
-        return codec.job(flat, history)
+        return await self.parts.operators.get(check_job_id(job_id))
 
     async def match_ids(self, prefix: str, limit: int) -> builtins.list[str]:
         prefix, limit = check_match(prefix, limit)
-        if prefix_range(prefix) is None:
-            return []
-        pattern = glob_escaped(prefix) + "*"
-        found: set[str] = set()
-        cursor: bytes | int = 0
-        while True:  # one bounded HSCAN a round trip, until the hash is done or limit is met
-            cursor, pairs = await self.runner.command(
-                "HSCAN", self.keys.jobs, cursor, "MATCH", pattern, "COUNT", MATCH_PIECE,
-                repeatable=True,
-            )  # fmt: skip
-            names = pairs if isinstance(pairs, dict) else pairs[::2]  # as redis-py parses it
-            found.update(i.decode() for i in names)
-            if int(cursor) == 0 or len(found) >= limit:
-                return sorted(found)[:limit]
+        return await self.parts.operators.match_ids(prefix, limit)
 
     async def list(
         self,
@@ -577,180 +282,40 @@ class RedisBackend(DerivedVerbs):
         after: str | None = None,
     ) -> Page:
         state = check_listing(queue, state, limit)
-        cursor = _cursor(after)
-        queues = [queue] if queue is not None else await self.queues()
-        calls = []
-        for q in queues:
-            # newest first by (seq, queue): below the cursor's seq, or at it in a lower queue
-            bound = "+inf" if cursor is None else f"({cursor[0]}"
-            if cursor is not None and q < cursor[1]:
-                bound = str(cursor[0])
-            args = [state.value if state else "", bound, limit + 1]
-            calls.append(Call.script("list", [self.keys.queue(q)], args))
-        rows = []
-        replies = await self.runner.pipeline(calls, repeatable=True)
-        for q, reply in zip(queues, replies, strict=True):
-            rows += [(int(reply[i]), q, reply[i + 1]) for i in range(0, len(reply), 2)]
-        rows.sort(key=lambda r: (r[0], r[1]), reverse=True)
-        jobs = self._known([codec.job(flat) for _, _, flat in rows[:limit]])
-        last = rows[limit - 1] if len(rows) > limit else None
-        return Page(jobs, None if last is None else f"{last[0]}:{last[1]}")
+        cursor = parse_cursor(after)
+        return await self.parts.operators.list(queue, state, limit, cursor)
 
     async def counts(self, queue: str) -> dict[State, int]:
-        check_name("queue", queue)
-        states = list(State)
-        names = [s.value for s in states]
-        reply = await self.runner.call("counts", [self.keys.queue(queue)], names, repeatable=True)
-        return {s: int(n) for s, n in zip(states, reply, strict=True)}
+        return await self.parts.operators.counts(check_name("queue", queue))
 
     async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
-        check_name("queue", queue)
-        counted: Counter[str] = Counter()
-        after: str | None = ""
-        while after is not None:
-            reply = await self.runner.call(
-                "dead_counts", [self.keys.queue(queue)], [after, DEAD_COUNT_PIECE], repeatable=True
-            )
-            for reason, n in zip(reply[1::2], reply[2::2], strict=True):
-                counted[reason.decode()] += int(n)
-            after = reply[0].decode() or None
-        return {DeadReason(reason): n for reason, n in counted.items()}
+        return await self.parts.operators.dead_counts(check_name("queue", queue))
 
     async def lag(self, queue: str) -> float:
-        check_name("queue", queue)
-        return float(await self.runner.call("lag", [self.keys.queue(queue)], [], repeatable=True))
+        return await self.parts.operators.lag(check_name("queue", queue))
 
     async def queues(self) -> builtins.list[str]:
-        members = await self.runner.command("SMEMBERS", self.keys.queues, repeatable=True)
-        return sorted(m.decode() for m in members)
+        return await self.parts.operators.queues()
 
     async def get_policy(self, queue: str) -> QueuePolicy:
-        check_name("queue", queue)
-        raw = await self.runner.command("GET", self.keys.policy(queue), repeatable=True)
-        return DEFAULTS if raw is None else QueuePolicy.from_json(raw)
+        return await self.parts.operators.get_policy(check_name("queue", queue))
 
     async def set_policy(self, queue: str, policy: QueuePolicy) -> None:
         check_name("queue", queue)
         policy.validate()
-        await self.runner.pipeline([
-            Call.command("SADD", self.keys.queues, queue),
-            Call.command("SET", self.keys.policy(queue), orjson.dumps(policy.to_dict())),
-        ], repeatable=True)  # fmt: skip
+        await self.parts.operators.set_policy(queue, policy)
 
     async def change_policy(self, queue: str, changes: Mapping[str, Any]) -> QueuePolicy:
-        """Read, merge, then store only if nothing changed meanwhile (a compare
-        and set in change_policy.lua), else again."""
-        check_name("queue", queue)
-        key = self.keys.policy(queue)
-        while True:
-            stored = await self.runner.command("GET", key, repeatable=True)
-            policy = QueuePolicy.from_json(stored).replace(**changes)  # InvalidInput: no change
-            new = orjson.dumps(policy.to_dict())
-            prefix = [self.keys.queue(queue)]
-            if await self.runner.call("change_policy", prefix, [stored or b"", new],
-                                      repeatable=True):  # fmt: skip
-                await self.runner.command("SADD", self.keys.queues, queue, repeatable=True)
-                return policy
+        return await self.parts.operators.change_policy(check_name("queue", queue), changes)
 
     # -- workers -----------------------------------------------------------
 
     async def register_worker(self, info: WorkerInfo) -> None:
         check_name("worker", info.id)
-        if self._liveness is None:
-            raise BackendUnavailable(f"the Redis backend at {self._safe_url} is not open")
-        await self._warn_if_volatile()
-        entry = {"hostname": info.hostname, "pid": info.pid, "queues": list(info.queues)}
-        await self._liveness.hold(info.id, entry)
+        await self.parts.workers.register(info)
 
     async def deregister_worker(self, worker_id: str) -> None:
-        held = self._liveness.release(worker_id) if self._liveness else None
-        await self.runner.call("deregister", [self.keys.fleet], [worker_id])
-        if held is not None and self._liveness is not None:
-            await self._liveness.drop(held, kill=False)
+        await self.parts.workers.deregister(worker_id)
 
     async def workers(self) -> builtins.list[WorkerInfo]:
-        registry = await self.runner.call("workers", [self.keys.fleet], repeatable=True)
-        entries = registry[1:]
-        ids = [worker_id.decode() for worker_id, *_ in entries]
-        leases = await self._leases_held(ids)
-        _, live = judge(registry, self.liveness.names(await self.liveness.everywhere()))
-        found = []
-        for worker_id, (_, info, started_at, last_seen) in zip(ids, entries, strict=True):
-            data = orjson.loads(info)
-            found.append(
-                WorkerInfo(worker_id, data["hostname"], int(data["pid"]), tuple(data["queues"]),
-                           float(started_at), float(last_seen), leases.get(worker_id, 0),
-                           worker_id in live)
-            )  # fmt: skip
-        return sorted(found, key=lambda w: (w.started_at, w.id))
-
-    async def _leases_held(self, worker_ids: builtins.list[str]) -> dict[str, int]:
-        """Active jobs each worker holds: the sizes of its held sets, one per
-        queue (each in its queue's hash slot), in one round trip."""
-        queues = await self.queues()
-        pairs = [(w, q) for w in worker_ids for q in queues]
-        if not pairs:
-            return {}
-        calls = [Call.command("SCARD", self.keys.queue(q) + f"held:{w}") for w, q in pairs]
-        sizes = await self.runner.pipeline(calls, repeatable=True)
-        held: dict[str, int] = {}
-        for (w, _), n in zip(pairs, sizes, strict=True):
-            held[w] = held.get(w, 0) + int(n)
-        return held
-
-    async def _warn_if_volatile(self) -> None:
-        """Once per backend: a server without AOF loses jobs when it restarts."""
-        if self._warned_durability:
-            return
-        self._warned_durability = True
-        try:
-            info = await self.runner.command("INFO", "persistence")
-        except BackendUnavailable:
-            return  # INFO may be forbidden: say nothing rather than guess
-        nodes = info.values() if isinstance(info, dict) and "aof_enabled" not in info else [info]
-        if any(isinstance(n, dict) and not int(n.get("aof_enabled", 1)) for n in nodes):
-            log.warning(
-                "Redis at %s runs with appendonly no: a Redis restart loses jobs "
-                "(see docs/redis.md: appendonly yes, appendfsync everysec)",
-                self._safe_url,
-            )
-
-
-def _enqueued(specs: Sequence[JobSpec], reply: list[Any]) -> list[Job]:
-    """The jobs of an enqueue script's reply, one per spec, in order."""
-    created, *made = reply
-    now = float(created)
-    jobs = []
-    for spec, entry in zip(specs, made, strict=True):
-        if isinstance(entry, bytes):  # stored now: its run_at
-            run_at = float(entry)
-            state = State.SCHEDULED if run_at > now else State.QUEUED
-            jobs.append(spec.stored(state, run_at, now))
-        else:  # stored already: the job
-            jobs.append(codec.job(entry))
-    return jobs
-
-
-def _runs(specs: Sequence[JobSpec]) -> list[tuple[str, list[JobSpec]]]:
-    """Consecutive specs of one queue and the same options (all but id, args and
-    key), in chunks: one enqueue script call each, in order."""
-    runs: list[tuple[str, list[JobSpec]]] = []
-    last = None
-    for spec in specs:
-        options = spec.options()
-        if options == last and len(runs[-1][1]) < ENQUEUE_CHUNK:
-            runs[-1][1].append(spec)
-        else:
-            runs.append((spec.queue, [spec]))
-            last = options
-    return runs
-
-
-def _cursor(after: str | None) -> tuple[int, str] | None:
-    """A cursor of this backend: ``seq:queue``."""
-    if (after := check_cursor(after)) is None:
-        return None
-    seq, _, queue = after.partition(":")
-    if NAME_PATTERN.fullmatch(queue) is None:
-        raise bad_cursor(after)
-    return cursor_seq(seq), queue
+        return await self.parts.workers.workers()

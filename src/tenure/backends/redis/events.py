@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
+from tenure.backends.redis.index import Index
 from tenure.backends.redis.keys import Keys
 from tenure.backends.redis.scripts import Call, Runner, unavailable
 from tenure.config import QueuePolicy
@@ -89,9 +90,10 @@ def start_of(queue: str, cursor: Cursor | None) -> str:
 class EventReader:
     """``read_events`` of :class:`~tenure.backends.redis.RedisBackend`."""
 
-    def __init__(self, runner: Runner, keys: Keys) -> None:
+    def __init__(self, runner: Runner, keys: Keys, index: Index) -> None:
         self.runner = runner
         self.keys = keys
+        self.index = index
         self._last_trim = -TRIM_INTERVAL
 
     def stream(self, queue: str) -> str:
@@ -105,7 +107,7 @@ class EventReader:
         cursor = parse_event_id(after)
         deadline = time.monotonic() + timeout
         while True:
-            queues = [queue] if queue is not None else await self._queues()
+            queues = [queue] if queue is not None else await self.index.queues()
             starts = {q: start_of(q, cursor) for q in queues}
             events, held = await self._read(starts, limit, cursor)
             if held:  # stored already: read again once their millisecond is over
@@ -140,10 +142,6 @@ class EventReader:
         )
         entry = newest[0][0].decode() if newest else "0-0"
         return f"{entry}.{MAX_PART}@{queue}"
-
-    async def _queues(self) -> list[str]:
-        members = await self.runner.command("SMEMBERS", self.keys.queues, repeatable=True)
-        return sorted(m.decode() for m in members)
 
     async def _read(
         self, starts: dict[str, str], limit: int, cursor: Cursor | None

@@ -17,6 +17,10 @@ Where ACLs forbid ``CLIENT``, there is no named connection: dead workers are
 found by lease expiry alone, and a registry entry is buried once its worker
 has not heartbeaten for :data:`STALE_AFTER` seconds. The backend says so once
 in the log ``tenure.redis``.
+
+:class:`Workers` holds the backend's verbs on top of this: registration, the
+heartbeat (lease renewal and, at the same time, the worker-alive proof) and the
+list of workers, judged alive or gone as the sweeper judges them (:func:`judge`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,8 +37,10 @@ from redis import exceptions as redis_errors
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import RedisError
 
+from tenure.backends.base import LeaseRef, Renewal, WorkerInfo
+from tenure.backends.redis.index import Index
 from tenure.backends.redis.keys import Keys
-from tenure.backends.redis.scripts import Runner
+from tenure.backends.redis.scripts import Call, Runner
 from tenure.errors import BackendUnavailable, LivenessLost
 
 log = logging.getLogger("tenure.redis")
@@ -214,6 +220,136 @@ class Liveness:
             if worker:
                 alive.add(worker)
         return alive
+
+
+def judge(registry: Sequence[Any], alive: set[str] | None) -> tuple[list[str], set[str]]:
+    """Split the registered workers into gone and live. A worker with a named
+    connection is gone when the connection is; one without (CLIENT forbidden) when
+    it has not been seen for STALE_AFTER seconds."""
+    now = float(registry[0])
+    gone, live = [], set()
+    for worker_id, info, _started, last_seen in registry[1:]:
+        wid = worker_id.decode()
+        named = orjson.loads(info).get("liveness") == "connection"
+        if named and alive is not None:
+            dead = wid not in alive
+        else:
+            dead = now - float(last_seen) > STALE_AFTER
+        if dead:
+            gone.append(wid)
+        else:
+            live.add(wid)
+    return gone, live
+
+
+class Workers:
+    """Worker registration, the heartbeat and the list of workers."""
+
+    def __init__(self, runner: Runner, keys: Keys, index: Index, liveness: Liveness) -> None:
+        self.runner = runner
+        self.keys = keys
+        self.index = index
+        self.liveness = liveness
+        self._warned_durability = False
+
+    async def register(self, info: WorkerInfo) -> None:
+        await self._warn_if_volatile()
+        entry = {"hostname": info.hostname, "pid": info.pid, "queues": list(info.queues)}
+        await self.liveness.hold(info.id, entry)
+
+    async def deregister(self, worker_id: str) -> None:
+        held = self.liveness.release(worker_id)
+        await self.runner.call("deregister", [self.keys.fleet], [worker_id])
+        if held is not None:
+            await self.liveness.drop(held, kill=False)
+
+    async def workers(self) -> list[WorkerInfo]:
+        registry = await self.runner.call("workers", [self.keys.fleet], repeatable=True)
+        entries = registry[1:]
+        ids = [worker_id.decode() for worker_id, *_ in entries]
+        leases = await self._leases_held(ids)
+        _, live = judge(registry, self.liveness.names(await self.liveness.everywhere()))
+        found = []
+        for worker_id, (_, info, started_at, last_seen) in zip(ids, entries, strict=True):
+            data = orjson.loads(info)
+            found.append(
+                WorkerInfo(worker_id, data["hostname"], int(data["pid"]), tuple(data["queues"]),
+                           float(started_at), float(last_seen), leases.get(worker_id, 0),
+                           worker_id in live)
+            )  # fmt: skip
+        return sorted(found, key=lambda w: (w.started_at, w.id))
+
+    async def _leases_held(self, worker_ids: list[str]) -> dict[str, int]:
+        """Active jobs each worker holds: the sizes of its held sets, one per
+        queue (each in its queue's hash slot), in one round trip."""
+        queues = await self.index.queues()
+        pairs = [(w, q) for w in worker_ids for q in queues]
+        if not pairs:
+            return {}
+        calls = [Call.command("SCARD", self.keys.queue(q) + f"held:{w}") for w, q in pairs]
+        sizes = await self.runner.pipeline(calls, repeatable=True)
+        held: dict[str, int] = {}
+        for (w, _), n in zip(pairs, sizes, strict=True):
+            held[w] = held.get(w, 0) + int(n)
+        return held
+
+    async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
+        """Renew the presented leases the worker still holds, one script per queue,
+        in one round trip. For a worker registered by this backend it also proves
+        the worker alive: its named connection answers a PING (at the same time)
+        and its registry entry is still there; LivenessLost otherwise."""
+        presented = set(leases)
+        here = worker_id in self.liveness.held
+        if not presented and not here:
+            return Renewal()
+        queue_of = await self.index.queues_of({job_id for job_id, _ in presented})
+        by_queue: dict[str, list[str | int]] = {}
+        for job_id, fence in presented:
+            if job_id in queue_of:
+                by_queue.setdefault(queue_of[job_id], [worker_id]).extend((job_id, fence))
+        calls = [Call.script("heartbeat", [self.keys.queue(q)], a) for q, a in by_queue.items()]
+        if here:
+            calls.append(Call.script("touch", [self.keys.fleet], [worker_id]))
+        replies = await self._with_liveness(worker_id, self.runner.pipeline(calls))
+        if here and not int(replies.pop()):
+            await self.liveness.lost(worker_id, "a sweeper found it gone and buried it")
+        held, cancel_requested = set(), set()
+        for reply in replies:
+            for i in range(0, len(reply), 3):
+                lease = (reply[i].decode(), int(reply[i + 1]))
+                held.add(lease)
+                if int(reply[i + 2]):
+                    cancel_requested.add(lease)
+        return Renewal(frozenset(presented - held), frozenset(cancel_requested))
+
+    async def _with_liveness(self, worker_id: str, work: Awaitable[list[Any]]) -> list[Any]:
+        """Await ``work`` and, at the same time, the check of the worker's connection;
+        a lost liveness wins over any other error."""
+        checked, done = await asyncio.gather(
+            self.liveness.check(worker_id), work, return_exceptions=True
+        )
+        for outcome in (checked, done):
+            if isinstance(outcome, BaseException):
+                raise outcome
+        assert isinstance(done, list)
+        return done
+
+    async def _warn_if_volatile(self) -> None:
+        """Once per backend opened: a server without AOF loses jobs when it restarts."""
+        if self._warned_durability:
+            return
+        self._warned_durability = True
+        try:
+            info = await self.runner.command("INFO", "persistence")
+        except BackendUnavailable:
+            return  # INFO may be forbidden: say nothing rather than guess
+        nodes = info.values() if isinstance(info, dict) and "aof_enabled" not in info else [info]
+        if any(isinstance(n, dict) and not int(n.get("aof_enabled", 1)) for n in nodes):
+            log.warning(
+                "Redis at %s runs with appendonly no: a Redis restart loses jobs "
+                "(see docs/redis.md: appendonly yes, appendfsync everysec)",
+                self.runner.url,
+            )
 
 
 def _client_names(reply: Any) -> Iterator[str]:

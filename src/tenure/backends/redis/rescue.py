@@ -1,4 +1,5 @@
-"""The sweep on Redis, in phases, so that the retry policy stays in Python.
+"""The sweeper's work on Redis: the sweep, in phases, so that the retry policy
+stays in Python, and retention (the prune).
 
 1. The guard (``sweep_guard.lua``): one sweep per interval across the fleet.
 2. One pipeline: per queue, ``sweep.lua`` promotes due scheduled jobs and
@@ -13,11 +14,21 @@
    for what made it a candidate (a late heartbeat saves a lease).
 
 Cost: the jobs recovered and the workers, never the size of the queues.
+
+A swept sweeper also trims the queues' event streams by age, once a minute
+(``events.py``).
+
+Retention: a queue's finished jobs are indexed by when they finished
+(``retained:*``), so a prune reads only the jobs it deletes. One prune deletes
+at most ``limit`` jobs in all, however many queues have some due: a pipeline
+first counts those due in each queue (O(log n) each). Then each queue's share
+goes in script calls of at most SCRIPT_MAX jobs, one round trip each: Redis
+serves nobody else while a script runs, nor between the calls of one pipeline.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +37,10 @@ import orjson
 from tenure.backends.base import Rescued, RescueReport
 from tenure.backends.checks import last_proof
 from tenure.backends.redis import codec
+from tenure.backends.redis.events import EventReader
+from tenure.backends.redis.index import Index
 from tenure.backends.redis.keys import Keys
-from tenure.backends.redis.liveness import STALE_AFTER, Liveness
+from tenure.backends.redis.liveness import Liveness, judge
 from tenure.backends.redis.scripts import Call, Runner
 from tenure.config import QueuePolicy
 from tenure.core.events import failure_events
@@ -37,6 +50,8 @@ from tenure.job import Job
 
 BATCH = 1000  # promotions and candidates per queue and sweep; the rest wait one sweep
 MARK_MS = 3_600_000  # how long the sweep guard's mark lives
+SCRIPT_MAX = 250  # jobs per prune.lua call: about a millisecond of Redis (docs/benchmarks.md)
+DEFAULTS = QueuePolicy()
 
 
 # A candidate for recovery: the job, and when its lease was last renewed.
@@ -55,7 +70,40 @@ class QueueSweep:
     orphaned: list[Found] = field(default_factory=list)
 
 
-async def rescue(
+class Rescue:
+    """``rescue`` and ``prune`` of the Redis backend."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        keys: Keys,
+        index: Index,
+        liveness: Liveness,
+        *,
+        events: EventReader,
+        policy_of: Callable[[str], Awaitable[QueuePolicy]],
+    ) -> None:
+        self.runner = runner
+        self.keys = keys
+        self.index = index
+        self.liveness = liveness
+        self.events = events
+        self.policy_of = policy_of  # a queue's policy, for its events' retention
+
+    async def rescue(self, min_interval: float) -> RescueReport:
+        report = await sweep(self.runner, self.keys, self.liveness, min_interval)
+        if report.swept and self.events.trim_due():
+            queues = await self.index.queues()
+            await self.events.trim(queues, {q: await self.policy_of(q) for q in queues})
+        return report
+
+    async def prune(self, limit: int) -> int:
+        gone = await prune(self.runner, self.keys, await self.index.queues(), limit)
+        self.index.forget(gone)
+        return len(gone)
+
+
+async def sweep(
     runner: Runner, keys: Keys, liveness: Liveness, min_interval: float
 ) -> RescueReport:
     """One sweep: see the module docstring."""
@@ -114,26 +162,6 @@ def _found(flat: Sequence[bytes]) -> Found:
     return codec.job(flat), None if started is None else float(started)
 
 
-def judge(registry: Sequence[Any], alive: set[str] | None) -> tuple[list[str], set[str]]:
-    """Split the registered workers into gone and live. A worker with a named
-    connection is gone when the connection is; one without (CLIENT forbidden) when
-    it has not been seen for STALE_AFTER seconds."""
-    now = float(registry[0])
-    gone, live = [], set()
-    for worker_id, info, _started, last_seen in registry[1:]:
-        wid = worker_id.decode()
-        named = orjson.loads(info).get("liveness") == "connection"
-        if named and alive is not None:
-            dead = wid not in alive
-        else:
-            dead = now - float(last_seen) > STALE_AFTER
-        if dead:
-            gone.append(wid)
-        else:
-            live.add(wid)
-    return gone, live
-
-
 async def _recover(
     runner: Runner, keys: Keys, sweeps: list[QueueSweep], now: float, last_seen: dict[str, float]
 ) -> tuple[Rescued, ...]:
@@ -169,3 +197,36 @@ async def _recover(
         plans.append(plan)
     replies = await runner.pipeline(calls)
     return tuple(plan[i.decode()] for plan, done in zip(plans, replies, strict=True) for i in done)
+
+
+def _keep(seconds: float | None) -> str:
+    return "" if seconds is None else repr(float(seconds))
+
+
+async def prune(runner: Runner, keys: Keys, queues: list[str], limit: int) -> list[str]:
+    """Delete up to ``limit`` finished jobs of ``queues`` due for deletion; their ids."""
+    defaults = [_keep(DEFAULTS.keep_completed), _keep(DEFAULTS.keep_dead)]
+    shares = [(q, limit) for q in queues[:1]]
+    if len(queues) > 1:
+        counts = await runner.pipeline(
+            [Call.script("prune", [keys.queue(q)], [0, *defaults]) for q in queues]
+        )
+        shares, left = [], limit
+        for queue, (due, _) in zip(queues, counts, strict=True):
+            if left and int(due):
+                shares.append((queue, min(int(due), left)))
+                left -= shares[-1][1]
+    # Where one script may reach the fleet's id index too, it drops the ids
+    # itself: nothing is left behind if this process dies just after.
+    index = [] if runner.topology.cluster else [keys.jobs]
+    gone: list[str] = []
+    for queue, share in shares:
+        wanted = share
+        while wanted > 0:
+            n = min(wanted, SCRIPT_MAX)
+            _, ids = await runner.call("prune", [keys.queue(queue), *index], [n, *defaults])
+            gone += [i.decode() for i in ids]
+            wanted = wanted - n if len(ids) == n else 0  # fewer: none due is left
+    if runner.topology.cluster and gone:
+        await runner.command("HDEL", keys.jobs, *gone)
+    return gone

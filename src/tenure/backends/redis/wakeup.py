@@ -10,6 +10,9 @@ freed, its own timeout), the pop stays pending and the next wait picks it up,
 so the connection never has to be dropped mid-command. Errors never escape: a
 wait on a broken Redis just waits out its timeout, like a backend that cannot
 wake anyone, and the claim that follows reports the failure.
+
+On Redis Cluster the lists live on several nodes: one pop per queue, and the
+first token wins.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from redis.asyncio.connection import AbstractConnection
+
+from tenure.backends.redis.keys import Keys
+from tenure.backends.redis.topology import Topology
 
 log = logging.getLogger("tenure.redis")
 
@@ -27,6 +33,40 @@ MARGIN = 5.0  # seconds a pop may take beyond its BLPOP timeout before we give u
 
 
 class Wakeups:
+    """``wait_for_jobs`` of the Redis backend: a :class:`BlockingPop` per group of
+    signal lists a worker waits on."""
+
+    def __init__(self, topology: Topology, keys: Keys) -> None:
+        self.topology = topology
+        self.keys = keys
+        self._pops: dict[tuple[str, ...], BlockingPop] = {}
+
+    async def wait(self, queues: Sequence[str], timeout: float) -> None:
+        """Block on the queues' signal lists (BLPOP) until a token or the timeout."""
+        if not queues:
+            return
+        lists = tuple(self.keys.signal(q) for q in dict.fromkeys(queues))
+        groups = [(key,) for key in lists] if self.topology.cluster else [lists]
+        waits = [asyncio.ensure_future(self._pop(g).wait(g, timeout)) for g in groups]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()  # a pending pop outlives its wait: the next wait picks it up
+
+    def _pop(self, lists: tuple[str, ...]) -> BlockingPop:
+        if lists not in self._pops:
+            topology = self.topology
+            self._pops[lists] = BlockingPop(lambda: topology.connection(lists[0]))
+        return self._pops[lists]
+
+    async def close(self) -> None:
+        for pop in self._pops.values():
+            await pop.close()
+        self._pops = {}
+
+
+class BlockingPop:
     """One blocking connection and at most one pending pop."""
 
     def __init__(self, connect: Callable[[], AbstractConnection]) -> None:

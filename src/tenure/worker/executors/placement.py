@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from tenure.worker.executors.children import Child, Running
+from tenure.worker.executors.child_handle import Child, Running
 
 # Seconds: a sync attempt waits in an executor's pipe only behind one that
 # started less than this ago (a long one would hold it up).

@@ -1,6 +1,6 @@
 """The process pool: executor processes, watched by the supervisor.
 
-Executors are forked by the zygote (``zygotes.py``), which imported the App
+Executors are forked by the zygote (``zygote_handle.py``), which imported the App
 once; if the zygote dies, its executors die with it, and the next fork starts
 another. Each executor runs one sync handler at a time, or up to
 ``async_slots`` async handlers on its event loop. While jobs are short, a busy
@@ -27,7 +27,7 @@ from tenure.backends.base import LeaseRef
 from tenure.errors import TenureError
 from tenure.job import Job
 from tenure.worker.executors.base import Crashed, Link, OnEnd, Stopped
-from tenure.worker.executors.children import Child, Running, StopReason, fork
+from tenure.worker.executors.child_handle import Child, Running, StopReason, fork
 from tenure.worker.executors.placement import Placement
 from tenure.worker.executors.wire import (
     Done,
@@ -39,8 +39,8 @@ from tenure.worker.executors.wire import (
     Ready,
     Started,
 )
-from tenure.worker.executors.zygote import ForkedZygote
-from tenure.worker.executors.zygotes import Zygote
+from tenure.worker.executors.zygote_handle import Zygote
+from tenure.worker.executors.zygote_main import ForkedZygote
 
 log = logging.getLogger("tenure.executor")
 T = TypeVar("T")

@@ -45,7 +45,7 @@ class Slot(enum.Enum):
     FREED = "freed"  # done with it, or never got one
 
 
-class Attempt:
+class ThreadAttempt:
     """One attempt on a :class:`ThreadExecutor`, until its first end."""
 
     __slots__ = ("context", "ctx", "ended", "fn", "handler", "is_async", "job", "on_end", "slot",
@@ -98,14 +98,16 @@ class ThreadExecutor:
         self.slots = slots
         self._threads = DaemonThreads(slots, "tenure-handler")
         self._aio: Portal | None = None
-        self._attempts: dict[LeaseRef, Attempt] = {}  # begun and not ended: running or waiting
+        self._attempts: dict[
+            LeaseRef, ThreadAttempt
+        ] = {}  # begun and not ended: running or waiting
         self._lock = threading.Lock()  # guards _busy, _pending and each attempt's slot
         self._busy = 0  # slots held
-        self._pending: collections.deque[Attempt] = collections.deque()  # waiting for a slot
+        self._pending: collections.deque[ThreadAttempt] = collections.deque()  # waiting for a slot
         # Once started. The loop is kept: on Python 3.11, asyncio.get_running_loop()
         # makes a getpid() system call each time, and a draining worker asks often.
         self._loop: asyncio.AbstractEventLoop
-        self._ended: Mailbox[Attempt, AttemptResult]
+        self._ended: Mailbox[ThreadAttempt, AttemptResult]
 
     def capacity(self) -> int:
         return self.slots - len(self._attempts)
@@ -118,7 +120,7 @@ class ThreadExecutor:
         self._ended = Mailbox(self._loop, self._reported)
 
     def begin(self, job: Job, timeout: float | None, on_end: OnEnd) -> None:
-        attempt = self._attempts[job.id, job.fence] = Attempt(job, timeout, on_end)
+        attempt = self._attempts[job.id, job.fence] = ThreadAttempt(job, timeout, on_end)
         try:
             task = self.tasks[job.task]
             attempt.ctx = self._context(job)
@@ -140,18 +142,18 @@ class ThreadExecutor:
             attempt.started = time.monotonic()
             self._launch(attempt)
 
-    def _launch(self, attempt: Attempt) -> None:
+    def _launch(self, attempt: ThreadAttempt) -> None:
         """On the loop: an attempt given a slot starts, and its deadline runs."""
         self._arm(attempt)
         self._run(attempt)
 
-    def _arm(self, attempt: Attempt) -> None:
+    def _arm(self, attempt: ThreadAttempt) -> None:
         if attempt.timeout is not None and not attempt.ended:
             attempt.timer = self._loop.call_at(
                 attempt.started + attempt.timeout, self._end, attempt, TimedOut(attempt.timeout)
             )
 
-    def _run(self, attempt: Attempt) -> None:
+    def _run(self, attempt: ThreadAttempt) -> None:
         """From any thread: run an attempt that holds a slot."""
         if not attempt.is_async:
             self._threads.submit(functools.partial(self._work, attempt))
@@ -164,19 +166,19 @@ class ThreadExecutor:
         if attempt.ended:  # stopped meanwhile, before the loop could see the handler
             handler.cancel()
 
-    def _work(self, attempt: Attempt | None) -> None:
+    def _work(self, attempt: ThreadAttempt | None) -> None:
         """In a handler thread: run sync attempts, this one and those it hands its slot to."""
         while attempt is not None:
             result = attempt.context.run(run_sync, attempt.fn, attempt.ctx, self.hooks)
             attempt = self._after(attempt, result)
 
-    def _async_ended(self, attempt: Attempt, f: Future[AttemptResult]) -> None:
+    def _async_ended(self, attempt: ThreadAttempt, f: Future[AttemptResult]) -> None:
         if f.cancelled():
             return  # stopped or timed out: the end is known, the slot freed
         if (after := self._after(attempt, f.result())) is not None:
             self._run(after)
 
-    def _after(self, attempt: Attempt, result: AttemptResult) -> Attempt | None:
+    def _after(self, attempt: ThreadAttempt, result: AttemptResult) -> ThreadAttempt | None:
         """In the thread an attempt ended in: report its end, and hand its slot
         to the next attempt waiting, which starts now. Returns that attempt if
         this thread should run it (a sync one in a handler thread); an async
@@ -192,7 +194,7 @@ class ThreadExecutor:
             return None
         return after
 
-    def _release(self, attempt: Attempt) -> Attempt | None:
+    def _release(self, attempt: ThreadAttempt) -> ThreadAttempt | None:
         """Under the lock: the slot an attempt held goes to the next waiting, if any."""
         if attempt.slot is not Slot.RUNNING:
             return None
@@ -205,13 +207,13 @@ class ThreadExecutor:
         after.started = time.monotonic()
         return after
 
-    def _reported(self, attempt: Attempt, result: AttemptResult | None) -> None:
+    def _reported(self, attempt: ThreadAttempt, result: AttemptResult | None) -> None:
         if result is None:  # started by the thread that freed its slot
             self._arm(attempt)
         else:
             self._end(attempt, result)
 
-    def _end(self, attempt: Attempt, result: AttemptResult) -> None:
+    def _end(self, attempt: ThreadAttempt, result: AttemptResult) -> None:
         """The first end of an attempt wins; a later one (a handler thread that
         returns after its deadline, say) is thrown away. A thread cannot be
         stopped: it is abandoned, and its slot given to the next attempt; an

@@ -1,6 +1,6 @@
 """The zygote as the supervisor holds it: asked for executors, and replaced if it dies.
 
-The zygote itself is ``zygote.py``. It is the parent of the executors, so it
+The zygote itself is ``zygote_main.py``. It is the parent of the executors, so it
 reaps them and says how each exited; if it dies, so do they (their
 ``PR_SET_PDEATHSIG``; elsewhere the pool kills them), and the next executor
 asked for starts a new zygote, a fresh interpreter that imports the App again.
@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tenure.errors import TenureError
-from tenure.worker.executors.zygote import FORK, ForkedZygote
+from tenure.worker.executors.zygote_main import FORK, ForkedZygote
 
 log = logging.getLogger("tenure.executor")
 
 # Not ``-m``: the package imports the module before runpy would run it as __main__.
-ZYGOTE_MAIN = "import sys; from tenure.worker.executors.zygote import main; main(sys.argv[1:])"
+ZYGOTE_MAIN = "import sys; from tenure.worker.executors.zygote_main import main; main(sys.argv[1:])"
 CLOSE_WAIT = 5.0  # seconds close() waits for the zygote to exit before it kills it
 
 

@@ -38,7 +38,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from tenure.worker.executors.child import die_with_parent, run
+from tenure.worker.executors.child_main import die_with_parent, run
 
 if TYPE_CHECKING:
     from tenure.app import App

@@ -37,7 +37,7 @@ from tenure.worker.executors.wire import (
     frame,
     split,
 )
-from tenure.worker.executors.zygotes import Zygote
+from tenure.worker.executors.zygote_handle import Zygote
 
 log = logging.getLogger("tenure.executor")
 

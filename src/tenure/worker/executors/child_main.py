@@ -14,7 +14,7 @@ second thread, up to ``--async-slots`` at once. A reader thread takes what
 must reach a handler while it runs (aborts, cancels, replies) off a second
 pipe, silent while jobs merely flow.
 
-The zygote (``zygote.py``) forks it, with the App imported already, and calls
+The zygote (``zygote_main.py``) forks it, with the App imported already, and calls
 :func:`run`.
 """
 
@@ -29,6 +29,7 @@ import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from tenure.backends.base import LeaseRef
 from tenure.context import JobContext, Transaction
 from tenure.core.payload import check as check_json
 from tenure.errors import InvalidInput, LeaseLost, TenureError
@@ -59,8 +60,6 @@ if TYPE_CHECKING:
 
 PR_SET_PDEATHSIG = 1
 ABORTS_KEPT = 64  # aborts of attempts not read yet (see ExecutorProcess)
-
-Attempt = tuple[str, int]  # (job id, fence)
 
 
 def die_with_parent(parent: int) -> None:
@@ -99,14 +98,14 @@ class ExecutorProcess:
         # ABORTS_KEPT only: one that came just after its attempt ended is
         # never taken, and the supervisor stops an attempt whose handler
         # did not stop in time anyway.
-        self._contexts: dict[Attempt, JobContext] = {}
-        self._aborted: dict[Attempt, None] = {}  # in arrival order
+        self._contexts: dict[LeaseRef, JobContext] = {}
+        self._aborted: dict[LeaseRef, None] = {}  # in arrival order
         self._attempts_lock = threading.Lock()
         self._replies: dict[int, Future[Reply]] = {}
         self._next_request = 0
         self._request_lock = threading.Lock()
         self._aio_loop: asyncio.AbstractEventLoop | None = None
-        self._aio_tasks: dict[Attempt, asyncio.Task[Any]] = {}
+        self._aio_tasks: dict[LeaseRef, asyncio.Task[Any]] = {}
         self.tasks: dict[str, Any] = {}
         self.transaction: Transaction | None = None
         self.hooks = Hooks()  # the App's, once loaded
@@ -176,7 +175,7 @@ class ExecutorProcess:
                 case Abort(id=job_id, fence=fence):  # the job was cancelled: tell its handler
                     self.abort((job_id, fence))
 
-    def abort(self, attempt: Attempt) -> None:
+    def abort(self, attempt: LeaseRef) -> None:
         """Tell the attempt's handler its job was cancelled, now or when it starts."""
         with self._attempts_lock:
             told = self._contexts.get(attempt)
@@ -254,7 +253,7 @@ class ExecutorProcess:
             self._contexts.pop(attempt, None)
         self.send(_done(run, result))
 
-    def _cancel_async(self, attempt: Attempt) -> None:
+    def _cancel_async(self, attempt: LeaseRef) -> None:
         task = self._aio_tasks.get(attempt)
         if task is not None and self._aio_loop is not None:
             self._aio_loop.call_soon_threadsafe(task.cancel)

@@ -1,0 +1,226 @@
+"""Claiming on PostgreSQL: the worker's cycle, and the lease holder's writes.
+
+The cycle (``complete_and_claim``) is one statement, one transaction (see
+queries.sql): it completes the jobs handed in and claims new ones with ``FOR
+UPDATE SKIP LOCKED``, on a connection held out of the pool between cycles. A
+queue with a fleet-wide limit is claimed from under its row's lock, taken
+first. Every other write of a lease holder (progress, complete, fail,
+release) is one fence-checked statement: a stale fence raises LeaseLost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import orjson
+import psycopg
+
+from tenure.backends.base import LeaseRef, Rescued
+from tenure.backends.checks import claim_limit
+from tenure.backends.postgres.database import IDLE_MS, UNREACHABLE, Database
+from tenure.backends.postgres.liveness import Liveness
+from tenure.backends.postgres.pool import hung_up
+from tenure.backends.postgres.statements import text_array
+from tenure.backends.rows import JOB_COLUMNS, job_from_row
+from tenure.config import QueuePolicy
+from tenure.core.events import EventKind, failure_events
+from tenure.core.payload import encode
+from tenure.core.retry import CANCELLED, Decision
+from tenure.core.states import Outcome, State
+from tenure.errors import JobNotFound, LeaseLost
+from tenure.job import Job
+
+FENCE = 1 + JOB_COLUMNS.index("fence")  # in a row of complete_and_claim
+HELD_FOR_CYCLES = 3  # a worker has up to 3 cycles in flight
+DEFAULTS = QueuePolicy()
+# The writes that end an attempt and refuse a job whose cancel was requested.
+ENDINGS = frozenset({"requeue", "bury", "release"})
+
+
+class Claiming:
+    """Claims and the writes of lease holders, through ``db``; claims are made
+    only under an identity ``liveness`` does not know to be lost."""
+
+    def __init__(
+        self, db: Database, liveness: Liveness, *, pool_size: int, max_payload: int
+    ) -> None:
+        self.db = db
+        self.q = db.q
+        self.liveness = liveness
+        self.max_payload = max_payload
+        self._limited: set[str] = set()  # queues whose last claim found a fleet-wide limit
+        # Connections kept out of the pool for the cycle (see _cycle_fetch), at
+        # most HELD_FOR_CYCLES and never more than a third of the pool.
+        self._held: list[psycopg.AsyncConnection[Any]] = []
+        self._hold_at_most = min(HELD_FOR_CYCLES, (pool_size - 1) // 2)
+
+    async def close(self) -> None:
+        """Give the connections held for cycles back to the pool (before it closes)."""
+        if self.db.pool is not None:
+            while self._held:
+                await self.db.pool.putconn(self._held.pop())
+
+    async def complete_and_claim(
+        self,
+        items: Sequence[tuple[str, int, bytes]],
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        *,
+        skip_tasks: Collection[str] = (),
+    ) -> tuple[set[LeaseRef], list[Job]]:
+        """One statement, one transaction (see queries.sql); a queue with a
+        fleet-wide limit is claimed from under its row's lock, taken first."""
+        limit = claim_limit(queues, limit)
+        if not items and not limit:
+            return set(), []
+        queues = list(dict.fromkeys(queues)) if limit else []
+        locked = [q for q in queues if q in self._limited]
+        # The arrays go as array literals (strings): psycopg's list dumper took
+        # an eighth of a draining worker's main thread.
+        params = {
+            "ids": text_array(i for i, _, _ in items),
+            "fences": "{" + ",".join([str(f) for _, f, _ in items]) + "}",
+            "results": text_array(r.decode() for _, _, r in items),
+            "queues": text_array(queues), "worker": worker_id, "locked": text_array(locked),
+            "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl,
+            "channel": self.db.channel}  # fmt: skip
+        name = "complete_and_claim_limited" if locked else "complete_and_claim"
+        if skip_tasks and limit:
+            name += "_skipping"
+            params["skip"] = text_array(skip_tasks)
+        # One prepared statement, with a plan that knows its limit, per limit a
+        # worker uses (see queries.sql).
+        query = self.q.limited(name, limit)
+        if locked:
+            rows = await self._locked_cycle_fetch(query, params, locked)
+        else:
+            rows = await self._cycle_fetch(query, params)
+        jobs = [job_from_row(r[1:]) for r in rows if r[0]]
+        done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
+        limited = {r[1]: r[FENCE] for r in rows if r[0] == 0}
+        self._limited = (self._limited - set(queues)) | set(limited)
+        held_back = [q for q, unlocked in limited.items() if unlocked]
+        if held_back and len(jobs) < limit:  # a limit this backend did not know of yet
+            more = await self.complete_and_claim(
+                (), worker_id, held_back, limit - len(jobs), skip_tasks=skip_tasks
+            )
+            jobs += more[1]
+        return {(i, f) for i, f, _ in items} - done, jobs
+
+    async def _cycle_fetch(self, query: bytes, params: dict[str, Any]) -> list[Any]:
+        """The rows of the cycle's statement, on a connection held out of the
+        pool between cycles: taking one from the pool and giving it back cost
+        more than the statement's own client side. A held connection the server
+        hung up on, one that failed, or one whose call was cancelled goes back
+        to the pool, which disposes of it."""
+        pool = self.db.opened()
+        conn = self._held.pop() if self._held else None
+        if conn is not None and hung_up(conn):
+            await pool.putconn(conn)
+            conn = None
+        try:
+            if conn is None:
+                conn = await pool.getconn()
+            if params["queues"] != "{}" and self.liveness.seems_lost(params["worker"]):
+                # Claimed under an identity storage no longer sees alive, a job
+                # would be recovered from under us: claim nothing, the next
+                # heartbeat registers us again. Checked with the connection in
+                # hand: taking one from the pool may have waited out a restart.
+                params = {**params, "queues": "{}"}
+            cur = await conn.execute(query, params, prepare=True)
+            rows = await cur.fetchall()
+        except BaseException as exc:
+            if conn is not None:
+                await pool.putconn(conn)
+            if isinstance(exc, UNREACHABLE):
+                raise self.db.unavailable("PostgreSQL is unavailable", exc) from exc
+            raise
+        if len(self._held) < self._hold_at_most:
+            self._held.append(conn)
+        else:
+            await pool.putconn(conn)
+        return rows
+
+    async def _locked_cycle_fetch(
+        self, query: bytes, params: dict[str, Any], locked: list[str]
+    ) -> list[Any]:
+        """The cycle in a transaction that first locks the rows of the queues
+        with a fleet-wide limit (lock_queues), so that their claims go one at a
+        time and each counts what the one before committed."""
+        async with self.db.tx() as conn:
+            if self.liveness.seems_lost(params["worker"]):  # as in _cycle_fetch
+                params = {**params, "queues": "{}"}
+            await conn.execute(self.q["lock_queues"], {"queues": locked, "idle": IDLE_MS})
+            cur = await conn.execute(query, params, prepare=True)
+            return await cur.fetchall()
+
+    async def progress(self, job_id: str, fence: int, data: Any) -> None:
+        payload = encode(data, what="progress", limit=self.max_payload).decode()
+        await self._settle("progress", {"id": job_id, "fence": fence, "data": payload})
+
+    async def complete(self, job_id: str, fence: int, result: Any = None) -> None:
+        payload = encode(result, what="job result", limit=self.max_payload).decode()
+        await self._settle("complete", {"id": job_id, "fence": fence, "result": payload})
+
+    async def fail(
+        self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
+    ) -> None:
+        name, params = failure(job_id, fence, outcome, error, decision)
+        await self._settle(name, params)
+
+    async def release(self, job_id: str, fence: int) -> None:
+        events = orjson.dumps([[EventKind.RELEASED, None]]).decode()
+        await self._settle("release", {"id": job_id, "fence": fence, "events": events})
+
+    async def _settle(self, name: str, params: dict[str, Any]) -> None:
+        """One fence-checked write; LeaseLost (or JobNotFound) when it touched nothing.
+        A job queued again wakes the idle workers of its queue."""
+        async with self.db.conn() as conn:
+            cur = await conn.execute(self.q[name], params)
+            row = await cur.fetchone()
+            if row is None and name in ENDINGS:  # refused: was its job cancelled meanwhile?
+                cur = await conn.execute(self.q["end_cancelled"], _cancelling(params))
+                row = await cur.fetchone()
+            if row is None:
+                cur = await conn.execute(self.q["job_exists"], params)
+                if await cur.fetchone() is None:
+                    raise JobNotFound(f"no job with id {params['id']!r}")
+                raise LeaseLost(
+                    f"job {params['id']} is no longer held with fence {params['fence']}: "
+                    "it was recovered or settled by someone else"
+                )
+            if name == "release" or params.get("state") == State.QUEUED:  # queued again
+                await self.db.notify(conn, [row[0]])
+
+
+def failure(
+    job_id: str,
+    fence: int,
+    outcome: Outcome,
+    error: str | None,
+    decision: Decision,
+    *,
+    rescued: Rescued | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """The fence-checked write that applies a retry decision, and its events
+    (a recovery's, ``rescued``, with what the sweeper found)."""
+    stall = None if rescued is None else rescued.stall_data()
+    events = failure_events(outcome, decision, rescued=rescued is not None, stall=stall)
+    params = {"id": job_id, "fence": fence, "outcome": outcome.value, "error": error,
+              "stall": int(decision.stall), "events": orjson.dumps(events).decode()}  # fmt: skip
+    if decision.state is State.CANCELLED:
+        return "end_cancelled", params
+    if decision.state is State.DEAD:
+        return "bury", {**params, "dead_reason": decision.dead_reason}
+    recovered_from = None if rescued is None else rescued.proven_at
+    return "requeue", {**params, "state": decision.state.value, "delay": decision.delay,
+                       "recovered_from": recovered_from}  # fmt: skip
+
+
+def _cancelling(params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of end_cancelled for those of a refused ending (ENDINGS)."""
+    outcome = Outcome(params.get("outcome", Outcome.RELEASED))
+    events = orjson.dumps(failure_events(outcome, CANCELLED, rescued=False)).decode()
+    return {**params, "outcome": outcome.value, "error": params.get("error"), "events": events}

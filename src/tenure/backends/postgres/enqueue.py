@@ -1,0 +1,160 @@
+"""Enqueue on PostgreSQL: new jobs, keyed ones, big batches by COPY, and ticks.
+
+An enqueue's statements are written once, as steps (``steps.py``): run on a
+pooled connection, each statement its own transaction, or on a caller's, in
+the caller's transaction (``within.py``). A batch of ``COPY_FROM`` jobs or more
+without ``key=`` goes by COPY instead. A periodic job's tick advances its
+schedule and enqueues the job in one transaction, so it is enqueued once
+across the fleet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import orjson
+import psycopg
+
+from tenure.backends.base import Tick
+from tenure.backends.checks import check_schedules, check_tick
+from tenure.backends.postgres.database import Database
+from tenure.backends.postgres.statements import text_array
+from tenure.backends.postgres.steps import Steps, run_steps
+from tenure.backends.rows import job_from_row
+from tenure.core.states import State
+from tenure.job import Job, JobSpec, check_specs
+
+COPY_FROM = 100  # jobs in a batch from which COPY (5 round trips, less server time) wins
+COPY_CHUNK = 200  # jobs per write of a COPY: the server stores one chunk while the next is made
+COPY_NULL = "\\N"
+
+
+class Enqueue:
+    """New jobs, in the database of ``db``."""
+
+    def __init__(self, db: Database, max_payload: int) -> None:
+        self.db = db
+        self.q = db.q
+        self.max_payload = max_payload
+
+    async def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
+        check_specs(specs, self.max_payload)
+        if not specs:
+            return []
+        if len(specs) >= COPY_FROM and all(s.key is None for s in specs):
+            with contextlib.suppress(psycopg.errors.UniqueViolation):  # an id stored already
+                return await self._copy(specs)
+        async with self.db.conn() as conn:
+            return await run_steps(conn, self.steps(specs))
+
+    def steps(self, specs: Sequence[JobSpec]) -> Steps[list[Job]]:
+        """The statements of an enqueue of checked specs, as steps (see steps.py):
+        on a pooled connection, each its own transaction, or on a caller's, in
+        the caller's transaction (within.py)."""
+        jobs = orjson.dumps([
+            [s.id, s.queue, s.task, s.priority, s.delay, s.run_at, s.key, s.max_attempts,
+             s.timeout, s.traceparent] for s in specs
+        ]).decode()  # fmt: skip
+        args = text_array(s.args.decode() for s in specs)
+        columns = {"jobs": jobs, "args": args, "channel": self.db.channel}
+        while True:
+            [(now, ids, _)] = yield self.q["insert_jobs"], columns
+            inserted = set(ids or ())
+            kept = yield from self._kept([s for s in specs if s.id not in inserted])
+            if all(s.id in inserted or s.id in kept for s in specs):
+                return [s.stored_at(now) if s.id in inserted else kept[s.id] for s in specs]
+            # The job that held a key finished between the two statements: again
+            # (the jobs inserted now are found by id, the key is free).
+
+    async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
+        at = check_tick(schedule, at)
+        check_specs([spec], self.max_payload)
+        async with self.db.tx() as conn:
+            return await run_steps(conn, self._ticking(schedule, at, spec))
+
+    def _ticking(self, schedule: str, at: float, spec: JobSpec) -> Steps[Job | None]:
+        advance = {"queue": spec.queue, "name": schedule, "tick": at, "job_id": spec.id}
+        if not (yield self.q["advance_tick"], advance):
+            return None
+        [job] = yield from self.steps([spec])
+        return job
+
+    async def last_ticks(
+        self, schedules: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], Tick]:
+        pairs = check_schedules(schedules)
+        params = {"queues": [q for q, _ in pairs], "names": [n for _, n in pairs]}
+        rows = await self.db.rows("last_ticks", params)
+        return {(q, n): Tick(at, job_id) for q, n, at, job_id in rows}
+
+    async def _copy(self, specs: Sequence[JobSpec]) -> list[Job]:
+        """A batch without key=: COPY, in one transaction (UniqueViolation if an
+        id is stored already)."""
+        q = self.q
+        queues = list(dict.fromkeys(s.queue for s in specs))
+        async with self.db.tx() as conn:
+            cur = await conn.execute(q["begin_copy"], {"queues": queues})
+            [now] = await cur.fetchone() or (0.0,)
+            jobs: list[Job] = []
+            async with cur.copy(q["copy_jobs"]) as copy:
+                # In chunks: the server stores one while the next is made.
+                for start in range(0, len(specs), COPY_CHUNK):
+                    chunk = specs[start : start + COPY_CHUNK]
+                    made = [s.stored_at(now) for s in chunk]
+                    await copy.write(_copy_rows(chunk, made))
+                    jobs += made
+            await self.db.notify(conn, {j.queue for j in jobs if j.state is State.QUEUED})
+            await conn.execute(q["record_enqueued"], {
+                "ids": [j.id for j in jobs], "queues": [j.queue for j in jobs],
+                "tasks": [j.task for j in jobs], "states": [j.state.value for j in jobs],
+            })  # fmt: skip
+        return jobs
+
+    def _kept(self, specs: list[JobSpec]) -> Steps[dict[str, Job]]:
+        """By spec id, the job stored already of each spec that inserted nothing:
+        the unfinished job that holds its key, or else the job with its id."""
+        found: dict[str, Job] = {}
+        keyed = [s for s in specs if s.key is not None]
+        if keyed:
+            params = {"queues": [s.queue for s in keyed], "keys": [s.key for s in keyed]}
+            rows = yield self.q["find_unfinished_by_keys"], params
+            holders = {(j.queue, j.key): j for j in map(job_from_row, rows)}
+            found = {s.id: holders[s.queue, s.key] for s in keyed if (s.queue, s.key) in holders}
+        if ids := [s.id for s in specs if s.id not in found]:
+            rows = yield self.q["find_by_ids"], {"ids": ids}
+            found |= {j.id: j for j in map(job_from_row, rows)}
+        return found
+
+
+def _copy_rows(specs: Sequence[JobSpec], jobs: Sequence[Job]) -> bytes:
+    """New jobs as rows of copy_jobs, in COPY's text format. Names are validated
+    (no tab, newline or backslash); in JSON, backslashes are doubled and the
+    whitespace COPY reads as a separator escaped; floats are written in their
+    shortest exact form. The columns after the arguments are written once for
+    a run of jobs that share them (a batch usually does)."""
+    rows = []
+    shared: tuple[Any, ...] = ()
+    tail = ""
+    for s, j in zip(specs, jobs, strict=True):
+        args = s.args.decode()
+        if "\\" in args:
+            args = args.replace("\\", "\\\\")
+        if "\t" in args or "\n" in args or "\r" in args:  # not from orjson: it writes none
+            args = args.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+        values = (j.state, j.priority, j.run_at, j.created_at, j.max_attempts, j.timeout,
+                  j.traceparent)  # fmt: skip
+        if values != shared:
+            shared = values
+            tail = (
+                f"\t{j.state.value}\t{j.priority}\t{j.run_at!r}\t{j.created_at!r}"
+                f"\t{_copy_value(j.max_attempts)}\t{_copy_value(j.timeout)}"
+                f"\t{j.traceparent or COPY_NULL}\n"
+            )
+        rows.append(f"{j.id}\t{j.queue}\t{j.task}\t{args}{tail}")
+    return "".join(rows).encode()
+
+
+def _copy_value(value: int | float | None) -> str:
+    return COPY_NULL if value is None else repr(value)
