@@ -1,7 +1,7 @@
 """The SQLite backend: the embedded default, no server needed.
 
 The protocol's verbs, thin: each checks its inputs and hands the work to the
-part that does it, on the backend's one thread (``database.py``). One
+part that does it (``Parts``), on the backend's one thread (``database.py``). One
 connection per backend object; every transition runs in ``BEGIN IMMEDIATE``.
 Worker liveness is an exclusive ``flock`` on a file beside the database, held
 for the worker's whole life; the kernel drops it the moment the process dies,
@@ -15,6 +15,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +46,9 @@ from tenure.backends.checks import (
 from tenure.backends.sqlite.claiming import Claiming
 from tenure.backends.sqlite.database import Database
 from tenure.backends.sqlite.doorbells import Doorbells
-from tenure.backends.sqlite.enqueue import Enqueuing
-from tenure.backends.sqlite.events import Events, event_cursor
-from tenure.backends.sqlite.liveness import Liveness, WorkerLocks
+from tenure.backends.sqlite.enqueue import Enqueue
+from tenure.backends.sqlite.events import EventReader, event_cursor
+from tenure.backends.sqlite.liveness import WorkerLocks, Workers
 from tenure.backends.sqlite.opening import LATEST
 from tenure.backends.sqlite.operators import Operators
 from tenure.backends.sqlite.rescue import Rescue
@@ -64,6 +65,40 @@ from tenure.job import Job, JobSpec, check_specs
 
 # path_of_url: for the factory, the CLI and the supervisor, which import it from here
 __all__ = ["SQLiteBackend", "path_of_url"]
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """The parts that do the verbs' work, each given what it needs of ``db``.
+    Their methods run on ``db``'s thread (``db.run``), except the cycle, the
+    wait for events and the handler's transaction."""
+
+    claiming: Claiming
+    enqueue: Enqueue
+    rescue: Rescue
+    operators: Operators
+    workers: Workers
+    events: EventReader
+    callers: CallerTransactions  # enqueue in a caller's transaction
+    effects: HandlerTransactions  # a handler's own transaction
+
+    @classmethod
+    def of(cls, db: Database, locks: WorkerLocks, *, max_payload: int) -> Parts:
+        clock = db.clock
+        claiming = Claiming(db, clock)
+        enqueue = Enqueue(db, clock, max_payload)
+        workers = Workers(db, clock, locks, db.doorbells)
+        events = EventReader(db, clock)
+        return cls(
+            claiming=claiming,
+            enqueue=enqueue,
+            rescue=Rescue(db, clock, workers, events),
+            operators=Operators(db, clock),
+            workers=workers,
+            events=events,
+            callers=CallerTransactions(db, enqueue, LATEST),
+            effects=HandlerTransactions(db, claiming.completing, max_payload),
+        )
 
 
 class SQLiteBackend(DerivedVerbs):
@@ -85,30 +120,24 @@ class SQLiteBackend(DerivedVerbs):
         self.path = path
         self.read_only = read_only  # never creates, migrates or writes the file
         self.adopt = adopt  # may add tenure's tables to a database of another program's
-        self.url = f"sqlite:///{path}"
         self.durable = durable
         self.busy_timeout = busy_timeout
         self.max_payload = max_payload
         self.clock = clock
         self._closed = False
         memory = path == ":memory:"
-        workers = None if memory else os.path.abspath(f"{path}.workers")
+        directory = None if memory else os.path.abspath(f"{path}.workers")  # locks and bells
         locks = WorkerLocks(
-            None if workers is None else Path(workers), None if memory else Path(path)
+            None if directory is None else Path(directory), None if memory else Path(path)
         )
-        self.doorbells = Doorbells(workers)
+        self.doorbells = Doorbells(directory)
         self.db = db = Database(
             path, durable=durable, busy_timeout=busy_timeout, read_only=read_only,
             adopt=adopt, clock=clock, doorbells=self.doorbells,
         )  # fmt: skip
-        self.enqueuing = Enqueuing(db, clock)
-        self.claiming = Claiming(db, clock)
-        self.liveness = Liveness(db, clock, locks, self.doorbells)
-        self.events = Events(db, clock)
-        self.rescuing = Rescue(db, clock, self.liveness, self.events)
-        self.operators = Operators(db, clock)
-        self.callers = CallerTransactions(self.url, max_payload, self.enqueuing, LATEST)
-        self.effects = HandlerTransactions(db, self.claiming.completing, max_payload)
+        self.url = db.url
+        self.parts = Parts.of(db, locks, max_payload=max_payload)
+        self.callers = self.parts.callers
 
     @classmethod
     def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteBackend:
@@ -133,26 +162,26 @@ class SQLiteBackend(DerivedVerbs):
         self.db.thread.shutdown()
 
     def _close(self) -> None:
-        self.liveness.locks.release_all()
+        self.parts.workers.locks.release_all()
         self.doorbells.close()
-        self.effects.close()
+        self.parts.effects.close()
         self.db.close()
 
     # -- producers ---------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
         check_specs(specs, self.max_payload)
-        return await self.db.run(self.enqueuing.enqueue, specs)
+        return await self.db.run(self.parts.enqueue.enqueue, specs)
 
     async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
         at = check_tick(schedule, at)
         check_specs([spec], self.max_payload)
-        return await self.db.run(self.enqueuing.enqueue_tick, schedule, at, spec)
+        return await self.db.run(self.parts.enqueue.enqueue_tick, schedule, at, spec)
 
     async def last_ticks(
         self, schedules: Collection[tuple[str, str]]
     ) -> dict[tuple[str, str], Tick]:
-        return await self.db.run(self.enqueuing.last_ticks, check_schedules(schedules))
+        return await self.db.run(self.parts.enqueue.last_ticks, check_schedules(schedules))
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         await self.doorbells.wait(timeout)
@@ -166,46 +195,46 @@ class SQLiteBackend(DerivedVerbs):
         """The cycle's own coroutine function (claiming.py): the worker's hot
         path gains no frame, and a coroutine function it stays (CountedBackend
         counts only those)."""
-        return self.claiming.complete_and_claim
+        return self.parts.claiming.complete_and_claim
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
-        return await self.db.run(self.liveness.heartbeat, worker_id, set(leases))
+        return await self.db.run(self.parts.workers.heartbeat, worker_id, set(leases))
 
     async def progress(self, job_id: str, fence: int, data: Any) -> None:
         payload = encode(data, what="progress", limit=self.max_payload)
-        await self.db.run(self.claiming.progress, job_id, fence, payload)
+        await self.db.run(self.parts.claiming.progress, job_id, fence, payload)
 
     async def complete(self, job_id: str, fence: int, result: Any = None) -> None:
         payload = encode(result, what="job result", limit=self.max_payload)
-        await self.db.run(self.claiming.complete, job_id, fence, payload)
+        await self.db.run(self.parts.claiming.complete, job_id, fence, payload)
 
     async def fail(
         self, job_id: str, fence: int, outcome: Outcome, error: str | None, decision: Decision
     ) -> None:
-        await self.db.run(self.claiming.fail, job_id, fence, outcome, error, decision)
+        await self.db.run(self.parts.claiming.fail, job_id, fence, outcome, error, decision)
 
     async def release(self, job_id: str, fence: int) -> None:
-        await self.db.run(self.claiming.release, job_id, fence, self.clock.now())
+        await self.db.run(self.parts.claiming.release, job_id, fence, self.clock.now())
 
     def transaction(
         self, job_id: str, fence: int, result: Any = None
     ) -> AbstractContextManager[sqlite3.Connection]:
         """The handler's own transaction on this database, completing the job at
         commit, fence-checked (see ``JobContext.transaction``)."""
-        return self.effects.transaction(job_id, fence, result)
+        return self.parts.effects.transaction(job_id, fence, result)
 
     # -- the sweeper and the pruner ----------------------------------------
 
     async def rescue(self, min_interval: float = 0.0) -> RescueReport:
-        return await self.db.run(self.rescuing.rescue, min_interval)
+        return await self.db.run(self.parts.rescue.rescue, min_interval)
 
     async def prune(self, limit: int) -> int:
-        return await self.db.run(self.rescuing.prune, check_prune_limit(limit))
+        return await self.db.run(self.parts.rescue.prune, check_prune_limit(limit))
 
     # -- operators ---------------------------------------------------------
 
     async def cancel(self, job_id: str) -> Job:
-        return await self.db.run(self.operators.cancel, check_job_id(job_id))
+        return await self.db.run(self.parts.operators.cancel, check_job_id(job_id))
 
     async def retry_dead(
         self, queue: str, job_ids: Sequence[str] | None = None, by: str = RetriedBy.PYTHON
@@ -214,27 +243,27 @@ class SQLiteBackend(DerivedVerbs):
         ids = check_job_ids(job_ids)
         data = {"by": check_retried_by(by).value}
         head = (self.clock.now(),)
-        return await self.db.run(self.operators.bulk, "retry_dead", queue, ids, head, data)
+        return await self.db.run(self.parts.operators.bulk, "retry_dead", queue, ids, head, data)
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
         check_name("queue", queue)
         ids = check_job_ids(job_ids)
-        return await self.db.run(self.operators.bulk, "purge_dead", queue, ids, ())
+        return await self.db.run(self.parts.operators.bulk, "purge_dead", queue, ids, ())
 
     async def delete_queue(self, queue: str) -> int:
         check_name("queue", queue)
-        return await self.db.run(self.operators.delete_queue, queue)
+        return await self.db.run(self.parts.operators.delete_queue, queue)
 
     async def get(self, job_id: str) -> Job:
         check_job_id(job_id)
-        return await self.db.run(self.operators.get, job_id)
+        return await self.db.run(self.parts.operators.get, job_id)
 
     async def match_ids(self, prefix: str, limit: int) -> builtins.list[str]:
         prefix, limit = check_match(prefix, limit)
         bounds = prefix_range(prefix)
         if bounds is None:
             return []
-        return await self.db.run(self.operators.match_ids, bounds, prefix, limit)
+        return await self.db.run(self.parts.operators.match_ids, bounds, prefix, limit)
 
     async def list(
         self,
@@ -246,36 +275,36 @@ class SQLiteBackend(DerivedVerbs):
         state = check_listing(queue, state, limit)
         cursor = check_cursor(after)
         seq = None if cursor is None else cursor_seq(cursor)
-        return await self.db.run(self.operators.list, queue, state, limit, seq)
+        return await self.db.run(self.parts.operators.list, queue, state, limit, seq)
 
     async def counts(self, queue: str) -> dict[State, int]:
         check_name("queue", queue)
-        return await self.db.run(self.operators.counts, queue)
+        return await self.db.run(self.parts.operators.counts, queue)
 
     async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
         check_name("queue", queue)
-        return await self.db.run(self.operators.dead_counts, queue)
+        return await self.db.run(self.parts.operators.dead_counts, queue)
 
     async def lag(self, queue: str) -> float:
         check_name("queue", queue)
-        return await self.db.run(self.operators.lag, queue)
+        return await self.db.run(self.parts.operators.lag, queue)
 
     async def queues(self) -> builtins.list[str]:
-        return await self.db.run(self.operators.queues)
+        return await self.db.run(self.parts.operators.queues)
 
     async def get_policy(self, queue: str) -> QueuePolicy:
         check_name("queue", queue)
-        return await self.db.run(self.operators.get_policy, queue)
+        return await self.db.run(self.parts.operators.get_policy, queue)
 
     async def set_policy(self, queue: str, policy: QueuePolicy) -> None:
         check_name("queue", queue)
         policy.validate()
         data = orjson.dumps(policy.to_dict()).decode()
-        await self.db.run(self.operators.set_policy, queue, data)
+        await self.db.run(self.parts.operators.set_policy, queue, data)
 
     async def change_policy(self, queue: str, changes: Mapping[str, Any]) -> QueuePolicy:
         check_name("queue", queue)
-        return await self.db.run(self.operators.change_policy, queue, changes)
+        return await self.db.run(self.parts.operators.change_policy, queue, changes)
 
     # -- events ------------------------------------------------------------
 
@@ -284,20 +313,20 @@ class SQLiteBackend(DerivedVerbs):
     ) -> builtins.list[Event]:
         if queue is not None:
             check_name("queue", queue)
-        return await self.events.read(queue, event_cursor(after), limit, timeout)
+        return await self.parts.events.read(queue, event_cursor(after), limit, timeout)
 
     async def events_now(self, queue: str | None, ago: float = 0.0) -> str:
         if queue is not None:
             check_name("queue", queue)
-        return str(await self.db.run(self.events.last, check_ago(ago)))
+        return str(await self.db.run(self.parts.events.last, check_ago(ago)))
 
     # -- workers -----------------------------------------------------------
 
     async def register_worker(self, info: WorkerInfo) -> None:
-        await self.db.run(self.liveness.register, info)
+        await self.db.run(self.parts.workers.register, info)
 
     async def deregister_worker(self, worker_id: str) -> None:
-        await self.db.run(self.liveness.deregister, worker_id)
+        await self.db.run(self.parts.workers.deregister, worker_id)
 
     async def workers(self) -> builtins.list[WorkerInfo]:
-        return await self.db.run(self.liveness.workers)
+        return await self.db.run(self.parts.workers.workers)

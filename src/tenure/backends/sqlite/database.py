@@ -50,6 +50,7 @@ class Database:
         doorbells: Doorbells,
     ) -> None:
         self.path = path
+        self.url = f"sqlite:///{path}"
         self.durable = durable
         self.busy_timeout = busy_timeout
         self.read_only = read_only  # never creates, migrates or writes the file

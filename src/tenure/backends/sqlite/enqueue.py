@@ -20,12 +20,13 @@ from tenure.core.states import State
 from tenure.job import Job, JobSpec
 
 
-class Enqueuing:
+class Enqueue:
     """The producers' writes: jobs, and the ticks of periodic schedules."""
 
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database, clock: Clock, max_payload: int) -> None:
         self.db = db
         self.clock = clock
+        self.max_payload = max_payload  # the specs' checks are the callers'
 
     def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
         with self.db.tx() as conn:

@@ -115,7 +115,7 @@ def event_cursor(after: str | None) -> int:
     raise InvalidInput(f"bad event id {shown(after)}: pass back an event's id")
 
 
-class Events:
+class EventReader:
     """Reading the events, and their retention (the sweeper's)."""
 
     def __init__(self, db: Database, clock: Clock) -> None:

@@ -142,7 +142,7 @@ class WorkerLocks:
         self._held.clear()
 
 
-class Liveness:
+class Workers:
     """Workers' rows, their leases' renewal, and their liveness locks. Its
     methods run on the backend's thread."""
 

@@ -13,8 +13,8 @@ from tenure.backends.checks import last_proof
 from tenure.backends.rows import job_from_row
 from tenure.backends.sqlite.claiming import failure, listed, read_policies
 from tenure.backends.sqlite.database import SETTLE, Database
-from tenure.backends.sqlite.events import Events, record_job
-from tenure.backends.sqlite.liveness import Liveness
+from tenure.backends.sqlite.events import EventReader, record_job
+from tenure.backends.sqlite.liveness import Workers
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
 from tenure.core import retention
@@ -32,10 +32,10 @@ class Rescue:
     events trimmed), and the pruner's pass. Its methods run on the backend's
     thread."""
 
-    def __init__(self, db: Database, clock: Clock, liveness: Liveness, events: Events) -> None:
+    def __init__(self, db: Database, clock: Clock, workers: Workers, events: EventReader) -> None:
         self.db = db
         self.clock = clock
-        self.liveness = liveness
+        self.workers = workers
         self.events = events
 
     def rescue(self, min_interval: float) -> RescueReport:
@@ -51,7 +51,7 @@ class Rescue:
             if 0 <= now - last < min_interval:  # a clock that went back does not stop sweeps
                 return RescueReport(swept=False, retry_in=min_interval - (now - last))
             conn.execute(Q["sweep_mark"], (now,))
-            last_seen = self.liveness.bury_dead(conn)
+            last_seen = self.workers.bury_dead(conn)
             rescued = []
             for outcome, query in ((Outcome.CRASHED, "orphaned_leases"),
                                    (Outcome.STALLED, "expired_leases")):  # fmt: skip

@@ -3,7 +3,7 @@ on the caller's sqlite3 connection to the App's file; and a handler's own
 transaction, which completes its job as it commits.
 
 The job and its ``enqueued`` event are written by the statements of every
-enqueue (``Enqueuing.write``, enqueue.py) in the caller's transaction, under a
+enqueue (``Enqueue.write``, enqueue.py) in the caller's transaction, under a
 savepoint so that they are stored all or none; tenure never commits or rolls
 back the caller's transaction. It runs in the caller's thread, where a
 sqlite3 connection belongs, and opens nothing of tenure's.
@@ -24,7 +24,7 @@ from typing import Any
 
 from tenure.backends.base import LeaseRef, kind_of
 from tenure.backends.sqlite.database import Database
-from tenure.backends.sqlite.enqueue import Enqueuing
+from tenure.backends.sqlite.enqueue import Enqueue
 from tenure.backends.sqlite.events import Pending
 from tenure.backends.sqlite.queries import Q
 from tenure.core.payload import encode
@@ -43,12 +43,12 @@ Completing = Callable[
 class CallerTransactions:
     """The caller-connection side of one SQLite backend."""
 
-    def __init__(self, url: str, max_payload: int, enqueuing: Enqueuing, latest: int) -> None:
-        self.url = url
-        self.max_payload = max_payload
-        self.enqueuing = enqueuing  # its statements, and the database they are for
-        self.path = enqueuing.db.path
-        self.doorbells = enqueuing.db.doorbells
+    def __init__(self, db: Database, enqueue: Enqueue, latest: int) -> None:
+        self.url = db.url
+        self.path = db.path
+        self.doorbells = db.doorbells
+        self.write_enqueue = enqueue.write  # the statements of every enqueue
+        self.max_payload = enqueue.max_payload
         self.latest = latest  # the schema version this tenure writes
 
     def check_kind(self, conn: object) -> None:
@@ -78,7 +78,7 @@ class CallerTransactions:
                 self._begin(conn, cur)
             cur.execute(f"SAVEPOINT {SAVEPOINT}")
             try:
-                jobs = self.enqueuing.write(cur, specs)
+                jobs = self.write_enqueue(cur, specs)
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):  # an error may have ended it all
                     cur.execute(f"ROLLBACK TO {SAVEPOINT}")
