@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install demo test lint layout typecheck pytest docs docs-build system-deps soak bench screenshots clean
+.PHONY: install demo test lint typecheck pytest docs docs-build system-deps soak bench screenshots clean
 
 # $(call venv_with,SPEC): create $(VENV) if needed, and pip install -e SPEC into it.
 define venv_with
@@ -38,10 +38,7 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests examples docs/hooks
 	$(BIN)/ruff format --check src tests examples docs/hooks
 	$(BIN)/lint-imports --no-cache  # the layers (pyproject.toml); 0.3 s, no cache folder to keep
-
-## make layout: no source file over 500 lines, no function over 60 (scripts/check_layout.py).
-layout:
-	$(PYTHON) scripts/check_layout.py
+	$(BIN)/python scripts/check_layout.py
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy --strict src

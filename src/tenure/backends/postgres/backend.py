@@ -14,7 +14,7 @@ what the parts hold.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Coroutine, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -183,7 +183,7 @@ class PostgresBackend(DerivedVerbs):
 
     # -- lease holders -----------------------------------------------------
 
-    def complete_and_claim(
+    async def complete_and_claim(
         self,
         items: Sequence[tuple[str, int, bytes]],
         worker_id: str,
@@ -191,9 +191,8 @@ class PostgresBackend(DerivedVerbs):
         limit: int,
         *,
         skip_tasks: Collection[str] = (),
-    ) -> Coroutine[Any, Any, tuple[set[LeaseRef], builtins.list[Job]]]:
-        # The part's coroutine itself, not one awaiting it: the cycle gains no frame.
-        return self.parts.claiming.complete_and_claim(
+    ) -> tuple[set[LeaseRef], builtins.list[Job]]:
+        return await self.parts.claiming.complete_and_claim(
             items, worker_id, queues, limit, skip_tasks=skip_tasks
         )
 

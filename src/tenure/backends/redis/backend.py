@@ -15,7 +15,7 @@ finds a job's queue, hence its hash slot, from its id.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Coroutine, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,7 +188,7 @@ class RedisBackend(DerivedVerbs):
 
     # -- lease holders -----------------------------------------------------
 
-    def complete_and_claim(
+    async def complete_and_claim(
         self,
         items: Sequence[tuple[str, int, bytes]],
         worker_id: str,
@@ -196,10 +196,8 @@ class RedisBackend(DerivedVerbs):
         limit: int,
         *,
         skip_tasks: Collection[str] = (),
-    ) -> Coroutine[Any, Any, tuple[set[LeaseRef], builtins.list[Job]]]:
-        # Not async: the cycle is the worker's hot path, and this hands the
-        # caller the part's coroutine rather than awaiting it in one more.
-        return self.parts.claiming.complete_and_claim(
+    ) -> tuple[set[LeaseRef], builtins.list[Job]]:
+        return await self.parts.claiming.complete_and_claim(
             items, worker_id, queues, limit, skip_tasks=skip_tasks
         )
 

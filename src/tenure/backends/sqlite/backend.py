@@ -13,7 +13,7 @@ from __future__ import annotations
 import builtins
 import os
 import sqlite3
-from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,14 +188,18 @@ class SQLiteBackend(DerivedVerbs):
 
     # -- lease holders -----------------------------------------------------
 
-    @property
-    def complete_and_claim(
+    async def complete_and_claim(
         self,
-    ) -> Callable[..., Coroutine[Any, Any, tuple[set[LeaseRef], builtins.list[Job]]]]:
-        """The cycle's own coroutine function (claiming.py): the worker's hot
-        path gains no frame, and a coroutine function it stays (CountedBackend
-        counts only those)."""
-        return self.parts.claiming.complete_and_claim
+        items: Sequence[tuple[str, int, bytes]],
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        *,
+        skip_tasks: Collection[str] = (),
+    ) -> tuple[set[LeaseRef], builtins.list[Job]]:
+        return await self.parts.claiming.complete_and_claim(
+            items, worker_id, queues, limit, skip_tasks=skip_tasks
+        )
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
         return await self.db.run(self.parts.workers.heartbeat, worker_id, set(leases))
