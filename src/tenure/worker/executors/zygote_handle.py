@@ -78,13 +78,21 @@ class Zygote:
         """An executor on these pipe ends: its pid, and a future of its return code."""
         zygote = await self._ready()
         forked: asyncio.Future[Forked] = asyncio.get_running_loop().create_future()
+        refused: OSError | None = None
         async with self._sending:  # replies come in the order of the requests
             zygote.forks.append(forked)
             try:
                 await _send_fds(zygote.sock, [fd_runs, fd_control, fd_out])
             except OSError as exc:
                 zygote.forks.remove(forked)
-                raise TenureError(f"the zygote {zygote.pid} took no request: {exc}") from None
+                refused = exc
+        if refused is not None:
+            # Its end of the socket is gone: it died, and its reader is about to
+            # see so. Wait for that (``pid`` None, ``on_death`` told) so that the
+            # caller, asking again, asks the next zygote, not this one.
+            if zygote.reader is not None:
+                await asyncio.wait({zygote.reader}, timeout=CLOSE_WAIT)
+            raise TenureError(f"the zygote {zygote.pid} took no request: {refused}")
         return await forked
 
     async def _ready(self) -> _Process:
