@@ -5,7 +5,7 @@ pool, concurrency 4), rounds alternating between the trees; with ``--task
 incr``, each job also one Redis ``INCR``, the job of the defaults table.
 
     .venv/bin/python benchmarks/pool_cpu.py --backend redis [--jobs 20000]
-        [--rounds 3] [--concurrency 4] [--task incr] [--tree NAME=SRC_DIR]...
+        [--rounds 3] [--concurrency 4] [--task incr] [--pool thread] [--tree NAME=SRC_DIR]...
 
 Without ``--tree``, the installed tenure alone. CPU per job is the user+sys
 time of the worker's process tree (supervisor and executors) from its first
@@ -42,6 +42,7 @@ def drain_once(
     concurrency: int,
     task: str,
     work: Path,
+    pool: str = "process",
 ) -> dict[str, float]:
     store = servers.fresh(backend)
     recs = Path(tempfile.mkdtemp(prefix="records-", dir=work))
@@ -58,7 +59,7 @@ def drain_once(
     subprocess.run([sys.executable, "-c", producer], env=env, check=True, cwd=HERE)
     argv = [sys.executable, "-m", "tenure.cli", "worker", "peers.tenure_peer:app", "--queue",
             "bench", "--burst", "--log-level", "warning", "--concurrency", str(concurrency),
-            "--pool", "process"]  # fmt: skip
+            "--pool", pool]  # fmt: skip
     worker = subprocess.Popen(argv, env=env, cwd=HERE, stdin=subprocess.DEVNULL)
     first: tuple[int, float] | None = None
     try:
@@ -96,6 +97,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--task", choices=["noop", "incr"], default="noop",
                         help="incr: each job one Redis INCR, as in the defaults table")  # fmt: skip
+    parser.add_argument("--pool", choices=["process", "thread"], default="process")
     parser.add_argument("--tree", action="append", default=[], help="NAME=SRC_DIR")
     args = parser.parse_args()
     trees: list[tuple[str, str | None]] = [
@@ -108,7 +110,8 @@ def main() -> None:
         for round_ in range(args.rounds):
             for name, src in trees if round_ % 2 == 0 else trees[::-1]:
                 r = drain_once(servers, args.backend, src, jobs=args.jobs,
-                               concurrency=args.concurrency, task=args.task, work=work)  # fmt: skip
+                               concurrency=args.concurrency, task=args.task, work=work,
+                               pool=args.pool)  # fmt: skip
                 results[name].append(r)
                 load = os.getloadavg()[0]
                 print(f"round {round_} {name}: {r['cpu_ms']:.4f} ms/job, "
