@@ -67,9 +67,12 @@ def test_a_worker_s_metrics__show_the_recovery_of_a_killed_worker_s_job(tmp_path
         os.killpg(doomed.pid, signal.SIGKILL)
 
         def recovered() -> str | None:
+            # The sweep counts its stall once its rescue returns; the claim that
+            # recovers the job (a doorbell away) may come first: wait for both.
             text = scrape(port)
             count = text and value(text, "tenure_recovery_seconds_count", queue=lab.queue)
-            return text if count else None
+            stalls = text and value(text, "tenure_stalls_total", queue=lab.queue)
+            return text if count and stalls else None
 
         text = lab.wait("the recovery in the histogram", recovered, timeout=10)
         assert lab.job(job.id).history[0].outcome == "crashed"
