@@ -74,7 +74,8 @@ TenureApp = Annotated[App, Depends(get_app)]
 
 class Allowed:
     """ASGI middleware: ``allow(request)`` decides each HTTP request before
-    ``inner`` sees it; a refused one gets 403."""
+    ``inner`` sees it; a refused one gets 403. (tenure serves no WebSocket:
+    one goes on to its router, which closes it.)"""
 
     def __init__(self, inner: ASGIApp, allow: Allow) -> None:
         self.inner = inner
