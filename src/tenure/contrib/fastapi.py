@@ -32,11 +32,13 @@ from tenure.web.responses import error_response
 
 STATE_KEY = "tenure"  # the lifespan state's key that holds the App
 
-Lifespan = Callable[[Any], AbstractAsyncContextManager[Mapping[str, Any] | None]]
+# What FastAPI(lifespan=...) takes: tenure's yields its state; the application's may yield none.
+Lifespan = Callable[[Any], AbstractAsyncContextManager[dict[str, Any]]]
+OwnLifespan = Callable[[Any], AbstractAsyncContextManager[Mapping[str, Any] | None]]
 Allow = Callable[[Request], bool | Awaitable[bool]]
 
 
-def lifespan(tenure_app: App, inner: Lifespan | None = None) -> Lifespan:
+def lifespan(tenure_app: App, inner: OwnLifespan | None = None) -> Lifespan:
     """A lifespan for ``FastAPI(lifespan=...)`` that opens ``tenure_app`` at
     start and closes it at shutdown, around ``inner`` (the application's own
     lifespan, if any: it starts after tenure opens and ends before tenure closes,
