@@ -81,7 +81,7 @@ def check_shared(url: str) -> None:
     the jobs, and process nothing."""
     if urlsplit(url).scheme.lower() != "sqlite":
         return
-    from tenure.backends.sqlite.backend import path_of_url  # only for a sqlite:// URL
+    from tenure.backends.sqlite.url import path_of_url  # only for a sqlite:// URL
 
     if path_of_url(url) == ":memory:":
         raise InvalidInput(

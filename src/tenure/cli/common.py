@@ -96,7 +96,7 @@ def _check_sqlite_file(url: str) -> None:
     url = resolve_url(url)
     if urlsplit(url).scheme.lower() != "sqlite":
         return
-    from tenure.backends.sqlite.backend import path_of_url  # a server's commands need none of it
+    from tenure.backends.sqlite.url import path_of_url  # a server's commands need none of it
 
     path = path_of_url(url)
     if path != ":memory:" and not Path(path).exists():

@@ -302,7 +302,7 @@ def where(url: str) -> tuple[str, str | None]:
     parts = urlsplit(url)
     if parts.scheme.lower() != "sqlite":
         return shown, None
-    from tenure.backends.sqlite.backend import path_of_url  # only for a sqlite:// URL
+    from tenure.backends.sqlite.url import path_of_url  # only for a sqlite:// URL
 
     path = path_of_url(url)
     if path == ":memory:" or os.path.isabs(path):

@@ -63,8 +63,7 @@ from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.job import Job, JobSpec, check_specs
 
-# path_of_url: for the factory, the CLI and the supervisor, which import it from here
-__all__ = ["SQLiteBackend", "path_of_url"]
+__all__ = ["SQLiteBackend"]
 
 
 @dataclass(frozen=True, slots=True)
