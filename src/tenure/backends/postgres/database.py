@@ -21,7 +21,10 @@ from tenure.backends.postgres.statements import Statements
 from tenure.core.urls import one_line, redacted, scrub
 from tenure.errors import BackendUnavailable
 
-UNREACHABLE = psycopg.OperationalError  # -> BackendUnavailable (PoolTimeout is one)
+# -> BackendUnavailable (PoolTimeout is an OperationalError). The server ending a
+# session that idled in its transaction (IDLE_MS: its worker froze) is 25P03,
+# an InternalError to psycopg, but to the worker the same: that connection is gone.
+UNREACHABLE = (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout)
 # A call waits this long for a connection while all of the pool's are in use.
 POOL_WAIT = 5.0
 # How long a transaction of several statements that others wait on (a sweep, a
