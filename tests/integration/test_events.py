@@ -86,6 +86,26 @@ def test_the_lua_default_of_events_kept__is_the_policy_default() -> None:
     assert match and int(match.group(1)) == QueuePolicy().events_max_count
 
 
+def test_events_held_back_by_another_databases_transaction__are_read_without_a_timeout(
+    postgres_server: Any,
+) -> None:
+    import psycopg
+
+    from tenure.backends import from_url
+
+    other = psycopg.connect(from_url(postgres_server.new_database()).conninfo)  # type: ignore[attr-defined]
+    url = postgres_server.new_database()
+    with App(url) as app, other:
+        other.execute("SELECT pg_current_xact_id()")  # older than the enqueue's, still running
+        job = app.enqueue("t", {})
+        ending = threading.Timer(0.3, other.commit)
+        ending.start()
+        try:
+            assert [e.job_id for e in app.events(timeout=0)] == [job.id]
+        finally:
+            ending.join()
+
+
 # -- after a restart of the storage server ---------------------------------------
 
 

@@ -30,6 +30,10 @@ from tenure.core.names import check_name, shown
 from tenure.errors import InvalidInput
 
 HELD_BACK_RETRY = 0.01  # seconds before a look again while events are held back
+# Seconds a read waits for events recorded but held back, even one that waits
+# for no new event (timeout 0): a transaction of another database on the same
+# server, however short, would otherwise hide them from it.
+HELD_BACK_WAIT = 1.0
 EVENTS_POLL = 0.05  # seconds between two looks of a reader waiting for events
 MAX_ID = 2**63 - 1
 
@@ -64,10 +68,10 @@ class EventReader:
         if queue is not None:
             check_name("queue", queue)
         cursor = parse_event_id(after)
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
         while True:
             events, held = await self._read(queue, cursor, limit)
-            left = deadline - time.monotonic()
+            left = start + (max(timeout, HELD_BACK_WAIT) if held else timeout) - time.monotonic()
             if events or left <= 0:
                 return events
             await asyncio.sleep(min(HELD_BACK_RETRY if held else EVENTS_POLL, left))
