@@ -22,6 +22,7 @@ from tenure.core.values import (
     check_integer,
     check_seconds,
 )
+from tenure.core.workflows import CancelReason
 from tenure.errors import InvalidInput
 from tenure.traces import TRACEPARENT, current_traceparent
 
@@ -262,9 +263,20 @@ class Job:
     # attempts keep their numbers, and its budget counts those after this one.
     budget_from: int = 0
     history: tuple[Attempt, ...] = field(default=())
+    # A workflow's step (tenure.core.workflows): its workflow's id, the ids of
+    # the steps it waits for (in the order of its ``upstream`` values), whether
+    # its dependents run even if it fails, and why it was cancelled, if not by
+    # hand. Class defaults for every other job: storage sets them with ``in_flow``.
+    workflow: str | None = None
+    upstream: tuple[str, ...] = ()
+    may_fail: bool = False
+    cancel_reason: CancelReason | None = None
 
 
-JOB_FIELDS = tuple(f.name for f in fields(Job))
+# The fields of every job, as storage decodes them (``job_of``), and those only
+# a workflow's step has (``in_flow``).
+FLOW_FIELDS = ("workflow", "upstream", "may_fail", "cancel_reason")
+JOB_FIELDS = tuple(f.name for f in fields(Job) if f.name not in FLOW_FIELDS)
 # A new job's fields that no spec sets (JobSpec.stored).
 _NEW = {"attempts": 0, "stalls": 0, "fence": 0, "worker": None, "lease_expires_at": None,
         "result": None, "error": None, "dead_reason": None, "progress": None,
@@ -278,6 +290,22 @@ def job_of(values: Iterable[Any]) -> Job:
     which sets each of the 24 fields through ``object.__setattr__`` and takes
     twice as long."""
     return _built(Job, zip(JOB_FIELDS, values, strict=True))
+
+
+def in_flow(
+    job: Job,
+    workflow: str | None,
+    upstream: Sequence[str] = (),
+    may_fail: bool = False,
+    cancel_reason: str | None = None,
+) -> Job:
+    """``job``, just decoded, with its workflow fields (a step's); unchanged
+    when ``workflow`` is None."""
+    if workflow is not None:
+        job.__dict__.update(workflow=workflow, upstream=tuple(upstream), may_fail=bool(may_fail),
+                            cancel_reason=None if cancel_reason is None
+                            else CancelReason(cancel_reason))  # fmt: skip
+    return job
 
 
 def _built(cls: type[_T], items: Any) -> _T:

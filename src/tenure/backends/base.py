@@ -21,6 +21,7 @@ from tenure.context import Transaction
 from tenure.core.events import Detector, Event, RetriedBy
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
+from tenure.core.workflows import Workflow, WorkflowSpec
 from tenure.job import Job, JobSpec
 
 LeaseRef = tuple[str, int]  # (job_id, fence)
@@ -154,6 +155,12 @@ class CallerTransactions(Protocol):
     async def aenqueue(self, conn: Any, specs: Sequence[JobSpec]) -> builtins.list[Job]:
         """``enqueue``, for an async connection on the running loop."""
 
+    def enqueue_workflow(self, conn: Any, spec: WorkflowSpec) -> Workflow:
+        """``Backend.enqueue_workflow`` in ``conn``'s transaction."""
+
+    async def aenqueue_workflow(self, conn: Any, spec: WorkflowSpec) -> Workflow:
+        """``enqueue_workflow``, for an async connection on the running loop."""
+
 
 def kind_of(conn: object) -> str:
     """A connection's type, for a message, with a hint for a wrapper's."""
@@ -198,6 +205,38 @@ class Backend(Protocol):
         A spec whose ``key`` matches an unfinished job of the same queue returns
         that job instead of a new one (also within one batch).
         """
+
+    async def enqueue_workflow(self, spec: WorkflowSpec) -> Workflow:
+        """Store the workflow and every step of it, atomically: all or nothing
+        (``tenure.core.workflows`` says what storage keeps and how it moves).
+        Steps without upstream are ``queued`` (or ``scheduled``, by their delay
+        or run_at), the others ``waiting``; each gets an ``enqueued`` event
+        whose data has the workflow's id. With ``spec.key``: while a workflow
+        with that key is ``running``, it is returned instead and nothing is
+        stored. Wakes idle workers as ``enqueue`` does."""
+
+    async def spawn(self, job_id: str, fence: int, seq: int, spec: WorkflowSpec) -> list[Job]:
+        """From the running step ``(job_id, fence)`` (LeaseLost if stale;
+        InvalidInput if the job is no workflow's step): add ``spec``'s steps
+        (``spec.id`` and ``spec.key`` are ignored) to the step's workflow, in
+        one transaction: its sources run at once, and every dependent of the
+        step (the workflow itself too, when the step is one of its sinks) also
+        waits for ``spec``'s sinks, placed in its upstream right after the
+        step's entry and what the step spawned before (``spawn_ord``). ``seq``
+        numbers the step's spawns (from 1, per job, across its attempts): a
+        spawn whose ``seq`` the job made already returns its jobs and changes
+        nothing, so a deterministic handler that runs again spawns once."""
+
+    async def get_workflow(self, workflow_id: str) -> Workflow:
+        """The workflow with its jobs (no history). JobNotFound if absent."""
+
+    async def cancel_workflow(self, workflow_id: str) -> Workflow:
+        """Cancel the workflow (``cancelled``, unless it already ended) and each
+        of its unfinished steps as ``cancel`` would; JobNotFound if absent."""
+
+    async def get_many(self, job_ids: Sequence[str]) -> builtins.list[Job]:
+        """The jobs with these ids, in that order, without history; ids of
+        no job are left out. One round trip (a few per Cluster node)."""
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         """Return when a job may have become claimable in ``queues``, or after
@@ -251,7 +290,10 @@ class Backend(Protocol):
         """Record a handler's progress report (JSON) for its current attempt."""
 
     async def complete(self, job_id: str, fence: int, result: Any = None) -> None:
-        """``active -> completed`` with a JSON result."""
+        """``active -> completed`` with a JSON result. A workflow's step also
+        moves its edges and releases its dependents, in the same transaction
+        (so do ``complete_many``, ``complete_and_claim``, ``transaction``; and
+        ``fail``, ``rescue``, ``cancel``, ``retry_dead`` for theirs)."""
 
     async def complete_many(self, items: Sequence[tuple[str, int, bytes]]) -> set[LeaseRef]:
         """Complete many jobs at once: ``(job_id, fence, result as JSON bytes)``
@@ -303,12 +345,13 @@ class Backend(Protocol):
         entry; return how many. Bounded: in short transactions (or script
         calls) of a few ms each, never holding storage for all ``limit`` at
         once; the sweeper calls it again while it returns ``limit``. Records
-        no event."""
+        no event. A workflow's record goes with its last job (its edges with
+        their jobs), once it ended."""
 
     # -- operators ---------------------------------------------------------
 
     async def cancel(self, job_id: str) -> Job:
-        """``queued | scheduled -> cancelled``; an ``active`` job is marked
+        """``waiting | queued | scheduled -> cancelled``; an ``active`` job is marked
         ``cancel_requested`` (again: no change), and stays active until its
         attempt ends (see ``fail``); InvalidTransition for a finished job."""
 

@@ -34,6 +34,15 @@ class EventKind(StrEnum):
     CANCELLED = "cancelled"
     RETRIED = "retried"  # from the DLQ, by hand: {"by": RetriedBy, "attempts": made so far}
     PURGED = "purged"
+    # A workflow's step (tenure.core.workflows): every step it waits for ended,
+    # it is queued or scheduled ({"workflow": id}); cancelled because one failed
+    # (``cancelled`` with {"reason": "upstream_failed", "workflow": id}); waiting
+    # again after that one's DLQ retry ({"workflow": id}).
+    READY = "ready"
+    WAITING = "waiting"
+    # The workflow ended ({"workflow": id, "outcome": completed | failed |
+    # cancelled}), recorded with the transition of the step that ended it.
+    WORKFLOW_ENDED = "workflow_ended"
 
 
 class RetriedBy(StrEnum):

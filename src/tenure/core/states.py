@@ -2,6 +2,11 @@
 
 Which component moves a job in and out of each state:
 
+``waiting``    a workflow's step waiting for the steps it depends on; storage
+               releases it (to ``queued`` or ``scheduled``) in the transaction
+               that ends the last of them, or cancels it (``cancel_reason``
+               upstream_failed) when one of them fails; a DLQ retry of that
+               one makes it ``waiting`` again (``tenure.core.workflows``).
 ``scheduled``  enqueue with a delay, or a retry with backoff puts it here; the
                claim takes it once ``run_at`` has passed (the sweeper also
                promotes due jobs to ``queued`` so that counts stay truthful).
@@ -19,6 +24,8 @@ Which component moves a job in and out of each state:
 ``cancelled``  terminal; a user cancelled it before it was claimed, or while it
                was active: then the lease holder's settle, or the sweeper's
                rescue, of its attempt put it here (anything but a completion).
+               A workflow's step cancelled because a step it waits for failed
+               waits again when that one is retried from the DLQ.
 
 A finished job (completed, dead, cancelled) leaves storage when the sweeper
 prunes it, its queue's ``keep_completed`` or ``keep_dead`` after it finished
@@ -44,6 +51,7 @@ class Name(StrEnum):
 class State(Name):
     """Where a job is in its life (the module's doc says who moves it in and out)."""
 
+    WAITING = "waiting"
     SCHEDULED = "scheduled"
     QUEUED = "queued"
     ACTIVE = "active"
@@ -80,10 +88,11 @@ class DeadReason(Name):
 # handler's code, is what failed (or might have).
 STALL_OUTCOMES = frozenset({Outcome.CRASHED, Outcome.STALLED})
 
-UNFINISHED = frozenset({State.SCHEDULED, State.QUEUED, State.ACTIVE})
+UNFINISHED = frozenset({State.WAITING, State.SCHEDULED, State.QUEUED, State.ACTIVE})
 TERMINAL = frozenset({State.COMPLETED, State.DEAD, State.CANCELLED})
 
 TRANSITIONS: dict[State, frozenset[State]] = {
+    State.WAITING: frozenset({State.QUEUED, State.SCHEDULED, State.CANCELLED}),
     State.SCHEDULED: frozenset({State.QUEUED, State.ACTIVE, State.CANCELLED}),
     State.QUEUED: frozenset({State.ACTIVE, State.CANCELLED}),
     State.ACTIVE: frozenset(
@@ -91,7 +100,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     ),
     State.COMPLETED: frozenset(),
     State.DEAD: frozenset({State.QUEUED}),
-    State.CANCELLED: frozenset(),
+    State.CANCELLED: frozenset({State.WAITING}),  # a workflow's step, upstream retried
 }
 
 
@@ -101,7 +110,7 @@ def can_transition(src: State, dst: State) -> bool:
 
 
 # A cancel ends these at once; an active job's cancel is a request to its worker.
-CANCELLABLE = frozenset({State.SCHEDULED, State.QUEUED})
+CANCELLABLE = frozenset({State.WAITING, State.SCHEDULED, State.QUEUED})
 CLAIMABLE = frozenset({State.SCHEDULED, State.QUEUED})
 
 
