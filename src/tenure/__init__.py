@@ -5,6 +5,7 @@ from tenure.config import QueuePolicy, WorkerConfig
 from tenure.context import JobContext, current_job
 from tenure.core.events import Event
 from tenure.core.states import DeadReason, Outcome, State
+from tenure.core.workflows import Failed, Workflow, WorkflowState, chain, group
 from tenure.errors import (
     AmbiguousJobId,
     BackendUnavailable,
@@ -27,6 +28,7 @@ __all__ = [
     "DeadReason",
     "Event",
     "Fail",
+    "Failed",
     "InvalidInput",
     "InvalidTransition",
     "Job",
@@ -43,5 +45,9 @@ __all__ = [
     "Task",
     "TenureError",
     "WorkerConfig",
+    "Workflow",
+    "WorkflowState",
+    "chain",
     "current_job",
+    "group",
 ]

@@ -43,8 +43,10 @@ from tenure.core.names import check_job_id, check_name, shown
 from tenure.core.schedules import Schedule
 from tenure.core.states import State, parse_state
 from tenure.core.urls import redacted
+from tenure.core.workflows import Flow, Workflow, WorkflowSpec, compile_flow, is_workflow_id
 from tenure.errors import AmbiguousJobId, InvalidInput, JobNotFound
 from tenure.events import Steps, follow, follow_sync
+from tenure.flows import wait_workflow
 from tenure.hooks import Hooks
 from tenure.job import Job, JobSpec, id_prefix
 from tenure.queue import Queue
@@ -272,6 +274,32 @@ class App:
         callers.check_kind(conn)
         return callers
 
+    def workflow(self, flow: Flow, *, key: str | None = None, conn: Any = None) -> Workflow:
+        """Store ``flow`` (``tenure.chain``, ``tenure.group``, ``task.step``) as
+        one workflow, all of it or nothing (in ``conn``'s transaction, as for
+        ``enqueue``). ``key``: while a workflow of that key runs, it is
+        returned instead. Its steps are jobs; ``result``/``cancel`` take its id."""
+        spec = compile_flow(flow, key=key)
+        if conn is not None:
+            return self.callers(conn).enqueue_workflow(conn, spec)
+        return self.call(self._store_workflow(spec))
+
+    async def aworkflow(self, flow: Flow, *, key: str | None = None, conn: Any = None) -> Workflow:
+        spec = compile_flow(flow, key=key)
+        if conn is not None:
+            return await self.callers(conn).aenqueue_workflow(conn, spec)
+        return await self._store_workflow(spec)
+
+    async def _store_workflow(self, spec: WorkflowSpec) -> Workflow:
+        return await (await self.abackend()).enqueue_workflow(spec)
+
+    def get_workflow(self, workflow_id: str) -> Workflow:
+        """The workflow with its jobs, in order; JobNotFound if absent."""
+        return self.call(self.aget_workflow(workflow_id))
+
+    async def aget_workflow(self, workflow_id: str) -> Workflow:
+        return await (await self.abackend()).get_workflow(check_job_id(workflow_id))
+
     def get_job(self, job_id: str) -> Job:
         """The job with its history; JobNotFound if absent. ``job_id`` may be a
         unique prefix of the id (see ``resolve_job_id``)."""
@@ -316,21 +344,27 @@ class App:
         decodes it) once it completes, waiting for it; ``JobFailed`` if it is
         dead, ``JobCancelled`` if cancelled, ``TimeoutError`` after ``timeout``
         seconds (None: wait for ever), ``JobNotFound``. Woken by the queue's
-        lifecycle events (see ``tenure.results``)."""
+        lifecycle events (see ``tenure.results``). Of a workflow's id, the
+        workflow's result (``tenure.flows.wait_workflow``)."""
         return self.call(self.aresult(job_id, timeout))
 
     async def aresult(self, job_id: str, timeout: float | None = None) -> Any:
         check_timeout(timeout)
+        if is_workflow_id(job_id):
+            return await wait_workflow(await self.abackend(), job_id, timeout)
         return await wait_result(await self.abackend(), job_id, timeout)
 
-    def cancel(self, job_id: str) -> Job:
+    def cancel(self, job_id: str) -> Job | Workflow:
         return self.call(self.acancel(job_id))
 
-    async def acancel(self, job_id: str) -> Job:
+    async def acancel(self, job_id: str) -> Job | Workflow:
         """Cancel a job: a scheduled or queued one at once; an active one is
         marked ``cancel_requested`` and stopped by its worker within about a
         heartbeat (docs/aborting.md). InvalidTransition for a finished job.
-        ``job_id`` may be a unique prefix of the id (see ``resolve_job_id``)."""
+        ``job_id`` may be a unique prefix of the id (see ``resolve_job_id``).
+        Of a workflow's id: every unfinished step of it, and the workflow."""
+        if is_workflow_id(job_id):
+            return await (await self.abackend()).cancel_workflow(job_id)
         return await self._by_id(job_id, lambda backend, found: backend.cancel(found))
 
     def jobs(

@@ -11,7 +11,8 @@ from typing import Any
 
 from tenure.core.payload import check as check_json
 from tenure.core.schedules import tick_of
-from tenure.errors import TenureError
+from tenure.core.workflows import Flow
+from tenure.errors import InvalidInput, TenureError
 
 # How a backend opens the handler's own transaction that also completes the job:
 # ``(job_id, fence, result) -> context manager yielding a DB connection``.
@@ -40,6 +41,40 @@ class JobContext:
     traceparent: str | None = field(default=None, repr=False)  # its enqueue's trace context
     _cancelled: bool = field(default=False, repr=False)
     _task: asyncio.Task[Any] | None = field(default=None, repr=False)  # an async handler's
+    workflow: str | None = None  # the workflow's id, for a workflow's step
+    _upstream: Callable[[], list[Any]] | None = field(default=None, repr=False)
+    _spawn: Callable[[int, Any], list[str]] | None = field(default=None, repr=False)
+    _values: list[Any] | None = field(default=None, repr=False)
+    _spawns: int = field(default=0, repr=False)
+
+    @property
+    def upstream(self) -> list[Any]:
+        """The results of the steps this workflow's step waited for, in their
+        order (after a group: the group's; after one step: a list of one; a
+        spawner's followed by what it spawned); a ``tenure.Failed`` for a
+        ``may_fail`` step that did not complete. Read once, on first use;
+        empty for a plain job and a workflow's first steps."""
+        if self._values is None:
+            self._values = (
+                [] if self.workflow is None or self._upstream is None else self._upstream()
+            )
+        return self._values
+
+    def spawn(self, flow: Flow) -> list[str]:
+        """Add ``flow`` (``task.step(...)``, ``tenure.chain``, ``tenure.group``)
+        to this step's workflow: it runs at once, and every step that waits
+        for this one also waits for it (its results follow this one's in their
+        ``upstream``). Fenced like a completion (LeaseLost if this attempt was
+        recovered). Counted per attempt: the n-th spawn of an attempt that runs
+        again returns the jobs its n-th spawn made before, and makes none.
+        Returns the ids of the jobs made. InvalidInput for a plain job."""
+        if self.workflow is None or self._spawn is None:
+            raise InvalidInput(
+                f"job {self.id} ({self.task}) is no workflow's step: only a step can spawn; "
+                "store a workflow with app.workflow(...)"
+            )
+        self._spawns += 1
+        return self._spawn(self._spawns, flow)
 
     @property
     def cancelled(self) -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from tenure.core.workflows import Workflow
 from tenure.job import Job
 
 SUMMARY_LENGTH = 80  # an error's one-line summary in a table
@@ -52,3 +53,7 @@ def summary(error: str | None) -> str:
 
 def job_dict(job: Job) -> dict[str, Any]:
     return dataclasses.asdict(job)
+
+
+def workflow_dict(workflow: Workflow) -> dict[str, Any]:
+    return dataclasses.asdict(workflow)

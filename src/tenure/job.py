@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
@@ -12,6 +11,7 @@ from typing import Any, TypeVar
 import orjson
 
 from tenure.config import DEFAULT_MAX_PAYLOAD
+from tenure.core.ids import new_job_ids
 from tenure.core.names import check_job_id, check_key, check_name, shown
 from tenure.core.payload import encode_args
 from tenure.core.states import DeadReason, Outcome, State
@@ -30,23 +30,6 @@ STATES: dict[State | str, State] = {s.value: s for s in State}
 _T = TypeVar("_T")
 
 
-def new_job_id() -> str:
-    """A time-ordered, globally unique id (UUIDv7 layout: 48-bit ms time, then random)."""
-    return new_job_ids(1)[0]
-
-
-def new_job_ids(n: int) -> list[str]:
-    """``n`` ids as :func:`new_job_id` makes them, with one read of randomness."""
-    ms = f"{time.time_ns() // 1_000_000:012x}"
-    head = f"{ms[:8]}-{ms[8:]}-7"  # 48-bit ms time, then version 7
-    h = os.urandom(10 * n).hex()
-    # 74 random bits per id: 12, then 2 under the variant (10 in its top bits), then 60
-    v = _VARIANT
-    return [f"{head}{h[i : i + 3]}-{v[h[i + 3]]}{h[i + 4 : i + 7]}-{h[i + 7 : i + 19]}"
-            for i in range(0, 20 * n, 20)]  # fmt: skip
-
-
-_VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
 _DASHES = (8, 12, 16, 20)  # where new_job_id's groups end: 8-4-4-4-12 hex digits
 _HEX = frozenset("0123456789abcdefABCDEF")
 

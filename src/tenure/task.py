@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from tenure.config import QueuePolicy
+from tenure.core.workflows import Step
 from tenure.errors import InvalidInput
 from tenure.job import Job, JobSpec
 
@@ -31,7 +32,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 # What with_options takes: a job's options, never its arguments.
-OPTIONS = ("delay", "run_at", "priority", "key", "queue", "timeout", "max_attempts", "conn")
+OPTIONS = ("delay", "run_at", "priority", "key", "queue", "timeout", "max_attempts", "conn",
+           "may_fail")  # fmt: skip
 _PLAIN = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
@@ -105,6 +107,7 @@ class Task(Generic[P, R]):
         timeout: float | None = None,
         max_attempts: int | None = None,
         conn: Any = None,
+        may_fail: bool | None = None,
     ) -> Task[P, R]:
         """A copy of this task whose jobs get these options (None: unchanged):
         ``add.with_options(delay=3).enqueue(5, 6)``. Checked now, not at enqueue.
@@ -112,9 +115,16 @@ class Task(Generic[P, R]):
         ``conn``: the caller's connection to the App's database (a psycopg
         ``Connection`` for ``enqueue``, an ``AsyncConnection`` for ``aenqueue``,
         or a ``sqlite3.Connection``): jobs are written in its open transaction
-        and exist if and only if the caller commits it."""
+        and exist if and only if the caller commits it.
+
+        ``may_fail``: as a workflow's step (``step``), its dependents run even
+        if it ends dead or cancelled, with a ``tenure.Failed`` as its value in
+        their ``current_job().upstream``."""
+        if may_fail is not None and not isinstance(may_fail, bool):
+            raise InvalidInput(f"may_fail must be True or False, got {may_fail!r}")
         given = {"delay": delay, "run_at": run_at, "priority": priority, "key": key,
-                 "queue": queue, "timeout": timeout, "max_attempts": max_attempts}  # fmt: skip
+                 "queue": queue, "timeout": timeout, "max_attempts": max_attempts,
+                 "may_fail": may_fail}  # fmt: skip
         options = {**self.options, **{k: v for k, v in given.items() if v is not None}}
         if conn is not None:
             self.app.callers(conn)  # raises InvalidInput for a connection of the wrong kind
@@ -133,6 +143,11 @@ class Task(Generic[P, R]):
         """``enqueue`` on the running event loop."""
         [job] = await self.app.astore([self.spec(self.arguments(args, kwargs))], self.conn)
         return job
+
+    def step(self, *args: P.args, **kwargs: P.kwargs) -> Step:
+        """A step of a workflow running this task with these arguments (checked
+        as ``enqueue`` checks them), stored by ``App.workflow``."""
+        return Step(self.spec(self.arguments(args, kwargs)), bool(self.options.get("may_fail")))
 
     def enqueue_many(self, args_list: Iterable[dict[str, Any]], **options: Any) -> list[Job]:
         """Enqueue one job per dict of keyword arguments, in one round trip."""
@@ -228,7 +243,9 @@ class Task(Generic[P, R]):
             "priority": self.priority,
         }
         given = {k: v for k, v in options.items() if v is not None}
-        return {**defaults, **self.options, **given}
+        merged = {**defaults, **self.options, **given}
+        merged.pop("may_fail", None)  # a step's, not its job's
+        return merged
 
 
 @functools.lru_cache(maxsize=256)

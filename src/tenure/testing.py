@@ -28,10 +28,10 @@ import orjson
 from tenure.app import App, Task
 from tenure.config import WorkerConfig
 from tenure.context import JobContext, running
+from tenure.core.ids import new_job_id
 from tenure.core.payload import encode, encode_args
 from tenure.core.states import State
 from tenure.errors import TenureError
-from tenure.job import new_job_id
 
 __all__ = ["Drained", "Ran", "arun", "attempt", "drain", "run"]
 

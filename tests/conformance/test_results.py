@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from tenure import App, DeadReason, InvalidInput, JobCancelled, JobFailed, JobNotFound
+from tenure.core.ids import new_job_id
 from tenure.core.retry import Decision
 from tenure.core.states import Outcome, State
-from tenure.job import new_job_id
 from tenure.results import _WATCHES, Watch
 from tests.conformance.helpers import claim_one, enqueue_one, spec
 

@@ -2,10 +2,11 @@ import pytest
 
 from tenure.config import QueuePolicy, WorkerConfig
 from tenure.core.clock import FakeClock
+from tenure.core.ids import new_job_id
 from tenure.core.names import check_key, check_name
 from tenure.core.payload import decode, encode, encode_args
 from tenure.errors import InvalidInput
-from tenure.job import JobSpec, new_job_id
+from tenure.job import JobSpec
 
 
 def test_a_fake_clock_never_goes_back():

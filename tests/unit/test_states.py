@@ -16,7 +16,8 @@ def test_every_state_has_a_row_in_the_transition_table():
 
 def test_terminal_states_have_no_way_out_except_dead_which_can_be_retried():
     assert TRANSITIONS[State.COMPLETED] == frozenset()
-    assert TRANSITIONS[State.CANCELLED] == frozenset()
+    # a workflow's step cancelled as its upstream failed waits again on its retry
+    assert TRANSITIONS[State.CANCELLED] == {State.WAITING}
     assert TRANSITIONS[State.DEAD] == {State.QUEUED}
     assert {State.COMPLETED, State.DEAD, State.CANCELLED} == TERMINAL
 
@@ -26,7 +27,12 @@ def test_only_claimable_states_lead_to_active():
 
 
 def test_only_unclaimed_jobs_are_cancelled_at_once():
-    assert {State.SCHEDULED, State.QUEUED} == CANCELLABLE
+    assert {State.WAITING, State.SCHEDULED, State.QUEUED} == CANCELLABLE
+
+
+def test_a_waiting_step__is_released_or_cancelled_never_claimed():
+    assert TRANSITIONS[State.WAITING] == {State.QUEUED, State.SCHEDULED, State.CANCELLED}
+    assert State.WAITING not in CLAIMABLE
 
 
 def test_an_active_job_is_cancelled_only_through_its_attempts_end():

@@ -19,6 +19,7 @@ from tenure.cli.output import (
 from tenure.core.states import State
 from tenure.core.urls import redacted
 from tenure.formats import job_dict
+from tenure.job import Job
 
 STATES = click.Choice([s.value for s in State])
 LIMIT = click.IntRange(1, 10_000)
@@ -151,4 +152,5 @@ def cancel(job_id: str) -> None:
     one is stopped by its worker within about a heartbeat (its handler sees
     current_job().cancelled, and is killed after the queue's cancel_grace)."""
     cancelled = open_app(write=True).cancel(job_id)
-    click.echo(f"{cancelled.id} {state_of(cancelled)}")
+    shown = state_of(cancelled) if isinstance(cancelled, Job) else cancelled.state
+    click.echo(f"{cancelled.id} {shown}")

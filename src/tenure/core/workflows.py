@@ -48,6 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tenure.core.ids import new_job_id, new_job_ids
 from tenure.core.names import check_key, shown
 from tenure.core.states import DeadReason, Name
 from tenure.errors import InvalidInput
@@ -185,8 +186,6 @@ class Workflow:
 
 
 def new_workflow_id() -> str:
-    from tenure.job import new_job_id
-
     return WORKFLOW_ID_PREFIX + new_job_id()
 
 
@@ -213,8 +212,6 @@ def compile_flow(
     flow: Flow, *, key: str | None = None, workflow_id: str | None = None
 ) -> WorkflowSpec:
     """The graph of ``flow``, each step with a fresh job id."""
-    from tenure.job import new_job_ids
-
     if not isinstance(flow, Step | Chain | Group):
         _checked("workflow", (flow,))
     check_key(key)

@@ -27,7 +27,8 @@ from tenure.core.names import check_job_id, check_job_ids, check_name, shown
 from tenure.core.states import State
 from tenure.core.urls import redacted
 from tenure.errors import InvalidInput
-from tenure.formats import job_dict
+from tenure.formats import job_dict, workflow_dict
+from tenure.job import Job
 from tenure.metrics import app_registry, read_queues
 from tenure.web.endpoints import ENDPOINTS
 from tenure.web.responses import JSON, json_object
@@ -103,7 +104,8 @@ class Api:
     async def cancel(self, request: Request) -> JSON:
         """Cancel a scheduled or queued job; an active one is marked
         ``cancel_requested``, and its worker stops the attempt."""
-        return JSON(job_dict(await self.app.acancel(check_job_id(request.path_params["id"]))))
+        found = await self.app.acancel(check_job_id(request.path_params["id"]))
+        return JSON(job_dict(found) if isinstance(found, Job) else workflow_dict(found))
 
     # -- the dead-letter queue -------------------------------------------------
 

@@ -17,7 +17,9 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Protocol
 
 from tenure.backends.base import Backend, LeaseRef, Renewal
+from tenure.core.workflows import WorkflowSpec
 from tenure.errors import LeaseLost, LivenessLost
+from tenure.job import Job
 from tenure.worker.identity import Identity
 
 log = logging.getLogger("tenure.leases")
@@ -103,6 +105,14 @@ class LeaseKeeper:
         attempt as a heartbeat finding it would."""
         try:
             await self.backend.progress(lease[0], lease[1], data)
+        except LeaseLost:
+            self.holder.lease_lost(lease)
+            raise
+
+    async def spawn(self, lease: LeaseRef, seq: int, spec: WorkflowSpec) -> list[Job]:
+        """A step adds work to its workflow; a lease found lost stops its attempt."""
+        try:
+            return await self.backend.spawn(lease[0], lease[1], seq, spec)
         except LeaseLost:
             self.holder.lease_lost(lease)
             raise

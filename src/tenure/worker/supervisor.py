@@ -30,7 +30,9 @@ from tenure.backends.base import Backend, WorkerInfo
 from tenure.backends.factory import from_url
 from tenure.config import WorkerConfig
 from tenure.core.urls import redacted
+from tenure.core.workflows import Flow, compile_flow
 from tenure.errors import BackendUnavailable, InvalidInput, TenureError
+from tenure.flows import values_of
 from tenure.job import Job
 from tenure.loader import path_of
 from tenure.worker.attempts import Attempts
@@ -143,6 +145,18 @@ class Supervisor:
 
     async def heartbeat(self, job: Job) -> None:
         await self.keeper.heartbeat((job.id, job.fence))
+
+    async def upstream(self, job: Job) -> list[Any]:
+        return await values_of(self.backend, job.upstream)
+
+    async def spawn(self, job: Job, seq: int, flow: Flow) -> list[str]:
+        if job.workflow is None:
+            raise InvalidInput(
+                f"job {job.id} ({job.task}) is no workflow's step: only a step can spawn; "
+                "store a new workflow with app.workflow(...)"
+            )
+        spec = compile_flow(flow, workflow_id=job.workflow)
+        return [j.id for j in await self.keeper.spawn((job.id, job.fence), seq, spec)]
 
     def _executor_replaced(self) -> None:
         """The process pool has a slot again: begin a job claimed ahead in it, or

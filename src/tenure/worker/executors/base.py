@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tenure.backends.base import LeaseRef
+from tenure.core.workflows import Flow
 from tenure.job import Job
 
 
@@ -94,6 +95,13 @@ class Link(Protocol):
 
     async def heartbeat(self, job: Job) -> None:
         """Renew the attempt's lease now; LeaseLost if it is no longer held."""
+
+    async def upstream(self, job: Job) -> list[Any]:
+        """The values of the steps the workflow's step ``job`` waited for."""
+
+    async def spawn(self, job: Job, seq: int, flow: Flow) -> list[str]:
+        """Add ``flow`` to the step's workflow as its ``seq``-th spawn
+        (``Backend.spawn``); the ids of the jobs it made."""
 
 
 class Executor(Protocol):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from tenure.backends.base import LeaseRef
 from tenure.errors import LeaseLost
+from tenure.flows import encode_values, flow_from_json
 from tenure.job import Job
 from tenure.worker.executors.base import AttemptResult, Link, OnEnd, Stopped, TimedOut
 from tenure.worker.executors.wire import (
@@ -31,8 +32,11 @@ from tenure.worker.executors.wire import (
     Progress,
     Refusal,
     Reply,
+    Request,
     Run,
+    Spawn,
     ToExecutor,
+    Upstream,
     WireError,
     frame,
     split,
@@ -145,8 +149,10 @@ class Child:
         if running.is_async or len(self.line) == 1:
             running.started = now
         job = running.job
+        upstream = None if job.workflow is None else list(job.upstream)
         self.send(Run(job.id, job.fence, job.task, job.queue, job.attempts, job.args, job.key,
-                      job.traceparent, running.is_async, running.timeout is not None))  # fmt: skip
+                      job.traceparent, running.is_async, running.timeout is not None,
+                      job.workflow, upstream))  # fmt: skip
 
     def ended(self, lease: LeaseRef, now: float) -> Running | None:
         """The attempt that ended, no longer its; the next sync one starts."""
@@ -173,17 +179,22 @@ class Child:
             if pipe is not None:
                 pipe.close()
 
-    async def answer(self, request: Progress | Heartbeat, link: Link) -> None:
+    async def answer(self, request: Request, link: Link) -> None:
         """Do what a handler asked of the supervisor, and tell it how that went."""
         running = self.jobs.get((request.id, request.fence))
         reply = Reply(request.req)
         try:
             if running is None or running.stop_reason is not None:
                 raise LeaseLost(f"job {request.id} is no longer run by this executor")
-            if isinstance(request, Progress):
-                await link.progress(running.job, request.data)
-            else:
-                await link.heartbeat(running.job)
+            match request:
+                case Progress(data=data):
+                    await link.progress(running.job, data)
+                case Heartbeat():
+                    await link.heartbeat(running.job)
+                case Upstream():
+                    reply.data = encode_values(await link.upstream(running.job))
+                case Spawn(seq=seq, flow=flow):
+                    reply.data = await link.spawn(running.job, seq, flow_from_json(flow))
         except LeaseLost as exc:
             reply.error, reply.message = Refusal.LEASE_LOST, str(exc)
         except Exception as exc:

@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from tenure.backends.base import LeaseRef
 from tenure.context import JobContext, Transaction
 from tenure.core.payload import check as check_json
+from tenure.core.workflows import Flow
 from tenure.errors import InvalidInput, LeaseLost, TenureError
+from tenure.flows import decode_values, flow_to_json
 from tenure.hooks import Hooks
 from tenure.worker.executors.base import HandlerEnd, Raise, Raised, Returned
 from tenure.worker.executors.handlers import raised, run_async, run_sync
@@ -46,9 +48,12 @@ from tenure.worker.executors.wire import (
     Ready,
     Refusal,
     Reply,
+    Request,
     Run,
+    Spawn,
     Started,
     ToSupervisor,
+    Upstream,
     frame,
     read_frame,
     split,
@@ -125,13 +130,14 @@ class ExecutorProcess:
             self._replies[req] = reply
         return req, reply
 
-    def _ask(self, request: Progress | Heartbeat, reply: Future[Reply]) -> None:
+    def _ask(self, request: Request, reply: Future[Reply]) -> Any:
         self.send(request)
         answer = reply.result()
         if answer.error is Refusal.LEASE_LOST:
             raise LeaseLost(answer.message or "this attempt's lease was lost")
         if answer.error is not None:
             raise TenureError(answer.message)
+        return answer.data
 
     def progress(self, run: Run, data: Any) -> None:
         req, reply = self._request_number()
@@ -140,6 +146,15 @@ class ExecutorProcess:
     def heartbeat(self, run: Run) -> None:
         req, reply = self._request_number()
         self._ask(Heartbeat(req, run.id, run.fence), reply)
+
+    def upstream(self, run: Run) -> list[Any]:
+        req, reply = self._request_number()
+        return decode_values(self._ask(Upstream(req, run.id, run.fence), reply))
+
+    def spawn(self, run: Run, seq: int, flow: Flow) -> list[str]:
+        req, reply = self._request_number()
+        ids: list[str] = self._ask(Spawn(req, run.id, run.fence, seq, flow_to_json(flow)), reply)
+        return ids
 
     def context(self, run: Run) -> JobContext:
         return JobContext(
@@ -154,6 +169,9 @@ class ExecutorProcess:
             _progress=lambda data: self.progress(run, data),
             _heartbeat=lambda: self.heartbeat(run),
             _transaction=self.transaction,
+            workflow=run.workflow,
+            _upstream=lambda: self.upstream(run),
+            _spawn=lambda seq, flow: self.spawn(run, seq, flow),
         )
 
     # -- the reader thread ---------------------------------------------------

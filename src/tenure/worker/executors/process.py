@@ -37,7 +37,9 @@ from tenure.worker.executors.wire import (
     Heartbeat,
     Progress,
     Ready,
+    Spawn,
     Started,
+    Upstream,
 )
 from tenure.worker.executors.zygote_handle import Zygote
 from tenure.worker.executors.zygote_main import ForkedZygote
@@ -203,7 +205,7 @@ class ProcessPool:
                     running.timer = asyncio.get_running_loop().call_later(
                         running.timeout, self._deadline, child, running
                     )
-            case Progress() | Heartbeat():
+            case Progress() | Heartbeat() | Upstream() | Spawn():
                 self._keep(child.answer(message, self.link))
 
     def _finish(self, child: Child, done: Done) -> None:

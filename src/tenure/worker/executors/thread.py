@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tenure.backends.base import LeaseRef
 from tenure.context import JobContext, Transaction
+from tenure.core.workflows import Flow
 from tenure.hooks import Hooks
 from tenure.job import Job
 from tenure.portal import Portal
@@ -252,6 +253,13 @@ class ThreadExecutor:
         def heartbeat() -> None:
             asyncio.run_coroutine_threadsafe(self.link.heartbeat(job), self._loop).result()
 
+        def upstream() -> list[Any]:
+            return asyncio.run_coroutine_threadsafe(self.link.upstream(job), self._loop).result()
+
+        def spawn(seq: int, flow: Flow) -> list[str]:
+            asked = self.link.spawn(job, seq, flow)
+            return asyncio.run_coroutine_threadsafe(asked, self._loop).result()
+
         return JobContext(
             id=job.id,
             task=job.task,
@@ -264,6 +272,9 @@ class ThreadExecutor:
             _progress=progress,
             _heartbeat=heartbeat,
             _transaction=self.transaction,
+            workflow=job.workflow,
+            _upstream=upstream,
+            _spawn=spawn,
         )
 
     def stop(self, lease: LeaseRef) -> None:

@@ -44,6 +44,8 @@ class Run:
     traceparent: str | None
     is_async: bool
     timed: bool
+    workflow: str | None = None  # a workflow's step: its workflow, and the steps
+    upstream: list[str] | None = None  # it waited for (their values: Upstream)
 
 
 @dataclass(slots=True)
@@ -79,6 +81,7 @@ class Reply:
     req: int
     error: Refusal | None = None
     message: str = ""
+    data: Any = None  # what was asked for (Upstream, Spawn)
 
     def __post_init__(self) -> None:
         if self.error is not None:
@@ -142,6 +145,30 @@ class Heartbeat:
 
 
 @dataclass(slots=True)
+class Upstream:
+    """Request ``req``: the values of the steps the attempt's step waited for,
+    each ``["v", value]`` or ``["f", job id, task, dead reason, error]`` (a Failed)."""
+
+    tag: ClassVar[str] = "upstream"
+    req: int
+    id: str
+    fence: int
+
+
+@dataclass(slots=True)
+class Spawn:
+    """Request ``req``: add ``flow`` (``tenure.flows.flow_to_json``) to the step's
+    workflow, as its ``seq``-th spawn; the reply's data: the new jobs' ids."""
+
+    tag: ClassVar[str] = "spawn"
+    req: int
+    id: str
+    fence: int
+    seq: int
+    flow: Any
+
+
+@dataclass(slots=True)
 class Done:
     """An attempt ended: it returned ``value``, settled its job itself, or
     raised (``raised`` says how; ``error`` is the traceback, or what a
@@ -185,12 +212,27 @@ class Done:
 ToRunner = Run | Exit
 ToReader = Cancel | Abort | Reply
 ToExecutor = ToRunner | ToReader
-ToSupervisor = Ready | Fatal | Started | Progress | Heartbeat | Done
+Request = Progress | Heartbeat | Upstream | Spawn
+ToSupervisor = Ready | Fatal | Started | Request | Done
 Frame = ToExecutor | ToSupervisor
 
 FRAMES: dict[str, type[Frame]] = {
     f.tag: f
-    for f in (Run, Cancel, Abort, Reply, Exit, Ready, Fatal, Started, Progress, Heartbeat, Done)
+    for f in (
+        Run,
+        Cancel,
+        Abort,
+        Reply,
+        Exit,
+        Ready,
+        Fatal,
+        Started,
+        Progress,
+        Heartbeat,
+        Upstream,
+        Spawn,
+        Done,
+    )
 }
 
 
