@@ -107,7 +107,7 @@ def test_a_chain_of_a_fan_out_and_a_fan_in__passes_each_step_its_upstreams_resul
     run = m.app.workflow(
         tenure.chain(
             m.number.step(2), tenure.group(m.times.step(3), m.times.step(5)), m.total.step()
-        )  # fmt: skip
+        )
     )
     assert [j.task for j in run.jobs] == ["number", "times", "times", "total"]
     assert [j.state for j in run.jobs] == [State.QUEUED] + [State.WAITING] * 3
