@@ -34,6 +34,7 @@ from tenure.backends.base import (
 from tenure.backends.checks import (
     check_ago,
     check_cursor,
+    check_graph,
     check_listing,
     check_match,
     check_prune_limit,
@@ -63,7 +64,7 @@ from tenure.core.payload import encode
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.core.values import check_integer
-from tenure.core.workflows import Workflow, WorkflowSpec, check_graph
+from tenure.core.workflows import Workflow, WorkflowSpec
 from tenure.job import Job, JobSpec, check_specs
 
 __all__ = ["SQLiteBackend"]
@@ -201,7 +202,7 @@ class SQLiteBackend(DerivedVerbs):
     async def spawn(self, job_id: str, fence: int, seq: int, spec: WorkflowSpec) -> list[Job]:
         check_job_id(job_id)
         check_integer("seq", seq, 1, MAX_SPAWNS)
-        check_graph(spec, self.max_payload)
+        check_graph(spec, self.max_payload, spawn=True)
         return await self.db.run(self.parts.workflows.spawn, job_id, fence, seq, spec)
 
     async def get_workflow(self, workflow_id: str) -> Workflow:

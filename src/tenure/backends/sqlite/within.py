@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from tenure.backends.base import LeaseRef, kind_of
+from tenure.backends.checks import check_graph
 from tenure.backends.sqlite.database import Database
 from tenure.backends.sqlite.enqueue import Enqueue
 from tenure.backends.sqlite.events import Pending, record
@@ -33,7 +34,7 @@ from tenure.backends.sqlite.graphs import store
 from tenure.backends.sqlite.queries import Q
 from tenure.core.payload import encode
 from tenure.core.states import State
-from tenure.core.workflows import Workflow, WorkflowSpec, check_graph
+from tenure.core.workflows import Workflow, WorkflowSpec
 from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost
 from tenure.job import Job, JobSpec, check_specs
 
