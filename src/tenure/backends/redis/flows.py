@@ -16,8 +16,10 @@ the sweeper deletes after ``rescue.PENDING_MAX`` seconds (:meth:`Flows.drop`).
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -31,6 +33,7 @@ from tenure.core.workflows import StepSpec, Workflow, WorkflowSpec, WorkflowStat
 from tenure.errors import BackendUnavailable, InvalidInput, JobNotFound
 from tenure.job import Job
 
+KEY_WAITS = (0.01, 0.02, 0.05, *(0.1,) * 30)  # polls of a key's holder while it is stored
 ABSENT = {"pending", "dropped"}  # a record's states that readers take for no workflow
 
 
@@ -44,48 +47,56 @@ class Flows:
         self.relay = relay
 
     async def enqueue_workflow(self, spec: WorkflowSpec) -> Workflow:
-        prefix = self.keys.queue
-        home = spec.steps[0].spec.queue
-        ids = [s.spec.id for s in spec.steps]
-        by_queue: dict[str, list[dict[str, Any]]] = {home: []}
-        for step, encoded in zip(spec.steps, _encoded(spec, prefix, prefix(home)), strict=True):
-            by_queue.setdefault(step.spec.queue, []).append(encoded)
-        commit = len(by_queue) == 1
-        record = {
-            "key": spec.key or "", "many": spec.many, "jobs": ids,
-            "sinks": [[ids[k], edge_ord(n)] for n, k in enumerate(spec.sinks)],
-            "starts": [[prefix(s.spec.queue), s.spec.id] for s in spec.steps if not s.upstream],
-        }  # fmt: skip
-        await self.runner.pipeline([  # the indexes first: a rerun finds them
-            Call.command("SADD", self.keys.queues, *by_queue),
+        staged = Staged.of(spec, self.keys)
+        for wait in KEY_WAITS:
+            holder = await self.write(staged)
+            if holder is None:
+                break
+            try:
+                return await self.get_workflow(holder)
+            except JobNotFound:  # held by one still pending: wait until it is stored
+                await asyncio.sleep(wait)
+        else:
+            raise BackendUnavailable(f"the workflow holding key {spec.key!r} stays pending")
+        if not staged.commit:
+            await self.commit(staged)
+        self.index.remember({s.spec.id: s.spec.queue for s in spec.steps})
+        return await self.get_workflow(spec.id)
+
+    async def write(self, staged: Staged) -> str | None:
+        """Store the record and the steps of its home queue, and, when that
+        commits it, those of the other queues; None, or the id of the
+        workflow that holds its key (then nothing is stored)."""
+        spec, home, prefix = staged.spec, staged.home, self.keys.queue
+        await self.runner.pipeline([  # the indexes first: a reader finds the steps
+            Call.command("SADD", self.keys.queues, *staged.by_queue),
             Call.command("HSET", self.keys.jobs, *[x for s in spec.steps
                                                    for x in (s.spec.id, s.spec.queue)]),
             Call.command("HSET", self.keys.workflows, spec.id, home),
         ])  # fmt: skip
-        head = {"wf": spec.id, "home": prefix(home), "commit": commit}
-        reply = await self.relay.after(await self.runner.call(
-            "flow_enqueue", [prefix(home)],
-            [home, orjson.dumps({**head, "record": record, "steps": by_queue[home]})],
-        ))  # fmt: skip
+        first = staged.payload(home)
+        reply = await self.relay.after(
+            await self.runner.call("flow_enqueue", [prefix(home)], [home, first])
+        )
         if len(reply) > 1:  # its key is held: nothing stored
-            await self.runner.pipeline(
-                [
-                    Call.command("HDEL", self.keys.jobs, *ids),
-                    Call.command("HDEL", self.keys.workflows, spec.id),
-                ]
-            )
-            return await self.get_workflow(reply[1].decode())
-        if not commit:
             await self.runner.pipeline([
-                Call.script("flow_enqueue", [prefix(q)], [q, orjson.dumps({**head, "steps": part})])
-                for q, part in by_queue.items() if q != home
+                Call.command("HDEL", self.keys.jobs, *[s.spec.id for s in spec.steps]),
+                Call.command("HDEL", self.keys.workflows, spec.id),
             ])  # fmt: skip
-            if not await self.relay.after(
-                await self.runner.call("flow_commit", [prefix(home)], [spec.id])
-            ):
-                raise BackendUnavailable(f"workflow {spec.id} was abandoned while it was stored")
-        self.index.remember({s.spec.id: s.spec.queue for s in spec.steps})
-        return await self.get_workflow(spec.id)
+            return str(reply[1].decode())
+        if not staged.commit:
+            await self.runner.pipeline([
+                Call.script("flow_enqueue", [prefix(q)], [q, staged.payload(q)])
+                for q in staged.by_queue if q != home
+            ])  # fmt: skip
+        return None
+
+    async def commit(self, staged: Staged) -> None:
+        """A workflow stored in several queues runs (flow_commit.lua)."""
+        workflow_id = staged.spec.id
+        reply = await self.runner.call("flow_commit", [self.keys.queue(staged.home)], [workflow_id])
+        if not await self.relay.after(reply):
+            raise BackendUnavailable(f"workflow {workflow_id} was abandoned while it was stored")
 
     async def spawn(self, job_id: str, fence: int, seq: int, spec: WorkflowSpec) -> list[Job]:
         queue = await self.index.queue_of(job_id)
@@ -138,7 +149,7 @@ class Flows:
         replies = await self.runner.pipeline(
             [Call.script("cancel", [self.keys.queue(q)], [i]) for i, q in queue_of.items()]
         )
-        await self.relay.relay([p for _, relays in replies for p in relays])
+        await self.relay.relay([p for _, relays, _ in replies for p in relays])
         return await self.get_workflow(workflow_id)
 
     async def get_many(self, job_ids: Sequence[str]) -> builtins.list[Job]:
@@ -181,6 +192,43 @@ class Flows:
             "flow_get", [self.keys.queue(home)], [workflow_id], repeatable=True
         )
         return home, flat, ids
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A workflow's steps by queue, as flow_enqueue.lua reads them."""
+
+    spec: WorkflowSpec
+    home: str  # the queue of its first step: its record's
+    home_prefix: str
+    by_queue: dict[str, list[dict[str, Any]]]
+    record: dict[str, Any]
+
+    @property
+    def commit(self) -> bool:
+        """Stored in one script: every step is in the home queue."""
+        return len(self.by_queue) == 1
+
+    @classmethod
+    def of(cls, spec: WorkflowSpec, keys: Keys) -> Staged:
+        prefix = keys.queue
+        home = spec.steps[0].spec.queue
+        ids = [s.spec.id for s in spec.steps]
+        by_queue: dict[str, list[dict[str, Any]]] = {home: []}
+        for step, encoded in zip(spec.steps, _encoded(spec, prefix, prefix(home)), strict=True):
+            by_queue.setdefault(step.spec.queue, []).append(encoded)
+        record = {
+            "key": spec.key or "", "many": spec.many, "jobs": ids,
+            "sinks": [[ids[k], edge_ord(n)] for n, k in enumerate(spec.sinks)],
+            "starts": [[prefix(s.spec.queue), s.spec.id] for s in spec.steps if not s.upstream],
+        }  # fmt: skip
+        return cls(spec, home, prefix(home), by_queue, record)
+
+    def payload(self, queue: str) -> bytes:
+        """flow_enqueue.lua's ARGV[2] for ``queue``."""
+        head = {"wf": self.spec.id, "home": self.home_prefix, "commit": self.commit,
+                "steps": self.by_queue[queue]}  # fmt: skip
+        return orjson.dumps({**head, "record": self.record} if queue == self.home else head)
 
 
 def _flat(reply: Any) -> Any:

@@ -21,6 +21,7 @@
 
 local flow_work, flow_running = {}, false
 local flow_relays, flow_relay_set = {}, {}  -- prefixes whose outbox got messages
+local flow_forgotten = {}  -- workflows deleted (pruned): the caller drops them from the fleet's map
 
 local function in_key(p, id) return p .. 'in:' .. id end
 local function out_key(p, id) return p .. 'out:' .. id end
@@ -158,6 +159,7 @@ local function flow_forget_wf(p, id, rk)
     return
   end
   redis.call('DEL', rk, in_key(p, id), p .. 'wfjobs:' .. id, p .. 'wfgone:' .. id)
+  flow_forgotten[#flow_forgotten + 1] = id
 end
 
 -- The upstream ids of a dependent, by their edges' ord (its 'up' field, or
@@ -257,7 +259,8 @@ local function flow_write(p, queue, wf, home, s, start, now, last)
     flow_data(wf, {task = s.task, state = redis.call('HGET', jk, 'state')}))
 end
 
--- A script's reply, with the prefixes whose outbox the caller relays from.
+-- A script's reply, with the prefixes whose outbox the caller relays from,
+-- and the workflows it deleted (relay.py).
 local function flow_reply(reply)
-  return {reply, flow_relays}
+  return {reply, flow_relays, flow_forgotten}
 end
