@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 import redis as redis_sync
 
@@ -165,8 +166,8 @@ def test_on_a_cluster__there_is_no_lane_every_call_is_routed_by_redis_py(
 
 @pytest.fixture
 def mover(backend: SyncBackend) -> str:
-    """A worker of the two queues these tests use, on different nodes."""
-    return register(backend, "worker-1", ("default", "other"))
+    """A worker of the queues these tests use, each on a node of its own."""
+    return register(backend, "worker-1", ("default", "other", "b"))
 
 
 def test_a_chain_and_a_fan_in_across_nodes__release_each_step_in_its_slot(
@@ -254,3 +255,49 @@ def test_cancelling_a_workflow_across_nodes__cancels_every_step(
     assert cancelled.state == WorkflowState.CANCELLED
     assert {j.state for j in cancelled.jobs} == {State.CANCELLED}
     assert backend.claim(mover, ["default", "other"], 10) == []
+
+
+def test_a_spawn_across_nodes__its_steps_wait_on_each_other_and_the_dependents_on_its_sinks(
+    backend: SyncBackend, mover: str
+) -> None:
+    wf, jobs = run(backend, chain(step("a"), step("b", "other")))
+    a = take(backend, mover, "a")
+    [x] = backend.spawn(a.id, a.fence, 1, compile_flow(chain(step("x", "b"), step("y"))))
+    assert (x.task, x.state) == ("x", State.QUEUED)
+    backend.complete(a.id, a.fence, "a")
+    assert state(backend, jobs["b"]) == State.WAITING
+    finish(backend, mover, "x", ("b",))
+    y = take(backend, mover, "y")
+    assert y.upstream == (x.id,)
+    backend.complete(y.id, y.fence, "y")
+    assert backend.get(jobs["b"].id).upstream == (a.id, y.id)
+    finish(backend, mover, "b", ("other",))
+    done = backend.get_workflow(wf.id)
+    assert done.state == WorkflowState.COMPLETED and len(done.jobs) == 4
+
+
+def test_a_spawned_step_that_ends_before_its_dependent_is_written__counts_once_it_is(
+    backend: SyncBackend, portal: Portal, mover: str
+) -> None:
+    _, jobs = run(backend, chain(step("a"), step("z")))
+    a = take(backend, mover, "a")
+    runner, keys, flows = backend.inner.runner, backend.inner.keys, backend.inner.parts.flows
+    spawned = compile_flow(chain(step("x", "other"), step("y", "b")))
+    y_id = spawned.steps[1].spec.id
+    # spawn.lua, then of its messages only the one that writes x is relayed
+    call, _ = portal.run(flows.prepare_spawn(a.id, a.fence, 1, spawned))
+    [(code, *_), relays, _] = portal.run(runner.pipeline([call]))[0]
+    assert code == 0 and relays == [keys.queue("default").encode()]
+    outbox = portal.run(runner.command("LRANGE", keys.queue("default") + "outbox", 0, -1))
+    [writes_x] = [m for m in outbox if orjson.loads(m)["p"] == keys.queue("other")]
+    portal.run(runner.call("apply", [keys.queue("other")], [writes_x]))
+    finish(backend, mover, "x", ("other",))  # its edge to y, not written yet, waits for it
+    with pytest.raises(JobNotFound):
+        backend.get(y_id)
+    assert backend.rescue().swept  # relays the rest: y is written, its edge counted done
+    assert state(backend, backend.get(y_id)) == State.QUEUED
+    backend.complete(a.id, a.fence, "a")
+    assert state(backend, jobs["z"]) == State.WAITING
+    finish(backend, mover, "y", ("b",))
+    assert backend.get(jobs["z"].id).upstream == (a.id, y_id)
+    assert state(backend, jobs["z"]) == State.QUEUED

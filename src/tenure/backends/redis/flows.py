@@ -28,7 +28,7 @@ from tenure.backends.redis import codec
 from tenure.backends.redis.index import Index
 from tenure.backends.redis.keys import Keys
 from tenure.backends.redis.relay import Relay
-from tenure.backends.redis.scripts import INVALID_TRANSITION, Arg, Call, Runner, check
+from tenure.backends.redis.scripts import INVALID_TRANSITION, Call, Runner, check
 from tenure.core.workflows import StepSpec, Workflow, WorkflowSpec, WorkflowState, edge_ord
 from tenure.errors import BackendUnavailable, InvalidInput, JobNotFound
 from tenure.job import Job
@@ -99,29 +99,37 @@ class Flows:
             raise BackendUnavailable(f"workflow {workflow_id} was abandoned while it was stored")
 
     async def spawn(self, job_id: str, fence: int, seq: int, spec: WorkflowSpec) -> list[Job]:
-        queue = await self.index.queue_of(job_id)
-        if any(s.spec.queue != queue for s in spec.steps):
-            raise InvalidInput(
-                f"on Redis, a step spawns steps of its own queue ({queue!r}) only: "
-                "give the others a step of theirs that enqueues them"
-            )
-        prefix = self.keys.queue(queue)
-        steps = _encoded(spec, lambda _: prefix, prefix, sinks=False)
-        sinks = [spec.steps[k].spec.id for k in spec.sinks]
-        await self.runner.command(
-            "HSET", self.keys.jobs, *[x for s in spec.steps for x in (s.spec.id, queue)]
-        )
-        args: list[Arg] = [job_id, fence, seq, queue,
-                           orjson.dumps({"steps": steps, "sinks": sinks})]  # fmt: skip
-        code, *made = await self.relay.after(await self.runner.call("spawn", [prefix], args))
-        jobs = [codec.job(flat) for flat in made]
-        if code != 0 or [j.id for j in jobs] != [s.spec.id for s in spec.steps]:
+        call, sources = await self.prepare_spawn(job_id, fence, seq, spec)
+        code, *made = await self.relay.after((await self.runner.pipeline([call]))[0])
+        if code != 0 or [i.decode() for i in made] != sources:
             # made before (its seq), or refused: these ids made no job
             await self.runner.command("HDEL", self.keys.jobs, *[s.spec.id for s in spec.steps])
         if code == INVALID_TRANSITION:
             raise InvalidInput(f"job {job_id} is no workflow's step: it cannot spawn")
         check(code, job_id, fence)
-        return self.index.known([j for j in jobs if not j.upstream])  # those that run at once
+        return await self.get_many([i.decode() for i in made])  # those that run at once
+
+    async def prepare_spawn(
+        self, job_id: str, fence: int, seq: int, spec: WorkflowSpec
+    ) -> tuple[Call, list[str]]:
+        """spawn.lua's call, once the fleet's indexes know the new steps; the
+        ids of those without upstream."""
+        queue = await self.index.queue_of(job_id)
+        prefix = self.keys.queue
+        parts: dict[str, list[dict[str, Any]]] = {}
+        for step, encoded in zip(spec.steps, _encoded(spec, prefix, "", sinks=False), strict=True):
+            parts.setdefault(step.spec.queue, []).append(encoded)
+        sources = [s.spec.id for s in spec.steps if not s.upstream]
+        await self.runner.pipeline([
+            Call.command("SADD", self.keys.queues, *parts),
+            Call.command("HSET", self.keys.jobs, *[x for s in spec.steps
+                                                   for x in (s.spec.id, s.spec.queue)]),
+        ])  # fmt: skip
+        payload = orjson.dumps({
+            "parts": [{"queue": q, "prefix": prefix(q), "steps": p} for q, p in parts.items()],
+            "sinks": [spec.steps[k].spec.id for k in spec.sinks], "sources": sources,
+        })  # fmt: skip
+        return Call.script("spawn", [prefix(queue)], [job_id, fence, seq, payload]), sources
 
     async def get_workflow(self, workflow_id: str) -> Workflow:
         _, flat, ids = await self._record(workflow_id)
