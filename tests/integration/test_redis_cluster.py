@@ -22,6 +22,7 @@ import redis as redis_sync
 
 from tenure.backends.redis.flows import Staged
 from tenure.backends.redis.transport import RedisPyTransport
+from tenure.config import QueuePolicy
 from tenure.core.states import State
 from tenure.core.workflows import CancelReason, WorkflowState, chain, compile_flow, group
 from tenure.errors import JobNotFound
@@ -301,3 +302,21 @@ def test_a_spawned_step_that_ends_before_its_dependent_is_written__counts_once_i
     finish(backend, mover, "y", ("b",))
     assert backend.get(jobs["z"].id).upstream == (a.id, y_id)
     assert state(backend, jobs["z"]) == State.QUEUED
+
+
+def test_a_failed_workflow_whose_steps_are_purged_and_pruned__leaves_nothing(
+    backend: SyncBackend, portal: Portal, mover: str
+) -> None:
+    from tests.conformance.aging import age
+
+    backend.set_policy("other", QueuePolicy(keep_completed=60.0))
+    wf, jobs = run(backend, chain(step("a"), step("b", "other")))
+    kill(backend, mover, "a")
+    assert backend.purge_dead("default") == 1
+    assert backend.get_workflow(wf.id).state == WorkflowState.FAILED  # b is still there
+    age(backend, [jobs["b"].id], 120.0)
+    assert backend.prune(100) == 1
+    with pytest.raises(JobNotFound):
+        backend.get_workflow(wf.id)
+    runner, keys = backend.inner.runner, backend.inner.keys
+    assert portal.run(runner.command("HEXISTS", keys.workflows, wf.id)) == 0

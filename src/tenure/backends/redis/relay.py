@@ -14,6 +14,7 @@ empty, so a message left by a crash is applied within a sweep.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -21,8 +22,11 @@ import orjson
 
 from tenure.backends.redis.keys import Keys
 from tenure.backends.redis.scripts import Call, Runner
+from tenure.errors import BackendUnavailable
 
 RELAY_BATCH = 500  # messages read from one outbox per round trip
+log = logging.getLogger("tenure.redis")
+
 RELAY_ROUNDS = 1000  # outboxes emptied per relay, at most: a cascade ends, this bounds a bug
 
 
@@ -37,10 +41,14 @@ class Relay:
         """A flow-aware script's reply ``{reply, {prefixes}, {workflows
         deleted}}``: relay from those prefixes, then return the reply proper."""
         value, prefixes, forgotten = reply
-        if forgotten:
-            await self.forget(forgotten)
-        if prefixes:
-            await self.relay(prefixes)
+        try:
+            if forgotten:
+                await self.forget(forgotten)
+            if prefixes:
+                await self.relay(prefixes)
+        except BackendUnavailable as exc:
+            # The transition is stored, its messages with it: the sweeper relays them.
+            log.warning("workflow messages left for the sweeper to relay: %s", exc)
         return value
 
     async def forget(self, workflow_ids: list[bytes]) -> None:
