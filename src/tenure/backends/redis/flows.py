@@ -5,11 +5,13 @@ lives in its home queue, the queue of its first step, and the fleet's map
 ``workflows`` (keys.py) finds it. Edges and the messages that move them across
 slots: ``_flow.lua`` and ``relay.py``.
 
-Storing is all or nothing. A workflow whose steps are all in its home queue is
-one script (``flow_enqueue.lua``). Otherwise: the home queue's script writes
-the record ``pending`` (and checks its key) with its steps, one script per
-other queue writes theirs (all waiting), then ``flow_commit.lua`` makes it
-``running`` and releases the steps without upstream, by messages. A producer
+Storing is all or nothing. A workflow whose steps are all in its home queue,
+and at most FLOW_CHUNK, is one script (``flow_enqueue.lua``). Otherwise: the
+home queue's script writes the record ``pending`` (and checks its key) with
+its first steps, one script per other queue and piece of FLOW_CHUNK steps
+writes the others (all waiting), then ``flow_commit.lua`` makes it
+``running`` and releases the steps without upstream, by messages relayed a
+batch at a time. A producer
 that dies midway leaves a pending workflow, which readers take for absent and
 the sweeper deletes after ``rescue.PENDING_MAX`` seconds (:meth:`Flows.drop`).
 """
@@ -33,6 +35,7 @@ from tenure.core.workflows import StepSpec, Workflow, WorkflowSpec, WorkflowStat
 from tenure.errors import BackendUnavailable, InvalidInput, JobNotFound
 from tenure.job import Job
 
+FLOW_CHUNK = 500  # steps per flow_enqueue.lua call: bounds how long one call holds Redis
 KEY_WAITS = (0.01, 0.02, 0.05, *(0.1,) * 30)  # polls of a key's holder while it is stored
 ABSENT = {"pending", "dropped"}  # a record's states that readers take for no workflow
 
@@ -74,21 +77,18 @@ class Flows:
                                                    for x in (s.spec.id, s.spec.queue)]),
             Call.command("HSET", self.keys.workflows, spec.id, home),
         ])  # fmt: skip
-        first = staged.payload(home)
-        reply = await self.relay.after(
-            await self.runner.call("flow_enqueue", [prefix(home)], [home, first])
-        )
+        [(_, first), *rest] = staged.parts()
+        reply = await self.relay.after(await self.runner.call(
+            "flow_enqueue", [prefix(home)], [home, staged.payload(first, record=True)]
+        ))  # fmt: skip
         if len(reply) > 1:  # its key is held: nothing stored
             await self.runner.pipeline([
                 Call.command("HDEL", self.keys.jobs, *[s.spec.id for s in spec.steps]),
                 Call.command("HDEL", self.keys.workflows, spec.id),
             ])  # fmt: skip
             return str(reply[1].decode())
-        if not staged.commit:
-            await self.runner.pipeline([
-                Call.script("flow_enqueue", [prefix(q)], [q, staged.payload(q)])
-                for q in staged.by_queue if q != home
-            ])  # fmt: skip
+        for q, steps in rest:  # one call a round trip: each holds Redis a moment
+            await self.runner.call("flow_enqueue", [prefix(q)], [q, staged.payload(steps)])
         return None
 
     async def commit(self, staged: Staged) -> None:
@@ -214,8 +214,14 @@ class Staged:
 
     @property
     def commit(self) -> bool:
-        """Stored in one script: every step is in the home queue."""
-        return len(self.by_queue) == 1
+        """Stored in one script: every step is in the home queue, and few."""
+        return len(self.by_queue) == 1 and len(self.spec.steps) <= FLOW_CHUNK
+
+    def parts(self) -> list[tuple[str, list[dict[str, Any]]]]:
+        """The steps of each queue, home first, in pieces of at most FLOW_CHUNK
+        (the first with the record: it may be empty)."""
+        return [(q, steps[i : i + FLOW_CHUNK]) for q, steps in self.by_queue.items()
+                for i in range(0, max(len(steps), 1), FLOW_CHUNK)]  # fmt: skip
 
     @classmethod
     def of(cls, spec: WorkflowSpec, keys: Keys) -> Staged:
@@ -232,11 +238,11 @@ class Staged:
         }  # fmt: skip
         return cls(spec, home, prefix(home), by_queue, record)
 
-    def payload(self, queue: str) -> bytes:
-        """flow_enqueue.lua's ARGV[2] for ``queue``."""
+    def payload(self, steps: list[dict[str, Any]], record: bool = False) -> bytes:
+        """flow_enqueue.lua's ARGV[2] for these steps (of one queue)."""
         head = {"wf": self.spec.id, "home": self.home_prefix, "commit": self.commit,
-                "steps": self.by_queue[queue]}  # fmt: skip
-        return orjson.dumps({**head, "record": self.record} if queue == self.home else head)
+                "steps": steps}  # fmt: skip
+        return orjson.dumps({**head, "record": self.record} if record else head)
 
 
 def _flat(reply: Any) -> Any:

@@ -51,16 +51,22 @@ local function flow_run(p)
   flow_work, flow_running = {}, false
 end
 
-local function flow_send(p, m)
-  if m.p == p then
-    flow_work[#flow_work + 1] = m
-    return
-  end
+-- Put a message in slot p's outbox, for the caller to relay.
+local function flow_post(p, m)
   redis.call('RPUSH', p .. 'outbox', cjson.encode(m))
   if not flow_relay_set[p] then
     flow_relay_set[p] = true
     flow_relays[#flow_relays + 1] = p
   end
+end
+
+-- Apply a message here (its target's slot is this one), or post it.
+local function flow_send(p, m)
+  if m.p == p then
+    flow_work[#flow_work + 1] = m
+    return
+  end
+  flow_post(p, m)
 end
 
 -- The step id (in slot p) ended: to is the state of its open edges now
