@@ -256,8 +256,8 @@ def compile_flow(
 def check_graph(spec: WorkflowSpec, *, spawn: bool = False) -> WorkflowSpec:
     """``spec`` if storage can keep it (compile_flow makes only such), else
     InvalidInput: each step's upstream are earlier steps, each once; sinks are
-    steps, each once; job ids are distinct; sizes within bounds. A spawn's id
-    and key are ignored."""
+    steps, each once; job ids are distinct, none a workflow's; sizes within
+    bounds. A spawn's id and key are ignored."""
     if not isinstance(spec, WorkflowSpec):
         raise InvalidInput(f"a workflow is a WorkflowSpec (compile_flow), got {shown(spec)}")
     if not spawn and not is_workflow_id(spec.id):
@@ -286,6 +286,8 @@ def check_graph(spec: WorkflowSpec, *, spawn: bool = False) -> WorkflowSpec:
     ids = [step.spec.id for step in spec.steps]
     if len(set(ids)) != len(ids):
         raise InvalidInput("two steps of the workflow have the same job id")
+    if any(is_workflow_id(i) for i in ids):
+        raise InvalidInput(f"a step's job id may not start with {WORKFLOW_ID_PREFIX!r}")
     if spec.edges() > MAX_EDGES:
         raise InvalidInput(f"a workflow has at most {MAX_EDGES} edges, got {spec.edges()}")
     return spec
