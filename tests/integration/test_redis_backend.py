@@ -795,3 +795,28 @@ def test_a_steps_arguments_and_options__read_back_exactly_through_the_scripts_js
     released = b.get(later.id)
     assert released.state == State.SCHEDULED
     assert released.run_at - time.time() > 25
+
+
+def test_a_workflow_whose_key_a_pending_one_holds__gets_that_one_once_it_is_stored(
+    redis_url: str, open_backend: Callable[[str], Any], portal: Portal
+) -> None:
+    import threading
+
+    from tenure.backends.redis.flows import Staged
+    from tenure.core.workflows import Step, chain, compile_flow
+
+    b = open_backend(redis_url)
+    b.delete_queue("default")
+    first = compile_flow(
+        chain(Step(JobSpec.create("a")), Step(JobSpec.create("b", queue="other"))), key="held"
+    )
+    staged = Staged.of(first, b.inner.keys)
+    assert portal.run(b.inner.parts.flows.write(staged)) is None  # stored, not committed yet
+    got = []
+    again = compile_flow(chain(Step(JobSpec.create("a"))), key="held")
+    second = threading.Thread(target=lambda: got.append(b.enqueue_workflow(again)))
+    second.start()
+    portal.run(b.inner.parts.flows.commit(staged))
+    second.join(10)
+    assert [w.id for w in got] == [first.id]
+    assert {s: n for s, n in b.counts("default").items() if n} == {State.QUEUED: 1}
