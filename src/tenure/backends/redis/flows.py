@@ -159,7 +159,7 @@ class Flows:
             raise JobNotFound(f"no workflow with id {workflow_id!r}")
         queue_of = await self.index.queues_of([i.decode() for i in ids])
         replies = await self.runner.pipeline(
-            [Call.script("cancel", [self.keys.queue(q)], [i]) for i, q in queue_of.items()]
+            [Call.script("cancel", [self.keys.queue(q)], [i, "1"]) for i, q in queue_of.items()]
         )
         await self.relay.relay([p for _, relays, _ in replies for p in relays])
         return await self.get_workflow(workflow_id)
