@@ -253,7 +253,7 @@ def test_every_script__has_a_header_naming_keys_argv_and_returns() -> None:
         assert head.startswith(f"-- {name}:"), name
         text = (folder / f"{name}.lua").read_text()
         assert "KEYS" in text.split("\n\n", 2)[1] and "Returns" in text, name
-    assert sorted(p.stem for p in folder.glob("*.lua")) == sorted([*NAMES, "_lib"])
+    assert sorted(p.stem for p in folder.glob("*.lua")) == sorted([*NAMES, "_lib", "_flow"])
 
 
 def test_scripts_are_called_by_sha__and_reloaded_after_script_flush(
@@ -746,7 +746,8 @@ def test_concurrent_heartbeats_of_one_worker__share_its_liveness_connection_safe
 
 
 def test_a_claims_reply__lists_the_job_fields_in_the_order_python_reads_them() -> None:
-    """_lib.lua's JOB_FIELDS and codec.job_of_values read one order: JOB_COLUMNS."""
+    """_lib.lua's JOB_FIELDS and codec.job_of_values read one order: JOB_COLUMNS,
+    then a workflow's step's fields."""
     from importlib import resources
 
     from tenure.backends.rows import JOB_COLUMNS
@@ -754,7 +755,7 @@ def test_a_claims_reply__lists_the_job_fields_in_the_order_python_reads_them() -
     lib = (resources.files("tenure.backends.redis") / "scripts" / "_lib.lua").read_text()
     block = lib[lib.index("local JOB_FIELDS = {") :]
     fields = re.findall(r"'([a-z_]+)'", block[: block.index("}")])
-    assert tuple(fields) == JOB_COLUMNS
+    assert tuple(fields) == (*JOB_COLUMNS, "wf")
 
 
 def test_a_claimed_job__reads_back_as_get_returns_it(
@@ -767,3 +768,82 @@ def test_a_claimed_job__reads_back_as_get_returns_it(
     [again] = b.claim("w", ["default"], 1)  # error, key, timeout, max_attempts all set
     assert dataclasses.replace(b.get(job.id), history=()) == again
     assert again.error == "boom" and again.key == "k" and again.attempts == 2
+
+
+def test_a_steps_arguments_and_options__read_back_exactly_through_the_scripts_json(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    """A step travels inside a JSON document to flow_enqueue.lua: its args
+    (JSON text in a JSON string) and options come out as a job's would."""
+    from tenure.core.workflows import Step, chain, compile_flow
+
+    b = open_backend(redis_url)
+    args = {"s": 'quote " back \\ nl \n nul-free é 😀 \u2028', "n": 12345678901234567890}
+    first = JobSpec.create("a", args, priority=-3, max_attempts=7, timeout=2.5, run_at=1.5)
+    then = JobSpec.create("b", {"x": 0.1}, queue="other", delay=30.25)
+    wf = b.enqueue_workflow(compile_flow(chain(Step(first), Step(then, may_fail=True))))
+    a, later = wf.jobs
+    assert (a.args, a.priority, a.max_attempts, a.timeout) == (args, -3, 7, 2.5)
+    assert a.state == State.QUEUED and (a.workflow, a.upstream, a.may_fail) == (wf.id, (), False)
+    assert (later.args, later.state, later.upstream, later.may_fail) == (
+        {"x": 0.1}, State.WAITING, (a.id,), True,
+    )  # fmt: skip
+    w = register(b, "w", ("default", "other"))
+    [claimed] = b.claim(w, ["default"], 1)
+    assert (claimed.args, claimed.workflow, claimed.upstream) == (args, wf.id, ())
+    b.complete(claimed.id, claimed.fence, None)
+    released = b.get(later.id)
+    assert released.state == State.SCHEDULED
+    assert released.run_at - time.time() > 25
+
+
+def test_a_workflow_whose_key_a_pending_one_holds__gets_that_one_once_it_is_stored(
+    redis_url: str, open_backend: Callable[[str], Any], portal: Portal
+) -> None:
+    import threading
+
+    from tenure.backends.redis.flows import Staged
+    from tenure.core.workflows import Step, chain, compile_flow
+
+    b = open_backend(redis_url)
+    b.delete_queue("default")
+    first = compile_flow(
+        chain(Step(JobSpec.create("a")), Step(JobSpec.create("b", queue="other"))), key="held"
+    )
+    staged = Staged.of(first, b.inner.keys)
+    assert portal.run(b.inner.parts.flows.write(staged)) is None  # stored, not committed yet
+    got = []
+    again = compile_flow(chain(Step(JobSpec.create("a"))), key="held")
+    second = threading.Thread(target=lambda: got.append(b.enqueue_workflow(again)))
+    second.start()
+    portal.run(b.inner.parts.flows.commit(staged))
+    second.join(10)
+    assert [w.id for w in got] == [first.id]
+    assert {s: n for s, n in b.counts("default").items() if n} == {State.QUEUED: 1}
+
+
+def test_a_steps_events__carry_its_workflow(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    from tenure.core.workflows import Step, chain, compile_flow, group
+
+    b = open_backend(redis_url)
+    b.delete_queue("default")
+    after = b.events_now(None)
+    flow = chain(group(Step(JobSpec.create("a")), Step(JobSpec.create("d"))), Step(spec()))
+    wf = b.enqueue_workflow(compile_flow(flow))
+    w = register(b, "w")
+    a, d = b.claim(w, ["default"], 2)
+    b.enqueue([spec()])  # a plain job completed with them: its event has no workflow
+    [plain] = b.claim(w, ["default"], 1)
+    assert b.complete_many([(a.id, a.fence, b"1"), (plain.id, plain.fence, b"2")]) == set()
+    dead = Decision(State.DEAD, dead_reason=DeadReason.ERROR)
+    b.fail(d.id, d.fence, Outcome.ERROR, "no", dead)
+    events = [e for e in b.read_events(None, after, 100) if e.kind != "started"]
+    seen = {(e.kind, e.job_id): e.data for e in events}
+    last = wf.jobs[2].id
+    assert seen["completed", a.id] == {"workflow": wf.id}
+    assert seen["completed", plain.id] == {}
+    assert seen["dead", d.id]["workflow"] == wf.id
+    assert seen["cancelled", last] == {"workflow": wf.id, "reason": "upstream_failed"}
+    assert seen["workflow_ended", last] == {"workflow": wf.id, "outcome": "failed"}

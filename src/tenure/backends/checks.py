@@ -174,6 +174,10 @@ def check_graph(spec: object, max_payload: int, *, spawn: bool = False) -> Workf
         raise InvalidInput(f"a workflow's graph is a WorkflowSpec, got {shown(spec)}")
     if not spawn:
         check_job_id(spec.id)
+        if not is_workflow_id(spec.id):
+            raise InvalidInput(
+                f"invalid workflow id {shown(spec.id)}: it starts with {WORKFLOW_ID_PREFIX!r}"
+            )
         check_key(spec.key)
     steps = spec.steps
     if not 0 < len(steps) <= MAX_STEPS:

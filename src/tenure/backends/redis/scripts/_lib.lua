@@ -15,6 +15,11 @@ local OK, NOT_FOUND, LEASE_LOST, INVALID_TRANSITION = 0, 1, 2, 3
 local SIGNAL_MAX = 64             -- wake-up tokens kept per queue
 local MAX_US = 9000000000000000   -- run_at and seq in µs fit 16 digits (and a double)
 
+-- A workflow's step ended or was retried: its edges move (_flow.lua, put after
+-- this file, defines it). A plain job's claim, completion and failure read
+-- one field more (wf), in a read they make anyway.
+local flow_ended
+
 local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -26,11 +31,12 @@ local function int(x) return string.format('%d', x) end
 -- An optional ARGV value: '' stands for None (no real value is empty).
 local function opt(x) if x == '' then return nil end return x end
 
--- A job's fields in the order codec.job_of_values reads them (a claim's reply).
+-- A job's fields in the order codec.job_of_values reads them (a claim's reply),
+-- then its workflow (a step's: see claim_jobs).
 local JOB_FIELDS = {'id', 'task', 'queue', 'args', 'state', 'priority', 'run_at', 'created_at',
   'attempts', 'stalls', 'max_attempts', 'timeout', 'fence', 'key', 'worker', 'lease_expires_at',
   'result', 'error', 'dead_reason', 'progress', 'finished_at', 'traceparent',
-  'cancel_requested', 'recovered_from', 'budget_from'}
+  'cancel_requested', 'recovered_from', 'budget_from', 'wf'}
 
 local function job_key(p, id) return p .. 'job:' .. id end
 local function history_key(p, id) return p .. 'history:' .. id end
@@ -219,10 +225,16 @@ local function record_event(p, kind, id, data)
   append_events(p, kind, {id}, data and {data} or nil)
 end
 
--- The events Python decided (a JSON array of [kind, data or null]) of job id.
-local function record_events(p, id, listed)
+-- The events Python decided (a JSON array of [kind, data or null]) of job id;
+-- a workflow's step's (wf: its workflow) carry {"workflow": wf} too.
+local function record_events(p, id, listed, wf)
   for _, e in ipairs(cjson.decode(listed)) do
-    record_event(p, e[1], id, e[2] ~= cjson.null and cjson.encode(e[2]) or nil)
+    local data = e[2]
+    if wf then
+      if data == cjson.null then data = {} end
+      data.workflow = wf
+    end
+    record_event(p, e[1], id, data ~= cjson.null and cjson.encode(data) or nil)
   end
 end
 
@@ -253,11 +265,12 @@ end
 
 -- active -> cancelled, once leave_active took its lease: the job was cancelled
 -- while its attempt ran, and that attempt ended other than completed.
-local function end_cancelled(p, id, jk, now)
+local function end_cancelled(p, id, jk, now, wf)
   redis.call('HSET', jk, 'state', 'cancelled', 'finished_at', num(now))
   set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'cancelled')
   redis.call('ZADD', p .. RETAINED.cancelled, num(now), id)
   release_key(p, jk, id)
+  flow_ended(p, id, jk, 'cancelled', wf)
 end
 
 -- Apply a decision of tenure.core.retry to an active job (fail, and the
@@ -267,7 +280,8 @@ end
 -- events) instead of the decision's.
 local function settle_failure(p, id, jk, outcome, err, state, delay, reason, stall, now, events,
                               cancel_events)
-  if redis.call('HGET', jk, 'cancel_requested') then
+  local c = redis.call('HMGET', jk, 'cancel_requested', 'wf')  -- wf: a workflow's step
+  if c[1] then
     state, events, stall = 'cancelled', cancel_events, false
   end
   local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
@@ -275,12 +289,13 @@ local function settle_failure(p, id, jk, outcome, err, state, delay, reason, sta
   if err then redis.call('HSET', jk, 'error', err) else redis.call('HDEL', jk, 'error') end
   if stall then redis.call('HINCRBY', jk, 'stalls', 1) end
   if state == 'cancelled' then
-    end_cancelled(p, id, jk, now)
+    end_cancelled(p, id, jk, now, c[2])
   elseif state == 'dead' then
     redis.call('HSET', jk, 'state', 'dead', 'dead_reason', reason, 'finished_at', num(now))
     set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'dead')
     redis.call('ZADD', p .. RETAINED.dead, num(now), id)
     release_key(p, jk, id)
+    flow_ended(p, id, jk, 'dead', c[2])
   elseif state == 'scheduled' then
     schedule_job(p, id, now + delay, 'active')
   else
@@ -288,7 +303,7 @@ local function settle_failure(p, id, jk, outcome, err, state, delay, reason, sta
     signal(p, 1)
   end
   end_attempt(p, id, a, outcome, err, now)
-  record_events(p, id, events)
+  record_events(p, id, events, c[2])
 end
 
 -- The job and its history, as get returns them, with the running attempt's
@@ -426,6 +441,10 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     local jk = job_key(p, id)
     -- the job as it was, then the fields the claim changes (JOB_FIELDS order)
     local f = redis.call('HMGET', jk, unpack(JOB_FIELDS))
+    -- a workflow's step (wf, the 26th field): its workflow, upstream, may_fail, cancel_reason
+    if f[26] then
+      f[26] = {f[26], unpack(redis.call('HMGET', jk, 'up', 'may_fail', 'cancel_reason'))}
+    end
     -- the last attempt's progress goes; so does a lease if this claim makes none
     local gone = {}
     if f[20] then gone[1] = 'progress' end
@@ -481,14 +500,14 @@ local function complete_jobs(p, args, first, last, now)
   local now_s = num(now)
   -- the jobs completed, their workers, their (seq, id) and (finished_at, id)
   -- pairs: the sets they leave and join are written after the loop, one call each
-  local ids, workers, completed, retained = {}, {}, {}, {}
+  local ids, workers, completed, retained, steps, wfs = {}, {}, {}, {}, {}, {}
   for i = first, last, 3 do
     local id, fence = args[i], args[i + 1]
     local jk = job_key(p, id)
     -- held_job, release_key and end_attempt's reads in one call: the
     -- ATTEMPT_FIELDS, then state, seq and key
     local a = redis.call('HMGET', jk, 'started_at', 'attempts', 'worker', 'fence', 'state',
-      'seq', 'key')
+      'seq', 'key', 'wf')
     local code = OK
     if not a[5] then
       code = NOT_FOUND
@@ -504,6 +523,7 @@ local function complete_jobs(p, args, first, last, now)
         redis.call('HDEL', p .. 'keys', a[7])
       end
       end_attempt(p, id, a, 'completed', nil, now)
+      if a[8] then steps[#steps + 1], wfs[#ids] = id, a[8] end
     end
     codes[#codes + 1] = code
   end
@@ -511,6 +531,14 @@ local function complete_jobs(p, args, first, last, now)
   call_with('ZREM', state_key(p, 'active'), ids)
   call_with('ZADD', state_key(p, 'completed'), completed)
   call_with('ZADD', p .. RETAINED.completed, retained)
-  append_events(p, 'completed', ids, nil)
+  local data = nil  -- a workflow's steps': {"workflow": id}
+  if #steps > 0 then
+    data = {}
+    for i = 1, #ids do data[i] = wfs[i] and cjson.encode({workflow = wfs[i]}) or 'null' end
+  end
+  append_events(p, 'completed', ids, data)
+  for i, id in ipairs(ids) do
+    if wfs[i] then flow_ended(p, id, job_key(p, id), 'completed', wfs[i]) end
+  end
   return codes
 end
