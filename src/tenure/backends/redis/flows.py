@@ -75,6 +75,7 @@ class Flows:
         commits it, those of the other queues; None, or the id of the
         workflow that holds its key (then nothing is stored)."""
         spec, home, prefix = staged.spec, staged.home, self.keys.queue
+        await self.refuse_taken(spec)
         await self.runner.pipeline([  # the indexes first: a reader finds the steps
             Call.command("SADD", self.keys.queues, *staged.by_queue),
             Call.command("HSET", self.keys.jobs, *[x for s in spec.steps
@@ -94,6 +95,21 @@ class Flows:
         for q, steps in rest:  # one call a round trip: each holds Redis a moment
             await self.runner.call("flow_enqueue", [prefix(q)], [q, staged.payload(steps)])
         return None
+
+    async def refuse_taken(self, spec: WorkflowSpec) -> None:
+        """InvalidInput if the workflow's id, or a step's, is one stored already
+        (a spec made by hand: compile_flow's ids are new), before any write."""
+        ids = [s.spec.id for s in spec.steps]
+        jobs, workflow = await self.runner.pipeline([
+            Call.command("HMGET", self.keys.jobs, *ids),
+            Call.command("HEXISTS", self.keys.workflows, spec.id),
+        ])  # fmt: skip
+        taken = [i for i, queue in zip(ids, jobs, strict=True) if queue is not None]
+        if taken or workflow:
+            raise InvalidInput(
+                f"workflow {spec.id}: {'its id' if workflow else 'a step id'} is taken "
+                f"by one stored already{f' ({taken[0]})' if taken else ''}"
+            )
 
     async def commit(self, staged: Staged) -> None:
         """A workflow stored in several queues runs (flow_commit.lua)."""
