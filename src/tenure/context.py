@@ -67,7 +67,8 @@ class JobContext:
         ``upstream``). Fenced like a completion (LeaseLost if this attempt was
         recovered). Counted per attempt: the n-th spawn of an attempt that runs
         again returns the jobs its n-th spawn made before, and makes none.
-        Returns the ids of the jobs made. InvalidInput for a plain job."""
+        Returns the ids of the jobs that start at once (the flow's first
+        steps). InvalidInput for a plain job."""
         if self.workflow is None or self._spawn is None:
             raise InvalidInput(
                 f"job {self.id} ({self.task}) is no workflow's step: only a step can spawn; "

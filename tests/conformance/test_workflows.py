@@ -481,3 +481,19 @@ def test_purging_or_deleting_steps__leaves_the_rest_of_the_workflow_readable(
     left = backend.get_workflow(wf.id)
     assert [j.id for j in left.jobs] == [jobs["b"].id]
     assert backend.cancel_workflow(wf.id).id == wf.id
+
+
+def test_cancelling_a_failed_workflow__ends_it_cancelled_and_a_retry_resumes_nothing(
+    backend: Any, worker: str
+) -> None:
+    wf, jobs = run(backend, chain(group(step("a"), step("b")), step("c")))
+    claimed = {j.task: j for j in backend.claim(worker, ["default"], 10)}
+    fatal = decision_for(backend, claimed["a"], Outcome.ERROR, fatal=True)
+    backend.fail(claimed["a"].id, claimed["a"].fence, Outcome.ERROR, "Fail", fatal)
+    assert backend.get_workflow(wf.id).state == WorkflowState.FAILED
+    cancelled = backend.cancel_workflow(wf.id)
+    assert cancelled.state == WorkflowState.CANCELLED
+    assert cancelled.by_id()[claimed["b"].id].cancel_requested
+    backend.retry_dead("default", [claimed["a"].id])
+    assert state(backend, jobs["c"]) == State.CANCELLED
+    assert backend.get_workflow(wf.id).state == WorkflowState.CANCELLED

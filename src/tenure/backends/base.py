@@ -225,14 +225,17 @@ class Backend(Protocol):
         step's entry and what the step spawned before (``spawn_ord``). ``seq``
         numbers the step's spawns (from 1, per job, across its attempts): a
         spawn whose ``seq`` the job made already returns its jobs and changes
-        nothing, so a deterministic handler that runs again spawns once."""
+        nothing, so a deterministic handler that runs again spawns once.
+        Returns the jobs that run at once (the spawned flow's first steps)."""
 
     async def get_workflow(self, workflow_id: str) -> Workflow:
         """The workflow with its jobs (no history). JobNotFound if absent."""
 
     async def cancel_workflow(self, workflow_id: str) -> Workflow:
-        """Cancel the workflow (``cancelled``, unless it already ended) and each
-        of its unfinished steps as ``cancel`` would; JobNotFound if absent."""
+        """Cancel the workflow and each of its unfinished steps as ``cancel``
+        would: it ends ``cancelled``, unless it ``completed`` (a ``failed``
+        one too: a DLQ retry of its dead step then resumes nothing); JobNotFound
+        if absent."""
 
     async def get_many(self, job_ids: Sequence[str]) -> builtins.list[Job]:
         """The jobs with these ids, in that order, without history; ids of
