@@ -328,8 +328,8 @@ def test_a_cancelled_workflows_steps__stay_cancelled_when_a_dead_one_is_retried(
     wf, jobs = run(backend, chain(step("x"), step("y", "other")))
     dead = kill(backend, mover, "x")
     assert backend.get(jobs["y"].id).cancel_reason == CancelReason.UPSTREAM_FAILED
-    backend.cancel_workflow(wf.id)  # failed already: it stays so; y is cancelled by hand now
+    backend.cancel_workflow(wf.id)  # failed already: cancelled now; so is y, by hand
     assert backend.get(jobs["y"].id).cancel_reason is None
     backend.retry_dead("default", [dead.id])
     assert state(backend, jobs["y"]) == State.CANCELLED
-    assert backend.get_workflow(wf.id).state == WorkflowState.FAILED
+    assert backend.get_workflow(wf.id).state == WorkflowState.CANCELLED
