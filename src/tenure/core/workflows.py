@@ -250,6 +250,44 @@ def compile_flow(
     return spec
 
 
+def check_graph(spec: WorkflowSpec, *, spawn: bool = False) -> WorkflowSpec:
+    """``spec`` if storage can keep it (compile_flow makes only such), else
+    InvalidInput: each step's upstream are earlier steps, each once; sinks are
+    steps, each once; job ids are distinct; sizes within bounds. A spawn's id
+    and key are ignored."""
+    if not isinstance(spec, WorkflowSpec):
+        raise InvalidInput(f"a workflow is a WorkflowSpec (compile_flow), got {shown(spec)}")
+    if not spawn and not is_workflow_id(spec.id):
+        raise InvalidInput(
+            f"invalid workflow id {shown(spec.id)}: it starts with {WORKFLOW_ID_PREFIX!r}"
+        )
+    if not spawn:
+        check_key(spec.key)
+    if not spec.steps or len(spec.steps) > MAX_STEPS:
+        raise InvalidInput(f"a workflow has 1 to {MAX_STEPS} steps, got {len(spec.steps)}")
+    for i, step in enumerate(spec.steps):
+        up = step.upstream
+        if len(set(up)) != len(up) or any(not isinstance(u, int) or not 0 <= u < i for u in up):
+            raise InvalidInput(
+                f"step {i} of the workflow waits on {shown(up)}: each must be an earlier "
+                "step's index, once"
+            )
+    sinks = spec.sinks
+    n = len(spec.steps)
+    if (
+        not sinks
+        or len(set(sinks)) != len(sinks)
+        or any(not isinstance(k, int) or not 0 <= k < n for k in sinks)
+    ):
+        raise InvalidInput(f"the workflow's sinks {shown(sinks)} must be step indexes, each once")
+    ids = [step.spec.id for step in spec.steps]
+    if len(set(ids)) != len(ids):
+        raise InvalidInput("two steps of the workflow have the same job id")
+    if spec.edges() > MAX_EDGES:
+        raise InvalidInput(f"a workflow has at most {MAX_EDGES} edges, got {spec.edges()}")
+    return spec
+
+
 def _ends_many(flow: Flow) -> bool:
     while isinstance(flow, Chain):
         flow = flow.parts[-1]
