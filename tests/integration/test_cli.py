@@ -198,7 +198,7 @@ def test_workflow__prints_its_steps_in_order_and_cancels_by_its_id(tenure: Any, 
         wf = app.workflow(chain(group(fetch, fetch, fetch), total, Step(JobSpec.create("mail"))))
     lines = ok(tenure("workflow", wf.id)).stdout.splitlines()
     assert lines[0].split() == ["id", wf.id] and lines[1].split() == ["state", "running"]
-    assert "3 queued, 2 waiting" in lines[5] and lines[6].split() == ["result", "of", "steps", "5"]
+    assert "2 waiting, 3 queued" in lines[5] and lines[6].split() == ["result", "of", "steps", "5"]
     rows = [line.split() for line in lines if line.split()[:1] in (["4"], ["5"])]
     assert rows[0][:6] == ["4", "total", "waiting", "0", "-", "1-3"]  # indented: after the group
     assert rows[1][:6] == ["5", "mail", "waiting", "0", "-", "4"]

@@ -212,16 +212,17 @@ def took(job: Job) -> str:
     return seconds(max(job.finished_at - job.run_at, 0.0))
 
 
-def steps_table(steps: Iterable[StepRow]) -> Table:
+def steps_table(steps: Sequence[StepRow]) -> Table:
     """Steps in order, each task indented by its depth (how many steps, at
-    most, lead to it)."""
-    columns = ["step", "task", "state", "attempts", "took", "waits for", "id", "error"]
+    most, lead to it); their last errors, if any has one."""
+    errors = any(r.job.error for r in steps)
+    columns = ["step", "task", "state", "attempts", "took", "waits for", "id"]
     rows = [
         (r.number, "  " * r.depth + r.job.task, step_state(r.job), r.job.attempts,
-         took(r.job), spans(r.waits_for), r.job.id, summary(r.job.error))
+         took(r.job), spans(r.waits_for), r.job.id, *([summary(r.job.error)] if errors else []))
         for r in steps
     ]  # fmt: skip
-    return _table(columns, rows)
+    return _table([*columns, "error"] if errors else columns, rows)
 
 
 def step_state(job: Job) -> str:
