@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tenure.core.ids import new_job_id, new_job_ids
-from tenure.core.names import check_key, shown
+from tenure.core.names import check_job_id, check_key, shown
 from tenure.core.states import DeadReason, Name
 from tenure.errors import InvalidInput
 
@@ -250,42 +250,51 @@ def compile_flow(
     return spec
 
 
-def check_graph(spec: WorkflowSpec, *, spawn: bool = False) -> WorkflowSpec:
-    """``spec`` if storage can keep it (compile_flow makes only such), else
-    InvalidInput: each step's upstream are earlier steps, each once; sinks are
-    steps, each once; job ids are distinct; sizes within bounds. A spawn's id
-    and key are ignored."""
+def check_graph(
+    spec: WorkflowSpec, max_payload: int | None = None, *, spawn: bool = False
+) -> WorkflowSpec:
+    """InvalidInput unless ``spec`` is a graph storage can keep as it is: its
+    id a job id, each step's spec valid and without key, ids unique (and not
+    the workflow's), each upstream index that of an earlier step, at most once,
+    and each sink that of a step, at most once. Every backend checks it
+    before it stores anything. A spawn's id and key are ignored; without
+    ``max_payload``, the steps' specs are not checked again."""
+    from tenure.job import check_specs
+
     if not isinstance(spec, WorkflowSpec):
-        raise InvalidInput(f"a workflow is a WorkflowSpec (compile_flow), got {shown(spec)}")
-    if not spawn and not is_workflow_id(spec.id):
-        raise InvalidInput(
-            f"invalid workflow id {shown(spec.id)}: it starts with {WORKFLOW_ID_PREFIX!r}"
-        )
+        raise InvalidInput(f"a workflow's graph is a WorkflowSpec, got {shown(spec)}")
     if not spawn:
+        check_job_id(spec.id)
+        if not is_workflow_id(spec.id):
+            raise InvalidInput(f"invalid workflow id {shown(spec.id)}: it starts with 'wf-'")
         check_key(spec.key)
-    if not spec.steps or len(spec.steps) > MAX_STEPS:
-        raise InvalidInput(f"a workflow has 1 to {MAX_STEPS} steps, got {len(spec.steps)}")
-    for i, step in enumerate(spec.steps):
-        up = step.upstream
-        if len(set(up)) != len(up) or any(not isinstance(u, int) or not 0 <= u < i for u in up):
-            raise InvalidInput(
-                f"step {i} of the workflow waits on {shown(up)}: each must be an earlier "
-                "step's index, once"
-            )
-    sinks = spec.sinks
-    n = len(spec.steps)
-    if (
-        not sinks
-        or len(set(sinks)) != len(sinks)
-        or any(not isinstance(k, int) or not 0 <= k < n for k in sinks)
-    ):
-        raise InvalidInput(f"the workflow's sinks {shown(sinks)} must be step indexes, each once")
-    ids = [step.spec.id for step in spec.steps]
-    if len(set(ids)) != len(ids):
-        raise InvalidInput("two steps of the workflow have the same job id")
+    steps = spec.steps
+    if not 0 < len(steps) <= MAX_STEPS:
+        raise InvalidInput(f"a workflow has 1 to {MAX_STEPS} steps, got {len(steps)}")
+    if max_payload is not None:
+        check_specs([s.spec for s in steps], max_payload)
+    ids = {s.spec.id for s in steps}
+    if len(ids) < len(steps) or spec.id in ids:
+        raise InvalidInput(f"workflow {spec.id}: two of its steps, or it and a step, share an id")
+    for i, s in enumerate(steps):
+        if s.spec.key is not None:
+            raise InvalidInput(f"step {i} of workflow {spec.id} has a key: steps take none")
+        _check_indexes(f"step {i}'s upstream", s.upstream, i)
+    if not spec.sinks:
+        raise InvalidInput(f"workflow {spec.id} has no sink: its result would be no step's")
+    _check_indexes("the sinks", spec.sinks, len(steps))
     if spec.edges() > MAX_EDGES:
         raise InvalidInput(f"a workflow has at most {MAX_EDGES} edges, got {spec.edges()}")
     return spec
+
+
+def _check_indexes(what: str, indexes: object, below: int) -> None:
+    if not isinstance(indexes, tuple) or not all(
+        type(i) is int and 0 <= i < below for i in indexes
+    ):
+        raise InvalidInput(f"{what} must be indexes of steps before {below}: {shown(indexes)}")
+    if len(set(indexes)) < len(indexes):
+        raise InvalidInput(f"{what} name a step twice: {shown(indexes)}")
 
 
 def _ends_many(flow: Flow) -> bool:
