@@ -120,7 +120,8 @@ def test_enqueue_then_status__counts_jobs_per_queue_and_state(tenure: Any) -> No
     counts = as_json(tenure("status", "--json"))
     assert counts["default"]["queued"] == 2
     assert counts["emails"] == {
-        "scheduled": 1, "queued": 0, "active": 0, "completed": 0, "dead": 0, "cancelled": 0,
+        "waiting": 0, "scheduled": 1, "queued": 0, "active": 0, "completed": 0, "dead": 0,
+        "cancelled": 0,
     }  # fmt: skip
     table = ok(tenure("status")).stdout
     assert "default" in table
