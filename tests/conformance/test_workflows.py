@@ -74,8 +74,13 @@ def kill(backend: Any, worker: str, task: str, queues: tuple[str, ...] = ("defau
 
 
 def kinds(backend: Any, job: Job) -> list[str]:
-    events = backend.read_events(None, None, 1000)
-    return [e.kind for e in events if e.job_id == job.id]
+    """The kinds of ``job``'s events, of all events recorded (read page by page)."""
+    found: list[str] = []
+    after = None
+    while events := backend.read_events(None, after, 1000):
+        found += [e.kind for e in events if e.job_id == job.id]
+        after = events[-1].id
+    return found
 
 
 # -- the graph ------------------------------------------------------------------
@@ -161,7 +166,7 @@ def test_a_steps_delay__counts_from_its_release(backend: Any, worker: str) -> No
 def test_a_stale_attempt__releases_nothing(backend: Any, worker: str) -> None:
     _, jobs = run(backend, chain(step("a"), step("b")))
     first = take(backend, worker, "a")
-    retry = decision_for(backend, first, Outcome.ERROR)
+    retry = decision_for(backend, first, Outcome.ERROR, retry_in=0.0)
     backend.fail(first.id, first.fence, Outcome.ERROR, "boom", retry)
     second = take(backend, worker, "a")
     with pytest.raises(LeaseLost):
@@ -359,7 +364,8 @@ def test_a_spawn_from_a_sink__adds_to_the_workflows_result(backend: Any, worker:
 def test_a_stale_spawn__is_refused_and_a_plain_jobs_too(backend: Any, worker: str) -> None:
     run(backend, chain(step("a"), step("b")))
     first = take(backend, worker, "a")
-    backend.fail(first.id, first.fence, Outcome.ERROR, "x", decision_for(backend, first))
+    retry = decision_for(backend, first, retry_in=0.0)
+    backend.fail(first.id, first.fence, Outcome.ERROR, "x", retry)
     take(backend, worker, "a")
     with pytest.raises(LeaseLost):
         backend.spawn(first.id, first.fence, 1, compile_flow(step("x")))

@@ -262,3 +262,38 @@ def _ends_many(flow: Flow) -> bool:
 def result_of(workflow: Workflow, results: Sequence[Any]) -> Any:
     """The workflow's result from its sinks' results, in order."""
     return list(results) if workflow.many or len(results) != 1 else results[0]
+
+
+def check_graph(spec: object) -> WorkflowSpec:
+    """``spec`` if storage can keep it (every backend checks it before it
+    stores anything): steps, each with the indexes of earlier steps it waits
+    for (no index twice), sinks among the steps (none twice), every job id
+    once; InvalidInput otherwise."""
+    if not isinstance(spec, WorkflowSpec):
+        raise InvalidInput(f"a workflow is stored from a WorkflowSpec, got {shown(spec)}")
+    check_key(spec.key)
+    count = len(spec.steps)
+    if not 1 <= count <= MAX_STEPS:
+        raise InvalidInput(f"a workflow has 1 to {MAX_STEPS} steps, got {count}")
+    if spec.edges() > MAX_EDGES:
+        raise InvalidInput(f"a workflow has at most {MAX_EDGES} edges, got {spec.edges()}")
+    ids = set()
+    for index, step in enumerate(spec.steps):
+        if step.spec.key is not None:
+            raise InvalidInput(f"step {index} has key={step.spec.key!r}: steps take no key")
+        _check_indexes(f"step {index}'s upstream", step.upstream, index)
+        ids.add(step.spec.id)
+    if len(ids) != count:
+        raise InvalidInput("a workflow's steps have distinct job ids")
+    if not spec.sinks:
+        raise InvalidInput("a workflow has at least one sink")
+    _check_indexes("the workflow's sinks", spec.sinks, count)
+    return spec
+
+
+def _check_indexes(what: str, indexes: Sequence[int], below: int) -> None:
+    for i in indexes:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < below:
+            raise InvalidInput(f"{what} names step {shown(i)}: an index within [0, {below})")
+    if len(set(indexes)) != len(indexes):
+        raise InvalidInput(f"{what} name a step twice")
