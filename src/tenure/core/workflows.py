@@ -251,7 +251,7 @@ def compile_flow(
 
 
 def check_graph(
-    spec: WorkflowSpec, max_payload: int | None = None, *, spawn: bool = False
+    spec: object, max_payload: int | None = None, *, spawn: bool = False
 ) -> WorkflowSpec:
     """InvalidInput unless ``spec`` is a graph storage can keep as it is: its
     id a job id, each step's spec valid and without key, ids unique (and not
