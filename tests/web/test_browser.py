@@ -6,7 +6,8 @@ feed name tasks and keep progress events apart, follows a queue's count to
 its jobs, filters and cancels some, follows a job's progress and death on its
 page and retries it there, and edits a policy whose fields are checked in the
 page and by the server. Stored text with invisible characters shows them as
-escapes. ``make screenshots`` keeps
+escapes. A workflow's page draws its steps by depth, coloured by state and
+joined by edges, follows them live and links them to their job pages. ``make screenshots`` keeps
 each page's screenshot in docs/img/ (TENURE_SCREENSHOTS names the folder; a
 temporary one otherwise)."""
 
@@ -282,6 +283,7 @@ def test_a_workflow_page__draws_its_steps_follows_them_live_and_links_them(
             claimed = claim_one(board.worker, "worker-1")
             board.worker.complete(claimed.id, claimed.fence, 1)
         expect(page.locator("li.step.step-completed")).to_have_count(2)  # live, from events
+        expect(page.locator("#step-counts")).to_have_text("1 queued, 2 completed")
         expect(page.locator("#step-3")).to_have_class(re.compile(r"\bstep-queued\b"))
         assert colour() != waiting  # coloured by its state
         board.shoot("workflow")

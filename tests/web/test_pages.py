@@ -225,4 +225,6 @@ def test_workflow_page__columns_by_depth_boxes_by_state_and_links(
     job_page = api.get(f"/jobs/{wf.jobs[2].id}", headers=HTML).text
     assert f'href="/workflows/{wf.id}">{wf.id}</a>: waits for 2 steps' in job_page
     assert "workflow-link" not in api.get(f"/jobs/{web_app.enqueue('t').id}", headers=HTML).text
+    found = api.get(f"/jobs?id={wf.id}", headers=HTML)  # the header's search
+    assert found.status_code == 303 and found.headers["location"] == f"/workflows/{wf.id}"
     assert api.get("/workflows/wf-nope", headers=HTML).status_code == 404

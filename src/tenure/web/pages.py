@@ -26,7 +26,7 @@ from tenure.config import policy_fields
 from tenure.core.names import check_job_id, check_name
 from tenure.core.states import UNFINISHED, State, parse_state
 from tenure.core.urls import redacted
-from tenure.core.workflows import WorkflowState
+from tenure.core.workflows import WorkflowState, is_workflow_id
 from tenure.formats import StepRow, seconds, spans, summary, to_json, when, workflow_steps
 from tenure.job import Job
 from tenure.metrics import read_queues
@@ -151,10 +151,11 @@ class Pages:
 
     async def find(self, request: Request) -> Response:
         """The header's search: to the job's page, which takes a unique prefix
-        and lists the jobs an ambiguous one names."""
+        and lists the jobs an ambiguous one names; a workflow's id, to its page."""
         wanted = check_job_id(request.query_params.get("id", "").strip())
         root = str(request.scope.get("root_path", "")).rstrip("/")
-        return RedirectResponse(f"{root}/jobs/{quote(wanted, safe='')}", status_code=303)
+        page = "workflows" if is_workflow_id(wanted) else "jobs"
+        return RedirectResponse(f"{root}/{page}/{quote(wanted, safe='')}", status_code=303)
 
     async def jobs(self, request: Request) -> HTMLResponse:
         """A page of the queue's jobs, newest first, in one state and of one task if asked."""

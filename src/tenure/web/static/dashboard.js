@@ -324,6 +324,16 @@ function drawEdges(graph) {
   graph.prepend(svg);
 }
 
+// "1 queued, 2 completed": the steps counted by state, in the states' order.
+function drawCounts(counts, jobs) {
+  const parts = [];
+  for (const state of counts.dataset.states.split(" ")) {
+    const n = jobs.filter((j) => j.state === state).length;
+    if (n) parts.push(element("span", `${n} ${state}`, "key step-" + state), ", ");
+  }
+  counts.replaceChildren(...parts.slice(0, -1));
+}
+
 // Each step's state from the API, at most every LIVE_PAUSE ms while events
 // about its steps come; a new step (a spawn) or the workflow's end: reload.
 const LIVE_PAUSE = 300;
@@ -338,6 +348,7 @@ function startWorkflow(workflow, graph) {
         location.reload();
         return;
       }
+      drawCounts(document.getElementById("step-counts"), data.jobs);
       for (const job of data.jobs) {
         const box = boxes.get(job.id);
         box.className = "step step-" + job.state;
