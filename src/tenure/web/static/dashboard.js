@@ -155,6 +155,11 @@ function feedRow(event, task) {
   // The whole id: any part of it shorter would not name the job where ids are
   // taken (a prefix does, but a UUIDv7 id is its time for its first 12 digits).
   row.append(link(event.job_id, root + "/jobs/" + encodeURIComponent(event.job_id)));
+  if (event.data.workflow) {
+    const wf = link("workflow", root + "/workflows/" + encodeURIComponent(event.data.workflow));
+    wf.className = "detail";
+    row.append(wf);
+  }
   const detail = event.data.detector || event.data.dead_reason || event.data.outcome
     || (event.kind === "progress" ? JSON.stringify(event.data.progress) : "");
   if (detail) row.append(element("span", String(detail), "detail"));
