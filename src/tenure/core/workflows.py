@@ -250,17 +250,13 @@ def compile_flow(
     return spec
 
 
-def check_graph(
-    spec: object, max_payload: int | None = None, *, spawn: bool = False
-) -> WorkflowSpec:
+def check_graph(spec: object, *, spawn: bool = False) -> WorkflowSpec:
     """InvalidInput unless ``spec`` is a graph storage can keep as it is: its
-    id a job id, each step's spec valid and without key, ids unique (and not
+    id a job id, each step without key, ids unique (and not
     the workflow's), each upstream index that of an earlier step, at most once,
     and each sink that of a step, at most once. Every backend checks it
-    before it stores anything. A spawn's id and key are ignored; without
-    ``max_payload``, the steps' specs are not checked again."""
-    from tenure.job import check_specs
-
+    before it stores anything (``tenure.job.check_workflow`` checks the
+    steps' specs too). A spawn's id and key are ignored."""
     if not isinstance(spec, WorkflowSpec):
         raise InvalidInput(f"a workflow's graph is a WorkflowSpec, got {shown(spec)}")
     if not spawn:
@@ -271,8 +267,6 @@ def check_graph(
     steps = spec.steps
     if not 0 < len(steps) <= MAX_STEPS:
         raise InvalidInput(f"a workflow has 1 to {MAX_STEPS} steps, got {len(steps)}")
-    if max_payload is not None:
-        check_specs([s.spec for s in steps], max_payload)
     ids = {s.spec.id for s in steps}
     if len(ids) < len(steps) or spec.id in ids:
         raise InvalidInput(f"workflow {spec.id}: two of its steps, or it and a step, share an id")

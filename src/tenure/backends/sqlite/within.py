@@ -30,9 +30,9 @@ from tenure.backends.sqlite.graphs import store
 from tenure.backends.sqlite.queries import Q
 from tenure.core.payload import encode
 from tenure.core.states import State
-from tenure.core.workflows import Workflow, WorkflowSpec, check_graph
+from tenure.core.workflows import Workflow, WorkflowSpec
 from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost
-from tenure.job import Job, JobSpec, check_specs
+from tenure.job import Job, JobSpec, check_specs, check_workflow
 
 SAVEPOINT = "tenure_enqueue"
 T = TypeVar("T")
@@ -82,7 +82,7 @@ class CallerTransactions:
 
     def enqueue_workflow(self, conn: Any, spec: WorkflowSpec) -> Workflow:
         self.check_kind(conn)
-        check_graph(spec, self.max_payload)
+        check_workflow(spec, self.max_payload)
         pending = Pending()
 
         def write(cur: sqlite3.Cursor) -> Workflow:
