@@ -40,8 +40,8 @@ ENQUEUE_OPTIONS = frozenset(
     {"queue", "delay", "run_at", "priority", "key", "max_attempts", "timeout"}
 )
 BODY_MARGIN = 64 * 1024  # what a body holds besides a job's arguments
-# A workflow's body: its steps' arguments together, each within max_payload.
-WORKFLOW_BODY = 64 * 1024 * 1024
+# A workflow's body: its steps' arguments together (each within max_payload).
+WORKFLOW_BODY = 16 * 1024 * 1024
 
 
 class Api:
