@@ -297,5 +297,11 @@ def test_a_workflow_page__draws_its_steps_follows_them_live_and_links_them(
         expect(page.locator("#workflow .state")).to_have_text("completed")  # reloaded at its end
         expect(page.locator("li.step.step-completed")).to_have_count(3)
         assert {first.id, second.id, total.id} == {j.id for j in app.get_workflow(wf.id).jobs}
+        other = app.workflow(tenure.chain(*steps))
+        board.open(f"/workflows/{other.id}")
+        page.click("text=Cancel (every unfinished step)")
+        done(page, "cancelled")
+        expect(page.locator("#workflow .state")).to_have_text("cancelled")
+        expect(page.locator("li.step.step-cancelled")).to_have_count(2)
     finally:
         app.close()
