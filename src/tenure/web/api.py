@@ -137,7 +137,7 @@ class Api:
 
     async def cancel_workflow(self, request: Request) -> JSON:
         """Cancel each unfinished step (active ones' attempts are stopped), and
-        the workflow; one that ended already is returned as it is."""
+        the workflow; a completed or cancelled one is returned as it is."""
         backend = await self.backend()
         return JSON(workflow_dict(await backend.cancel_workflow(_workflow_id(request))))
 

@@ -179,7 +179,7 @@ ENDPOINTS = (
     ),
     Endpoint(
         "POST", "/api/workflows/{workflow}/cancel", "cancel_workflow",
-        "Cancel a workflow: each unfinished step, as a job's cancel does (an ended one "
+        "Cancel a workflow: each unfinished step, as a job's cancel does (a completed one "
         "stays as it is)",
         A_WORKFLOW, errors=(404,),
     ),
