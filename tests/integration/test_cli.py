@@ -205,6 +205,8 @@ def test_workflow__prints_its_steps_in_order_and_cancels_by_its_id(tenure: Any, 
     assert rows[1][:6] == ["5", "mail", "waiting", "0", "-", "4"]
     shown = as_json(tenure("workflow", wf.id, "--json"))
     assert shown["id"] == wf.id and [j["task"] for j in shown["jobs"]][-2:] == ["total", "mail"]
+    step = [line.split() for line in ok(tenure("job", wf.jobs[3].id)).stdout.splitlines()]
+    assert ["workflow", wf.id] in step and ["waits", "for", f"{wf.jobs[0].id},"] in step
     assert ok(tenure("cancel", wf.id)).stdout.split() == [wf.id, "cancelled"]
     assert "5 cancelled" in ok(tenure("workflow", wf.id)).stdout
     assert_one_line_error(tenure("workflow", "wf-nope"), "wf-nope")

@@ -169,6 +169,10 @@ def job_fields(job: Job, policy: QueuePolicy) -> Table:
         ("lease expires", when(job.lease_expires_at)),
         ("args", to_json(job.args)),
     ]
+    if job.workflow is not None:
+        fields[3] = ("state", step_state(job))
+        fields += [("workflow", job.workflow + (" (may fail)" if job.may_fail else "")),
+                   ("waits for", ", ".join(job.upstream) or "-")]  # fmt: skip
     if job.progress is not None:
         fields.append(("progress", to_json(job.progress)))
     if job.state == State.COMPLETED:
