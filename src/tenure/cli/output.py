@@ -171,8 +171,9 @@ def job_fields(job: Job, policy: QueuePolicy) -> Table:
     ]
     if job.workflow is not None:
         fields[3] = ("state", step_state(job))
+        more = f", ... ({len(job.upstream)} steps)" if len(job.upstream) > 3 else ""
         fields += [("workflow", job.workflow + (" (may fail)" if job.may_fail else "")),
-                   ("waits for", ", ".join(job.upstream) or "-")]  # fmt: skip
+                   ("waits for", ", ".join(job.upstream[:3]) + more or "-")]  # fmt: skip
     if job.progress is not None:
         fields.append(("progress", to_json(job.progress)))
     if job.state == State.COMPLETED:
