@@ -1021,9 +1021,10 @@ stepped AS (
     WHERE j.id = t.dependent AND w.id = j.id
     RETURNING j.id, j.queue, j.workflow, j.state, w.state AS was
 ),
-flows AS (
+flows AS (  -- read only when some edge moved: a small table is read whole, else
     SELECT w.id, w.state FROM {schema}.workflows AS w
-    WHERE w.id = ANY(ARRAY(SELECT dependent FROM tally)) ORDER BY w.id FOR UPDATE
+    WHERE w.id = ANY(ARRAY(SELECT dependent FROM tally)) AND EXISTS (SELECT FROM tally)
+    ORDER BY w.id FOR UPDATE
 ),
 flowed AS (
     UPDATE {schema}.workflows AS w
