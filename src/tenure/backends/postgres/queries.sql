@@ -644,16 +644,19 @@ recorded_input AS (
 SELECT id, workflow FROM done
 
 -- name: purge_dead
--- The dead jobs deleted, with their attempts; returns how many jobs.
-WITH purged AS (
+-- The dead jobs deleted, with their attempts (and a step's edges, see
+-- flow_pruned); returns how many jobs.
+WITH pruned AS (
     DELETE FROM {schema}.jobs
     WHERE queue = %(queue)s AND state = 'dead'
       AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
-    RETURNING id, queue, seq
+    RETURNING id, queue, seq, workflow
 ),
+purged AS (SELECT id, queue, seq FROM pruned),
 history AS (
     DELETE FROM {schema}.attempts AS a USING purged WHERE a.job_id = purged.id
 ),
+{flow_pruned},
 recorded_input AS (
     SELECT queue, 'purged' AS kind, id AS job_id, NULL::json AS data, seq AS ord FROM purged
 ),
