@@ -1,7 +1,9 @@
-"""Workflows in transactions of the user's code, on PostgreSQL: one enqueued
-in a caller's transaction exists, every step of it, if and only if the caller
-commits; a step completed in its handler's own transaction releases what
-waits for it at that commit."""
+"""Workflows and transactions, on PostgreSQL: one enqueued in a caller's
+transaction exists, every step of it, if and only if the caller commits; a
+step completed in its handler's own transaction releases what waits for it at
+that commit; two transactions completing upstreams of one fan-in each count
+once. (And one rule every backend may share: a DLQ retry in a workflow
+cancelled by hand makes nothing wait again.)"""
 
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from tenure.core.states import State
+from tenure.core.states import Outcome, State
 from tenure.core.workflows import WorkflowState, chain, compile_flow, group
 from tenure.errors import JobNotFound
-from tests.conformance.helpers import nonzero_counts, register, wait_for
+from tests.conformance.helpers import decision_for, nonzero_counts, register, wait_for
 from tests.conformance.test_workflows import kinds, step
 from tests.conftest import SyncBackend, fresh_storage_url
 
@@ -113,3 +115,18 @@ def test_concurrent_completions_of_a_fan_in__each_count_once(pg: SyncBackend) ->
     assert not second.is_alive()
     assert pg.get(c.id).state == State.QUEUED
     assert kinds(pg, c).count("ready") == 1
+
+
+def test_a_dead_step_retried_in_a_cancelled_workflow__wakes_nothing_that_waited(
+    pg: SyncBackend,
+) -> None:
+    worker = register(pg, "worker-1")
+    stored = pg.enqueue_workflow(compile_flow(chain(step("a"), step("b"))))
+    a, b = stored.jobs
+    [claimed] = pg.claim(worker, ["default"], 10)
+    fatal = decision_for(pg, claimed, Outcome.ERROR, fatal=True)
+    pg.fail(claimed.id, claimed.fence, Outcome.ERROR, "Fail", fatal)
+    assert pg.cancel_workflow(stored.id).state == WorkflowState.CANCELLED
+    assert pg.retry_dead("default", [a.id]) == 1
+    assert pg.get(b.id).state == State.CANCELLED
+    assert pg.get_workflow(stored.id).state == WorkflowState.CANCELLED

@@ -1289,11 +1289,13 @@ SELECT n FROM woken
 -- The steps %(ids)s retried from the DLQ (or waiting again): each failed edge
 -- of theirs is open again. A step cancelled for a failed upstream that has
 -- none failed left waits again (the caller goes on with those); a failed
--- workflow with none left runs again.
+-- workflow with none left runs again. Not in a workflow cancelled by hand.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 moved AS (
     UPDATE {schema}.edges AS e SET state = 'open'
     WHERE e.upstream = ANY(%(ids)s::text[]) AND e.state = 'failed'
+      AND NOT EXISTS (SELECT FROM {schema}.jobs AS s JOIN {schema}.workflows AS w
+                      ON w.id = s.workflow AND w.state = 'cancelled' WHERE s.id = e.upstream)
     RETURNING e.dependent
 ),
 tally AS (SELECT dependent, count(*) AS n FROM moved GROUP BY dependent),
