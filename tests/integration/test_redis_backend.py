@@ -768,3 +768,55 @@ def test_a_claimed_job__reads_back_as_get_returns_it(
     [again] = b.claim("w", ["default"], 1)  # error, key, timeout, max_attempts all set
     assert dataclasses.replace(b.get(job.id), history=()) == again
     assert again.error == "boom" and again.key == "k" and again.attempts == 2
+
+
+def test_a_steps_arguments_and_options__read_back_exactly_through_the_scripts_json(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    """A step travels inside a JSON document to flow_enqueue.lua: its args
+    (JSON text in a JSON string) and options come out as a job's would."""
+    from tenure.core.workflows import Step, chain, compile_flow
+
+    b = open_backend(redis_url)
+    args = {"s": 'quote " back \\ nl \n nul-free é 😀 \u2028', "n": 12345678901234567890}
+    first = JobSpec.create("a", args, priority=-3, max_attempts=7, timeout=2.5, run_at=1.5)
+    then = JobSpec.create("b", {"x": 0.1}, queue="other", delay=30.25)
+    wf = b.enqueue_workflow(compile_flow(chain(Step(first), Step(then, may_fail=True))))
+    a, later = wf.jobs
+    assert (a.args, a.priority, a.max_attempts, a.timeout) == (args, -3, 7, 2.5)
+    assert a.state == State.QUEUED and (a.workflow, a.upstream, a.may_fail) == (wf.id, (), False)
+    assert (later.args, later.state, later.upstream, later.may_fail) == (
+        {"x": 0.1}, State.WAITING, (a.id,), True,
+    )  # fmt: skip
+    w = register(b, "w", ("default", "other"))
+    [claimed] = b.claim(w, ["default"], 1)
+    assert (claimed.args, claimed.workflow, claimed.upstream) == (args, wf.id, ())
+    b.complete(claimed.id, claimed.fence, None)
+    released = b.get(later.id)
+    assert released.state == State.SCHEDULED
+    assert released.run_at - time.time() > 25
+
+
+def test_a_workflow_whose_key_a_pending_one_holds__gets_that_one_once_it_is_stored(
+    redis_url: str, open_backend: Callable[[str], Any], portal: Portal
+) -> None:
+    import threading
+
+    from tenure.backends.redis.flows import Staged
+    from tenure.core.workflows import Step, chain, compile_flow
+
+    b = open_backend(redis_url)
+    b.delete_queue("default")
+    first = compile_flow(
+        chain(Step(JobSpec.create("a")), Step(JobSpec.create("b", queue="other"))), key="held"
+    )
+    staged = Staged.of(first, b.inner.keys)
+    assert portal.run(b.inner.parts.flows.write(staged)) is None  # stored, not committed yet
+    got = []
+    again = compile_flow(chain(Step(JobSpec.create("a"))), key="held")
+    second = threading.Thread(target=lambda: got.append(b.enqueue_workflow(again)))
+    second.start()
+    portal.run(b.inner.parts.flows.commit(staged))
+    second.join(10)
+    assert [w.id for w in got] == [first.id]
+    assert {s: n for s, n in b.counts("default").items() if n} == {State.QUEUED: 1}

@@ -252,8 +252,8 @@ def compile_flow(
 
 def check_graph(spec: object, *, spawn: bool = False) -> WorkflowSpec:
     """InvalidInput unless ``spec`` is a graph storage can keep as it is: its
-    id a job id, each step without key, ids unique (and not
-    the workflow's), each upstream index that of an earlier step, at most once,
+    id a job id, each step without key, ids unique (none a workflow's
+    id), each upstream index that of an earlier step, at most once,
     and each sink that of a step, at most once. Every backend checks it
     before it stores anything (``tenure.job.check_workflow`` checks the
     steps' specs too). A spawn's id and key are ignored."""
@@ -270,6 +270,8 @@ def check_graph(spec: object, *, spawn: bool = False) -> WorkflowSpec:
     ids = {s.spec.id for s in steps}
     if len(ids) < len(steps) or spec.id in ids:
         raise InvalidInput(f"workflow {spec.id}: two of its steps, or it and a step, share an id")
+    if any(is_workflow_id(i) for i in ids):
+        raise InvalidInput(f"a step's job id may not start with {WORKFLOW_ID_PREFIX!r}")
     for i, s in enumerate(steps):
         if s.spec.key is not None:
             raise InvalidInput(f"step {i} of workflow {spec.id} has a key: steps take none")
