@@ -277,6 +277,9 @@ def test_workflow__started_read_and_cancelled(api: httpx.Client, web_app: App) -
     assert {j["state"] for j in cancelled["jobs"]} == {"cancelled"}
     again = api.post(f"/api/workflows/{wf['id']}/cancel")  # it ended: it stays as it is
     assert again.status_code == 200 and again.json()["state"] == "cancelled"
+    other = post(api, "/api/workflows", {"flow": FLOW}).json()
+    by_job_route = api.post(f"/api/jobs/{other['id']}/cancel").json()  # app.cancel's, too
+    assert by_job_route["id"] == other["id"] and by_job_route["state"] == "cancelled"
 
 
 def test_workflow_with_a_key__while_it_runs_is_the_same_one(api: httpx.Client) -> None:
