@@ -228,3 +228,17 @@ def test_workflow_page__columns_by_depth_boxes_by_state_and_links(
     found = api.get(f"/jobs?id={wf.id}", headers=HTML)  # the header's search
     assert found.status_code == 303 and found.headers["location"] == f"/workflows/{wf.id}"
     assert api.get("/workflows/wf-nope", headers=HTML).status_code == 404
+
+
+def test_workflow_page__of_a_failed_workflow_names_the_step_to_retry(
+    api: httpx.Client, web_app: App, backend: Any
+) -> None:
+    flow = tenure.chain(Step(JobSpec.create("charge")), Step(JobSpec.create("receipt")))
+    wf = web_app.workflow(flow)
+    claimed = claim_one(backend, register(backend, "w-1"))
+    backend.fail(claimed.id, claimed.fence, Outcome.ERROR, "Fail: card declined",
+                 decision_for(backend, claimed, fatal=True))  # fmt: skip
+    page = " ".join(api.get(f"/workflows/{wf.id}", headers=HTML).text.split())
+    assert f'<a href="/jobs/{claimed.id}">step 1, charge</a>: <span class="state dead">' in page
+    assert "retry it (on its page, or from the dead-letter queue) and the workflow resumes" in page
+    assert 'class="step step-cancelled" id="step-2"' in page and "(upstream_failed)" in page

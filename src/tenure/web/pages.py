@@ -27,6 +27,7 @@ from tenure.core.names import check_job_id, check_name
 from tenure.core.states import UNFINISHED, State, parse_state
 from tenure.core.urls import redacted
 from tenure.core.workflows import WorkflowState, is_workflow_id
+from tenure.flows import culprit
 from tenure.formats import StepRow, seconds, spans, summary, to_json, when, workflow_steps
 from tenure.job import Job
 from tenure.metrics import read_queues
@@ -206,9 +207,10 @@ class Pages:
             columns[row.depth].append(row)
         counts = {s: n for s in State if (n := sum(1 for j in workflow.jobs if j.state is s))}
         number = {r.job.id: r.number for r in steps}
+        failed = culprit(workflow) if workflow.state is WorkflowState.FAILED else None
         moving = any(j.state in UNFINISHED for j in workflow.jobs)
         live = len(shown) == len(steps) and (workflow.state is WorkflowState.RUNNING or moving)
         return render(request, "workflow.html", workflow=workflow, columns=columns, counts=counts,
                       sinks=[number[i] for i in workflow.sinks if i in number], live=live,
-                      edges=sum(len(r.waits_for) for r in shown),
+                      edges=sum(len(r.waits_for) for r in shown), number=number, failed=failed,
                       hidden=len(steps) - len(shown))  # fmt: skip
