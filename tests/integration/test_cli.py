@@ -212,6 +212,18 @@ def test_workflow__prints_its_steps_in_order_and_cancels_by_its_id(tenure: Any, 
     assert_one_line_error(tenure("workflow", "wf-nope"), "wf-nope")
 
 
+def test_a_failed_workflow__names_the_step_to_retry(tenure: Any, tmp_path: Path, url: str) -> None:
+    with App(url) as app:
+        wf = app.workflow(chain(Step(JobSpec.create("boom")), Step(JobSpec.create("add"))))
+    assert run_worker(tmp_path, url).returncode == 0
+    shown = ok(tenure("workflow", wf.id)).stdout
+    words = " ".join(shown.split())  # as a narrow terminal may wrap it
+    assert "state failed" in words
+    boom = wf.jobs[0].id
+    assert f"failed at step 1, boom: dead (error); 'tenure dlq retry {boom}' resumes it" in words
+    assert "cancelled (upstream_failed)" in shown
+
+
 # -- the worker and the DLQ --------------------------------------------------
 
 

@@ -20,8 +20,9 @@ from rich.text import Text
 from tenure.backends.base import Page, WorkerInfo
 from tenure.config import QueuePolicy
 from tenure.core.states import State
-from tenure.core.workflows import Workflow
+from tenure.core.workflows import Workflow, WorkflowState
 from tenure.errors import TenureError
+from tenure.flows import culprit
 from tenure.formats import StepRow, seconds, spans, summary, to_json, when, workflow_steps
 from tenure.job import Job
 
@@ -255,6 +256,11 @@ def print_workflow(workflow: Workflow) -> None:
         ("result of", "steps " + spans(number[i] for i in workflow.sinks if i in number)),
     ):
         grid.add_row(name, Text(str(value)))
+    if workflow.state is WorkflowState.FAILED:
+        job = culprit(workflow)
+        retry = f"; 'tenure dlq retry {job.id}' resumes it" if job.state is State.DEAD else ""
+        grid.add_row("failed at", Text(f"step {number.get(job.id)}, {job.task}: "
+                                       f"{state_of(job)}{retry}"))  # fmt: skip
     console().print(grid)
     if steps:
         show(steps_table(steps))
