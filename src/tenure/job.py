@@ -22,7 +22,7 @@ from tenure.core.values import (
     check_integer,
     check_seconds,
 )
-from tenure.core.workflows import CancelReason, WorkflowSpec, check_graph
+from tenure.core.workflows import CancelReason
 from tenure.errors import InvalidInput
 from tenure.traces import TRACEPARENT, current_traceparent
 
@@ -145,13 +145,6 @@ class JobSpec:
         """The fields a batch usually shares (all but id, args and key)."""
         return (self.task, self.queue, self.delay, self.run_at, self.priority,
                 self.max_attempts, self.timeout, self.traceparent)  # fmt: skip
-
-
-def check_workflow(spec: object, max_payload: int) -> WorkflowSpec:
-    """``check_graph``, and each step's spec as an enqueue checks it."""
-    checked = check_graph(spec)
-    check_specs([s.spec for s in checked.steps], max_payload)
-    return checked
 
 
 def check_specs(specs: Sequence[JobSpec], max_payload: int) -> None:

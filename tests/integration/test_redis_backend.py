@@ -820,3 +820,30 @@ def test_a_workflow_whose_key_a_pending_one_holds__gets_that_one_once_it_is_stor
     second.join(10)
     assert [w.id for w in got] == [first.id]
     assert {s: n for s, n in b.counts("default").items() if n} == {State.QUEUED: 1}
+
+
+def test_a_steps_events__carry_its_workflow(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    from tenure.core.workflows import Step, chain, compile_flow, group
+
+    b = open_backend(redis_url)
+    b.delete_queue("default")
+    after = b.events_now(None)
+    flow = chain(group(Step(JobSpec.create("a")), Step(JobSpec.create("d"))), Step(spec()))
+    wf = b.enqueue_workflow(compile_flow(flow))
+    w = register(b, "w")
+    a, d = b.claim(w, ["default"], 2)
+    b.enqueue([spec()])  # a plain job completed with them: its event has no workflow
+    [plain] = b.claim(w, ["default"], 1)
+    assert b.complete_many([(a.id, a.fence, b"1"), (plain.id, plain.fence, b"2")]) == set()
+    dead = Decision(State.DEAD, dead_reason=DeadReason.ERROR)
+    b.fail(d.id, d.fence, Outcome.ERROR, "no", dead)
+    events = [e for e in b.read_events(None, after, 100) if e.kind != "started"]
+    seen = {(e.kind, e.job_id): e.data for e in events}
+    last = wf.jobs[2].id
+    assert seen["completed", a.id] == {"workflow": wf.id}
+    assert seen["completed", plain.id] == {}
+    assert seen["dead", d.id]["workflow"] == wf.id
+    assert seen["cancelled", last] == {"workflow": wf.id, "reason": "upstream_failed"}
+    assert seen["workflow_ended", last] == {"workflow": wf.id, "outcome": "failed"}

@@ -320,3 +320,16 @@ def test_a_failed_workflow_whose_steps_are_purged_and_pruned__leaves_nothing(
         backend.get_workflow(wf.id)
     runner, keys = backend.inner.runner, backend.inner.keys
     assert portal.run(runner.command("HEXISTS", keys.workflows, wf.id)) == 0
+
+
+def test_a_cancelled_workflows_steps__stay_cancelled_when_a_dead_one_is_retried(
+    backend: SyncBackend, mover: str
+) -> None:
+    wf, jobs = run(backend, chain(step("x"), step("y", "other")))
+    dead = kill(backend, mover, "x")
+    assert backend.get(jobs["y"].id).cancel_reason == CancelReason.UPSTREAM_FAILED
+    backend.cancel_workflow(wf.id)  # failed already: it stays so; y is cancelled by hand now
+    assert backend.get(jobs["y"].id).cancel_reason is None
+    backend.retry_dead("default", [dead.id])
+    assert state(backend, jobs["y"]) == State.CANCELLED
+    assert backend.get_workflow(wf.id).state == WorkflowState.FAILED

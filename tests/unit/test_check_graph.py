@@ -6,17 +6,22 @@ import dataclasses
 
 import pytest
 
+from tenure.backends.checks import check_graph as checked
+from tenure.config import DEFAULT_MAX_PAYLOAD
 from tenure.core.workflows import (
     Step,
     StepSpec,
     WorkflowSpec,
     chain,
-    check_graph,
     compile_flow,
     group,
 )
 from tenure.errors import InvalidInput
 from tenure.job import JobSpec
+
+
+def check_graph(spec: WorkflowSpec) -> WorkflowSpec:
+    return checked(spec, DEFAULT_MAX_PAYLOAD)
 
 
 def flow() -> WorkflowSpec:

@@ -7,10 +7,17 @@ from collections.abc import Collection, Sequence
 
 from tenure.config import check_seconds
 from tenure.core.events import RetriedBy
-from tenure.core.names import check_job_id, check_name, is_text, shown
+from tenure.core.names import check_job_id, check_key, check_name, is_text, shown
 from tenure.core.states import Outcome, State, parse_state
+from tenure.core.workflows import (
+    MAX_EDGES,
+    MAX_STEPS,
+    WORKFLOW_ID_PREFIX,
+    WorkflowSpec,
+    is_workflow_id,
+)
 from tenure.errors import InvalidInput, InvalidTransition
-from tenure.job import Job
+from tenure.job import Job, check_specs
 
 LIST_LIMIT = 10_000
 CURSOR_MAX_LENGTH = 200
@@ -154,3 +161,49 @@ def claim_limit(queues: Sequence[str], limit: int) -> int:
     for q in queues:
         check_name("queue", q)
     return limit if queues and limit > 0 else 0
+
+
+def check_graph(spec: object, max_payload: int, *, spawn: bool = False) -> WorkflowSpec:
+    """``spec``, unless it is no graph storage can keep as it is (InvalidInput):
+    its id a job id, each step's spec valid (against ``max_payload``, if
+    given) and without key, ids unique (and not the workflow's), each upstream
+    index that of an earlier step, at most once, and each sink that of a step,
+    at most once. A spawn's id and key are ignored. Every backend checks it
+    before it stores anything."""
+    if not isinstance(spec, WorkflowSpec):
+        raise InvalidInput(f"a workflow's graph is a WorkflowSpec, got {shown(spec)}")
+    if not spawn:
+        check_job_id(spec.id)
+        if not is_workflow_id(spec.id):
+            raise InvalidInput(
+                f"invalid workflow id {shown(spec.id)}: it starts with {WORKFLOW_ID_PREFIX!r}"
+            )
+        check_key(spec.key)
+    steps = spec.steps
+    if not 0 < len(steps) <= MAX_STEPS:
+        raise InvalidInput(f"a workflow has 1 to {MAX_STEPS} steps, got {len(steps)}")
+    check_specs([s.spec for s in steps], max_payload)
+    ids = {s.spec.id for s in steps}
+    if len(ids) < len(steps) or spec.id in ids:
+        raise InvalidInput(f"workflow {spec.id}: two of its steps, or it and a step, share an id")
+    for i, s in enumerate(steps):
+        if s.spec.key is not None:
+            raise InvalidInput(f"step {i} of workflow {spec.id} has a key: steps take none")
+        _check_indexes(f"step {i}'s upstream", s.upstream, i)
+    if not spec.sinks:
+        raise InvalidInput(f"workflow {spec.id} has no sink: its result would be no step's")
+    _check_indexes("the sinks", spec.sinks, len(steps))
+    if any(is_workflow_id(i) for i in ids):
+        raise InvalidInput(f"a step's job id may not start with {WORKFLOW_ID_PREFIX!r}")
+    if spec.edges() > MAX_EDGES:
+        raise InvalidInput(f"a workflow has at most {MAX_EDGES} edges, got {spec.edges()}")
+    return spec
+
+
+def _check_indexes(what: str, indexes: object, below: int) -> None:
+    if not isinstance(indexes, tuple) or not all(
+        type(i) is int and 0 <= i < below for i in indexes
+    ):
+        raise InvalidInput(f"{what} must be indexes of steps before {below}: {shown(indexes)}")
+    if len(set(indexes)) < len(indexes):
+        raise InvalidInput(f"{what} name a step twice: {shown(indexes)}")

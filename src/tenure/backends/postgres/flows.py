@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import psycopg
 
+from tenure.backends.checks import check_graph
 from tenure.backends.postgres.database import Database
 from tenure.backends.postgres.statements import text_array
 from tenure.backends.postgres.steps import Steps, run_steps
@@ -26,12 +27,11 @@ from tenure.core.workflows import (
     Workflow,
     WorkflowSpec,
     WorkflowState,
-    check_graph,
     edge_ord,
     spawn_ord,
 )
 from tenure.errors import InvalidInput, JobNotFound, LeaseLost
-from tenure.job import Attempt, Job, check_specs, in_flow
+from tenure.job import Attempt, Job, in_flow
 
 COLUMNS = len(JOB_COLUMNS)  # a step's row: the job's columns, then flow_columns'
 CANCEL_TRIES = 50  # a cancel of a workflow gives way to workers' cycles this often
@@ -61,9 +61,7 @@ class Flows:
         self.max_payload = max_payload
 
     def checked(self, spec: object) -> WorkflowSpec:
-        spec = check_graph(spec)
-        check_specs([s.spec for s in spec.steps], self.max_payload)
-        return spec
+        return check_graph(spec, self.max_payload)
 
     async def enqueue_workflow(self, spec: WorkflowSpec) -> Workflow:
         spec = self.checked(spec)

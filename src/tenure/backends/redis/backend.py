@@ -34,6 +34,7 @@ from tenure.backends.base import (
 )
 from tenure.backends.checks import (
     check_ago,
+    check_graph,
     check_listing,
     check_match,
     check_prune_limit,
@@ -60,7 +61,7 @@ from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
-from tenure.core.workflows import Workflow, WorkflowSpec, WorkflowState, check_graph
+from tenure.core.workflows import Workflow, WorkflowSpec, WorkflowState
 from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import Job, JobSpec, check_specs
 
@@ -187,13 +188,13 @@ class RedisBackend(DerivedVerbs):
         return await self.parts.enqueue.enqueue(specs)
 
     async def enqueue_workflow(self, spec: WorkflowSpec) -> Workflow:
-        check_graph(spec)
+        check_graph(spec, self.max_payload)
         check_specs([s.spec for s in spec.steps], self.max_payload)
         return await self.parts.flows.enqueue_workflow(spec)
 
     async def spawn(self, job_id: str, fence: int, seq: int, spec: WorkflowSpec) -> list[Job]:
         check_job_id(job_id)
-        check_graph(spec, spawn=True)
+        check_graph(spec, self.max_payload, spawn=True)
         check_specs([s.spec for s in spec.steps], self.max_payload)
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
             raise InvalidInput(f"a spawn's seq is an integer from 1, got {seq!r}")

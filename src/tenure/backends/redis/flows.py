@@ -11,9 +11,13 @@ home queue's script writes the record ``pending`` (and checks its key) with
 its first steps, one script per other queue and piece of FLOW_CHUNK steps
 writes the others (all waiting), then ``flow_commit.lua`` makes it
 ``running`` and releases the steps without upstream, by messages relayed a
-batch at a time. A producer
-that dies midway leaves a pending workflow, which readers take for absent and
-the sweeper deletes after ``rescue.PENDING_MAX`` seconds (:meth:`Flows.drop`).
+batch at a time. A producer that dies midway leaves a pending workflow, which
+readers take for absent and the sweeper deletes after ``rescue.PENDING_MAX``
+seconds (:meth:`Flows.drop`). A workflow's ``key`` is held in its home queue,
+as a job's is in its queue.
+
+A spawn writes the steps of the spawner's queue in its script and sends those
+of other queues a message each (``spawn.lua``).
 """
 
 from __future__ import annotations
@@ -155,7 +159,7 @@ class Flows:
             raise JobNotFound(f"no workflow with id {workflow_id!r}")
         queue_of = await self.index.queues_of([i.decode() for i in ids])
         replies = await self.runner.pipeline(
-            [Call.script("cancel", [self.keys.queue(q)], [i]) for i, q in queue_of.items()]
+            [Call.script("cancel", [self.keys.queue(q)], [i, "1"]) for i, q in queue_of.items()]
         )
         await self.relay.relay([p for _, relays, _ in replies for p in relays])
         return await self.get_workflow(workflow_id)
@@ -177,11 +181,17 @@ class Flows:
         for job_id, queue in queue_of.items():
             others.setdefault(queue, []).append(job_id)
         mine = others.pop(home, [])
-        calls = [Call.script("flow_drop", [self.keys.queue(home)], [workflow_id, "1", *mine])]
-        calls += [Call.script("flow_drop", [self.keys.queue(q)], [workflow_id, "0", *batch])
-                  for q, batch in others.items()]  # fmt: skip
-        calls.append(Call.script("flow_drop", [self.keys.queue(home)], [workflow_id, "2"]))
-        gone = [i for reply in await self.runner.pipeline(calls) for i in reply]
+        prefix = self.keys.queue
+        # First the record (dropped: a late commit is refused), and only then the rest.
+        marked, *gone = await self.runner.call(
+            "flow_drop", [prefix(home)], [workflow_id, "1", *mine]
+        )
+        if not marked:  # committed meanwhile: not abandoned after all
+            return
+        calls = [Call.script("flow_drop", [prefix(q)], [workflow_id, "0", *batch])
+                 for q, batch in others.items()]  # fmt: skip
+        calls.append(Call.script("flow_drop", [prefix(home)], [workflow_id, "2"]))
+        gone += [i for _, *ids in await self.runner.pipeline(calls) for i in ids]
         await self.runner.pipeline([
             *([Call.command("HDEL", self.keys.jobs, *gone)] if gone else []),
             Call.command("HDEL", self.keys.workflows, workflow_id),

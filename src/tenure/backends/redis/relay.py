@@ -25,9 +25,9 @@ from tenure.backends.redis.scripts import Call, Runner
 from tenure.errors import BackendUnavailable
 
 RELAY_BATCH = 500  # messages read from one outbox per round trip
-log = logging.getLogger("tenure.redis")
-
 RELAY_ROUNDS = 1000  # outboxes emptied per relay, at most: a cascade ends, this bounds a bug
+
+log = logging.getLogger("tenure.redis")
 
 
 class Relay:
@@ -41,28 +41,34 @@ class Relay:
         """A flow-aware script's reply ``{reply, {prefixes}, {workflows
         deleted}}``: relay from those prefixes, then return the reply proper."""
         value, prefixes, forgotten = reply
-        try:
-            if forgotten:
-                await self.forget(forgotten)
-            if prefixes:
-                await self.relay(prefixes)
-        except BackendUnavailable as exc:
-            # The transition is stored, its messages with it: the sweeper relays them.
-            log.warning("workflow messages left for the sweeper to relay: %s", exc)
+        if forgotten:
+            await self.forget(forgotten)
+        if prefixes:
+            await self.relay(prefixes)
         return value
 
     async def forget(self, workflow_ids: list[bytes]) -> None:
-        """Drop pruned workflows from the fleet's map (their records are gone)."""
-        await self.runner.command("HDEL", self.keys.workflows, *workflow_ids)
+        """Drop pruned workflows from the fleet's map (their records are gone;
+        an entry left by a failure here only costs its bytes)."""
+        try:
+            await self.runner.command("HDEL", self.keys.workflows, *workflow_ids)
+        except BackendUnavailable as exc:
+            log.warning("pruned workflows left in the fleet's map: %s", exc)
 
     async def relay(self, prefixes: Iterable[bytes | str]) -> None:
+        """Empty these outboxes, and those their messages fill in turn. A failure
+        is logged, not raised: the transition that sent the messages is stored,
+        they with it, and the next sweep relays them."""
         todo = list(dict.fromkeys(p if isinstance(p, str) else p.decode() for p in prefixes))
-        for _ in range(RELAY_ROUNDS):
-            if not todo:
-                return
-            prefix = todo.pop(0)
-            more = await self._relay_once(prefix)
-            todo += [p for p in more if p not in todo]
+        try:
+            for _ in range(RELAY_ROUNDS):
+                if not todo:
+                    return
+                prefix = todo.pop(0)
+                more = await self._relay_once(prefix)
+                todo += [p for p in more if p not in todo]
+        except BackendUnavailable as exc:
+            log.warning("workflow messages left for the sweeper to relay: %s", exc)
 
     async def _relay_once(self, prefix: str) -> list[str]:
         """Apply one batch of ``prefix``'s outbox; the prefixes to relay next

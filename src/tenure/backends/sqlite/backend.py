@@ -34,6 +34,7 @@ from tenure.backends.base import (
 from tenure.backends.checks import (
     check_ago,
     check_cursor,
+    check_graph,
     check_listing,
     check_match,
     check_prune_limit,
@@ -64,7 +65,7 @@ from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.core.values import check_integer
 from tenure.core.workflows import Workflow, WorkflowSpec, WorkflowState
-from tenure.job import Job, JobSpec, check_specs, check_workflow
+from tenure.job import Job, JobSpec, check_specs
 
 __all__ = ["SQLiteBackend"]
 
@@ -195,13 +196,13 @@ class SQLiteBackend(DerivedVerbs):
     # -- workflows ---------------------------------------------------------
 
     async def enqueue_workflow(self, spec: WorkflowSpec) -> Workflow:
-        check_workflow(spec, self.max_payload)
+        check_graph(spec, self.max_payload)
         return await self.db.run(self.parts.workflows.enqueue_workflow, spec)
 
     async def spawn(self, job_id: str, fence: int, seq: int, spec: WorkflowSpec) -> list[Job]:
         check_job_id(job_id)
         check_integer("seq", seq, 1, MAX_SPAWNS)
-        check_workflow(spec, self.max_payload)
+        check_graph(spec, self.max_payload, spawn=True)
         return await self.db.run(self.parts.workflows.spawn, job_id, fence, seq, spec)
 
     async def get_workflow(self, workflow_id: str) -> Workflow:

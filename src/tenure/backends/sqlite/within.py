@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from tenure.backends.base import LeaseRef, kind_of
+from tenure.backends.checks import check_graph
 from tenure.backends.sqlite.database import Database
 from tenure.backends.sqlite.enqueue import Enqueue
 from tenure.backends.sqlite.events import Pending, record
@@ -35,7 +36,7 @@ from tenure.core.payload import encode
 from tenure.core.states import State
 from tenure.core.workflows import Workflow, WorkflowSpec
 from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost
-from tenure.job import Job, JobSpec, check_specs, check_workflow
+from tenure.job import Job, JobSpec, check_specs
 
 SAVEPOINT = "tenure_enqueue"
 T = TypeVar("T")
@@ -85,7 +86,7 @@ class CallerTransactions:
 
     def enqueue_workflow(self, conn: Any, spec: WorkflowSpec) -> Workflow:
         self.check_kind(conn)
-        check_workflow(spec, self.max_payload)
+        check_graph(spec, self.max_payload)
         pending = Pending()
 
         def write(cur: sqlite3.Cursor) -> Workflow:

@@ -309,9 +309,11 @@ flow_apply = function(p, m)
 end
 
 -- A step of slot p ended (state 'completed' | 'dead' | 'cancelled'), or was
--- retried from the DLQ ('queued'): its edges move. Plain jobs: one HGET.
-flow_ended = function(p, id, jk, state)
-  if not redis.call('HGET', jk, 'wf') then return end
+-- retried from the DLQ ('queued'): its edges move. wf: its workflow (false
+-- for a plain job) when the caller read it, else nil (read here).
+flow_ended = function(p, id, jk, state, wf)
+  if wf == nil then wf = redis.call('HGET', jk, 'wf') end
+  if not wf then return end
   local to = nil
   if state == 'completed' then to = 'done' elseif state ~= 'queued' then to = failed_edge(jk) end
   flow_moved(p, id, jk, to)

@@ -16,8 +16,8 @@ local SIGNAL_MAX = 64             -- wake-up tokens kept per queue
 local MAX_US = 9000000000000000   -- run_at and seq in µs fit 16 digits (and a double)
 
 -- A workflow's step ended or was retried: its edges move (_flow.lua, put after
--- this file, defines it). A plain job's claim and completion read one field
--- more (wf) and never call it; its end dead or cancelled pays one HGET.
+-- this file, defines it). A plain job's claim, completion and failure read
+-- one field more (wf), in a read they make anyway.
 local flow_ended
 
 local function clock()
@@ -225,10 +225,16 @@ local function record_event(p, kind, id, data)
   append_events(p, kind, {id}, data and {data} or nil)
 end
 
--- The events Python decided (a JSON array of [kind, data or null]) of job id.
-local function record_events(p, id, listed)
+-- The events Python decided (a JSON array of [kind, data or null]) of job id;
+-- a workflow's step's (wf: its workflow) carry {"workflow": wf} too.
+local function record_events(p, id, listed, wf)
   for _, e in ipairs(cjson.decode(listed)) do
-    record_event(p, e[1], id, e[2] ~= cjson.null and cjson.encode(e[2]) or nil)
+    local data = e[2]
+    if wf then
+      if data == cjson.null then data = {} end
+      data.workflow = wf
+    end
+    record_event(p, e[1], id, data ~= cjson.null and cjson.encode(data) or nil)
   end
 end
 
@@ -259,12 +265,12 @@ end
 
 -- active -> cancelled, once leave_active took its lease: the job was cancelled
 -- while its attempt ran, and that attempt ended other than completed.
-local function end_cancelled(p, id, jk, now)
+local function end_cancelled(p, id, jk, now, wf)
   redis.call('HSET', jk, 'state', 'cancelled', 'finished_at', num(now))
   set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'cancelled')
   redis.call('ZADD', p .. RETAINED.cancelled, num(now), id)
   release_key(p, jk, id)
-  flow_ended(p, id, jk, 'cancelled')
+  flow_ended(p, id, jk, 'cancelled', wf)
 end
 
 -- Apply a decision of tenure.core.retry to an active job (fail, and the
@@ -274,7 +280,8 @@ end
 -- events) instead of the decision's.
 local function settle_failure(p, id, jk, outcome, err, state, delay, reason, stall, now, events,
                               cancel_events)
-  if redis.call('HGET', jk, 'cancel_requested') then
+  local c = redis.call('HMGET', jk, 'cancel_requested', 'wf')  -- wf: a workflow's step
+  if c[1] then
     state, events, stall = 'cancelled', cancel_events, false
   end
   local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
@@ -282,13 +289,13 @@ local function settle_failure(p, id, jk, outcome, err, state, delay, reason, sta
   if err then redis.call('HSET', jk, 'error', err) else redis.call('HDEL', jk, 'error') end
   if stall then redis.call('HINCRBY', jk, 'stalls', 1) end
   if state == 'cancelled' then
-    end_cancelled(p, id, jk, now)
+    end_cancelled(p, id, jk, now, c[2])
   elseif state == 'dead' then
     redis.call('HSET', jk, 'state', 'dead', 'dead_reason', reason, 'finished_at', num(now))
     set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'dead')
     redis.call('ZADD', p .. RETAINED.dead, num(now), id)
     release_key(p, jk, id)
-    flow_ended(p, id, jk, 'dead')
+    flow_ended(p, id, jk, 'dead', c[2])
   elseif state == 'scheduled' then
     schedule_job(p, id, now + delay, 'active')
   else
@@ -296,7 +303,7 @@ local function settle_failure(p, id, jk, outcome, err, state, delay, reason, sta
     signal(p, 1)
   end
   end_attempt(p, id, a, outcome, err, now)
-  record_events(p, id, events)
+  record_events(p, id, events, c[2])
 end
 
 -- The job and its history, as get returns them, with the running attempt's
@@ -493,7 +500,7 @@ local function complete_jobs(p, args, first, last, now)
   local now_s = num(now)
   -- the jobs completed, their workers, their (seq, id) and (finished_at, id)
   -- pairs: the sets they leave and join are written after the loop, one call each
-  local ids, workers, completed, retained, steps = {}, {}, {}, {}, {}
+  local ids, workers, completed, retained, steps, wfs = {}, {}, {}, {}, {}, {}
   for i = first, last, 3 do
     local id, fence = args[i], args[i + 1]
     local jk = job_key(p, id)
@@ -516,7 +523,7 @@ local function complete_jobs(p, args, first, last, now)
         redis.call('HDEL', p .. 'keys', a[7])
       end
       end_attempt(p, id, a, 'completed', nil, now)
-      if a[8] then steps[#steps + 1] = id end
+      if a[8] then steps[#steps + 1], wfs[#ids] = id, a[8] end
     end
     codes[#codes + 1] = code
   end
@@ -524,7 +531,14 @@ local function complete_jobs(p, args, first, last, now)
   call_with('ZREM', state_key(p, 'active'), ids)
   call_with('ZADD', state_key(p, 'completed'), completed)
   call_with('ZADD', p .. RETAINED.completed, retained)
-  append_events(p, 'completed', ids, nil)
-  for _, id in ipairs(steps) do flow_ended(p, id, job_key(p, id), 'completed') end
+  local data = nil  -- a workflow's steps': {"workflow": id}
+  if #steps > 0 then
+    data = {}
+    for i = 1, #ids do data[i] = wfs[i] and cjson.encode({workflow = wfs[i]}) or 'null' end
+  end
+  append_events(p, 'completed', ids, data)
+  for i, id in ipairs(ids) do
+    if wfs[i] then flow_ended(p, id, job_key(p, id), 'completed', wfs[i]) end
+  end
   return codes
 end

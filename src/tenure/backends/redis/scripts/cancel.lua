@@ -4,6 +4,9 @@
 --
 -- KEYS[1]  the queue's key prefix
 -- ARGV[1]  job id
+-- ARGV[2]  optional, '1': its workflow is cancelled (cancel_workflow): a step
+--          cancelled because a step it waits on failed is now cancelled by
+--          hand, so that a DLQ retry of that one no longer makes it wait again
 -- Returns  {{OK (0), {HGETALL}, {history}}, {NOT_FOUND (1)} or
 --          {INVALID_TRANSITION (3), state}; then {prefixes to relay from}}
 
@@ -20,6 +23,7 @@ elseif f[1] == 'active' then
   local job = job_with_history(p, id)
   return flow_reply({OK, job[1], job[2]})
 elseif f[1] ~= 'waiting' then
+  if ARGV[2] == '1' and f[1] == 'cancelled' then redis.call('HDEL', jk, 'cancel_reason') end
   return flow_reply({INVALID_TRANSITION, f[1]})
 end
 local now = clock()

@@ -6,13 +6,14 @@
 --
 -- KEYS[1]  the queue's key prefix
 -- ARGV[1]  the workflow's id, ARGV[2] the mode, ARGV[3..] step ids
--- Returns  the ids of the steps deleted
+-- Returns  {1, the ids of the steps deleted...}, or {0}: the record is neither
+--          pending nor dropped (committed meanwhile: the caller stops)
 
 local p, wf, mode = KEYS[1], ARGV[1], ARGV[2]
 local rk = wf_key(p, wf)
 if mode ~= '0' then
   local state = redis.call('HGET', rk, 'state')
-  if state ~= 'pending' and state ~= 'dropped' then return {} end
+  if state ~= 'pending' and state ~= 'dropped' then return {0} end
 end
 if mode == '2' then
   local key = redis.call('HGET', rk, 'key')
@@ -21,7 +22,7 @@ if mode == '2' then
   end
   redis.call('DEL', rk, in_key(p, wf), p .. 'wfjobs:' .. wf)
   redis.call('ZREM', p .. 'wfpending', wf)
-  return {}
+  return {1}
 end
 if mode == '1' then redis.call('HSET', rk, 'state', 'dropped') end
 local gone = {}
@@ -35,4 +36,4 @@ for i = 3, #ARGV do
     gone[#gone + 1] = id
   end
 end
-return gone
+return {1, unpack(gone)}

@@ -15,8 +15,9 @@ local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
 leave_active(p, {id}, {a[3]})
 redis.call('HINCRBY', jk, 'attempts', -1)
 local now = clock()
-if redis.call('HGET', jk, 'cancel_requested') then  -- it never runs again
-  end_cancelled(p, id, jk, now)
+local c = redis.call('HMGET', jk, 'cancel_requested', 'wf')
+if c[1] then  -- it never runs again
+  end_cancelled(p, id, jk, now, c[2])
   end_attempt(p, id, a, 'released', nil, now)
   record_event(p, 'cancelled', id, '{"outcome":"released"}')
   return flow_reply(OK)
