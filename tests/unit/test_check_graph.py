@@ -20,8 +20,8 @@ from tenure.errors import InvalidInput
 from tenure.job import JobSpec
 
 
-def check_graph(spec: WorkflowSpec) -> WorkflowSpec:
-    return checked(spec, DEFAULT_MAX_PAYLOAD)
+def check_graph(spec: WorkflowSpec, *, spawn: bool = False) -> WorkflowSpec:
+    return checked(spec, DEFAULT_MAX_PAYLOAD, spawn=spawn)
 
 
 def flow() -> WorkflowSpec:

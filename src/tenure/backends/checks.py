@@ -185,13 +185,15 @@ def check_graph(spec: object, max_payload: int, *, spawn: bool = False) -> Workf
     check_specs([s.spec for s in steps], max_payload)
     ids = {s.spec.id for s in steps}
     if len(ids) < len(steps) or spec.id in ids:
-        raise InvalidInput(f"workflow {spec.id}: two of its steps, or it and a step, share an id")
+        raise InvalidInput(
+            f"workflow {spec.id}: two of its steps, or it and a step, have the same job id"
+        )
     for i, s in enumerate(steps):
         if s.spec.key is not None:
             raise InvalidInput(f"step {i} of workflow {spec.id} has a key: steps take none")
         _check_indexes(f"step {i}'s upstream", s.upstream, i)
     if not spec.sinks:
-        raise InvalidInput(f"workflow {spec.id} has no sink: its result would be no step's")
+        raise InvalidInput(f"workflow {spec.id} has no sinks: its result would be no step's")
     _check_indexes("the sinks", spec.sinks, len(steps))
     if any(is_workflow_id(i) for i in ids):
         raise InvalidInput(f"a step's job id may not start with {WORKFLOW_ID_PREFIX!r}")
@@ -204,6 +206,8 @@ def _check_indexes(what: str, indexes: object, below: int) -> None:
     if not isinstance(indexes, tuple) or not all(
         type(i) is int and 0 <= i < below for i in indexes
     ):
-        raise InvalidInput(f"{what} must be indexes of steps before {below}: {shown(indexes)}")
+        raise InvalidInput(
+            f"{what} must be indexes of earlier steps (below {below}): {shown(indexes)}"
+        )
     if len(set(indexes)) < len(indexes):
-        raise InvalidInput(f"{what} name a step twice: {shown(indexes)}")
+        raise InvalidInput(f"{what} must name earlier steps, each once: {shown(indexes)}")
