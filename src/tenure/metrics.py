@@ -10,10 +10,10 @@ extra). Two kinds, each its own collector:
   server's thread, copies them (a copy of a dict is atomic under the GIL) and
   turns them into metric families.
 * What storage holds (:class:`StorageGauges`): jobs by state, queue lag and
-  workflows by state, read at each scrape by a function it is given. The worker's calls into its
-  own event loop and waits up to ``SCRAPE_TIMEOUT`` (no cache: a scrape sees
-  storage as it is); ``app_registry`` builds the same over an App, for
-  ``tenure serve``.
+  workflows by state, read at each scrape by a function it is given. The
+  worker's calls into its own event loop and waits up to ``SCRAPE_TIMEOUT``
+  (no cache: a scrape sees storage as it is); ``app_registry`` builds the
+  same over an App, for ``tenure serve``.
 
 Labels are bounded: a queue's name, a state, an outcome, a detector, a verb.
 Never a job id.
