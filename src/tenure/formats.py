@@ -4,6 +4,9 @@ tables and the dashboard's pages."""
 from __future__ import annotations
 
 import dataclasses
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -57,3 +60,62 @@ def job_dict(job: Job) -> dict[str, Any]:
 
 def workflow_dict(workflow: Workflow) -> dict[str, Any]:
     return dataclasses.asdict(workflow)
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """One step of a workflow as the CLI and the dashboard show it: numbered
+    from 1 in an order where each comes after the steps it waits for, with
+    its ``depth`` (the longest path to it from a step that waits for none)
+    and the numbers of the steps it ``waits_for``, in its upstream order."""
+
+    number: int
+    job: Job
+    depth: int
+    waits_for: tuple[int, ...]
+
+
+def workflow_steps(workflow: Workflow) -> list[StepRow]:
+    """The steps in order (storage keeps no chains and groups: only the edges
+    a step's ``upstream`` lists); among those that may go next, the one written
+    first (a spawned step after the one that spawned it). An upstream id that
+    is not one of the steps (pruned) is left out."""
+    jobs = workflow.by_id()
+    position = {job.id: i for i, job in enumerate(workflow.jobs)}
+    upstream = {j.id: [u for u in dict.fromkeys(j.upstream) if u in jobs] for j in workflow.jobs}
+    pending = {i: len(ups) for i, ups in upstream.items()}
+    dependents: dict[str, list[str]] = {}
+    for job_id, ups in upstream.items():
+        for u in ups:
+            dependents.setdefault(u, []).append(job_id)
+    ready = [position[i] for i, n in pending.items() if n == 0]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        job_id = workflow.jobs[heapq.heappop(ready)].id
+        order.append(job_id)
+        for d in dependents.get(job_id, ()):
+            pending[d] -= 1
+            if pending[d] == 0:
+                heapq.heappush(ready, position[d])
+    order += [j.id for j in workflow.jobs if pending[j.id] > 0]  # a cycle: storage's bug
+    number = {job_id: n for n, job_id in enumerate(order, 1)}
+    depth: dict[str, int] = {}
+    rows = []
+    for job_id in order:
+        ups = [u for u in upstream[job_id] if u in depth]
+        depth[job_id] = max((depth[u] + 1 for u in ups), default=0)
+        rows.append(StepRow(number[job_id], jobs[job_id], depth[job_id],
+                            tuple(number[u] for u in upstream[job_id])))  # fmt: skip
+    return rows
+
+
+def spans(numbers: Iterable[int]) -> str:
+    """Step numbers as runs: ``1, 3-5, 9``; ``-`` for none."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs) or "-"

@@ -9,11 +9,11 @@ extra). Two kinds, each its own collector:
   label lookup (a few hundred nanoseconds a job); a scrape, in the HTTP
   server's thread, copies them (a copy of a dict is atomic under the GIL) and
   turns them into metric families.
-* What storage holds (:class:`StorageGauges`): jobs by state and queue lag,
-  read at each scrape by a function it is given. The worker's calls into its
-  own event loop and waits up to ``SCRAPE_TIMEOUT`` (no cache: a scrape sees
-  storage as it is); ``app_registry`` builds the same over an App, for
-  ``tenure serve``.
+* What storage holds (:class:`StorageGauges`): jobs by state, queue lag and
+  workflows by state, read at each scrape by a function it is given. The
+  worker's calls into its own event loop and waits up to ``SCRAPE_TIMEOUT``
+  (no cache: a scrape sees storage as it is); ``app_registry`` builds the
+  same over an App, for ``tenure serve``.
 
 Labels are bounded: a queue's name, a state, an outcome, a detector, a verb.
 Never a job id.
@@ -52,6 +52,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - the extra is installed 
 from tenure.backends.base import Backend, Rescued
 from tenure.core.hosts import host_name, is_loopback
 from tenure.core.states import State
+from tenure.core.workflows import WorkflowState
 from tenure.errors import BackendUnavailable, InvalidInput, StorageLost, TenureError
 from tenure.job import Job
 from tenure.worker.executors.base import AttemptResult, Crashed, Raised, Returned, Settled, TimedOut
@@ -64,6 +65,8 @@ log = logging.getLogger("tenure.metrics")
 SCRAPE_TIMEOUT = 5.0  # seconds a scrape waits for storage's answers
 # From a lost heartbeat (under a second) to a frozen worker's lease (15 s and a sweep).
 RECOVERY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+# From a step's release to its start: a claim's round trip to a queue's backlog.
+FAN_IN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
 RUN_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0, 1800.0)
 # What an attempt's end tells of it; "stopped": this worker stopped the handler
 # (a drain, or its lease was lost); "lost": it ended after its lease was lost,
@@ -119,14 +122,20 @@ class WorkerMetrics(Collector):
         self.calls: dict[str, int] = {}  # storage round trips, by verb
         self.errors: dict[str, int] = {}  # storage errors, by verb
         self.recovery = Histogram(RECOVERY_BUCKETS)
+        self.fan_in = Histogram(FAN_IN_BUCKETS)
         self.run = Histogram(RUN_BUCKETS)
 
     def started(self, job: Job) -> None:
-        """A claimed job starts; a recovered one tells how long its recovery took."""
+        """A claimed job starts; a recovered one tells how long its recovery
+        took; a workflow's step, at its first attempt, how long it waited from
+        its release (the end of the last step it waits for), which storage
+        made its ``run_at`` (later by the step's delay, if it has one)."""
         claimed = self.claimed
         claimed[job.queue] = claimed.get(job.queue, 0) + 1
         if job.recovered_from is not None:
             self.recovery.observe(job.queue, max(self.clock() - job.recovered_from, 0.0))
+        elif job.upstream and job.attempts == 1:
+            self.fan_in.observe(job.queue, max(self.clock() - job.run_at, 0.0))
 
     def ended(self, queue: str, result: AttemptResult, ran: float, *, lost: bool) -> None:
         """An attempt ended with ``result`` after ``ran`` seconds (0: never began)."""
@@ -160,6 +169,12 @@ class WorkerMetrics(Collector):
             "tenure_recovery_seconds",
             "From the moment a lost attempt's lease was last proven (storage's clock) to the "
             "job's next start, for jobs this worker started.",
+            "queue",
+        )
+        yield self.fan_in.family(
+            "tenure_fan_in_seconds",
+            "From the release of a workflow's step (the end of the last step it waits for, "
+            "plus its delay; storage's clock) to its first start, for steps this worker started.",
             "queue",
         )
         yield self.run.family("tenure_run_seconds", "How long handlers ran.", "queue")
@@ -217,55 +232,81 @@ class QueueReading:
     lag: float
 
 
+@dataclass(frozen=True, slots=True)
+class StorageReading:
+    """What a scrape reads of storage: its queues, and its workflows by state."""
+
+    queues: list[QueueReading]
+    workflows: dict[WorkflowState, int] | None  # None: storage keeps no count (Redis)
+
+
 async def read_queues(backend: Backend, queues: Sequence[str] | None = None) -> list[QueueReading]:
     """Jobs by state and lag of ``queues`` (None: every queue storage knows)."""
     names = await backend.queues() if queues is None else queues
     return [QueueReading(q, await backend.counts(q), await backend.lag(q)) for q in names]
 
 
-class StorageGauges(Collector):
-    """Jobs by state and queue lag, read from storage at each scrape by
-    ``read``; a read that fails (or times out) is counted, and its gauges are
-    left out of that scrape rather than shown stale."""
+async def read_storage(backend: Backend, queues: Sequence[str] | None = None) -> StorageReading:
+    try:
+        workflows = await backend.workflow_counts()
+    except NotImplementedError:
+        workflows = None
+    return StorageReading(await read_queues(backend, queues), workflows)
 
-    def __init__(self, read: Callable[[], list[QueueReading]]) -> None:
+
+class StorageGauges(Collector):
+    """Jobs by state, queue lag and workflows by state, read from storage at
+    each scrape by ``read``; a read that fails (or times out) is counted, and
+    its gauges are left out of that scrape rather than shown stale."""
+
+    def __init__(self, read: Callable[[], StorageReading]) -> None:
         self.read = read
         self.failures = 0
 
     def collect(self) -> Iterator[Metric]:
         try:
-            readings = self.read()
+            reading = self.read()
         except (TenureError, TimeoutError) as exc:
             self.failures += 1
             log.warning("metrics: could not read storage (%s)", exc)
-            readings = None
+            reading = None
         yield CounterMetricFamily(
             "tenure_storage_read_failures",
-            "Scrapes whose reading of storage (jobs by state, queue lag) failed.",
+            "Scrapes whose reading of storage (jobs, queue lag, workflows) failed.",
             value=self.failures,
         )
-        if readings is None:
+        if reading is None:
             return
         jobs = GaugeMetricFamily("tenure_jobs", "Jobs in storage, by queue and state.",
                                  labels=["queue", "state"])  # fmt: skip
         lag = GaugeMetricFamily("tenure_queue_lag_seconds",
                                 "How long the queue's oldest due job has been due (0: none is).",
                                 labels=["queue"])  # fmt: skip
-        for r in readings:
+        for r in reading.queues:
             for state, n in r.counts.items():
                 jobs.add_metric([r.queue, state.value], n)
             lag.add_metric([r.queue], r.lag)
         yield jobs
         yield lag
+        if reading.workflows is None:
+            return
+        workflows = GaugeMetricFamily(
+            "tenure_workflows",
+            "Workflows in storage, by state (every queue's: the same from every worker).",
+            labels=["state"],
+        )
+        for name, n in reading.workflows.items():
+            workflows.add_metric([name.value], n)
+        yield workflows
 
 
 def in_loop(
-    loop: asyncio.AbstractEventLoop, make: Callable[[], Coroutine[Any, Any, list[QueueReading]]]
-) -> Callable[[], list[QueueReading]]:
+    loop: asyncio.AbstractEventLoop, make: Callable[[], Coroutine[Any, Any, StorageReading]]
+) -> Callable[[], StorageReading]:
     """A reading, from another thread, by a coroutine run on ``loop`` (whose
     backend it uses), waited for up to SCRAPE_TIMEOUT."""
 
-    def read() -> list[QueueReading]:
+    def read() -> StorageReading:
         future = asyncio.run_coroutine_threadsafe(make(), loop)
         try:
             return future.result(SCRAPE_TIMEOUT)
@@ -278,12 +319,12 @@ def in_loop(
 
 def app_registry(app: App, queues: Sequence[str] | None = None) -> CollectorRegistry:
     """A registry of storage's gauges over ``app`` (jobs by state, queue lag of
-    ``queues``, None: every queue), read through the App's sync facade: what
-    ``tenure serve`` exposes."""
+    ``queues``, None: every queue; workflows by state), read through the App's
+    sync facade: what ``tenure serve`` exposes."""
     registry = CollectorRegistry()
 
-    async def reading() -> list[QueueReading]:
-        return await read_queues(await app.abackend(), queues)
+    async def reading() -> StorageReading:
+        return await read_storage(await app.abackend(), queues)
 
     registry.register(StorageGauges(lambda: app.call(reading())))
     return registry
@@ -351,5 +392,5 @@ def serve_worker(
     queues, read by its own ``backend`` on its own ``loop`` at each scrape."""
     registry = CollectorRegistry()  # collected by scrapes only: never on the loop
     registry.register(metrics)
-    registry.register(StorageGauges(in_loop(loop, lambda: read_queues(backend, queues))))
+    registry.register(StorageGauges(in_loop(loop, lambda: read_storage(backend, queues))))
     return MetricsServer(registry, host, port)

@@ -80,8 +80,8 @@ def test_the_use_it_section__runs_as_written_and_loses_nothing(tmp_path: Path) -
     assert output[0].strip() == "queued"  # signup.py
     # notify.py, before any worker runs: a state and counts print as plain names
     assert output[1] == (
-        "queued {'scheduled': 1, 'queued': 5, 'active': 0, 'completed': 0, 'dead': 0, "
-        "'cancelled': 0}\n"
+        "queued {'waiting': 0, 'scheduled': 1, 'queued': 5, 'active': 0, 'completed': 0, "
+        "'dead': 0, 'cancelled': 0}\n"
     )
     assert "storage: sqlite:///tenure.db (from the App tasks:app)" in "".join(output)
     with App(f"sqlite:///{tmp_path / 'tenure.db'}") as app:

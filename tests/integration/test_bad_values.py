@@ -128,6 +128,7 @@ BAD_COMMANDS: dict[str, list[str]] = {
     "job id with a lone surrogate": ["job", "01a2\udcff"],
     "job id with a NUL": ["job", "01a2\x00"],
     "cancel of a lone surrogate": ["cancel", "\udcff"],
+    "workflow id with a lone surrogate": ["workflow", "wf-\udcff"],
     "dlq show of a lone surrogate": ["dlq", "show", "\udcff"],
     "dlq retry of a lone surrogate": ["dlq", "retry", "\udcff"],
     "cursor of 5,000 digits": ["jobs", "--after", "9" * 5000],

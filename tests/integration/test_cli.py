@@ -19,10 +19,12 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
+from tenure import chain, group
 from tenure.app import App
 from tenure.cli import cli
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
+from tenure.core.workflows import Step
 from tenure.job import JobSpec
 
 TENURE = Path(sys.executable).with_name("tenure")
@@ -118,7 +120,8 @@ def test_enqueue_then_status__counts_jobs_per_queue_and_state(tenure: Any) -> No
     counts = as_json(tenure("status", "--json"))
     assert counts["default"]["queued"] == 2
     assert counts["emails"] == {
-        "scheduled": 1, "queued": 0, "active": 0, "completed": 0, "dead": 0, "cancelled": 0,
+        "waiting": 0, "scheduled": 1, "queued": 0, "active": 0, "completed": 0, "dead": 0,
+        "cancelled": 0,
     }  # fmt: skip
     table = ok(tenure("status")).stdout
     assert "default" in table
@@ -188,6 +191,37 @@ def test_cancel__cancels_a_queued_job_and_refuses_twice(tenure: Any) -> None:
     job_id = enqueue(tenure, "t")
     assert ok(tenure("cancel", job_id)).stdout.split() == [job_id, "cancelled"]
     assert_one_line_error(tenure("cancel", job_id), "cancelled")
+
+
+def test_workflow__prints_its_steps_in_order_and_cancels_by_its_id(tenure: Any, url: str) -> None:
+    fetch, total = (Step(JobSpec.create(task, {"n": 1})) for task in ("fetch", "total"))
+    with App(url) as app:
+        wf = app.workflow(chain(group(fetch, fetch, fetch), total, Step(JobSpec.create("mail"))))
+    lines = ok(tenure("workflow", wf.id)).stdout.splitlines()
+    assert lines[0].split() == ["id", wf.id] and lines[1].split() == ["state", "running"]
+    assert "2 waiting, 3 queued" in lines[5] and lines[6].split() == ["result", "of", "steps", "5"]
+    rows = [line.split() for line in lines if line.split()[:1] in (["4"], ["5"])]
+    assert rows[0][:6] == ["4", "total", "waiting", "0", "-", "1-3"]  # indented: after the group
+    assert rows[1][:6] == ["5", "mail", "waiting", "0", "-", "4"]
+    shown = as_json(tenure("workflow", wf.id, "--json"))
+    assert shown["id"] == wf.id and [j["task"] for j in shown["jobs"]][-2:] == ["total", "mail"]
+    step = [line.split() for line in ok(tenure("job", wf.jobs[3].id)).stdout.splitlines()]
+    assert ["workflow", wf.id] in step and ["waits", "for", f"{wf.jobs[0].id},"] in step
+    assert ok(tenure("cancel", wf.id)).stdout.split() == [wf.id, "cancelled"]
+    assert "5 cancelled" in ok(tenure("workflow", wf.id)).stdout
+    assert_one_line_error(tenure("workflow", "wf-nope"), "wf-nope")
+
+
+def test_a_failed_workflow__names_the_step_to_retry(tenure: Any, tmp_path: Path, url: str) -> None:
+    with App(url) as app:
+        wf = app.workflow(chain(Step(JobSpec.create("boom")), Step(JobSpec.create("add"))))
+    assert run_worker(tmp_path, url).returncode == 0
+    shown = ok(tenure("workflow", wf.id)).stdout
+    words = " ".join(shown.split())  # as a narrow terminal may wrap it
+    assert "state failed" in words
+    boom = wf.jobs[0].id
+    assert f"failed at step 1, boom: dead (error); 'tenure dlq retry {boom}' resumes it" in words
+    assert "cancelled (upstream_failed)" in shown
 
 
 # -- the worker and the DLQ --------------------------------------------------

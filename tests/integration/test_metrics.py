@@ -21,9 +21,11 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from tenure import App
+from tenure import App, chain, group
 from tenure.chaos.lab import Lab
 from tenure.cli import cli
+from tenure.core.workflows import Step
+from tenure.job import JobSpec
 
 
 def free_port() -> int:
@@ -90,19 +92,44 @@ def test_a_worker_s_metrics__show_the_recovery_of_a_killed_worker_s_job(tmp_path
     assert value(text, "tenure_storage_errors_total") is None  # none failed
 
 
+def test_a_worker_s_metrics__time_a_workflow_s_fan_in(tmp_path: Path) -> None:
+    with Lab(f"sqlite:///{tmp_path / 'fan_in.db'}", "fan_in") as lab:
+        port = free_port()
+        lab.worker("--concurrency", "2", "--pool", "thread", "--metrics-port", str(port))
+        step = Step(JobSpec.create("chaos.sleep", {"seconds": 0}, queue=lab.queue))
+        wf = lab.app.workflow(chain(group(step, step), step, step))
+        lab.app.result(wf.id, timeout=30)
+
+        def observed() -> str | None:
+            text = scrape(port)
+            return text if text and value(text, "tenure_fan_in_seconds_count") == 2 else None
+
+        text = lab.wait("two fan-ins in the histogram", observed, timeout=10)
+    # the two steps after the group and after it; never the group's, which waited for none
+    assert value(text, "tenure_fan_in_seconds_count", queue=lab.queue) == 2
+    assert value(text, "tenure_claimed_jobs_total", queue=lab.queue) == 4
+    latency = value(text, "tenure_fan_in_seconds_sum", queue=lab.queue)
+    assert latency is not None and 0 <= latency < 2.0  # a wake-up and a claim, each
+    assert value(text, "tenure_workflows", state="completed") == 1
+
+
 def test_app_registry__reads_jobs_by_state_and_lag_from_storage(tmp_path: Path) -> None:
     from tenure.metrics import app_registry
 
     with App(f"sqlite:///{tmp_path / 'gauges.db'}") as app:
         app.enqueue("t", {}, queue="a", run_at=0.0)  # due since 1970
         app.enqueue("t", {}, queue="b", delay=60)
+        app.workflow(chain(Step(JobSpec.create("t")), Step(JobSpec.create("t"))))
         registry = app_registry(app)
         jobs = {
             (ls["queue"], ls["state"]): v for n, ls, v in _collected(registry) if n == "tenure_jobs"
         }
         lags = {ls["queue"]: v for n, ls, v in _collected(registry)
                 if n == "tenure_queue_lag_seconds"}  # fmt: skip
+        workflows = {ls["state"]: v for n, ls, v in _collected(registry)
+                     if n == "tenure_workflows"}  # fmt: skip
     assert (jobs["a", "queued"], jobs["a", "scheduled"], jobs["b", "scheduled"]) == (1, 0, 1)
+    assert workflows == {"running": 1, "completed": 0, "failed": 0, "cancelled": 0}
     assert lags["a"] > 1e9 and lags["b"] == 0
 
 

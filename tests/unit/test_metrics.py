@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from tenure.backends.sqlite import SQLiteBackend
 from tenure.errors import StorageLost
-from tenure.job import JobSpec
+from tenure.job import Job, JobSpec, in_flow
 from tenure.metrics import CountedBackend, Histogram, WorkerMetrics
 from tenure.worker.executors.base import Crashed, Raise, Raised, Returned, Stopped, TimedOut
 
@@ -60,6 +60,20 @@ def test_a_recovered_job_s_start__observes_its_recovery_latency() -> None:
     text = generate_latest(registry).decode()
     assert 'tenure_recovery_seconds_count{queue="default"} 1.0' in text
     assert 'tenure_claimed_jobs_total{queue="default"} 2.0' in text
+
+
+def test_a_step_s_first_start__observes_its_wait_since_its_release() -> None:
+    m = WorkerMetrics(clock=lambda: 1000.0)
+    first = dict(JobSpec.create("t", {}).stored("active", 999.75, 0.0).__dict__, attempts=1)
+    m.started(Job(**first))  # no upstream: not a fan-in
+    m.started(in_flow(Job(**first), "wf-1", ()))  # a source step: nothing to wait for
+    m.started(in_flow(Job(**{**first, "attempts": 2}), "wf-1", ("a",)))  # a retry
+    assert m.fan_in.counts == {}
+    m.started(in_flow(Job(**first), "wf-1", ("a", "b")))
+    assert m.fan_in.sums == {"default": 0.25}
+    registry = CollectorRegistry()
+    registry.register(m)
+    assert 'tenure_fan_in_seconds_count{queue="default"} 1.0' in generate_latest(registry).decode()
 
 
 def test_a_counted_backend__counts_each_verb_and_its_storage_errors(tmp_path: object) -> None:

@@ -6,7 +6,8 @@ feed name tasks and keep progress events apart, follows a queue's count to
 its jobs, filters and cancels some, follows a job's progress and death on its
 page and retries it there, and edits a policy whose fields are checked in the
 page and by the server. Stored text with invisible characters shows them as
-escapes. ``make screenshots`` keeps
+escapes. A workflow's page draws its steps by depth, coloured by state and
+joined by edges, follows them live and links them to their job pages. ``make screenshots`` keeps
 each page's screenshot in docs/img/ (TENURE_SCREENSHOTS names the folder; a
 temporary one otherwise)."""
 
@@ -23,9 +24,12 @@ from typing import Any
 import pytest
 from playwright import sync_api
 
+import tenure
 from tenure import App
 from tenure.backends.base import WorkerInfo
 from tenure.core.states import Outcome, State
+from tenure.core.workflows import Step
+from tenure.job import JobSpec
 from tests.conformance.helpers import claim_one, decision_for, register, rescue_until
 from tests.conftest import SyncBackend, fresh_storage_url
 from tests.web.conftest import Served
@@ -248,3 +252,56 @@ def a_policy_is_edited(board: Dashboard) -> None:
     assert (policy.lease_ttl, policy.timeout, policy.paused) == (30, None, False)
     assert saves == ["PUT"] * 3  # the refused in the page never went out
     board.shoot("policy")
+
+
+def test_a_workflow_page__draws_its_steps_follows_them_live_and_links_them(
+    page: Any,
+    shots: Callable[[Any, str], None],
+    serve: Callable[..., Served],
+    open_backend: Callable[[str], SyncBackend],
+    storage_url: str,
+) -> None:
+    app = App(storage_url)
+    try:
+        board = Dashboard(page, shots, serve(app).url, app, open_backend(storage_url))
+        register(board.worker, "worker-1")
+        steps = [Step(JobSpec.create(task, {"n": n})) for n, task in enumerate(("fetch", "fetch"))]
+        wf = app.workflow(tenure.chain(tenure.group(*steps), Step(JobSpec.create("total"))))
+        first, second, total = wf.jobs
+        board.open(f"/workflows/{wf.id}")
+        boxes = page.locator("li.step")
+        expect(boxes).to_have_count(3)
+        expect(page.locator("li.step.step-queued")).to_have_count(2)
+        expect(page.locator(f"#step-3.step-waiting[data-job='{total.id}']")).to_be_attached()
+        expect(page.locator("svg.edges line")).to_have_count(2)  # from each fetch to total
+
+        def colour() -> str:
+            return str(page.locator("#step-3").evaluate("b => getComputedStyle(b).borderColor"))
+
+        waiting = colour()
+        for _ in range(2):
+            claimed = claim_one(board.worker, "worker-1")
+            board.worker.complete(claimed.id, claimed.fence, 1)
+        expect(page.locator("li.step.step-completed")).to_have_count(2)  # live, from events
+        expect(page.locator("#step-counts")).to_have_text("1 queued, 2 completed")
+        expect(page.locator("#step-3")).to_have_class(re.compile(r"\bstep-queued\b"))
+        assert colour() != waiting  # coloured by its state
+        board.shoot("workflow")
+        page.click("#step-3 a")
+        expect(page.locator("h1")).to_contain_text(total.id)  # the step's own job page
+        expect(page.locator("#workflow-link")).to_have_text(wf.id)
+        page.click("#workflow-link")
+        expect(page.locator("h1")).to_contain_text(wf.id)
+        claimed = claim_one(board.worker, "worker-1")
+        board.worker.complete(claimed.id, claimed.fence, 2)
+        expect(page.locator("#workflow .state")).to_have_text("completed")  # reloaded at its end
+        expect(page.locator("li.step.step-completed")).to_have_count(3)
+        assert {first.id, second.id, total.id} == {j.id for j in app.get_workflow(wf.id).jobs}
+        other = app.workflow(tenure.chain(*steps))
+        board.open(f"/workflows/{other.id}")
+        page.click("text=Cancel (every unfinished step)")
+        done(page, "cancelled")
+        expect(page.locator("#workflow .state")).to_have_text("cancelled")
+        expect(page.locator("li.step.step-cancelled")).to_have_count(2)
+    finally:
+        app.close()

@@ -15,7 +15,9 @@ from schemathesis import GenerationMode, checks
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from tenure import App
+from tenure import App, chain
+from tenure.core.workflows import Step
+from tenure.job import JobSpec
 from tenure.web import asgi_app
 from tenure.web.openapi import document
 from tests.web.conftest import Served
@@ -31,15 +33,17 @@ ENDLESS = {"/api/events"}  # a stream never ends: its own tests read it
 
 
 def exercise(operation: schemathesis.APIOperation, mode: GenerationMode, base_url: str,
-             job_id: str) -> None:  # fmt: skip
+             existing: dict[str, str]) -> None:  # fmt: skip
+    """``existing``: by path parameter, the id of a job (a workflow) that exists."""
     calls = itertools.count()
 
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))  # fmt: skip
     def call(case: schemathesis.Case) -> None:
-        if case.path_parameters and "id" in case.path_parameters and next(calls) % 2:
-            case.path_parameters["id"] = job_id  # half the time, a job that exists
+        for name, value in existing.items():
+            if case.path_parameters and name in case.path_parameters and next(calls) % 2:
+                case.path_parameters[name] = value  # half the time, one that exists
         case.call_and_validate(base_url=base_url, checks=CHECKS)
 
     try:
@@ -56,13 +60,15 @@ def test_openapi__no_5xx_and_responses_match_the_document(
     try:
         server = serve(app)
         job = app.enqueue("t", {"n": 1}, queue="default")
+        workflow = app.workflow(chain(Step(JobSpec.create("a")), Step(JobSpec.create("b"))))
+        existing = {"id": job.id, "workflow": workflow.id}
         schema = schemathesis.openapi.from_url(f"{server.url}/api/openapi.json")
         operations = [r.ok() for r in schema.get_all_operations()]
-        assert len(operations) == 13
+        assert len(operations) == 16
         for operation in operations:
             if operation.path not in ENDLESS:
                 for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-                    exercise(operation, mode, server.url, job.id)
+                    exercise(operation, mode, server.url, existing)
     finally:
         app.close()
 

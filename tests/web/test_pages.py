@@ -4,16 +4,19 @@ every value shows as text, never as markup."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
 import re
 from typing import Any
 
 import httpx
 
+import tenure
 from tenure import App
 from tenure.backends.base import WorkerInfo
 from tenure.config import QueuePolicy, policy_fields
 from tenure.core.states import Outcome
+from tenure.core.workflows import Step
 from tenure.job import JobSpec
 from tenure.web.pages import visible
 from tests.conformance.helpers import claim_one, decision_for, register
@@ -195,3 +198,47 @@ def test_header_search__finds_a_job_by_a_prefix_of_its_id(api: httpx.Client, web
     assert found.status_code == 303 and found.headers["location"] == f"/jobs/{job.id[:13]}"
     assert job.id in api.get(found.headers["location"], headers=HTML).text
     assert api.get("/jobs?id=", headers=HTML).status_code == 400
+
+
+def test_workflow_page__columns_by_depth_boxes_by_state_and_links(
+    api: httpx.Client, web_app: App, backend: Any
+) -> None:
+    spec = functools.partial(JobSpec.create, args={"x": XSS})
+    flow = tenure.chain(tenure.group(Step(spec("fetch")), Step(spec("fetch"), may_fail=True)),
+                        Step(spec("total")), Step(spec("report")))  # fmt: skip
+    wf = web_app.workflow(flow, key=XSS)
+    claimed = claim_one(backend, register(backend, "w-1"))
+    backend.complete(claimed.id, claimed.fence, None)
+    page = api.get(f"/workflows/{wf.id}", headers=HTML).text
+    assert "<script>alert" not in page and "&lt;script&gt;" in page  # the key, as text
+    box = re.compile(r'<li class="step step-(\w+)" id="step-(\d)" data-job="([^"]+)" '
+                     r'data-waits="([^"]*)">')  # fmt: skip
+    columns = [box.findall(c) for c in page.split('<ol class="column">')[1:]]
+    fetches = {(state, job_id) for state, _, job_id, _ in columns[0]}
+    others = {claimed.id} ^ {wf.jobs[0].id, wf.jobs[1].id}
+    assert fetches == {("completed", claimed.id), ("queued", others.pop())}
+    assert columns[1] == [("waiting", "3", wf.jobs[2].id, "1 2")]  # after the group
+    assert columns[2] == [("waiting", "4", wf.jobs[3].id, "3")]
+    assert "may fail" in page and "waits for 1-2" in page
+    assert f'href="/jobs/{wf.jobs[2].id}"' in page
+    assert "data-live" in page and "Cancel (every unfinished step)" in page
+    job_page = api.get(f"/jobs/{wf.jobs[2].id}", headers=HTML).text
+    assert f'href="/workflows/{wf.id}">{wf.id}</a>: waits for 2 steps' in job_page
+    assert "workflow-link" not in api.get(f"/jobs/{web_app.enqueue('t').id}", headers=HTML).text
+    found = api.get(f"/jobs?id={wf.id}", headers=HTML)  # the header's search
+    assert found.status_code == 303 and found.headers["location"] == f"/workflows/{wf.id}"
+    assert api.get("/workflows/wf-nope", headers=HTML).status_code == 404
+
+
+def test_workflow_page__of_a_failed_workflow_names_the_step_to_retry(
+    api: httpx.Client, web_app: App, backend: Any
+) -> None:
+    flow = tenure.chain(Step(JobSpec.create("charge")), Step(JobSpec.create("receipt")))
+    wf = web_app.workflow(flow)
+    claimed = claim_one(backend, register(backend, "w-1"))
+    backend.fail(claimed.id, claimed.fence, Outcome.ERROR, "Fail: card declined",
+                 decision_for(backend, claimed, fatal=True))  # fmt: skip
+    page = " ".join(api.get(f"/workflows/{wf.id}", headers=HTML).text.split())
+    assert f'<a href="/jobs/{claimed.id}">step 1, charge</a>: <span class="state dead">' in page
+    assert "retry it (on its page, or from the dead-letter queue) and the workflow resumes" in page
+    assert 'class="step step-cancelled" id="step-2"' in page and "(upstream_failed)" in page

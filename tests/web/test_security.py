@@ -55,7 +55,7 @@ def test_without_the_token__every_request_gets_401(guarded: Served, sqlite_app: 
     anonymous = guarded.client()
     for method, path in [("GET", "/api/queues"), ("GET", "/api/openapi.json"),
                          ("GET", "/api/events"), ("POST", "/api/jobs"),
-                         ("GET", "/metrics")]:  # fmt: skip
+                         ("POST", "/api/workflows"), ("GET", "/metrics")]:  # fmt: skip
         response = anonymous.request(method, path, json={"task": "t"})
         assert response.status_code == 401, path
         assert response.headers["www-authenticate"].startswith("Bearer")
@@ -145,6 +145,8 @@ def test_a_cross_site_post__gets_403_and_changes_nothing(
             assert response.status_code == 403, headers
             assert response.json()["error"] == "Forbidden"
             security_headers_in(response)
+            flow = {"flow": {"task": "t"}}
+            assert client.post("/api/workflows", json=flow, headers=headers).status_code == 403
     # Another site can make a browser send a form to /login, but never a token.
     forged = browser.post("/login", data={"token": TOKEN}, headers={"origin": "https://e.x"})
     assert forged.status_code == 403

@@ -21,7 +21,7 @@ from tenure.context import Transaction
 from tenure.core.events import Detector, Event, RetriedBy
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
-from tenure.core.workflows import Workflow, WorkflowSpec
+from tenure.core.workflows import Workflow, WorkflowSpec, WorkflowState
 from tenure.job import Job, JobSpec
 
 LeaseRef = tuple[str, int]  # (job_id, fence)
@@ -400,6 +400,12 @@ class Backend(Protocol):
     async def counts(self, queue: str) -> dict[State, int]:
         """How many jobs of the queue are in each state (every state present)."""
 
+    async def workflow_counts(self) -> dict[WorkflowState, int]:
+        """Workflows by state (every state present; ended ones until pruned),
+        across queues, for the ``tenure_workflows`` gauge: one count over their
+        records (SQL), never over their steps. NotImplementedError where storage
+        keeps no such count (Redis, for now): the gauge is left out."""
+
     async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
         """How many of the queue's dead jobs died of each reason (reasons none
         died of are absent). SQL: one GROUP BY over the queue's dead jobs. Redis,
@@ -476,25 +482,14 @@ class DerivedVerbs:
     once for every backend (a backend class derives from this). The worker
     itself only ever calls ``complete_and_claim``."""
 
-    async def complete_and_claim(
-        self,
-        items: Sequence[tuple[str, int, bytes]],
-        worker_id: str,
-        queues: Sequence[str],
-        limit: int,
-        *,
-        skip_tasks: Collection[str] = (),
-    ) -> tuple[set[LeaseRef], builtins.list[Job]]:
+    async def complete_and_claim(self, items: Sequence[tuple[str, int, bytes]], worker_id: str,
+                                 queues: Sequence[str], limit: int, *,
+                                 skip_tasks: Collection[str] = ()
+                                 ) -> tuple[set[LeaseRef], builtins.list[Job]]:  # fmt: skip
         raise NotImplementedError
 
-    async def claim(
-        self,
-        worker_id: str,
-        queues: Sequence[str],
-        limit: int,
-        *,
-        skip_tasks: Collection[str] = (),
-    ) -> builtins.list[Job]:
+    async def claim(self, worker_id: str, queues: Sequence[str], limit: int, *,
+                    skip_tasks: Collection[str] = ()) -> builtins.list[Job]:  # fmt: skip
         _, jobs = await self.complete_and_claim((), worker_id, queues, limit, skip_tasks=skip_tasks)
         return jobs
 

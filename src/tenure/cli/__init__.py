@@ -26,7 +26,7 @@ COMMANDS = {
     "enqueue": "jobs", "status": "jobs", "jobs": "jobs", "job": "jobs", "cancel": "jobs",
     "dlq": "dlq", "events": "events", "policy": "policy", "periodic": "periodic",
     "queue": "operators", "workers": "operators", "health": "operators", "worker": "worker",
-    "serve": "serve", "chaos": "chaos", "bench": "bench",
+    "serve": "serve", "chaos": "chaos", "bench": "bench", "workflow": "workflows",
 }  # fmt: skip
 
 

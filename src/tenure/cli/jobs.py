@@ -150,7 +150,8 @@ def cancel(job_id: str) -> None:
     """Cancel a job (ID: its id, or a unique prefix of 8 characters or more).
     A scheduled or queued job is cancelled at once; a running
     one is stopped by its worker within about a heartbeat (its handler sees
-    current_job().cancelled, and is killed after the queue's cancel_grace)."""
+    current_job().cancelled, and is killed after the queue's cancel_grace).
+    Of a workflow's id (wf-...): each of its unfinished steps, and the workflow."""
     cancelled = open_app(write=True).cancel(job_id)
     shown = state_of(cancelled) if isinstance(cancelled, Job) else cancelled.state
     click.echo(f"{cancelled.id} {shown}")

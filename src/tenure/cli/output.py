@@ -20,12 +20,14 @@ from rich.text import Text
 from tenure.backends.base import Page, WorkerInfo
 from tenure.config import QueuePolicy
 from tenure.core.states import State
+from tenure.core.workflows import Workflow, WorkflowState
 from tenure.errors import TenureError
-from tenure.formats import seconds, summary, to_json, when
+from tenure.flows import culprit
+from tenure.formats import StepRow, seconds, spans, summary, to_json, when, workflow_steps
 from tenure.job import Job
 
 NUMERIC = frozenset(
-    {"attempt", "attempts", "fence", "total", "pid", "leases", *(s.value for s in State)}
+    {"attempt", "attempts", "fence", "total", "pid", "leases", "step", *(s.value for s in State)}
 )
 SHRINK_TO = 24  # how narrow an error column may get on a narrow terminal
 UNBOUNDED = 100_000
@@ -168,6 +170,11 @@ def job_fields(job: Job, policy: QueuePolicy) -> Table:
         ("lease expires", when(job.lease_expires_at)),
         ("args", to_json(job.args)),
     ]
+    if job.workflow is not None:
+        fields[3] = ("state", step_state(job))
+        more = f", ... ({len(job.upstream)} steps)" if len(job.upstream) > 3 else ""
+        fields += [("workflow", job.workflow + (" (may fail)" if job.may_fail else "")),
+                   ("waits for", ", ".join(job.upstream[:3]) + more or "-")]  # fmt: skip
     if job.progress is not None:
         fields.append(("progress", to_json(job.progress)))
     if job.state == State.COMPLETED:
@@ -202,6 +209,61 @@ def print_jobs(page: Page, *, empty: str) -> None:
     show(jobs_table(page.jobs))
     if page.next_cursor is not None:
         click.echo(f"next cursor: {page.next_cursor} (pass --after {page.next_cursor})")
+
+
+def took(job: Job) -> str:
+    """From when a step was due (its release, or its retry) to its end."""
+    if job.finished_at is None or job.state not in (State.COMPLETED, State.DEAD):
+        return "-"
+    return seconds(max(job.finished_at - job.run_at, 0.0))
+
+
+def steps_table(steps: Sequence[StepRow]) -> Table:
+    """Steps in order, each task indented by its depth (how many steps, at
+    most, lead to it); their last errors, if any has one."""
+    errors = any(r.job.error for r in steps)
+    columns = ["step", "task", "state", "attempts", "took", "waits for", "id"]
+    rows = [
+        (r.number, "  " * r.depth + r.job.task, step_state(r.job), r.job.attempts,
+         took(r.job), spans(r.waits_for), r.job.id, *([summary(r.job.error)] if errors else []))
+        for r in steps
+    ]  # fmt: skip
+    return _table([*columns, "error"] if errors else columns, rows)
+
+
+def step_state(job: Job) -> str:
+    """A step's state, and why a cancelled one was: its upstream failed."""
+    if job.cancel_reason is not None:
+        return f"{job.state} ({job.cancel_reason})"
+    return state_of(job)
+
+
+def print_workflow(workflow: Workflow) -> None:
+    """A workflow's fields, its steps' states counted, then its steps in order."""
+    steps = workflow_steps(workflow)
+    counts = {s: sum(1 for j in workflow.jobs if j.state is s) for s in State}
+    number = {r.job.id: r.number for r in steps}
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for name, value in (
+        ("id", workflow.id),
+        ("state", workflow.state),
+        ("key", workflow.key or "-"),
+        ("created", when(workflow.created_at)),
+        ("finished", when(workflow.finished_at)),
+        ("steps", ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"),
+        ("result of", "steps " + spans(number[i] for i in workflow.sinks if i in number)),
+    ):
+        grid.add_row(name, Text(str(value)))
+    if workflow.state is WorkflowState.FAILED:
+        job = culprit(workflow)
+        retry = f"; 'tenure dlq retry {job.id}' resumes it" if job.state is State.DEAD else ""
+        grid.add_row("failed at", Text(f"step {number.get(job.id)}, {job.task}: "
+                                       f"{state_of(job)}{retry}"))  # fmt: skip
+    console().print(grid)
+    if steps:
+        show(steps_table(steps))
 
 
 # -- errors ----------------------------------------------------------------

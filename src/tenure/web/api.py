@@ -26,7 +26,9 @@ from tenure.core.events import RetriedBy
 from tenure.core.names import check_job_id, check_job_ids, check_name, shown
 from tenure.core.states import State
 from tenure.core.urls import redacted
+from tenure.core.workflows import compile_flow
 from tenure.errors import InvalidInput
+from tenure.flows import flow_from_json
 from tenure.formats import job_dict, workflow_dict
 from tenure.job import Job
 from tenure.metrics import app_registry, read_queues
@@ -38,6 +40,8 @@ ENQUEUE_OPTIONS = frozenset(
     {"queue", "delay", "run_at", "priority", "key", "max_attempts", "timeout"}
 )
 BODY_MARGIN = 64 * 1024  # what a body holds besides a job's arguments
+# A workflow's body: its steps' arguments together (each within max_payload).
+WORKFLOW_BODY = 16 * 1024 * 1024
 
 
 class Api:
@@ -46,6 +50,7 @@ class Api:
     def __init__(self, app: App) -> None:
         self.app = app
         self.body_limit = app.max_payload + BODY_MARGIN
+        self.workflow_limit = max(self.body_limit, WORKFLOW_BODY)
         self.events = EventStream(app).respond  # GET /api/events
         self.registry = app_registry(app)
 
@@ -107,6 +112,35 @@ class Api:
         found = await self.app.acancel(check_job_id(request.path_params["id"]))
         return JSON(job_dict(found) if isinstance(found, Job) else workflow_dict(found))
 
+    # -- workflows -------------------------------------------------------------
+
+    async def enqueue_workflow(self, request: Request) -> JSON:
+        """``{"flow": <flow>, "key": ...}``: the flow as ``tenure.flows.flow_from_json``
+        reads it, stored whole or not at all."""
+        body = await json_object(request, self.workflow_limit)
+        unknown = sorted(set(body) - {"flow", "key"})
+        if unknown or "flow" not in body:
+            raise InvalidInput(
+                f'a workflow is {{"flow": <a step, chain or group>, "key": <optional>}}; '
+                f"got {', '.join(map(repr, sorted(body))) or 'an empty body'}"
+            )
+        try:
+            flow = flow_from_json(body["flow"], self.app.max_payload)
+            spec = compile_flow(flow, key=body.get("key"))
+        except RecursionError:
+            raise InvalidInput("the flow nests chains and groups too deeply") from None
+        workflow = await (await self.backend()).enqueue_workflow(spec)
+        return JSON(workflow_dict(workflow), 201)
+
+    async def workflow(self, request: Request) -> JSON:
+        return JSON(workflow_dict(await self.app.aget_workflow(_workflow_id(request))))
+
+    async def cancel_workflow(self, request: Request) -> JSON:
+        """Cancel each unfinished step (active ones' attempts are stopped), and
+        the workflow; a completed or cancelled one is returned as it is."""
+        backend = await self.backend()
+        return JSON(workflow_dict(await backend.cancel_workflow(_workflow_id(request))))
+
     # -- the dead-letter queue -------------------------------------------------
 
     async def dead(self, request: Request) -> JSON:
@@ -161,6 +195,10 @@ class Api:
 def _param(request: Request, name: str) -> str | None:
     """A query parameter; empty counts as absent (a form's empty field)."""
     return request.query_params.get(name) or None
+
+
+def _workflow_id(request: Request) -> str:
+    return check_job_id(request.path_params["workflow"])
 
 
 def _limit(request: Request) -> int:

@@ -76,6 +76,7 @@ class Endpoint:
 PATH_PARAMETERS = {
     "queue": parameter("path", "queue", NAME, "the queue's name"),
     "id": parameter("path", "id", JOB_ID, "the job's id"),
+    "workflow": parameter("path", "workflow", JOB_ID, "the workflow's id (wf-...)"),
 }
 PAGING = [
     query("limit", {"type": "integer", "minimum": 1, "maximum": LIST_LIMIT}, "page size"),
@@ -99,6 +100,7 @@ EVENTS_FROM = [
     },
 ]
 A_JOB = json_response(ref("Job"), "the job")
+A_WORKFLOW = json_response(ref("Workflow"), "the workflow, with its steps (jobs without history)")
 # A request body: its limit (413) and its media type (415) are checked.
 WITH_BODY = (413, 415)
 
@@ -161,8 +163,25 @@ ENDPOINTS = (
     Endpoint(
         "POST", "/api/jobs/{id}/cancel", "cancel",
         "Cancel a scheduled or queued job; stop an active one's attempt",
-        json_response(ref("Job"), "the job, cancelled (or cancel_requested)"),
+        json_response({"anyOf": [ref("Job"), ref("Workflow")]},
+                      "the job, cancelled (or cancel_requested); of a workflow's id, the "
+                      "workflow, as POST /api/workflows/{workflow}/cancel answers"),
         errors=(404, 409),
+    ),
+    Endpoint(
+        "POST", "/api/workflows", "enqueue_workflow",
+        "Start a workflow: steps in chains and groups; with a key, the running one of that key",
+        A_WORKFLOW, errors=WITH_BODY, body=ref("NewWorkflow"), created=True,
+    ),
+    Endpoint(
+        "GET", "/api/workflows/{workflow}", "workflow", "A workflow, its state and its steps",
+        A_WORKFLOW, errors=(404,),
+    ),
+    Endpoint(
+        "POST", "/api/workflows/{workflow}/cancel", "cancel_workflow",
+        "Cancel a workflow: each unfinished step, as a job's cancel does (a completed one "
+        "stays as it is)",
+        A_WORKFLOW, errors=(404,),
     ),
     Endpoint(
         "GET", "/api/workers", "workers", "Registered workers, with the leases each holds",

@@ -15,7 +15,7 @@ ERRORS = {
     400: "bad input",
     401: "no token",
     403: "refused (cross-site, or not localhost)",
-    404: "no such job",
+    404: "no such job (or workflow)",
     409: "not in a state that allows it",
     413: "body too large",
     415: "body not JSON",

@@ -26,7 +26,9 @@ from tenure.config import policy_fields
 from tenure.core.names import check_job_id, check_name
 from tenure.core.states import UNFINISHED, State, parse_state
 from tenure.core.urls import redacted
-from tenure.formats import seconds, summary, to_json, when
+from tenure.core.workflows import WorkflowState, is_workflow_id
+from tenure.flows import culprit
+from tenure.formats import StepRow, seconds, spans, summary, to_json, when, workflow_steps
 from tenure.job import Job
 from tenure.metrics import read_queues
 from tenure.web.guard import has_session
@@ -77,6 +79,9 @@ HISTORY = 900
 # page of its task's jobs: storage has no index by task.
 FILTER_PAGES = 20
 ARGS_SHOWN = 80  # characters of a job's arguments in a listing
+# A workflow's page draws this many of its steps at most (and is live only if
+# it draws them all): a browser's page of 100,000 boxes is of no use to anyone.
+STEPS_SHOWN = 2000
 
 
 def shortened(value: Any) -> str:
@@ -95,7 +100,7 @@ def age(ts: float) -> str:
 
 
 TEMPLATES.filters.update(when=when, seconds=seconds, summary=summary, to_json=to_json, raw=Raw,
-                         shortened=shortened, age=age)  # fmt: skip
+                         shortened=shortened, age=age, spans=spans)  # fmt: skip
 
 
 def render(request: Request, name: str, code: int = 200, **values: Any) -> HTMLResponse:
@@ -127,6 +132,7 @@ class Pages:
             Route("/queues/{queue}/dead", self.dead, methods=["GET"]),
             Route("/queues/{queue}/policy", self.policy, methods=["GET"]),
             Route("/workers", self.workers, methods=["GET"]),
+            Route("/workflows/{id}", self.workflow, methods=["GET"]),
             Mount("/static", StaticFiles(packages=[("tenure.web", "static")]), name="static"),
         ]
 
@@ -146,10 +152,11 @@ class Pages:
 
     async def find(self, request: Request) -> Response:
         """The header's search: to the job's page, which takes a unique prefix
-        and lists the jobs an ambiguous one names."""
+        and lists the jobs an ambiguous one names; a workflow's id, to its page."""
         wanted = check_job_id(request.query_params.get("id", "").strip())
         root = str(request.scope.get("root_path", "")).rstrip("/")
-        return RedirectResponse(f"{root}/jobs/{quote(wanted, safe='')}", status_code=303)
+        page = "workflows" if is_workflow_id(wanted) else "jobs"
+        return RedirectResponse(f"{root}/{page}/{quote(wanted, safe='')}", status_code=303)
 
     async def jobs(self, request: Request) -> HTMLResponse:
         """A page of the queue's jobs, newest first, in one state and of one task if asked."""
@@ -187,3 +194,23 @@ class Pages:
 
     async def workers(self, request: Request) -> HTMLResponse:
         return render(request, "workers.html", workers=await (await self.backend()).workers())
+
+    async def workflow(self, request: Request) -> HTMLResponse:
+        """A workflow's steps in columns by depth (a column's steps wait only
+        for steps of the columns before it), live while any step is unfinished."""
+        workflow = await self.app.aget_workflow(check_job_id(request.path_params["id"]))
+        steps = workflow_steps(workflow)
+        shown = steps[:STEPS_SHOWN]
+        columns: list[list[StepRow]] = [[] for _ in range(max((r.depth for r in shown),
+                                                                default=-1) + 1)]  # fmt: skip
+        for row in shown:
+            columns[row.depth].append(row)
+        counts = {s: n for s in State if (n := sum(1 for j in workflow.jobs if j.state is s))}
+        number = {r.job.id: r.number for r in steps}
+        failed = culprit(workflow) if workflow.state is WorkflowState.FAILED else None
+        moving = any(j.state in UNFINISHED for j in workflow.jobs)
+        live = len(shown) == len(steps) and (workflow.state is WorkflowState.RUNNING or moving)
+        return render(request, "workflow.html", workflow=workflow, columns=columns, counts=counts,
+                      sinks=[number[i] for i in workflow.sinks if i in number], live=live,
+                      edges=sum(len(r.waits_for) for r in shown), number=number, failed=failed,
+                      hidden=len(steps) - len(shown))  # fmt: skip

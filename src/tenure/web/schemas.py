@@ -18,6 +18,7 @@ from tenure.config import POLICY_BOUNDS, QueuePolicy, policy_fields
 from tenure.core.events import Event, EventKind
 from tenure.core.names import DOT_SEGMENTS, JOB_ID_MAX_LENGTH, NAME_PATTERN
 from tenure.core.states import State
+from tenure.core.workflows import Workflow
 from tenure.job import Attempt, Job
 
 _SCALARS: dict[Any, dict[str, Any]] = {
@@ -57,7 +58,8 @@ def type_schema(hint: Any) -> dict[str, Any]:
 
 def object_schema(cls: type, *, required: bool = True, **extra: Any) -> dict[str, Any]:
     """The schema of a dataclass as ``dataclasses.asdict`` renders it."""
-    hints = typing.get_type_hints(cls)
+    # Job is only a type-checking import of core (which may not import job.py).
+    hints = typing.get_type_hints(cls, localns={"Job": Job})
     props = {f.name: type_schema(hints[f.name]) for f in dataclasses.fields(cls)}
     props.update(extra)
     schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
@@ -126,10 +128,49 @@ QUEUE_ROW = closed_object(
 )
 
 
+NEW_JOB_FIELDS = {
+    "task": NAME,
+    "args": {"type": ["object", "null"]},
+    "queue": NAME,
+    "delay": {"type": "number", "minimum": 0},
+    "run_at": {"type": "number"},
+    "priority": {"type": "integer"},
+    "key": {"type": ["string", "null"]},
+    "max_attempts": {"type": ["integer", "null"], "minimum": 1},
+    "timeout": {"type": ["number", "null"], "exclusiveMinimum": 0},
+}
+
+
+def _flow_schemas() -> dict[str, Any]:
+    """A flow as ``tenure.flows.flow_from_json`` reads it: a step (a job's
+    fields without key, and may_fail), a chain or a group of flows."""
+    step_fields = {k: v for k, v in NEW_JOB_FIELDS.items() if k != "key"}
+    parts = {"type": "array", "minItems": 1, "items": ref("Flow")}
+    return {
+        "FlowStep": {
+            "type": "object",
+            "required": ["task"],
+            "additionalProperties": False,
+            "properties": {**step_fields, "may_fail": {"type": "boolean"}},
+        },
+        "Flow": {
+            "anyOf": [ref("FlowStep"), closed_object(chain=parts), closed_object(group=parts)]
+        },
+        "NewWorkflow": {
+            "type": "object",
+            "required": ["flow"],
+            "additionalProperties": False,
+            "properties": {"flow": ref("Flow"), "key": {"type": ["string", "null"]}},
+        },
+    }
+
+
 def components() -> dict[str, Any]:
     """The document's named schemas, which ``ref`` points to."""
     return {
         "Job": object_schema(Job),
+        "Workflow": object_schema(Workflow),
+        **_flow_schemas(),
         "Attempt": object_schema(Attempt),
         "Worker": object_schema(WorkerInfo),
         "Policy": policy_schema(required=True),
@@ -138,17 +179,7 @@ def components() -> dict[str, Any]:
             "type": "object",
             "required": ["task"],
             "additionalProperties": False,
-            "properties": {
-                "task": NAME,
-                "args": {"type": ["object", "null"]},
-                "queue": NAME,
-                "delay": {"type": "number", "minimum": 0},
-                "run_at": {"type": "number"},
-                "priority": {"type": "integer"},
-                "key": {"type": ["string", "null"]},
-                "max_attempts": {"type": ["integer", "null"], "minimum": 1},
-                "timeout": {"type": ["number", "null"], "exclusiveMinimum": 0},
-            },
+            "properties": NEW_JOB_FIELDS,
         },
         "Error": {
             "type": "object",

@@ -64,7 +64,7 @@ from tenure.core.payload import encode
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.core.values import check_integer
-from tenure.core.workflows import Workflow, WorkflowSpec
+from tenure.core.workflows import Workflow, WorkflowSpec, WorkflowState
 from tenure.job import Job, JobSpec, check_specs
 
 __all__ = ["SQLiteBackend"]
@@ -315,6 +315,9 @@ class SQLiteBackend(DerivedVerbs):
     async def counts(self, queue: str) -> dict[State, int]:
         check_name("queue", queue)
         return await self.db.run(self.parts.operators.counts, queue)
+
+    async def workflow_counts(self) -> dict[WorkflowState, int]:
+        return await self.db.run(self.parts.operators.workflow_counts)
 
     async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
         check_name("queue", queue)

@@ -23,6 +23,7 @@ from tenure.config import QueuePolicy
 from tenure.core.clock import Clock
 from tenure.core.events import EventKind
 from tenure.core.states import DeadReason, State
+from tenure.core.workflows import WorkflowState
 from tenure.errors import JobNotFound
 from tenure.job import Job
 
@@ -124,6 +125,10 @@ class Operators:
     def counts(self, queue: str) -> dict[State, int]:
         found = dict(self.db.conn.execute(Q["counts"], (queue,)).fetchall())
         return {s: found.get(s.value, 0) for s in State}
+
+    def workflow_counts(self) -> dict[WorkflowState, int]:
+        found = dict(self.db.conn.execute(Q["workflow_counts"]).fetchall())
+        return {s: found.get(s.value, 0) for s in WorkflowState}
 
     def dead_counts(self, queue: str) -> dict[DeadReason, int]:
         rows = self.db.conn.execute(Q["dead_counts"], (queue,)).fetchall()

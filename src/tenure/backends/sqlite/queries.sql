@@ -309,6 +309,9 @@ SELECT seq, {job_columns}, workflow FROM jobs {where} ORDER BY seq DESC LIMIT ?
 -- name: counts
 SELECT state, count(*) FROM jobs WHERE queue = ? GROUP BY state
 
+-- name: workflow_counts
+SELECT state, count(*) FROM workflows GROUP BY state
+
 -- name: dead_counts
 SELECT dead_reason, count(*) FROM jobs WHERE queue = ? AND state = 'dead' GROUP BY dead_reason
 

@@ -155,6 +155,11 @@ function feedRow(event, task) {
   // The whole id: any part of it shorter would not name the job where ids are
   // taken (a prefix does, but a UUIDv7 id is its time for its first 12 digits).
   row.append(link(event.job_id, root + "/jobs/" + encodeURIComponent(event.job_id)));
+  if (event.data.workflow) {
+    const wf = link("workflow", root + "/workflows/" + encodeURIComponent(event.data.workflow));
+    wf.className = "detail";
+    row.append(wf);
+  }
   const detail = event.data.detector || event.data.dead_reason || event.data.outcome
     || (event.kind === "progress" ? JSON.stringify(event.data.progress) : "");
   if (detail) row.append(element("span", String(detail), "detail"));
@@ -291,6 +296,84 @@ function startJob(job) {
   }, 1000);
 }
 
+// -- a workflow's page: its graph's edges, its steps' states live ------------
+
+const EDGES_DRAWN = 2000;  // past these, the steps' "waits for" say it alone
+const SVG = "http://www.w3.org/2000/svg";
+
+// A line from each step a step waits for (its right edge) to the step (its left).
+function drawEdges(graph) {
+  const old = graph.querySelector("svg.edges");
+  if (old) old.remove();
+  if (Number(graph.dataset.edges) > EDGES_DRAWN) return;
+  const svg = document.createElementNS(SVG, "svg");
+  svg.classList.add("edges");
+  svg.setAttribute("width", graph.scrollWidth);
+  svg.setAttribute("height", graph.scrollHeight);
+  const origin = graph.getBoundingClientRect();
+  const at = (box, side) => {
+    const r = box.getBoundingClientRect();
+    return [r.left - origin.left + graph.scrollLeft + (side ? r.width : 0),
+      r.top - origin.top + graph.scrollTop + r.height / 2];
+  };
+  for (const step of graph.querySelectorAll("li.step[data-waits]")) {
+    for (const n of step.dataset.waits.split(" ").filter(Boolean)) {
+      const from = document.getElementById("step-" + n);
+      if (!from) continue;
+      const [x1, y1] = at(from, true), [x2, y2] = at(step, false);
+      const line = document.createElementNS(SVG, "line");
+      for (const [k, v] of Object.entries({ x1, y1, x2, y2 })) line.setAttribute(k, v);
+      svg.append(line);
+    }
+  }
+  graph.prepend(svg);
+}
+
+// "1 queued, 2 completed": the steps counted by state, in the states' order.
+function drawCounts(counts, jobs) {
+  const parts = [];
+  for (const state of counts.dataset.states.split(" ")) {
+    const n = jobs.filter((j) => j.state === state).length;
+    if (n) parts.push(element("span", `${n} ${state}`, "key step-" + state), ", ");
+  }
+  counts.replaceChildren(...parts.slice(0, -1));
+}
+
+// Each step's state from the API, at most every LIVE_PAUSE ms while events
+// about its steps come; a new step (a spawn) or the workflow's end: reload.
+const LIVE_PAUSE = 300;
+
+function startWorkflow(workflow, graph) {
+  const boxes = new Map([...graph.querySelectorAll("li.step")].map((b) => [b.dataset.job, b]));
+  let due = null;
+  const refresh = () => {
+    due = null;
+    api("GET", workflow.dataset.api).then((data) => {
+      if (data.state !== workflow.dataset.state || data.jobs.some((j) => !boxes.has(j.id))) {
+        location.reload();
+        return;
+      }
+      drawCounts(document.getElementById("step-counts"), data.jobs);
+      for (const job of data.jobs) {
+        const box = boxes.get(job.id);
+        box.className = "step step-" + job.state;
+        const state = box.querySelector("[data-state]");
+        state.className = "state " + job.state;
+        state.textContent = job.state;
+        box.querySelector("[data-attempts]").textContent =
+          `${job.attempts} attempt${job.attempts === 1 ? "" : "s"}`;
+      }
+    }, () => {});
+  };
+  const later = () => { if (due === null) due = setTimeout(refresh, LIVE_PAUSE); };
+  const source = new EventSource(workflow.dataset.events);
+  source.onopen = later;  // what changed before the stream opened
+  source.onmessage = (message) => {
+    const event = JSON.parse(message.data);
+    if (boxes.has(event.job_id) || (event.data && event.data.workflow === workflow.dataset.workflow)) later();
+  };
+}
+
 // -- actions ------------------------------------------------------------------
 
 // A field's value as the API takes it, or an Error naming what is wrong
@@ -386,3 +469,10 @@ const feed = document.getElementById("feed");
 if (feed) startOverview(feed);
 const job = document.getElementById("job");
 if (job && job.hasAttribute("data-live")) startJob(job);
+const workflow = document.getElementById("workflow");
+const graph = document.getElementById("graph");
+if (graph) {
+  drawEdges(graph);
+  window.addEventListener("resize", () => drawEdges(graph));
+}
+if (workflow && workflow.hasAttribute("data-live")) startWorkflow(workflow, graph);
