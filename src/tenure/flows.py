@@ -19,6 +19,7 @@ from tenure.config import DEFAULT_MAX_PAYLOAD
 from tenure.core.names import shown
 from tenure.core.states import TERMINAL, DeadReason, State
 from tenure.core.workflows import (
+    MAX_DEPTH,
     Chain,
     Failed,
     Flow,
@@ -115,7 +116,9 @@ def flow_to_json(flow: Flow) -> Any:
             "may_fail": flow.may_fail}  # fmt: skip
 
 
-def flow_from_json(value: Any, max_payload: int = DEFAULT_MAX_PAYLOAD, *, at: str = "flow") -> Flow:
+def flow_from_json(
+    value: Any, max_payload: int = DEFAULT_MAX_PAYLOAD, *, at: str = "flow", depth: int = 0
+) -> Flow:
     """The flow a JSON value describes: ``{"chain": [...]}``, ``{"group": [...]}``
     or a step, ``{"task": name, "args": {...}, "queue": ..., "may_fail": ...}``
     (options as ``with_options`` takes them); InvalidInput saying where it is wrong."""
@@ -126,7 +129,9 @@ def flow_from_json(value: Any, max_payload: int = DEFAULT_MAX_PAYLOAD, *, at: st
             parts = value[kind]
             if len(value) != 1 or not isinstance(parts, list):
                 raise InvalidInput(f"{at}: {{{kind!r}: [...]}} takes a list and nothing else")
-            return make(*(flow_from_json(p, max_payload, at=f"{at}.{kind}[{i}]")
+            if depth >= MAX_DEPTH:
+                raise InvalidInput(f"{at}: chains and groups nest at most {MAX_DEPTH} deep")
+            return make(*(flow_from_json(p, max_payload, at=f"{at}.{kind}[{i}]", depth=depth + 1)
                           for i, p in enumerate(parts)))  # fmt: skip
     unknown = sorted(set(value) - STEP_FIELDS)
     if unknown or "task" not in value:

@@ -116,3 +116,18 @@ def test_bad_json_flows__say_where(value: Any, message: str) -> None:
 def test_values_through_a_pipe__keep_failed_ones() -> None:
     values = [1, {"a": [1]}, Failed("j", "t", DeadReason.ERROR, "boom"), None]
     assert decode_values(encode_values(values)) == values
+
+
+def test_flows_nested_too_deep__are_refused_at_once() -> None:
+    from tenure.core.workflows import MAX_DEPTH
+
+    flow: Any = s("a")
+    for _ in range(MAX_DEPTH):
+        flow = chain(flow)
+    with pytest.raises(InvalidInput, match="nest at most"):
+        group(flow)
+    deep: Any = {"task": "a"}
+    for _ in range(MAX_DEPTH + 1):
+        deep = {"chain": [deep]}
+    with pytest.raises(InvalidInput, match="nest at most"):
+        flow_from_json(deep)

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from tenure.job import Job, JobSpec
 
 MAX_STEPS = 100_000  # steps in one workflow (or one spawn)
+MAX_DEPTH = 100  # chains and groups nested in one another
 MAX_EDGES = 200_000  # edges in one workflow (or one spawn): a group after a group is n*m
 ORD_WIDTH = 6  # digits of each part of an edge's ordering key
 WORKFLOW_ID_PREFIX = "wf-"
@@ -111,11 +112,13 @@ class Step:
 @dataclass(frozen=True)
 class Chain:
     parts: tuple[Flow, ...]
+    depth: int = 1  # how deep chains and groups nest in it, itself included
 
 
 @dataclass(frozen=True)
 class Group:
     parts: tuple[Flow, ...]
+    depth: int = 1
 
 
 Flow = Step | Chain | Group
@@ -123,12 +126,19 @@ Flow = Step | Chain | Group
 
 def chain(*parts: Flow) -> Chain:
     """Each part runs after the previous one completed; the next waits for its last."""
-    return Chain(_checked("chain", parts))
+    return Chain(_checked("chain", parts), _depth("chain", parts))
 
 
 def group(*parts: Flow) -> Group:
     """The parts run in parallel; what follows the group waits for all of them."""
-    return Group(_checked("group", parts))
+    return Group(_checked("group", parts), _depth("group", parts))
+
+
+def _depth(what: str, parts: tuple[Flow, ...]) -> int:
+    depth = 1 + max(0 if isinstance(p, Step) else p.depth for p in parts)
+    if depth > MAX_DEPTH:
+        raise InvalidInput(f"tenure.{what}(): chains and groups nest at most {MAX_DEPTH} deep")
+    return depth
 
 
 def _checked(what: str, parts: tuple[Any, ...]) -> tuple[Flow, ...]:

@@ -124,11 +124,8 @@ class Api:
                 f'a workflow is {{"flow": <a step, chain or group>, "key": <optional>}}; '
                 f"got {', '.join(map(repr, sorted(body))) or 'an empty body'}"
             )
-        try:
-            flow = flow_from_json(body["flow"], self.app.max_payload)
-            spec = compile_flow(flow, key=body.get("key"))
-        except RecursionError:
-            raise InvalidInput("the flow nests chains and groups too deeply") from None
+        flow = flow_from_json(body["flow"], self.app.max_payload)
+        spec = compile_flow(flow, key=body.get("key"))
         workflow = await (await self.backend()).enqueue_workflow(spec)
         return JSON(workflow_dict(workflow), 201)
 
