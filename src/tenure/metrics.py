@@ -237,7 +237,7 @@ class StorageReading:
     """What a scrape reads of storage: its queues, and its workflows by state."""
 
     queues: list[QueueReading]
-    workflows: dict[WorkflowState, int] | None  # None: storage keeps no count (Redis)
+    workflows: dict[WorkflowState, int]
 
 
 async def read_queues(backend: Backend, queues: Sequence[str] | None = None) -> list[QueueReading]:
@@ -247,11 +247,7 @@ async def read_queues(backend: Backend, queues: Sequence[str] | None = None) -> 
 
 
 async def read_storage(backend: Backend, queues: Sequence[str] | None = None) -> StorageReading:
-    try:
-        workflows = await backend.workflow_counts()
-    except NotImplementedError:
-        workflows = None
-    return StorageReading(await read_queues(backend, queues), workflows)
+    return StorageReading(await read_queues(backend, queues), await backend.workflow_counts())
 
 
 class StorageGauges(Collector):
@@ -288,8 +284,6 @@ class StorageGauges(Collector):
             lag.add_metric([r.queue], r.lag)
         yield jobs
         yield lag
-        if reading.workflows is None:
-            return
         workflows = GaugeMetricFamily(
             "tenure_workflows",
             "Workflows in storage, by state (every queue's: the same from every worker).",

@@ -497,3 +497,26 @@ def test_cancelling_a_failed_workflow__ends_it_cancelled_and_a_retry_resumes_not
     backend.retry_dead("default", [claimed["a"].id])
     assert state(backend, jobs["c"]) == State.CANCELLED
     assert backend.get_workflow(wf.id).state == WorkflowState.CANCELLED
+
+
+def test_workflow_counts__follow_each_workflow_to_its_end(backend: Any, worker: str) -> None:
+    run(backend, chain(step("a"), step("b", "other")))
+    run(backend, chain(step("x", "third")))
+    gone, _ = run(backend, chain(step("y", "other")))
+    assert backend.workflow_counts() == {
+        WorkflowState.RUNNING: 3,
+        WorkflowState.COMPLETED: 0,
+        WorkflowState.FAILED: 0,
+        WorkflowState.CANCELLED: 0,
+    }
+    other = register(backend, "worker-2", ("other", "third"))
+    finish(backend, worker, "a")
+    kill(backend, other, "x", ("third",))
+    backend.cancel_workflow(gone.id)
+    finish(backend, other, "b", ("other",))
+    assert backend.workflow_counts() == {
+        WorkflowState.RUNNING: 0,
+        WorkflowState.COMPLETED: 1,
+        WorkflowState.FAILED: 1,
+        WorkflowState.CANCELLED: 1,
+    }

@@ -403,8 +403,8 @@ class Backend(Protocol):
     async def workflow_counts(self) -> dict[WorkflowState, int]:
         """Workflows by state (every state present; ended ones until pruned),
         across queues, for the ``tenure_workflows`` gauge: one count over their
-        records (SQL), never over their steps. NotImplementedError where storage
-        keeps no such count (Redis, for now): the gauge is left out."""
+        records (SQL), never over their steps; Redis: each home queue's count,
+        kept by the scripts that set a record's state."""
 
     async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
         """How many of the queue's dead jobs died of each reason (reasons none

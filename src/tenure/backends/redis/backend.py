@@ -329,9 +329,7 @@ class RedisBackend(DerivedVerbs):
         return await self.parts.operators.dead_counts(check_name("queue", queue))
 
     async def workflow_counts(self) -> dict[WorkflowState, int]:
-        # Counting them would scan every workflow's record: a count per state
-        # kept by the scripts that set a record's state is still to come.
-        raise NotImplementedError("Redis keeps no count of workflows by state yet")
+        return await self.parts.operators.workflow_counts()
 
     async def lag(self, queue: str) -> float:
         return await self.parts.operators.lag(check_name("queue", queue))

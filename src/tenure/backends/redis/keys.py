@@ -48,6 +48,8 @@ Workflows (flows.py, _flow.lua, relay.py), per queue ``q`` too::
     wfkeys          HASH    key= -> id of the running (or pending) workflow that holds it
     wfpending       ZSET    workflows homed here still pending, by created_at: the
                             sweeper drops those older than a minute (a producer died)
+    wfcount         HASH    state -> how many workflows homed here are in it (the
+                            scripts that set a record's state keep it)
 
 A step's job hash also has wf, home (its workflow's home prefix), up (JSON
 upstream ids), may_fail, cancel_reason, pending, blocked, wdelay and wat (its

@@ -32,6 +32,7 @@ from tenure.backends.redis.scripts import INVALID_TRANSITION, Call, Runner, chec
 from tenure.config import QueuePolicy
 from tenure.core.names import NAME_PATTERN
 from tenure.core.states import DeadReason, State
+from tenure.core.workflows import WorkflowState
 from tenure.errors import JobNotFound
 from tenure.job import Job
 
@@ -157,6 +158,21 @@ class Operators:
 
     async def queues(self) -> builtins.list[str]:
         return await self.index.queues()
+
+    async def workflow_counts(self) -> dict[WorkflowState, int]:
+        """Summed over each home queue's count, which its scripts keep."""
+        counts = dict.fromkeys(WorkflowState, 0)
+        queues = await self.index.queues()
+        found = await self.runner.pipeline(
+            [Call.command("HGETALL", self.keys.queue(q) + "wfcount") for q in queues],
+            repeatable=True,
+        )
+        for by_state in found:
+            for state, n in (by_state or {}).items():
+                name = state.decode() if isinstance(state, bytes) else str(state)
+                if name in counts:
+                    counts[WorkflowState(name)] += int(n)
+        return counts
 
     async def get_policy(self, queue: str) -> QueuePolicy:
         raw = await self.runner.command("GET", self.keys.policy(queue), repeatable=True)

@@ -29,6 +29,15 @@ local flow_forgotten = {}  -- workflows deleted (pruned): the caller drops them 
 local function in_key(p, id) return p .. 'in:' .. id end
 local function out_key(p, id) return p .. 'out:' .. id end
 local function wf_key(p, id) return p .. 'wf:' .. id end
+
+-- The home queue's count of its workflows by state (workflow_counts): a
+-- record's state left ``from`` and entered ``to`` (nil: none; a pending or
+-- dropped record is no workflow yet, and is not counted).
+local COUNTED = {running = true, completed = true, failed = true, cancelled = true}
+local function wf_counted(p, from, to)
+  if from and COUNTED[from] then redis.call('HINCRBY', p .. 'wfcount', from, -1) end
+  if to and COUNTED[to] then redis.call('HINCRBY', p .. 'wfcount', to, 1) end
+end
 local function is_wf(id) return string.sub(id, 1, 3) == 'wf-' end
 
 local function words(s)
@@ -148,6 +157,7 @@ local function flow_settle_wf(p, id, rk, by, now)
   local new = 'running'
   if tonumber(f[3]) > 0 then new = 'failed' elseif tonumber(f[2]) == 0 then new = 'completed' end
   if new == f[1] then return end
+  wf_counted(p, f[1], new)
   if new == 'running' then
     redis.call('HSET', rk, 'state', new)
     redis.call('HDEL', rk, 'finished_at')
@@ -168,6 +178,7 @@ local function flow_forget_wf(p, id, rk)
     return
   end
   redis.call('DEL', rk, in_key(p, id), p .. 'wfjobs:' .. id, p .. 'wfgone:' .. id)
+  wf_counted(p, state, nil)
   flow_forgotten[#flow_forgotten + 1] = id
 end
 

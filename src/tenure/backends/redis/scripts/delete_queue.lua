@@ -14,7 +14,7 @@ local active = redis.call('ZCARD', state_key(p, 'active'))
 if active > 0 then return {INVALID_TRANSITION, active} end
 local ids = redis.call('ZRANGE', p .. 'all', 0, tonumber(ARGV[1]) - 1)
 if #ids == 0 then
-  redis.call('DEL', p .. 'ready', p .. 'scheduled', p .. 'leases', p .. 'seq', p .. 'keys',
+  redis.call('DEL', p .. 'ready', p .. 'scheduled', p .. 'leases', p .. 'seq', p .. 'keys', p .. 'wfcount',
     p .. 'holders', p .. 'signal', p .. 'policy', p .. 'events', p .. 'rate',
     p .. RETAINED.completed, p .. RETAINED.dead, p .. 'retained:backfill', p .. 'outbox',
     p .. 'wfkeys', p .. 'wfpending')

@@ -13,6 +13,7 @@ local f = redis.call('HMGET', rk, 'state', 'key')
 if not f[1] or f[1] == 'pending' or f[1] == 'dropped' then return {'', {}} end
 if f[1] == 'running' or f[1] == 'failed' then
   redis.call('HSET', rk, 'state', 'cancelled', 'finished_at', num(clock()))
+  wf_counted(p, f[1], 'cancelled')
   record_event(p, 'workflow_ended', id, flow_data(id, {outcome = 'cancelled'}))
   if f[2] and redis.call('HGET', p .. 'wfkeys', f[2]) == id then
     redis.call('HDEL', p .. 'wfkeys', f[2])

@@ -12,6 +12,7 @@ local p, id = KEYS[1], ARGV[1]
 local rk = wf_key(p, id)
 if redis.call('HGET', rk, 'state') ~= 'pending' then return flow_reply(0) end
 redis.call('HSET', rk, 'state', 'running')
+wf_counted(p, nil, 'running')
 redis.call('ZREM', p .. 'wfpending', id)
 for _, e in ipairs(cjson.decode(redis.call('HGET', rk, 'starts'))) do
   flow_post(p, {p = e[1], d = e[2], k = 'start'})

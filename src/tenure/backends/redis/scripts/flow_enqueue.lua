@@ -38,6 +38,7 @@ if r then
     'created_at', num(now), 'many', r.many and '1' or '0', 'pending', #sinks, 'blocked', 0,
     'sinks', cjson.encode(sinks), 'starts', cjson.encode(r.starts))
   if r.key ~= '' then redis.call('HSET', rk, 'key', r.key) end
+  if w.commit then wf_counted(p, nil, 'running') end
   local ranked = {}
   for i, id in ipairs(r.jobs) do ranked[2 * i - 1], ranked[2 * i] = i, id end
   call_with('ZADD', p .. 'wfjobs:' .. w.wf, ranked)
