@@ -130,3 +130,16 @@ def test_a_dead_step_retried_in_a_cancelled_workflow__wakes_nothing_that_waited(
     assert pg.retry_dead("default", [a.id]) == 1
     assert pg.get(b.id).state == State.CANCELLED
     assert pg.get_workflow(stored.id).state == WorkflowState.CANCELLED
+
+
+def test_a_dead_steps_events__name_its_workflow(pg: SyncBackend) -> None:
+    worker = register(pg, "worker-1")
+    stored = pg.enqueue_workflow(compile_flow(chain(step("a"), step("b"))))
+    [claimed] = pg.claim(worker, ["default"], 10)
+    fatal = decision_for(pg, claimed, Outcome.ERROR, fatal=True)
+    pg.fail(claimed.id, claimed.fence, Outcome.ERROR, "Fail", fatal)
+    events = [e for e in pg.read_events(None, None, 100) if e.job_id == claimed.id]
+    dead = [e for e in events if e.kind == "dead"]
+    assert dead and dead[0].data["workflow"] == stored.id
+    named = {e.kind: e.data.get("workflow") for e in events if e.kind != "started"}
+    assert set(named) == {"enqueued", "dead"} and set(named.values()) == {stored.id}

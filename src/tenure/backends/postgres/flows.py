@@ -39,9 +39,11 @@ CANCEL_TRIES = 50  # a cancel of a workflow gives way to workers' cycles this of
 
 def step_from_row(row: Sequence[Any], history: tuple[Attempt, ...] = ()) -> Job:
     """A job from a row of job_columns then flow_columns (a plain job's are NULL)."""
+    job = job_from_row(row[:COLUMNS], history)
+    if row[COLUMNS] is None:  # a plain job, as most are: nothing more to read
+        return job
     workflow, upstream, may_fail, cancel_reason = row[COLUMNS:]
-    return in_flow(job_from_row(row[:COLUMNS], history), workflow, upstream or (), may_fail,
-                   cancel_reason)  # fmt: skip
+    return in_flow(job, workflow, upstream or (), may_fail, cancel_reason)
 
 
 def restoring(db: Database, ids: Sequence[str]) -> Steps[None]:

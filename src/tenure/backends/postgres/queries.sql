@@ -1074,12 +1074,16 @@ woken AS (SELECT count(pg_notify(%(channel)s, q)) AS n FROM ({flow_queues}) AS d
 
 -- name: one_ended_flow
 -- (one_ended, for the statements that end an attempt dead or cancelled: they
--- end a step's edges, see flow_cascade.)
+-- end a step's edges, see flow_cascade; a step's events name its workflow.)
 {end_attempt},
 {flow_cascade},
 {flow_woken},
 recorded_input AS (
-    SELECT done.queue, e.value->>0 AS kind, done.id AS job_id, e.value->1 AS data, e.ord
+    SELECT done.queue, e.value->>0 AS kind, done.id AS job_id,
+           CASE WHEN done.workflow IS NULL THEN e.value->1
+                ELSE (coalesce(e.value->1, '{}')::jsonb
+                      || jsonb_build_object('workflow', done.workflow))::json END AS data,
+           e.ord
     FROM done, json_array_elements(%(events)s::json) WITH ORDINALITY AS e(value, ord)
     UNION ALL
     {flow_events}
