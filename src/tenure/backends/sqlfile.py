@@ -36,7 +36,8 @@ def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
 def without_comments(text: str) -> str:
     """A block as sent: without its comment lines, trailing comments and indentation."""
     code = (ln.strip() for ln in text.splitlines() if not ln.lstrip().startswith("--"))
-    return "\n".join(_TRAILING_COMMENT.sub("", ln).rstrip() for ln in code)
+    # .strip(): a comment between blocks (a section's heading) leaves no blank line
+    return "\n".join(_TRAILING_COMMENT.sub("", ln).rstrip() for ln in code).strip()
 
 
 def compose(
