@@ -99,6 +99,8 @@ def _upstream() -> list[Any]:
     while True:
         try:
             return tenure.current_job().upstream
+        except tenure.LeaseLost:
+            raise  # this attempt is over: no use waiting
         except Exception:
             if time.monotonic() > give_up:
                 raise
