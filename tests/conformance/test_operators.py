@@ -238,6 +238,7 @@ def test_counts__counts_each_state(backend: Any, worker: str) -> None:
     counts = backend.counts("default")
     assert set(counts) == set(State)
     assert counts == {
+        State.WAITING: 0,
         State.SCHEDULED: 1,
         State.QUEUED: 1,
         State.ACTIVE: 1,

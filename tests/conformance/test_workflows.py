@@ -4,6 +4,7 @@ fenced like it; the same on every backend."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -74,8 +75,13 @@ def kill(backend: Any, worker: str, task: str, queues: tuple[str, ...] = ("defau
 
 
 def kinds(backend: Any, job: Job) -> list[str]:
-    events = backend.read_events(None, None, 1000)
-    return [e.kind for e in events if e.job_id == job.id]
+    """The kinds of the job's events, read to the last (a big group's are many)."""
+    found: list[str] = []
+    after = None
+    while events := backend.read_events(None, after, 1000):
+        found += [e.kind for e in events if e.job_id == job.id]
+        after = events[-1].id
+    return found
 
 
 # -- the graph ------------------------------------------------------------------
@@ -161,7 +167,7 @@ def test_a_steps_delay__counts_from_its_release(backend: Any, worker: str) -> No
 def test_a_stale_attempt__releases_nothing(backend: Any, worker: str) -> None:
     _, jobs = run(backend, chain(step("a"), step("b")))
     first = take(backend, worker, "a")
-    retry = decision_for(backend, first, Outcome.ERROR)
+    retry = decision_for(backend, first, Outcome.ERROR, retry_in=0)  # queued again at once
     backend.fail(first.id, first.fence, Outcome.ERROR, "boom", retry)
     second = take(backend, worker, "a")
     with pytest.raises(LeaseLost):
@@ -359,7 +365,8 @@ def test_a_spawn_from_a_sink__adds_to_the_workflows_result(backend: Any, worker:
 def test_a_stale_spawn__is_refused_and_a_plain_jobs_too(backend: Any, worker: str) -> None:
     run(backend, chain(step("a"), step("b")))
     first = take(backend, worker, "a")
-    backend.fail(first.id, first.fence, Outcome.ERROR, "x", decision_for(backend, first))
+    again = decision_for(backend, first, retry_in=0)  # queued again at once
+    backend.fail(first.id, first.fence, Outcome.ERROR, "x", again)
     take(backend, worker, "a")
     with pytest.raises(LeaseLost):
         backend.spawn(first.id, first.fence, 1, compile_flow(step("x")))
@@ -414,3 +421,36 @@ def test_retention__prunes_a_finished_workflow_with_its_last_job(backend: Any, w
     assert backend.prune(100) == 2
     with pytest.raises(JobNotFound):
         backend.get_workflow(wf.id)
+
+
+def _bad_graphs(stored: Job) -> list[WorkflowSpec]:
+    """Graphs that name steps wrongly, or reuse ids (``stored``: a job's)."""
+    good = compile_flow(chain(step("a"), step("b")))
+    a, b = good.steps
+    later = dataclasses.replace(a, upstream=(1,))  # waits for a step after it
+    itself = dataclasses.replace(b, upstream=(1,))
+    twice = dataclasses.replace(b, upstream=(0, 0))
+    same_id = dataclasses.replace(b, spec=dataclasses.replace(b.spec, id=a.spec.id))
+    taken = dataclasses.replace(b, spec=dataclasses.replace(b.spec, id=stored.id))
+    return [
+        WorkflowSpec(good.id, None, (later, b), (1,), False),
+        WorkflowSpec(good.id, None, (a, itself), (1,), False),
+        WorkflowSpec(good.id, None, (a, twice), (1,), False),
+        WorkflowSpec(good.id, None, (a, same_id), (1,), False),
+        WorkflowSpec(good.id, None, (a, taken), (1,), False),
+        WorkflowSpec(good.id, None, (a, b), (), False),
+        WorkflowSpec(good.id, None, (a, b), (1, 1), False),
+        WorkflowSpec(good.id, None, (), (), False),
+    ]
+
+
+def test_bad_graphs_and_reused_ids__are_invalid_and_store_nothing(backend: Any) -> None:
+    stored = enqueue_one(backend, "plain")
+    for bad in _bad_graphs(stored):
+        with pytest.raises(InvalidInput):
+            backend.enqueue_workflow(bad)
+    assert nonzero_counts(backend) == {State.QUEUED: 1}
+    first, _ = run(backend, chain(step("a")))
+    with pytest.raises(InvalidInput):  # its id again, with fresh steps
+        backend.enqueue_workflow(compile_flow(chain(step("b")), workflow_id=first.id))
+    assert nonzero_counts(backend) == {State.QUEUED: 2}

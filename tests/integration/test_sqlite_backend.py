@@ -27,6 +27,7 @@ from tenure.backends.sqlite import SQLiteBackend, rescue
 from tenure.backends.sqlite.claiming import _claimable
 from tenure.backends.sqlite.opening import MIGRATIONS
 from tenure.cli import cli
+from tenure.core.workflows import Step, chain, compile_flow
 from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import JobSpec
 
@@ -37,6 +38,7 @@ EXPECTED_TABLES = {
         "key", "attempts", "stalls", "max_attempts", "timeout", "fence", "worker", "lease_ttl",
         "lease_expires_at", "result", "error", "dead_reason", "progress", "finished_at",
         "started_at", "recovered_from", "cancel_requested", "traceparent", "budget_from",
+        "workflow",
     ],
     "attempts": [
         "job_id", "fence", "attempt", "worker", "started_at", "ended_at", "outcome", "error",
@@ -46,10 +48,18 @@ EXPECTED_TABLES = {
     "schema_migrations": ["version", "name", "applied_at"],
     "events": ["id", "n", "queue", "kind", "at", "jobs", "data", "kinds"],
     "schedules": ["queue", "name", "tick", "job_id"],
+    "workflows": [
+        "id", "key", "state", "created_at", "finished_at", "many", "pending", "blocked",
+    ],
+    "steps": [
+        "job_id", "may_fail", "pending", "blocked", "delay", "cancel_reason", "spawns",
+        "spawned_by", "spawn_seq",
+    ],
+    "edges": ["dependent", "ord", "upstream", "state"],
 }  # fmt: skip
 EXPECTED_INDEXES = {
     "jobs_key", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_worker", "jobs_queue_state",
-    "jobs_finished",
+    "jobs_finished", "jobs_workflow", "workflows_key", "steps_spawned", "edges_upstream",
 }  # fmt: skip
 
 
@@ -499,6 +509,29 @@ def test_a_released_job__wakes_the_idle_workers_of_its_queue(sqlite_url, open_ba
     started = time.monotonic()
     idle.wait_for_jobs(["default"], 10.0)
     assert time.monotonic() - started < 5.0  # woken by the release, not timed out at 10 s
+
+
+def test_a_released_step__wakes_the_idle_workers_from_the_cycle_too(sqlite_url, open_backend):
+    """The worker's cycle runs on the loop's own connection (its fast path): the
+    step its completion releases rings the bells once it commits."""
+    worker, idle = open_backend(sqlite_url), open_backend(sqlite_url)
+    idle.register_worker(WorkerInfo("w-idle", "host", 1, ("default",)))  # its bell
+    worker.register_worker(WorkerInfo("w-1", "host", 1, ("default",)))
+    flow = compile_flow(chain(*(Step(JobSpec.create(t, {})) for t in ("a", "b", "c"))))
+    worker.enqueue_workflow(flow)
+    idle.wait_for_jobs(["default"], 10.0)  # the enqueue's wake-up, spent here
+    [a] = worker.claim("w-1", ["default"], 1)
+    worker.complete(a.id, a.fence, "a")  # on the backend's thread
+    started = time.monotonic()
+    idle.wait_for_jobs(["default"], 10.0)
+    assert time.monotonic() - started < 5.0  # woken by the release, not timed out at 10 s
+    [b] = worker.claim("w-1", ["default"], 1)
+    assert worker.inner.db.fast is not None
+    worker.complete_and_claim([(b.id, b.fence, b'"b"')], "w-1", ["default"], 0)
+    started = time.monotonic()
+    idle.wait_for_jobs(["default"], 10.0)
+    assert time.monotonic() - started < 5.0
+    assert worker.get(flow.steps[2].spec.id).state == "queued"
 
 
 def test_a_prune__goes_in_transactions_of_at_most_prune_tx_jobs(

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tenure.core.ids import new_job_id, new_job_ids
-from tenure.core.names import check_key, shown
+from tenure.core.names import check_job_id, check_key, shown
 from tenure.core.states import DeadReason, Name
 from tenure.errors import InvalidInput
 
@@ -248,6 +248,45 @@ def compile_flow(
             f"steps makes n*m), more than {MAX_EDGES}: put one step between them"
         )
     return spec
+
+
+def check_graph(spec: WorkflowSpec, max_payload: int) -> None:
+    """InvalidInput unless ``spec`` is a graph storage can keep as it is: its
+    id a job id, each step's spec valid and without key, ids unique (and not
+    the workflow's), each upstream index that of an earlier step, at most once,
+    and each sink that of a step, at most once. Every backend checks it
+    before it stores anything."""
+    from tenure.job import check_specs
+
+    if not isinstance(spec, WorkflowSpec):
+        raise InvalidInput(f"a workflow's graph is a WorkflowSpec, got {shown(spec)}")
+    check_job_id(spec.id)
+    check_key(spec.key)
+    steps = spec.steps
+    if not 0 < len(steps) <= MAX_STEPS:
+        raise InvalidInput(f"a workflow has 1 to {MAX_STEPS} steps, got {len(steps)}")
+    check_specs([s.spec for s in steps], max_payload)
+    ids = {s.spec.id for s in steps}
+    if len(ids) < len(steps) or spec.id in ids:
+        raise InvalidInput(f"workflow {spec.id}: two of its steps, or it and a step, share an id")
+    for i, s in enumerate(steps):
+        if s.spec.key is not None:
+            raise InvalidInput(f"step {i} of workflow {spec.id} has a key: steps take none")
+        _check_indexes(f"step {i}'s upstream", s.upstream, i)
+    if not spec.sinks:
+        raise InvalidInput(f"workflow {spec.id} has no sink: its result would be no step's")
+    _check_indexes("the sinks", spec.sinks, len(steps))
+    if spec.edges() > MAX_EDGES:
+        raise InvalidInput(f"a workflow has at most {MAX_EDGES} edges, got {spec.edges()}")
+
+
+def _check_indexes(what: str, indexes: object, below: int) -> None:
+    if not isinstance(indexes, tuple) or not all(
+        type(i) is int and 0 <= i < below for i in indexes
+    ):
+        raise InvalidInput(f"{what} must be indexes of steps before {below}: {shown(indexes)}")
+    if len(set(indexes)) < len(indexes):
+        raise InvalidInput(f"{what} name a step twice: {shown(indexes)}")
 
 
 def _ends_many(flow: Flow) -> bool:

@@ -48,6 +48,7 @@ from tenure.backends.sqlite.database import Database
 from tenure.backends.sqlite.doorbells import Doorbells
 from tenure.backends.sqlite.enqueue import Enqueue
 from tenure.backends.sqlite.events import EventReader, event_cursor
+from tenure.backends.sqlite.graphs import Workflows
 from tenure.backends.sqlite.liveness import WorkerLocks, Workers
 from tenure.backends.sqlite.opening import LATEST
 from tenure.backends.sqlite.operators import Operators
@@ -61,9 +62,13 @@ from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
+from tenure.core.values import check_integer
+from tenure.core.workflows import Workflow, WorkflowSpec, check_graph
 from tenure.job import Job, JobSpec, check_specs
 
 __all__ = ["SQLiteBackend"]
+
+MAX_SPAWNS = 2**31  # a spawn's seq: numbered from 1, per job
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,7 @@ class Parts:
     events: EventReader
     callers: CallerTransactions  # enqueue in a caller's transaction
     effects: HandlerTransactions  # a handler's own transaction
+    workflows: Workflows
 
     @classmethod
     def of(cls, db: Database, locks: WorkerLocks, *, max_payload: int) -> Parts:
@@ -97,6 +103,7 @@ class Parts:
             events=events,
             callers=CallerTransactions(db, enqueue, LATEST),
             effects=HandlerTransactions(db, claiming.completing, max_payload),
+            workflows=Workflows(db, clock),
         )
 
 
@@ -184,6 +191,30 @@ class SQLiteBackend(DerivedVerbs):
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         await self.doorbells.wait(timeout)
+
+    # -- workflows ---------------------------------------------------------
+
+    async def enqueue_workflow(self, spec: WorkflowSpec) -> Workflow:
+        check_graph(spec, self.max_payload)
+        return await self.db.run(self.parts.workflows.enqueue_workflow, spec)
+
+    async def spawn(self, job_id: str, fence: int, seq: int, spec: WorkflowSpec) -> list[Job]:
+        check_job_id(job_id)
+        check_integer("seq", seq, 1, MAX_SPAWNS)
+        check_graph(spec, self.max_payload)
+        return await self.db.run(self.parts.workflows.spawn, job_id, fence, seq, spec)
+
+    async def get_workflow(self, workflow_id: str) -> Workflow:
+        check_job_id(workflow_id)
+        return await self.db.run(self.parts.workflows.get_workflow, workflow_id)
+
+    async def cancel_workflow(self, workflow_id: str) -> Workflow:
+        check_job_id(workflow_id)
+        return await self.db.run(self.parts.workflows.cancel_workflow, workflow_id)
+
+    async def get_many(self, job_ids: Sequence[str]) -> builtins.list[Job]:
+        ids = check_job_ids(job_ids) or []
+        return await self.db.run(self.parts.workflows.get_many, ids) if ids else []
 
     # -- lease holders -----------------------------------------------------
 

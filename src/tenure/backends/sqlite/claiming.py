@@ -17,6 +17,7 @@ import orjson
 from tenure.backends.base import LeaseRef
 from tenure.backends.checks import claim_limit
 from tenure.backends.rows import JOB_COLUMNS, job_from_row
+from tenure.backends.sqlite import workflows
 from tenure.backends.sqlite.database import Busy, Database
 from tenure.backends.sqlite.events import Pending, record_job
 from tenure.backends.sqlite.queries import Q
@@ -136,10 +137,14 @@ class Claiming:
         # A queue whose claims found its events off records none (its policy is
         # read by every claim): completing costs nothing more there.
         off = self._events_off
-        pending.events += [(q, EventKind.COMPLETED, i, None) for i, _, q in done if q not in off]
-        if self._limited and any(q in self._limited for _, _, q in done):
+        pending.events += [(q, EventKind.COMPLETED, i, wf and {"workflow": wf})
+                           for i, _, q, wf in done if q not in off]  # fmt: skip
+        steps = [i for i, _, _, wf in done if wf is not None]
+        if steps:  # a workflow's: its dependents move in this transaction
+            workflows.settle(conn, now, pending, completed=steps)
+        if pending.queued or (self._limited and any(q in self._limited for _, _, q, _ in done)):
             self.db.ring(conn)
-        return {(i, f) for i, f, _ in items} - {(i, f) for i, f, _ in done}
+        return {(i, f) for i, f, _ in items} - {(i, f) for i, f, _, _ in done}
 
     def _claiming(
         self,
@@ -178,6 +183,11 @@ class Claiming:
         rank = {seq: i for i, (seq, _) in enumerate(rows)}  # back in claim order
         taken.sort(key=lambda row: rank[row[SEQ]])
         jobs = [job_from_row(row[:SEQ]) for row in taken]
+        steps = {
+            j.id: (j, row[-1]) for j, row in zip(jobs, taken, strict=True) if row[-1] is not None
+        }
+        if steps:  # a workflow's: with its upstream, for get_many
+            workflows.in_flows(conn, steps)
         _took_from_buckets(conn, policies, jobs, now)
         off = {q for q, p in policies.items() if not p.events}
         self._events_off = (self._events_off - policies.keys()) | off
@@ -220,7 +230,7 @@ class Claiming:
         now, pending = self.clock.now(), Pending()
         with self.db.tx() as conn:
             if self.completing(conn, now, [(job_id, fence, payload)], pending):
-                _refused(conn, job_id, fence)
+                refused(conn, job_id, fence)
             pending.record(conn, now)
 
     def fail(
@@ -251,11 +261,21 @@ class Claiming:
             if ending is not None:  # first: it reads the attempt from the job
                 outcome, error, now = ending
                 conn.execute(Q["end_attempts"], (now, outcome, error, listed(job_id, fence)))
-            if conn.execute(sql, params).rowcount == 0:
-                if ending is None or not _cancelled(conn, job_id, fence, error, now):
-                    _refused(conn, job_id, fence)
+            cur = conn.execute(sql, params)
+            ended = cur.fetchall()  # [(workflow,)] when it ended the job (bury, end_cancelled)
+            if cur.rowcount == 0:
+                if ending is not None:
+                    ended = conn.execute(Q["end_cancelled"], (error, now, job_id, fence)).fetchall()
+                if not ended:
+                    refused(conn, job_id, fence)
                 events = failure_events(outcome, CANCELLED, rescued=False)
-            record_job(conn, self.clock.now() if ending is None else ending[2], job_id, events)
+            now = self.clock.now() if ending is None else ending[2]
+            workflow = ended[0][0] if ended else None
+            if workflow is not None:
+                events = [(k, d and {**d, "workflow": workflow}) for k, d in events]
+            record_job(conn, now, job_id, events)
+            if workflow is not None:  # a workflow's step ended: what waits on it moves
+                end_steps(self.db, conn, now, [job_id])
             if sql is Q["release"] or sql is Q["requeue"]:  # queued again: wake the idle
                 self.db.ring(conn)
 
@@ -279,7 +299,7 @@ def _bucket(conn: sqlite3.Connection, policy: QueuePolicy, queue: str, now: floa
     return limits.refilled(policy, tokens, at, now)
 
 
-def _refused(conn: sqlite3.Connection, job_id: str, fence: int) -> NoReturn:
+def refused(conn: sqlite3.Connection, job_id: str, fence: int) -> NoReturn:
     """Why a fence-checked write touched nothing: JobNotFound or LeaseLost."""
     if conn.execute(Q["job_exists"], (job_id,)).fetchone() is None:
         raise JobNotFound(f"no job with id {job_id!r}")
@@ -289,12 +309,14 @@ def _refused(conn: sqlite3.Connection, job_id: str, fence: int) -> NoReturn:
     )
 
 
-def _cancelled(
-    conn: sqlite3.Connection, job_id: str, fence: int, error: str | None, now: float
-) -> bool:
-    """Whether the job, held with ``fence``, was cancelled while it ran (the
-    write that ended its attempt refused it): then it is, now."""
-    return conn.execute(Q["end_cancelled"], (error, now, job_id, fence)).rowcount > 0
+def end_steps(db: Database, conn: sqlite3.Connection, now: float, job_ids: list[str]) -> None:
+    """Workflows' steps ended dead or cancelled: what waits on them moves, in
+    this transaction, after their own events."""
+    pending = Pending()
+    workflows.settle(conn, now, pending, ended=job_ids)
+    pending.record(conn, now)
+    if pending.queued:
+        db.ring(conn)
 
 
 def listed(job_id: str, fence: int) -> bytes:

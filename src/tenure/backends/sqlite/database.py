@@ -65,7 +65,9 @@ class Database:
         self.fast: sqlite3.Connection | None = None
         self._full = False  # a write found the disk full once: keep the WAL small
         self._small_wal: set[sqlite3.Connection] = set()  # connections that do
-        self._to_ring: list[str] = []
+        # The workers to wake once a connection's transaction commits (rung by
+        # the main thread's ringer, or on a socket of its own from another thread).
+        self._to_ring: dict[sqlite3.Connection, list[str]] = {}
         self.blocked_at = -SETTLE  # when a transaction last waited for, or held, the lock long
 
     @property
@@ -94,7 +96,7 @@ class Database:
         connection (``fast``), a write lock held elsewhere raises Busy at once
         instead of waiting."""
         conn = self.conn if conn is None else conn
-        main = conn is self._conn  # the only connection whose transactions ring doorbells
+        main = conn is self._conn  # on the backend's thread: its transactions may wait
         asked = time.monotonic()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -109,21 +111,29 @@ class Database:
         except BaseException:
             with contextlib.suppress(sqlite3.Error):  # a failed commit may have ended it
                 conn.rollback()
-            if main:
-                self._to_ring = []
+            self.ended(conn, committed=False)
             raise
         finally:
             ended = time.monotonic()
             if began - asked > BLOCKED or ended - began > BLOCKED:
                 self.blocked_at = ended
-        to_ring, self._to_ring = (self._to_ring, []) if main else ([], self._to_ring)
-        self.doorbells.ring(to_ring)
+        self.ended(conn, committed=True)
         if self._full and conn not in self._small_wal:
             self._keep_wal_small(conn)
 
     def ring(self, conn: sqlite3.Connection) -> None:
         """After this transaction commits, wake the idle workers (see doorbells.py)."""
-        self._to_ring = [w for (w,) in conn.execute(Q["worker_ids"])]
+        self._to_ring[conn] = [w for (w,) in conn.execute(Q["worker_ids"])]
+
+    def ended(self, conn: sqlite3.Connection, *, committed: bool) -> None:
+        """The transaction on ``conn`` ended: ring the bells it asked for, if it
+        committed (from another thread than the backend's, on a socket of its own)."""
+        to_ring = self._to_ring.pop(conn, None)
+        if to_ring and committed:
+            if conn is self._conn:
+                self.doorbells.ring(to_ring)
+            else:
+                self.doorbells.ring_once(to_ring)
 
     def _keep_wal_small(self, conn: sqlite3.Connection) -> None:
         """Writes pass again after the disk was full: from now on, checkpoint this

@@ -70,10 +70,12 @@ def record(
 class Pending:
     """What a transaction records as it ends: its events, and the queues whose
     policy it read and found recording them (their rows are written without
-    reading it again)."""
+    reading it again); whether it queued jobs (a workflow's steps released),
+    for which idle workers are woken once it commits."""
 
     events: list[Row] = field(default_factory=list)
     on: set[str] = field(default_factory=set)
+    queued: bool = False
 
     def record(self, conn: sqlite3.Connection, now: float) -> None:
         record(conn, now, self.events, self.on)

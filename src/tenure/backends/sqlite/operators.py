@@ -14,8 +14,10 @@ import orjson
 from tenure.backends.base import Page
 from tenure.backends.checks import not_cancellable, queue_busy
 from tenure.backends.rows import attempt_from_row, job_from_row
+from tenure.backends.sqlite import workflows
+from tenure.backends.sqlite.claiming import end_steps
 from tenure.backends.sqlite.database import Database
-from tenure.backends.sqlite.events import record, record_job
+from tenure.backends.sqlite.events import Pending, Row, record_job
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
 from tenure.core.clock import Clock
@@ -35,8 +37,13 @@ class Operators:
     def cancel(self, job_id: str) -> Job:
         now = self.clock.now()
         with self.db.tx() as conn:
-            if conn.execute(Q["cancel"], (now, job_id)).rowcount > 0:
-                record_job(conn, now, job_id, [(EventKind.CANCELLED, None)])
+            cancelled = conn.execute(Q["cancel"], (now, job_id)).fetchall()
+            if cancelled:
+                [(workflow,)] = cancelled
+                data = None if workflow is None else {"workflow": workflow}
+                record_job(conn, now, job_id, [(EventKind.CANCELLED, data)])
+                if workflow is not None:  # a workflow's step: what waits on it moves
+                    end_steps(self.db, conn, now, [job_id])
             elif conn.execute(Q["request_cancel"], (job_id,)).rowcount == 0:
                 raise not_cancellable(self._get(conn, job_id))
             return self._get(conn, job_id)
@@ -52,6 +59,7 @@ class Operators:
         """Retry or purge (``verb``: retry_dead or purge_dead) the queue's dead
         jobs, or those of ``job_ids``; each moved row gives (id, attempts)."""
         kind = EventKind.RETRIED if verb == "retry_dead" else EventKind.PURGED
+        now = self.clock.now()
         with self.db.tx() as conn:
             if job_ids is None:
                 moved = conn.execute(Q[f"{verb}_all"], (*head, queue)).fetchall()
@@ -60,8 +68,14 @@ class Operators:
                 moved = [r for j in job_ids for r in conn.execute(one, (*head, queue, j))]
             if moved and verb == "retry_dead":
                 self.db.ring(conn)
-            events = [(queue, kind, i, data and {**data, "attempts": n}) for i, n in moved]
-            record(conn, self.clock.now(), events)
+            events: list[Row] = [
+                (queue, kind, i, data and {**data, "attempts": n}) for i, n, _ in moved
+            ]
+            pending = Pending(events)
+            steps = [i for i, _, wf in moved if wf is not None]
+            if steps and verb == "retry_dead":  # what their failure cancelled waits again
+                workflows.settle(conn, now, pending, restored=steps)
+            pending.record(conn, now)
             return len(moved)
 
     def delete_queue(self, queue: str) -> int:
@@ -80,11 +94,14 @@ class Operators:
         return self._get(self.db.conn, job_id)
 
     def _get(self, conn: sqlite3.Connection, job_id: str) -> Job:
-        row = conn.execute(Q["get_job"], (job_id,)).fetchone()
+        row = conn.execute(Q["get_job_in_flow"], (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(f"no job with id {job_id!r}")
         history = tuple(attempt_from_row(r) for r in conn.execute(Q["get_history"], (job_id,)))
-        return job_from_row(row, history)
+        job = job_from_row(row[:-1], history)
+        if row[-1] is not None:
+            workflows.in_flows(conn, {job_id: (job, row[-1])})
+        return job
 
     def match_ids(self, bounds: tuple[str, str], prefix: str, limit: int) -> builtins.list[str]:
         """Ids that start with ``prefix`` (between ``bounds``), up to ``limit``."""
@@ -100,7 +117,7 @@ class Operators:
                 params.append(value)
         sql = Q["list_jobs"].replace("{where}", f"WHERE {' AND '.join(where)}" if where else "")
         rows = self.db.conn.execute(sql, (*params, limit + 1)).fetchall()
-        jobs = [job_from_row(r[1:]) for r in rows[:limit]]
+        jobs = workflows.jobs_of(self.db.conn, [r[1:] for r in rows[:limit]])
         cursor = str(rows[limit - 1][0]) if len(rows) > limit else None
         return Page(jobs, cursor)
 

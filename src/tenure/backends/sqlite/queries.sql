@@ -79,7 +79,7 @@ SET state = 'active', fence = fence + 1, attempts = attempts + 1, worker = ?1,
     started_at = ?2
 FROM json_each(?3) AS t
 WHERE jobs.seq = t.value ->> 0 AND jobs.state = 'queued'
-RETURNING {job_columns}, seq
+RETURNING {job_columns}, seq, workflow
 
 -- name: renew_leases
 -- The leases one worker presents (a JSON array of [id, fence]), in one
@@ -100,13 +100,14 @@ UPDATE jobs SET progress = ? WHERE id = ? AND fence = ? AND state = 'active'
 
 -- name: complete_each
 -- active -> completed for the leases ?2 lists (a JSON array of [id, fence,
--- result]) that are still held, in one statement; returns those completed.
+-- result]) that are still held, in one statement; returns those completed,
+-- each with its workflow (NULL: a plain job).
 UPDATE jobs
 SET state = 'completed', result = t.value -> 2, finished_at = ?1, worker = NULL,
     lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
 FROM json_each(?2) AS t
 WHERE jobs.id = t.value ->> 0 AND jobs.fence = t.value ->> 1 AND jobs.state = 'active'
-RETURNING jobs.id, jobs.fence, jobs.queue
+RETURNING jobs.id, jobs.fence, jobs.queue, jobs.workflow
 
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core.
@@ -119,19 +120,21 @@ SET state = ?, run_at = coalesce(?, run_at), error = ?, stalls = stalls + ?, wor
 WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
 
 -- name: bury
--- active -> dead, as decided by tenure.core.
+-- active -> dead, as decided by tenure.core; returns the job's workflow.
 UPDATE jobs
 SET state = 'dead', dead_reason = ?, error = ?, stalls = stalls + ?, finished_at = ?,
     worker = NULL, lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
 WHERE id = ? AND fence = ? AND state = 'active' AND NOT cancel_requested
+RETURNING workflow
 
 -- name: end_cancelled
 -- active -> cancelled: the job was cancelled while its attempt ran, and that
--- attempt ended other than completed.
+-- attempt ended other than completed. Returns the job's workflow.
 UPDATE jobs
 SET state = 'cancelled', error = coalesce(?, error), finished_at = ?, worker = NULL,
     lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
 WHERE id = ? AND fence = ? AND state = 'active'
+RETURNING workflow
 
 -- name: release
 -- active -> queued without penalty, in its place in line: the attempt is
@@ -226,8 +229,10 @@ SELECT min(run_at) FROM (
 )
 
 -- name: cancel
+-- Returns the job's workflow.
 UPDATE jobs SET state = 'cancelled', finished_at = ?
-WHERE id = ? AND state IN ('scheduled', 'queued')
+WHERE id = ? AND state IN ('waiting', 'scheduled', 'queued')
+RETURNING workflow
 
 -- name: request_cancel
 -- An active job's cancel: its worker learns it from its heartbeat (renew_leases).
@@ -236,24 +241,25 @@ UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND state = 'active'
 -- name: retry_dead_all
 -- OR IGNORE: a dead job whose key= now belongs to an unfinished job stays dead.
 -- Its attempts keep counting; its budget counts from here (budget_from).
+-- Each retried (and each purged, below) with its attempts and workflow.
 UPDATE OR IGNORE jobs
 SET state = 'queued', budget_from = attempts, stalls = 0, dead_reason = NULL,
     finished_at = NULL, run_at = ?
 WHERE queue = ? AND state = 'dead'
-RETURNING id, attempts
+RETURNING id, attempts, workflow
 
 -- name: retry_dead_one
 UPDATE OR IGNORE jobs
 SET state = 'queued', budget_from = attempts, stalls = 0, dead_reason = NULL,
     finished_at = NULL, run_at = ?
 WHERE queue = ? AND state = 'dead' AND id = ?
-RETURNING id, attempts
+RETURNING id, attempts, workflow
 
 -- name: purge_dead_all
-DELETE FROM jobs WHERE queue = ? AND state = 'dead' RETURNING id, attempts
+DELETE FROM jobs WHERE queue = ? AND state = 'dead' RETURNING id, attempts, workflow
 
 -- name: purge_dead_one
-DELETE FROM jobs WHERE queue = ? AND state = 'dead' AND id = ? RETURNING id, attempts
+DELETE FROM jobs WHERE queue = ? AND state = 'dead' AND id = ? RETURNING id, attempts, workflow
 
 -- name: delete_queue_attempts
 DELETE FROM attempts WHERE job_id IN (SELECT id FROM jobs WHERE queue = ?)
@@ -276,6 +282,16 @@ DELETE FROM queues WHERE name = ?
 -- name: get_job
 SELECT {job_columns} FROM jobs WHERE id = ?
 
+-- name: get_job_in_flow
+-- get_job, with the job's workflow (NULL: a plain job).
+SELECT {job_columns}, workflow FROM jobs WHERE id = ?
+
+-- name: get_many
+-- The jobs ?1 lists (a JSON array of ids), in its order, each with its workflow.
+SELECT {job_columns}, workflow FROM (
+    SELECT jobs.*, t.key AS asked FROM json_each(?1) AS t JOIN jobs ON jobs.id = t.value
+) ORDER BY asked
+
 -- name: get_history
 -- The ended attempts, then the running one (kept on the job until it ends).
 SELECT attempt, fence, worker, started_at, ended_at, outcome, error
@@ -288,7 +304,7 @@ ORDER BY fence
 
 -- name: list_jobs
 -- {where} is built from fixed fragments; values stay parameters.
-SELECT seq, {job_columns} FROM jobs {where} ORDER BY seq DESC LIMIT ?
+SELECT seq, {job_columns}, workflow FROM jobs {where} ORDER BY seq DESC LIMIT ?
 
 -- name: counts
 SELECT state, count(*) FROM jobs WHERE queue = ? GROUP BY state
@@ -392,3 +408,152 @@ DELETE FROM events WHERE id IN (
 SELECT id FROM jobs
 WHERE id >= ?1 AND id < ?2 AND substr(id, 1, length(?3)) = ?3
 ORDER BY id LIMIT ?4
+
+-- Workflows (tenure.core.workflows; the Python that moves them: workflows.py).
+-- A JSON array parameter lists the rows a statement reads or writes.
+
+-- name: workflow_by_key
+SELECT id FROM workflows WHERE key = ? AND state = 'running' LIMIT 1
+
+-- name: insert_workflow
+-- pending: how many sinks it has (each an edge to it, none done yet).
+INSERT INTO workflows (id, key, state, created_at, many, pending)
+VALUES (?, ?, 'running', ?, ?, ?)
+
+-- name: insert_step_job
+-- A step's job (its id must be new: a step is never a job stored already).
+INSERT INTO jobs (id, queue, task, args, state, priority, run_at, created_at,
+                  max_attempts, timeout, traceparent, workflow)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: insert_step
+INSERT INTO steps (job_id, may_fail, pending, delay, spawned_by, spawn_seq)
+VALUES (?, ?, ?, ?, ?, ?)
+
+-- name: insert_edge
+-- dependent, ord, upstream
+INSERT INTO edges (dependent, ord, upstream) VALUES (?, ?, ?)
+
+-- name: steps_may_fail
+-- Those of the steps ?1 lists whose dependents run even if they fail.
+SELECT job_id FROM steps WHERE job_id IN (SELECT value FROM json_each(?1)) AND may_fail
+
+-- name: move_edges
+-- The edges from the steps ?3 lists in state ?2 move to state ?1 (through
+-- edges_upstream: the edges of the steps that moved, none else); each gives
+-- its dependent and upstream.
+UPDATE edges SET state = ?1
+WHERE state = ?2 AND upstream IN (SELECT value FROM json_each(?3))
+RETURNING dependent, upstream
+
+-- name: count_steps
+-- The fan-in's counters of the steps ?1 lists, as [job_id, pending change,
+-- blocked change]; each gives its counters now. Ids of no step (a workflow's,
+-- for a sink's edge) are passed over.
+UPDATE steps SET pending = pending + (t.value ->> 1), blocked = blocked + (t.value ->> 2)
+FROM json_each(?1) AS t
+WHERE steps.job_id = t.value ->> 0
+RETURNING job_id, pending, blocked
+
+-- name: count_workflows
+-- count_steps, for workflows (their sinks' edges); each gives its state too.
+UPDATE workflows SET pending = pending + (t.value ->> 1), blocked = blocked + (t.value ->> 2)
+FROM json_each(?1) AS t
+WHERE workflows.id = t.value ->> 0
+RETURNING id, state, pending, blocked
+
+-- name: set_workflow_state
+UPDATE workflows SET state = ?, finished_at = ? WHERE id = ?
+
+-- name: release_steps
+-- waiting -> queued, or scheduled when its delay (counted from now, ?1) or
+-- its run_at is later, for those of the steps ?2 lists that wait for nothing.
+UPDATE jobs
+SET state = CASE WHEN max(jobs.run_at, ?1 + steps.delay) > ?1 THEN 'scheduled' ELSE 'queued' END,
+    run_at = max(jobs.run_at, ?1 + steps.delay)
+FROM steps
+WHERE steps.job_id = jobs.id AND jobs.id IN (SELECT value FROM json_each(?2))
+  AND jobs.state = 'waiting' AND steps.pending = 0 AND steps.blocked = 0
+RETURNING jobs.id, jobs.queue, jobs.state, jobs.workflow
+
+-- name: cancel_blocked_steps
+-- waiting -> cancelled at ?1, for those of the steps ?2 lists with a failed
+-- edge (then mark_upstream_failed).
+UPDATE jobs SET state = 'cancelled', finished_at = ?1
+FROM steps
+WHERE steps.job_id = jobs.id AND jobs.id IN (SELECT value FROM json_each(?2))
+  AND jobs.state = 'waiting' AND steps.blocked > 0
+RETURNING jobs.id, jobs.queue, jobs.workflow
+
+-- name: mark_upstream_failed
+-- Why the steps ?1 lists were cancelled; each gives whether it may fail.
+UPDATE steps SET cancel_reason = 'upstream_failed'
+WHERE job_id IN (SELECT value FROM json_each(?1))
+RETURNING job_id, may_fail
+
+-- name: restore_steps
+-- cancelled -> waiting, for those of the steps ?1 lists that were cancelled
+-- because an upstream step failed and have no failed edge left, unless their
+-- workflow was cancelled (then clear_cancel_reason).
+UPDATE jobs SET state = 'waiting', finished_at = NULL
+FROM steps, workflows
+WHERE steps.job_id = jobs.id AND workflows.id = jobs.workflow
+  AND jobs.id IN (SELECT value FROM json_each(?1)) AND jobs.state = 'cancelled'
+  AND steps.cancel_reason = 'upstream_failed' AND steps.blocked = 0
+  AND workflows.state <> 'cancelled'
+RETURNING jobs.id, jobs.queue, jobs.workflow
+
+-- name: clear_cancel_reason
+UPDATE steps SET cancel_reason = NULL WHERE job_id IN (SELECT value FROM json_each(?1))
+
+-- name: job_queue
+SELECT queue FROM jobs WHERE id = ?
+
+-- name: step_fields
+-- Of the steps ?1 lists: whether each may fail, and why it was cancelled.
+SELECT job_id, may_fail, cancel_reason FROM steps
+WHERE job_id IN (SELECT value FROM json_each(?1))
+
+-- name: step_upstreams
+-- The upstream steps of the steps ?1 lists, each's in order (through edges' key).
+SELECT dependent, upstream FROM edges
+WHERE dependent IN (SELECT value FROM json_each(?1))
+ORDER BY dependent, ord
+
+-- name: get_workflow
+SELECT id, state, created_at, finished_at, key, many FROM workflows WHERE id = ?
+
+-- name: workflow_sinks
+SELECT upstream FROM edges WHERE dependent = ? ORDER BY ord
+
+-- name: workflow_jobs
+-- A workflow's steps, in the order they were stored (through jobs_workflow).
+SELECT {job_columns}, workflow FROM jobs WHERE workflow = ? ORDER BY seq
+
+-- name: cancel_workflow_steps
+-- A workflow's steps that have not started: cancelled (a cancel's).
+UPDATE jobs SET state = 'cancelled', finished_at = ?1
+WHERE workflow = ?2 AND state IN ('waiting', 'scheduled', 'queued')
+RETURNING id, queue
+
+-- name: request_cancel_workflow_steps
+UPDATE jobs SET cancel_requested = 1 WHERE workflow = ? AND state = 'active'
+
+-- name: spawner
+-- A running step, held with fence ?2: its workflow and the last seq it spawned.
+SELECT jobs.workflow, coalesce(steps.spawns, 0) FROM jobs LEFT JOIN steps ON steps.job_id = jobs.id
+WHERE jobs.id = ?1 AND jobs.fence = ?2 AND jobs.state = 'active'
+
+-- name: spawned
+-- The steps that spawn ?2 of step ?1 made.
+SELECT {job_columns}, workflow FROM jobs
+WHERE id IN (SELECT job_id FROM steps WHERE spawned_by = ?1 AND spawn_seq = ?2)
+ORDER BY seq
+
+-- name: spawns_made
+UPDATE steps SET spawns = max(spawns, ?) WHERE job_id = ?
+
+-- name: open_edges_from
+-- The edges a running step's dependents wait on it by: its dependents also
+-- wait on what it spawns.
+SELECT dependent, ord FROM edges WHERE upstream = ? AND state = 'open'

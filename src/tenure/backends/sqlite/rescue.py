@@ -11,7 +11,7 @@ import time
 from tenure.backends.base import Rescued, RescueReport
 from tenure.backends.checks import last_proof
 from tenure.backends.rows import job_from_row
-from tenure.backends.sqlite.claiming import failure, listed, read_policies
+from tenure.backends.sqlite.claiming import end_steps, failure, listed, read_policies
 from tenure.backends.sqlite.database import SETTLE, Database
 from tenure.backends.sqlite.events import EventReader, record_job
 from tenure.backends.sqlite.liveness import Workers
@@ -64,7 +64,9 @@ class Rescue:
                 for job, renewed in found:
                     proven = last_proof(outcome, renewed, last_seen.get(job.worker or ""))
                     policy = policies[job.queue]
-                    rescued.append(_recover(conn, job, outcome, policy, now=now, proven=proven))
+                    rescued.append(
+                        _recover(self.db, conn, job, outcome, policy, now=now, proven=proven)
+                    )
             promoted = conn.execute(Q["promote_due"], (now,)).rowcount
             if promoted or rescued:
                 self.db.ring(conn)
@@ -96,6 +98,7 @@ class Rescue:
 
 
 def _recover(
+    db: Database,
     conn: sqlite3.Connection,
     job: Job,
     outcome: Outcome,
@@ -112,8 +115,13 @@ def _recover(
     )  # fmt: skip
     sql, params = failure(job.id, job.fence, error, decision, now, recovered_from=proven)
     conn.execute(Q["end_attempts"], (now, outcome, error, listed(job.id, job.fence)))
-    conn.execute(sql, params)
+    ended = conn.execute(sql, params).fetchall()  # [(workflow,)] when it ended the job
     rescued = Rescued.of(job, outcome, decision.state, proven, now)
     events = failure_events(outcome, decision, rescued=True, stall=rescued.stall_data())
+    workflow = ended[0][0] if ended else None
+    if workflow is not None:
+        events = [(k, {**d, "workflow": workflow}) for k, d in events]
     record_job(conn, now, job.id, events)
+    if workflow is not None:  # a workflow's step ended: what waits on it moves
+        end_steps(db, conn, now, [job.id])
     return rescued

@@ -20,19 +20,22 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from tenure.backends.base import LeaseRef, kind_of
 from tenure.backends.sqlite.database import Database
 from tenure.backends.sqlite.enqueue import Enqueue
-from tenure.backends.sqlite.events import Pending
+from tenure.backends.sqlite.events import Pending, record
+from tenure.backends.sqlite.graphs import store
 from tenure.backends.sqlite.queries import Q
 from tenure.core.payload import encode
 from tenure.core.states import State
+from tenure.core.workflows import Workflow, WorkflowSpec, check_graph
 from tenure.errors import BackendUnavailable, InvalidInput, LeaseLost
 from tenure.job import Job, JobSpec, check_specs
 
 SAVEPOINT = "tenure_enqueue"
+T = TypeVar("T")
 
 # Claiming.completing: complete the leases still held, returning those that are not
 Completing = Callable[
@@ -44,6 +47,7 @@ class CallerTransactions:
     """The caller-connection side of one SQLite backend."""
 
     def __init__(self, db: Database, enqueue: Enqueue, latest: int) -> None:
+        self.clock = db.clock
         self.url = db.url
         self.path = db.path
         self.doorbells = db.doorbells
@@ -66,6 +70,35 @@ class CallerTransactions:
     def enqueue(self, conn: Any, specs: Sequence[JobSpec]) -> list[Job]:
         self.check_kind(conn)
         check_specs(specs, self.max_payload)
+
+        def queued(jobs: list[Job]) -> bool:
+            return any(j.state is State.QUEUED for j in jobs)
+
+        return self._within(conn, lambda cur: self.write_enqueue(cur, specs), queued)
+
+    async def aenqueue_workflow(self, conn: Any, spec: WorkflowSpec) -> Workflow:
+        """``enqueue_workflow``, on the caller's thread as ``aenqueue``."""
+        return self.enqueue_workflow(conn, spec)
+
+    def enqueue_workflow(self, conn: Any, spec: WorkflowSpec) -> Workflow:
+        self.check_kind(conn)
+        check_graph(spec, self.max_payload)
+        pending = Pending()
+
+        def write(cur: sqlite3.Cursor) -> Workflow:
+            now = self.clock.now()
+            flow = store(cur, now, spec, pending)
+            record(cur, now, pending.events)
+            return flow
+
+        return self._within(conn, write, lambda _: pending.queued)
+
+    def _within(
+        self, conn: Any, write: Callable[[sqlite3.Cursor], T], queued: Callable[[T], bool]
+    ) -> T:
+        """``write``'s statements in the caller's transaction on ``conn``, under
+        a savepoint: all or none of them. Idle workers are woken if what they
+        wrote is ``queued``, before the caller commits (see the module's doc)."""
         try:
             in_transaction = conn.in_transaction
             cur = conn.cursor()
@@ -78,16 +111,16 @@ class CallerTransactions:
                 self._begin(conn, cur)
             cur.execute(f"SAVEPOINT {SAVEPOINT}")
             try:
-                jobs = self.write_enqueue(cur, specs)
+                done = write(cur)
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):  # an error may have ended it all
                     cur.execute(f"ROLLBACK TO {SAVEPOINT}")
                     cur.execute(f"RELEASE {SAVEPOINT}")
                 raise
             cur.execute(f"RELEASE {SAVEPOINT}")
-            if any(j.state is State.QUEUED for j in jobs):
+            if queued(done):
                 self.doorbells.ring_once([w for (w,) in cur.execute(Q["worker_ids"])])
-            return jobs
+            return done
         except sqlite3.OperationalError as exc:
             raise BackendUnavailable(f"SQLite database {self.path}: {exc}") from exc
         finally:
@@ -173,8 +206,10 @@ class HandlerTransactions:
             pending.record(conn, now)
         except BaseException:
             conn.execute("ROLLBACK")
+            self.db.ended(conn, committed=False)
             raise
         conn.execute("COMMIT")
+        self.db.ended(conn, committed=True)  # wakes workers for the steps it released
 
     def close(self) -> None:
         """Close the connection (on the backend's thread, as the backend closes)."""
