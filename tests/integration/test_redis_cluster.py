@@ -33,6 +33,7 @@ from tests.conformance.test_retention import *  # noqa: F403
 from tests.conformance.test_settle import *  # noqa: F403
 from tests.conformance.test_state_machine import *  # noqa: F403
 from tests.conformance.test_ticks import *  # noqa: F403
+from tests.conformance.test_workflows import *  # noqa: F403
 from tests.conftest import SyncBackend, server_or_skip
 from tests.fault.test_failure_model import *  # noqa: F403
 from tests.servers import ServerUnavailable, free_port, wait_port

@@ -250,22 +250,27 @@ def compile_flow(
     return spec
 
 
-def check_graph(spec: WorkflowSpec, max_payload: int) -> None:
-    """InvalidInput unless ``spec`` is a graph storage can keep as it is: its
-    id a job id, each step's spec valid and without key, ids unique (and not
-    the workflow's), each upstream index that of an earlier step, at most once,
-    and each sink that of a step, at most once. Every backend checks it
+def check_graph(
+    spec: WorkflowSpec, max_payload: int | None = None, *, spawn: bool = False
+) -> WorkflowSpec:
+    """``spec``, unless it is no graph storage can keep as it is (InvalidInput):
+    its id a job id, each step's spec valid (against ``max_payload``, if
+    given) and without key, ids unique (and not the workflow's), each upstream
+    index that of an earlier step, at most once, and each sink that of a step,
+    at most once. A spawn's id and key are ignored. Every backend checks it
     before it stores anything."""
     from tenure.job import check_specs
 
     if not isinstance(spec, WorkflowSpec):
         raise InvalidInput(f"a workflow's graph is a WorkflowSpec, got {shown(spec)}")
-    check_job_id(spec.id)
-    check_key(spec.key)
+    if not spawn:
+        check_job_id(spec.id)
+        check_key(spec.key)
     steps = spec.steps
     if not 0 < len(steps) <= MAX_STEPS:
         raise InvalidInput(f"a workflow has 1 to {MAX_STEPS} steps, got {len(steps)}")
-    check_specs([s.spec for s in steps], max_payload)
+    if max_payload is not None:
+        check_specs([s.spec for s in steps], max_payload)
     ids = {s.spec.id for s in steps}
     if len(ids) < len(steps) or spec.id in ids:
         raise InvalidInput(f"workflow {spec.id}: two of its steps, or it and a step, share an id")
@@ -278,6 +283,7 @@ def check_graph(spec: WorkflowSpec, max_payload: int) -> None:
     _check_indexes("the sinks", spec.sinks, len(steps))
     if spec.edges() > MAX_EDGES:
         raise InvalidInput(f"a workflow has at most {MAX_EDGES} edges, got {spec.edges()}")
+    return spec
 
 
 def _check_indexes(what: str, indexes: object, below: int) -> None:

@@ -8,7 +8,8 @@ that does the work, built when the backend opens (:class:`Parts`):
 ``claiming.py`` (the cycle and the lease holder's writes), ``enqueue.py``,
 ``rescue.py`` (the sweep and the prune), ``operators.py``, ``liveness.py``
 (workers: registration, heartbeat, a named connection each), ``events.py`` and
-``wakeup.py`` (idle workers block on per-queue signal lists). ``index.py``
+``wakeup.py`` (idle workers block on per-queue signal lists), ``flows.py``
+(workflows) and ``relay.py`` (their messages across hash slots). ``index.py``
 finds a job's queue, hence its hash slot, from its id.
 """
 
@@ -43,9 +44,11 @@ from tenure.backends.checks import (
 from tenure.backends.redis.claiming import Claiming
 from tenure.backends.redis.enqueue import Enqueue
 from tenure.backends.redis.events import EventReader
+from tenure.backends.redis.flows import Flows
 from tenure.backends.redis.index import IdCache, Index
 from tenure.backends.redis.liveness import Liveness, Workers
 from tenure.backends.redis.operators import Operators, parse_cursor
+from tenure.backends.redis.relay import Relay
 from tenure.backends.redis.rescue import Rescue
 from tenure.backends.redis.scripts import Runner
 from tenure.backends.redis.topology import Topology
@@ -57,6 +60,7 @@ from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
+from tenure.core.workflows import Workflow, WorkflowSpec, check_graph
 from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import Job, JobSpec, check_specs
 
@@ -75,6 +79,7 @@ class Parts:
     operators: Operators
     events: EventReader
     wakeups: Wakeups
+    flows: Flows
 
     @classmethod
     def of(cls, topology: Topology, runner: Runner, options: Options, ids: IdCache) -> Parts:
@@ -82,20 +87,30 @@ class Parts:
         index = Index(runner, keys, ids)
         liveness = Liveness(keys, runner)
         events = EventReader(runner, keys, index)
-        operators = Operators(runner, keys, index)
+        relay = Relay(runner)
+        operators = Operators(runner, keys, index, relay)
+        flows = Flows(runner, keys, index, relay)
         return cls(
             topology=topology,
             runner=runner,
             liveness=liveness,
             workers=Workers(runner, keys, index, liveness),
-            claiming=Claiming(runner, keys, index, liveness),
+            claiming=Claiming(runner, keys, index, liveness, relay),
             enqueue=Enqueue(runner, keys, index),
             rescue=Rescue(
-                runner, keys, index, liveness, events=events, policy_of=operators.get_policy
+                runner,
+                keys,
+                index,
+                liveness,
+                events=events,
+                policy_of=operators.get_policy,
+                relay=relay,
+                drop=flows.drop,
             ),
             operators=operators,
             events=events,
             wakeups=Wakeups(topology, keys),
+            flows=flows,
         )
 
 
@@ -170,6 +185,29 @@ class RedisBackend(DerivedVerbs):
         if not specs:
             return []
         return await self.parts.enqueue.enqueue(specs)
+
+    async def enqueue_workflow(self, spec: WorkflowSpec) -> Workflow:
+        check_graph(spec)
+        check_specs([s.spec for s in spec.steps], self.max_payload)
+        return await self.parts.flows.enqueue_workflow(spec)
+
+    async def spawn(self, job_id: str, fence: int, seq: int, spec: WorkflowSpec) -> list[Job]:
+        check_job_id(job_id)
+        check_graph(spec, spawn=True)
+        check_specs([s.spec for s in spec.steps], self.max_payload)
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+            raise InvalidInput(f"a spawn's seq is an integer from 1, got {seq!r}")
+        return await self.parts.flows.spawn(job_id, fence, seq, spec)
+
+    async def get_workflow(self, workflow_id: str) -> Workflow:
+        return await self.parts.flows.get_workflow(check_job_id(workflow_id))
+
+    async def cancel_workflow(self, workflow_id: str) -> Workflow:
+        return await self.parts.flows.cancel_workflow(check_job_id(workflow_id))
+
+    async def get_many(self, job_ids: Sequence[str]) -> builtins.list[Job]:
+        ids = check_job_ids(job_ids) or []
+        return await self.parts.flows.get_many(ids) if ids else []
 
     async def enqueue_tick(self, schedule: str, at: float, spec: JobSpec) -> Job | None:
         at = check_tick(schedule, at)

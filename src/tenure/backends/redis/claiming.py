@@ -20,6 +20,7 @@ from tenure.backends.redis import codec
 from tenure.backends.redis.index import Index
 from tenure.backends.redis.keys import Keys
 from tenure.backends.redis.liveness import Liveness
+from tenure.backends.redis.relay import Relay
 from tenure.backends.redis.scripts import OK, Call, Runner, check
 from tenure.config import QueuePolicy
 from tenure.core.events import failure_events
@@ -36,11 +37,14 @@ Item = tuple[str, int, bytes]  # a completion: job id, fence, result (JSON)
 class Claiming:
     """The lease holder's verbs of the Redis backend: the cycle and the settles."""
 
-    def __init__(self, runner: Runner, keys: Keys, index: Index, liveness: Liveness) -> None:
+    def __init__(
+        self, runner: Runner, keys: Keys, index: Index, liveness: Liveness, relay: Relay
+    ) -> None:
         self.runner = runner
         self.keys = keys
         self.index = index
         self.liveness = liveness
+        self.relay = relay
 
     async def complete_and_claim(
         self,
@@ -75,13 +79,15 @@ class Claiming:
             worker_id, limit, repr(DEFAULTS.lease_ttl), DEFAULTS.delivery, PROMOTE_MAX, skip
         ]  # fmt: skip
         if self.runner.topology.cluster:
-            statuses, claimed = await self._cycle_on_cluster(batches, queues, claim)
+            statuses, claimed, relays = await self._cycle_on_cluster(batches, queues, claim)
         else:
             keys = [self.keys.queue(q) for q in (*queues, *batches)]
             args: list[str | int | bytes] = [*claim, len(queues)]
             for batch in batches.values():
                 args += [len(batch), *(a for item in batch for a in item)]
-            claimed, statuses = await self.runner.call("cycle", keys, args, hot=True)
+            claimed, statuses, relays = await self.runner.call("cycle", keys, args, hot=True)
+        if relays:  # a workflow's steps completed: their dependents in other slots learn it
+            await self.relay.relay(relays)
         for batch, codes in zip(batches.values(), statuses, strict=True):
             lost |= {(i, f) for (i, f, _), code in zip(batch, codes, strict=True) if code != OK}
         jobs = [codec.job_of_values(values) for values in claimed]
@@ -91,7 +97,7 @@ class Claiming:
 
     async def _cycle_on_cluster(
         self, batches: dict[str, list[Item]], queues: list[str], claim: list[str | int]
-    ) -> tuple[list[Any], list[Any]]:
+    ) -> tuple[list[Any], list[Any], list[Any]]:
         """complete.lua per queue and claim.lua per queue (each in its hash slot)."""
         calls = [
             Call.script("complete", [self.keys.queue(q)], [a for item in batch for a in item])
@@ -106,7 +112,9 @@ class Claiming:
                 for q, n in shares.items() if n > 0
             ]  # fmt: skip
         replies = await self.runner.pipeline(calls)
-        return replies[: len(batches)], [flat for r in replies[len(batches) :] for flat in r]
+        completed = replies[: len(batches)]
+        claimed = [flat for r in replies[len(batches) :] for flat in r]
+        return [c for c, _ in completed], claimed, [p for _, relays in completed for p in relays]
 
     async def _shares(self, queues: list[str], limit: int, skip: str) -> dict[str, int]:
         """How many jobs to claim from each queue so that the batch is the best
@@ -123,21 +131,24 @@ class Claiming:
         return shares
 
     async def _settle(
-        self, script: str, job_id: str, fence: int, *args: str | bytes, repeatable: bool = False
+        self, script: str, job_id: str, fence: int, *args: str | bytes, ends: bool = True
     ) -> None:
-        """Run one fence-checked script on a job; LeaseLost or JobNotFound if refused."""
+        """Run one fence-checked script on a job; LeaseLost or JobNotFound if refused.
+        A script that ``ends`` the attempt replies with the outboxes to relay too."""
         queue = await self.index.queue_of(job_id)
         keys, argv = [self.keys.queue(queue)], [job_id, fence, *args]
-        code = await self.runner.call(script, keys, argv, repeatable=repeatable)
+        code = await self.runner.call(script, keys, argv, repeatable=not ends)
+        if ends:
+            code = await self.relay.after(code)
         check(code, job_id, fence)
 
     async def progress(self, job_id: str, fence: int, payload: bytes) -> None:
-        await self._settle("progress", job_id, fence, payload, repeatable=True)
+        await self._settle("progress", job_id, fence, payload, ends=False)
 
     async def complete(self, job_id: str, fence: int, payload: bytes) -> None:
         queue = await self.index.queue_of(job_id)
-        [code] = await self.runner.call(
-            "complete", [self.keys.queue(queue)], [job_id, fence, payload]
+        [code] = await self.relay.after(
+            await self.runner.call("complete", [self.keys.queue(queue)], [job_id, fence, payload])
         )
         check(code, job_id, fence)
 

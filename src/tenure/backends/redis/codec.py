@@ -7,7 +7,9 @@ None. Internal fields: ``seq`` (insertion order), ``rank`` (its member of the
 ready set while queued; a claim leaves it, the attempt's end removes it),
 ``lease_ttl`` (while active with a lease) and
 ``started_at`` (while active: its attempt's start). ``cancel_requested`` is
-``1`` once an active job's cancel was requested, absent otherwise. Each ended attempt is one
+``1`` once an active job's cancel was requested, absent otherwise. A
+workflow's step also has ``wf`` (its workflow), ``up`` (its upstream ids, JSON),
+``may_fail``, ``cancel_reason`` and the internal fields _flow.lua keeps. Each ended attempt is one
 JSON entry of the job's history list, with its times as strings; ``get`` adds
 the running one's from the job.
 """
@@ -21,7 +23,7 @@ import orjson
 
 from tenure.backends.rows import JOB_COLUMNS
 from tenure.core.states import DeadReason, Outcome
-from tenure.job import STATES, Attempt, Job, JobSpec, job_of
+from tenure.job import STATES, Attempt, Job, JobSpec, in_flow, job_of
 
 
 def fields(flat: Sequence[bytes]) -> dict[str, bytes]:
@@ -32,12 +34,28 @@ def fields(flat: Sequence[bytes]) -> dict[str, bytes]:
 def job(flat: Sequence[bytes], history: Sequence[bytes] = ()) -> Job:
     """The Job a hash (flat HGETALL reply) and history entries describe."""
     f = fields(flat)
-    return job_of_values([f.get(name) for name in JOB_COLUMNS], history)
+    decoded = job_of_values([f.get(name) for name in JOB_COLUMNS], history)
+    wf = f.get("wf")
+    if wf is None:
+        return decoded
+    return _in_flow(decoded, [wf, f.get("up"), f.get("may_fail"), f.get("cancel_reason")])
+
+
+def _in_flow(decoded: Job, values: Sequence[Any]) -> Job:
+    """A workflow's step: its workflow, upstream (JSON), may_fail, cancel_reason."""
+    wf, up, may_fail, reason = values
+    return in_flow(decoded, wf.decode(), orjson.loads(up) if up else (), may_fail is not None,
+                   None if reason is None else reason.decode())  # fmt: skip
 
 
 def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
     """The Job of a job's fields in the order of ``JOB_COLUMNS`` (a claim's
-    reply: ``JOB_FIELDS`` in _lib.lua), an absent one None."""
+    reply: ``JOB_FIELDS`` in _lib.lua, whose last is a step's workflow fields),
+    an absent one None."""
+    if len(values) > len(JOB_COLUMNS):
+        step = values[len(JOB_COLUMNS)]
+        decoded = job_of_values(values[: len(JOB_COLUMNS)], history)
+        return decoded if not step else _in_flow(decoded, step)
     (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
      max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
      dead_reason, progress, finished_at, traceparent, cancel_requested,

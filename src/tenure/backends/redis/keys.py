@@ -29,10 +29,36 @@ that prefix, passed as ``KEYS[1]``; ``_lib.lua`` mirrors this table)::
     ticks           HASH    schedule name -> "<tick> <job id>": its last tick's job
     events          STREAM  lifecycle events {k kind, j job ids, d their data}: events.py
 
+Workflows (flows.py, _flow.lua, relay.py), per queue ``q`` too::
+
+    in:<id>         HASH    a step's (or a workflow's, id wf-...) edges from the steps it
+                            waits on: source id -> "<state> <version applied> <ord>"
+    out:<id>        HASH    a step's edges to its dependents: "<their prefix> <id>" ->
+                            "<state> <ord>"
+    spawns:<id>     HASH    a step's spawns: seq -> JSON array of the job ids made
+    outbox          LIST    messages (JSON) to other slots, written with the transition
+                            that sent them, deleted once applied there (relay.py)
+    wf:<wf id>      HASH    the record of a workflow homed here (the queue of its first
+                            step): id, key, state (pending | running | completed |
+                            failed | cancelled; dropped: abandoned while pending),
+                            created_at, finished_at, many, pending, blocked, sinks
+                            (JSON ids), starts (JSON: its steps without upstream)
+    wfjobs:<wf id>  ZSET    its job ids, in the order written (spawned ones after)
+    wfgone:<wf id>  SET     its job ids pruned: the record goes with the last
+    wfkeys          HASH    key= -> id of the running (or pending) workflow that holds it
+    wfpending       ZSET    workflows homed here still pending, by created_at: the
+                            sweeper drops those older than a minute (a producer died)
+
+A step's job hash also has wf, home (its workflow's home prefix), up (JSON
+upstream ids), may_fail, cancel_reason, pending, blocked, wdelay and wat (its
+delay and run_at, applied at its release) and fv (its flow version: +1 at each
+transition that moves its edges, so that messages apply in order).
+
 Fleet-wide, under ``<prefix>:{@}:``::
 
     queues          SET     names of queues that have jobs or a policy
     jobs            HASH    job id -> queue: verbs given only an id find the slot
+    workflows       HASH    workflow id -> its home queue
     workers         SET     registered worker ids
     worker:<id>     HASH    info (JSON), started_at, last_seen (Redis TIME)
     sweep           STRING  Redis TIME of the last sweep: the fleet's sweep guard
@@ -73,6 +99,7 @@ class Keys:
         self.fleet = fleet  # KEYS[1] of the fleet-wide scripts
         self.queues = fleet + "queues"
         self.jobs = fleet + "jobs"
+        self.workflows = fleet + "workflows"
         self.sweep = fleet + "sweep"
 
     def queue(self, queue: str) -> str:

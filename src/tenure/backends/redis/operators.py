@@ -27,6 +27,7 @@ from tenure.backends.checks import (
 from tenure.backends.redis import codec
 from tenure.backends.redis.index import Index
 from tenure.backends.redis.keys import Keys, glob_escaped
+from tenure.backends.redis.relay import Relay
 from tenure.backends.redis.scripts import INVALID_TRANSITION, Call, Runner, check
 from tenure.config import QueuePolicy
 from tenure.core.names import NAME_PATTERN
@@ -43,14 +44,16 @@ DEFAULTS = QueuePolicy()
 class Operators:
     """The operator's verbs of the Redis backend, given arguments already checked."""
 
-    def __init__(self, runner: Runner, keys: Keys, index: Index) -> None:
+    def __init__(self, runner: Runner, keys: Keys, index: Index, relay: Relay) -> None:
         self.runner = runner
         self.keys = keys
         self.index = index
+        self.relay = relay
 
     async def cancel(self, job_id: str) -> Job:
         queue = await self.index.queue_of(job_id)
-        code, *rest = await self.runner.call("cancel", [self.keys.queue(queue)], [job_id])
+        reply = await self.runner.call("cancel", [self.keys.queue(queue)], [job_id])
+        code, *rest = await self.relay.after(reply)
         if code == INVALID_TRANSITION:
             raise not_cancellable(await self.get(job_id))
         check(code, job_id)
@@ -58,7 +61,8 @@ class Operators:
 
     async def retry_dead(self, queue: str, ids: Sequence[str] | None, retried_by: str) -> int:
         args = [retried_by, *(ids or [])]
-        return int(await self.runner.call("retry_dead", [self.keys.queue(queue)], args))
+        reply = await self.runner.call("retry_dead", [self.keys.queue(queue)], args)
+        return int(await self.relay.after(reply))
 
     async def purge_dead(self, queue: str, ids: Sequence[str] | None) -> int:
         gone = await self.runner.call("purge_dead", [self.keys.queue(queue)], ids or [])

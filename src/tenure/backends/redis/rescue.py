@@ -41,6 +41,7 @@ from tenure.backends.redis.events import EventReader
 from tenure.backends.redis.index import Index
 from tenure.backends.redis.keys import Keys
 from tenure.backends.redis.liveness import Liveness, judge
+from tenure.backends.redis.relay import Relay
 from tenure.backends.redis.scripts import Call, Runner
 from tenure.config import QueuePolicy
 from tenure.core.events import failure_events
@@ -49,6 +50,7 @@ from tenure.core.states import Outcome, State
 from tenure.job import Job
 
 BATCH = 1000  # promotions and candidates per queue and sweep; the rest wait one sweep
+PENDING_MAX = 60.0  # seconds a workflow may stay pending before it is taken for abandoned
 MARK_MS = 3_600_000  # how long the sweep guard's mark lives
 SCRIPT_MAX = 250  # jobs per prune.lua call: about a millisecond of Redis (docs/benchmarks.md)
 DEFAULTS = QueuePolicy()
@@ -67,6 +69,8 @@ class QueueSweep:
     holders: set[str]
     policy: QueuePolicy
     expired: list[Found]
+    outbox: int = 0  # messages left in its outbox (relay.py)
+    abandoned: list[str] = field(default_factory=list)  # workflows (flows.py: drop)
     orphaned: list[Found] = field(default_factory=list)
 
 
@@ -82,6 +86,8 @@ class Rescue:
         *,
         events: EventReader,
         policy_of: Callable[[str], Awaitable[QueuePolicy]],
+        relay: Relay,
+        drop: Callable[[str, str], Awaitable[None]],
     ) -> None:
         self.runner = runner
         self.keys = keys
@@ -89,32 +95,41 @@ class Rescue:
         self.liveness = liveness
         self.events = events
         self.policy_of = policy_of  # a queue's policy, for its events' retention
+        self.relay = relay
+        self.drop = drop  # a workflow abandoned while pending, by home queue and id
 
     async def rescue(self, min_interval: float) -> RescueReport:
-        report = await sweep(self.runner, self.keys, self.liveness, min_interval)
+        report, sweeps, relays = await sweep(self.runner, self.keys, self.liveness, min_interval)
+        # Workflows: what a relay that died left in an outbox, and what a
+        # producer that died left pending.
+        await self.relay.relay([*relays, *(self.keys.queue(s.queue) for s in sweeps if s.outbox)])
+        for s in sweeps:
+            for workflow_id in s.abandoned:
+                await self.drop(s.queue, workflow_id)
         if report.swept and self.events.trim_due():
             queues = await self.index.queues()
             await self.events.trim(queues, {q: await self.policy_of(q) for q in queues})
         return report
 
     async def prune(self, limit: int) -> int:
-        gone = await prune(self.runner, self.keys, await self.index.queues(), limit)
+        gone = await prune(self.runner, self.keys, await self.index.queues(), limit, self.relay)
         self.index.forget(gone)
         return len(gone)
 
 
 async def sweep(
     runner: Runner, keys: Keys, liveness: Liveness, min_interval: float
-) -> RescueReport:
-    """One sweep: see the module docstring."""
+) -> tuple[RescueReport, list[QueueSweep], list[bytes]]:
+    """One sweep (see the module docstring); what it found in each queue, and
+    the prefixes whose outboxes its recoveries left messages in."""
     guard, members = await runner.pipeline([
         Call.script("sweep_guard", [keys.sweep], [repr(float(min_interval)), MARK_MS]),
         Call.command("SMEMBERS", keys.queues),
     ])  # fmt: skip
     if not isinstance(guard, int):  # the seconds until a sweep is allowed
-        return RescueReport(swept=False, retry_in=float(guard))
+        return RescueReport(swept=False, retry_in=float(guard)), [], []
     queues = sorted(m.decode() for m in members)
-    calls = [Call.script("sweep", [keys.queue(q)], [BATCH]) for q in queues]
+    calls = [Call.script("sweep", [keys.queue(q)], [BATCH, repr(PENDING_MAX)]) for q in queues]
     calls.append(Call.script("workers", [keys.fleet]))
     if not runner.topology.cluster:  # on Cluster: every node's CLIENT LIST, just after
         calls.append(Call.command("CLIENT", "LIST", "TYPE", "normal"))
@@ -135,19 +150,22 @@ async def sweep(
     for queue, jobs in zip(dead_holders, replies[len(gone) :], strict=True):
         by_queue[queue].orphaned = [_found(flat) for flat in jobs]
 
-    rescued = await _recover(runner, keys, sweeps, now, last_seen)
+    rescued, relays = await _recover(runner, keys, sweeps, now, last_seen)
     promoted = sum(s.promoted for s in sweeps)
-    return RescueReport(swept=True, rescued=rescued, promoted=promoted, dead_workers=buried)
+    report = RescueReport(swept=True, rescued=rescued, promoted=promoted, dead_workers=buried)
+    return report, sweeps, relays
 
 
 def _queue_sweep(queue: str, reply: Sequence[Any]) -> QueueSweep:
-    promoted, holders, policy, expired = reply
+    promoted, holders, policy, expired, outbox, abandoned = reply
     return QueueSweep(
         queue=queue,
         promoted=int(promoted),
         holders={h.decode() for h in holders},
         policy=QueuePolicy.from_json(policy) if policy else QueuePolicy(),
         expired=[_found(flat) for flat in expired],
+        outbox=int(outbox),
+        abandoned=[a.decode() for a in abandoned],
     )
 
 
@@ -164,7 +182,7 @@ def _found(flat: Sequence[bytes]) -> Found:
 
 async def _recover(
     runner: Runner, keys: Keys, sweeps: list[QueueSweep], now: float, last_seen: dict[str, float]
-) -> tuple[Rescued, ...]:
+) -> tuple[tuple[Rescued, ...], list[bytes]]:
     calls, plans = [], []
     for s in sweeps:
         crashed = {j.id for j, _ in s.orphaned}
@@ -196,14 +214,18 @@ async def _recover(
         calls.append(Call.script("recover", [keys.queue(s.queue)], args))
         plans.append(plan)
     replies = await runner.pipeline(calls)
-    return tuple(plan[i.decode()] for plan, done in zip(plans, replies, strict=True) for i in done)
+    recovered = tuple(plan[i.decode()] for plan, (done, _) in zip(plans, replies, strict=True)
+                      for i in done)  # fmt: skip
+    return recovered, [p for _, relays in replies for p in relays]
 
 
 def _keep(seconds: float | None) -> str:
     return "" if seconds is None else repr(float(seconds))
 
 
-async def prune(runner: Runner, keys: Keys, queues: list[str], limit: int) -> list[str]:
+async def prune(
+    runner: Runner, keys: Keys, queues: list[str], limit: int, relay: Relay
+) -> list[str]:
     """Delete up to ``limit`` finished jobs of ``queues`` due for deletion; their ids."""
     defaults = [_keep(DEFAULTS.keep_completed), _keep(DEFAULTS.keep_dead)]
     shares = [(q, limit) for q in queues[:1]]
@@ -212,7 +234,7 @@ async def prune(runner: Runner, keys: Keys, queues: list[str], limit: int) -> li
             [Call.script("prune", [keys.queue(q)], [0, *defaults]) for q in queues]
         )
         shares, left = [], limit
-        for queue, (due, _) in zip(queues, counts, strict=True):
+        for queue, ((due, _), _) in zip(queues, counts, strict=True):
             if left and int(due):
                 shares.append((queue, min(int(due), left)))
                 left -= shares[-1][1]
@@ -224,7 +246,8 @@ async def prune(runner: Runner, keys: Keys, queues: list[str], limit: int) -> li
         wanted = share
         while wanted > 0:
             n = min(wanted, SCRIPT_MAX)
-            _, ids = await runner.call("prune", [keys.queue(queue), *index], [n, *defaults])
+            reply = await runner.call("prune", [keys.queue(queue), *index], [n, *defaults])
+            _, ids = await relay.after(reply)
             gone += [i.decode() for i in ids]
             wanted = wanted - n if len(ids) == n else 0  # fewer: none due is left
     if runner.topology.cluster and gone:

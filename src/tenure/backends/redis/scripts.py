@@ -1,8 +1,9 @@
 """tenure's Lua scripts: loaded once, called by SHA, reloaded after ``NOSCRIPT``.
 
 Each transition is one script in ``scripts/<name>.lua`` whose header names its
-KEYS, ARGV and return values; ``scripts/_lib.lua`` (shared helpers) is put in
-front of each. Scripts are loaded when the backend opens and called with
+KEYS, ARGV and return values; ``scripts/_lib.lua`` (shared helpers) and
+``scripts/_flow.lua`` (workflows' edges and their messages) are put in front of
+each. Scripts are loaded when the backend opens and called with
 ``EVALSHA``; a Redis restart or ``SCRIPT FLUSH`` forgets them, and the first call
 that meets ``NOSCRIPT`` loads them all again and runs once more (a command that
 got ``NOSCRIPT`` did not run, so running it again is safe).
@@ -29,6 +30,8 @@ Arg = str | bytes | int | float
 RETRY_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8)
 TRANSIENT = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
 
+LOAD_AT_ONCE = 8  # scripts loaded at once on Cluster (each holds a connection per node)
+
 # The status codes scripts return (see the top of _lib.lua).
 OK, NOT_FOUND, LEASE_LOST, INVALID_TRANSITION = 0, 1, 2, 3
 
@@ -39,6 +42,7 @@ NAMES = (
     "peek", "cancel", "retry_dead", "purge_dead", "delete_queue", "get", "list", "counts",
     "dead_counts",
     "lag",
+    "flow_enqueue", "flow_commit", "apply", "flow_get", "flow_cancel", "spawn", "flow_drop",
     "register", "deregister", "touch", "workers", "change_policy",
 )  # fmt: skip
 
@@ -58,7 +62,7 @@ class Script:
 
 def _load_sources() -> dict[str, Script]:
     folder = resources.files("tenure.backends.redis") / "scripts"
-    lib = (folder / "_lib.lua").read_bytes()
+    lib = (folder / "_lib.lua").read_bytes() + b"\n" + (folder / "_flow.lua").read_bytes()
     scripts = {}
     for name in NAMES:
         parts = [(folder / f"{part}.lua").read_bytes() for part in PARTS.get(name, (name,))]
@@ -102,10 +106,14 @@ class Runner:
     async def load(self) -> None:
         """Load every script (SCRIPT LOAD) on every primary, in one round trip."""
         try:
-            if self.topology.cluster:
-                shas = await asyncio.gather(*(
-                    self.topology.everywhere("SCRIPT LOAD", s.source) for s in SCRIPTS.values()
-                ))  # fmt: skip
+            if self.topology.cluster:  # a few at a time: each takes a connection per node
+                shas = []
+                scripts = list(SCRIPTS.values())
+                for i in range(0, len(scripts), LOAD_AT_ONCE):
+                    shas += await asyncio.gather(*(
+                        self.topology.everywhere("SCRIPT LOAD", s.source)
+                        for s in scripts[i : i + LOAD_AT_ONCE]
+                    ))  # fmt: skip
                 shas = [reply[0] for reply in shas]
             else:
                 async with self.client.pipeline(transaction=False) as pipe:

@@ -15,6 +15,10 @@ local OK, NOT_FOUND, LEASE_LOST, INVALID_TRANSITION = 0, 1, 2, 3
 local SIGNAL_MAX = 64             -- wake-up tokens kept per queue
 local MAX_US = 9000000000000000   -- run_at and seq in µs fit 16 digits (and a double)
 
+-- A workflow's step ended or was retried: its edges move (_flow.lua, put after
+-- this file, defines it; plain jobs pay one HGET).
+local flow_ended
+
 local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -26,11 +30,12 @@ local function int(x) return string.format('%d', x) end
 -- An optional ARGV value: '' stands for None (no real value is empty).
 local function opt(x) if x == '' then return nil end return x end
 
--- A job's fields in the order codec.job_of_values reads them (a claim's reply).
+-- A job's fields in the order codec.job_of_values reads them (a claim's reply),
+-- then its workflow (a step's: see claim_jobs).
 local JOB_FIELDS = {'id', 'task', 'queue', 'args', 'state', 'priority', 'run_at', 'created_at',
   'attempts', 'stalls', 'max_attempts', 'timeout', 'fence', 'key', 'worker', 'lease_expires_at',
   'result', 'error', 'dead_reason', 'progress', 'finished_at', 'traceparent',
-  'cancel_requested', 'recovered_from', 'budget_from'}
+  'cancel_requested', 'recovered_from', 'budget_from', 'wf'}
 
 local function job_key(p, id) return p .. 'job:' .. id end
 local function history_key(p, id) return p .. 'history:' .. id end
@@ -258,6 +263,7 @@ local function end_cancelled(p, id, jk, now)
   set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'cancelled')
   redis.call('ZADD', p .. RETAINED.cancelled, num(now), id)
   release_key(p, jk, id)
+  flow_ended(p, id, jk, 'cancelled')
 end
 
 -- Apply a decision of tenure.core.retry to an active job (fail, and the
@@ -281,6 +287,7 @@ local function settle_failure(p, id, jk, outcome, err, state, delay, reason, sta
     set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'dead')
     redis.call('ZADD', p .. RETAINED.dead, num(now), id)
     release_key(p, jk, id)
+    flow_ended(p, id, jk, 'dead')
   elseif state == 'scheduled' then
     schedule_job(p, id, now + delay, 'active')
   else
@@ -426,6 +433,8 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     local jk = job_key(p, id)
     -- the job as it was, then the fields the claim changes (JOB_FIELDS order)
     local f = redis.call('HMGET', jk, unpack(JOB_FIELDS))
+    -- a workflow's step (wf, the 26th field): its workflow, upstream, may_fail, cancel_reason
+    if f[26] then f[26] = {f[26], unpack(redis.call('HMGET', jk, 'up', 'may_fail', 'cancel_reason'))} end
     -- the last attempt's progress goes; so does a lease if this claim makes none
     local gone = {}
     if f[20] then gone[1] = 'progress' end
@@ -481,14 +490,14 @@ local function complete_jobs(p, args, first, last, now)
   local now_s = num(now)
   -- the jobs completed, their workers, their (seq, id) and (finished_at, id)
   -- pairs: the sets they leave and join are written after the loop, one call each
-  local ids, workers, completed, retained = {}, {}, {}, {}
+  local ids, workers, completed, retained, steps = {}, {}, {}, {}, {}
   for i = first, last, 3 do
     local id, fence = args[i], args[i + 1]
     local jk = job_key(p, id)
     -- held_job, release_key and end_attempt's reads in one call: the
     -- ATTEMPT_FIELDS, then state, seq and key
     local a = redis.call('HMGET', jk, 'started_at', 'attempts', 'worker', 'fence', 'state',
-      'seq', 'key')
+      'seq', 'key', 'wf')
     local code = OK
     if not a[5] then
       code = NOT_FOUND
@@ -504,6 +513,7 @@ local function complete_jobs(p, args, first, last, now)
         redis.call('HDEL', p .. 'keys', a[7])
       end
       end_attempt(p, id, a, 'completed', nil, now)
+      if a[8] then steps[#steps + 1] = id end
     end
     codes[#codes + 1] = code
   end
@@ -512,5 +522,6 @@ local function complete_jobs(p, args, first, last, now)
   call_with('ZADD', state_key(p, 'completed'), completed)
   call_with('ZADD', p .. RETAINED.completed, retained)
   append_events(p, 'completed', ids, nil)
+  for _, id in ipairs(steps) do flow_ended(p, id, job_key(p, id), 'completed') end
   return codes
 end

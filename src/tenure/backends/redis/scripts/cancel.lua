@@ -1,15 +1,16 @@
--- cancel: queued | scheduled -> cancelled; an active job is marked
--- cancel_requested instead (its worker learns it from its heartbeat).
+-- cancel: waiting | queued | scheduled -> cancelled (a workflow's step: its
+-- dependents move, _flow.lua); an active job is marked cancel_requested
+-- instead (its worker learns it from its heartbeat).
 --
 -- KEYS[1]  the queue's key prefix
 -- ARGV[1]  job id
--- Returns  {OK (0), {HGETALL}, {history}}, {NOT_FOUND (1)} or
---          {INVALID_TRANSITION (3), state}
+-- Returns  {{OK (0), {HGETALL}, {history}}, {NOT_FOUND (1)} or
+--          {INVALID_TRANSITION (3), state}; then {prefixes to relay from}}
 
 local p, id = KEYS[1], ARGV[1]
 local jk = job_key(p, id)
 local f = redis.call('HMGET', jk, 'state', 'rank', 'seq')
-if not f[1] then return {NOT_FOUND} end
+if not f[1] then return flow_reply({NOT_FOUND}) end
 if f[1] == 'queued' then
   redis.call('ZREM', p .. 'ready', f[2])
 elseif f[1] == 'scheduled' then
@@ -17,9 +18,9 @@ elseif f[1] == 'scheduled' then
 elseif f[1] == 'active' then
   redis.call('HSET', jk, 'cancel_requested', '1')
   local job = job_with_history(p, id)
-  return {OK, job[1], job[2]}
-else
-  return {INVALID_TRANSITION, f[1]}
+  return flow_reply({OK, job[1], job[2]})
+elseif f[1] ~= 'waiting' then
+  return flow_reply({INVALID_TRANSITION, f[1]})
 end
 local now = clock()
 redis.call('HSET', jk, 'state', 'cancelled', 'finished_at', num(now))
@@ -27,6 +28,8 @@ redis.call('HDEL', jk, 'rank')
 set_state(p, id, f[3], f[1], 'cancelled')
 redis.call('ZADD', p .. RETAINED.cancelled, num(now), id)
 release_key(p, jk, id)
-record_event(p, 'cancelled', id, nil)
+local wf = redis.call('HGET', jk, 'wf')
+record_event(p, 'cancelled', id, wf and flow_data(wf) or nil)
+flow_ended(p, id, jk, 'cancelled')
 local job = job_with_history(p, id)
-return {OK, job[1], job[2]}
+return flow_reply({OK, job[1], job[2]})

@@ -9,7 +9,8 @@
 -- ARGV[7]  how many of KEYS are queues to claim from
 -- ARGV[8..] per queue with completions: n, then n triples (job id, fence, result)
 -- Returns  {claimed jobs as claim.lua returns them, {statuses as complete.lua
---          returns them, one list per queue with completions}}
+--          returns them, one list per queue with completions}, {prefixes to
+--          relay from (_flow.lua)}}
 
 local now = clock()
 local claiming = tonumber(ARGV[7])
@@ -28,4 +29,4 @@ if limit > 0 and claiming > 0 then
   claimed = claim_jobs(keys, ARGV[1], limit, ARGV[3], ARGV[4], tonumber(ARGV[5]),
                        skip_set(ARGV[6]), now)
 end
-return {claimed, statuses}
+return {claimed, statuses, flow_relays}

@@ -16,8 +16,9 @@ local ids = redis.call('ZRANGE', p .. 'all', 0, tonumber(ARGV[1]) - 1)
 if #ids == 0 then
   redis.call('DEL', p .. 'ready', p .. 'scheduled', p .. 'leases', p .. 'seq', p .. 'keys',
     p .. 'holders', p .. 'signal', p .. 'policy', p .. 'events', p .. 'rate',
-    p .. RETAINED.completed, p .. RETAINED.dead, p .. 'retained:backfill')
-  for _, state in ipairs({'scheduled', 'queued', 'active', 'completed', 'dead', 'cancelled'}) do
+    p .. RETAINED.completed, p .. RETAINED.dead, p .. 'retained:backfill', p .. 'outbox',
+    p .. 'wfkeys', p .. 'wfpending')
+  for _, state in ipairs({'waiting', 'scheduled', 'queued', 'active', 'completed', 'dead', 'cancelled'}) do
     redis.call('DEL', state_key(p, state))
   end
   return {OK, 0}
@@ -28,7 +29,7 @@ for _, id in ipairs(ids) do
   if f[1] then redis.call('ZREM', state_key(p, f[1]), id) end
   if f[2] then redis.call('ZREM', p .. 'ready', f[2]) end
   redis.call('ZREM', p .. 'scheduled', id)
-  redis.call('DEL', jk, history_key(p, id))
+  redis.call('DEL', jk, history_key(p, id), in_key(p, id), out_key(p, id), p .. 'spawns:' .. id)
 end
 call_with('ZREM', p .. 'all', ids)
 return {OK, redis.call('ZCARD', p .. 'all'), unpack(ids)}

@@ -13,7 +13,8 @@
 -- ARGV[1]  at most this many jobs; 0: delete none, count those due
 -- ARGV[2]  keep_completed for a queue whose policy does not say ('' = forever)
 -- ARGV[3]  keep_dead, likewise
--- Returns  {how many deleted (counting: due), {ids deleted}}
+-- Returns  {{how many deleted (counting: due), {ids deleted}}, {prefixes to
+--          relay from}} (_flow.lua)
 
 local p, limit = KEYS[1], tonumber(ARGV[1])
 local TEN_YEARS = 315576000  -- the policy's bound (config.MAX_SECONDS)
@@ -73,7 +74,7 @@ end
 if limit == 0 then
   local due = 0
   for _, s in ipairs(sets) do due = due + redis.call('ZCOUNT', s[1], '-inf', s[2]) end
-  return {due, {}}
+  return flow_reply({due, {}})
 end
 
 local gone, by_state, left = {}, {}, limit
@@ -96,6 +97,12 @@ end
 local doomed = {}
 for i, id in ipairs(gone) do
   doomed[2 * i - 1], doomed[2 * i] = job_key(p, id), history_key(p, id)
+  -- a workflow's step: its edges go, and its record learns it is gone (_flow.lua)
+  local f = redis.call('HMGET', job_key(p, id), 'wf', 'home')
+  if f[1] then
+    redis.call('DEL', in_key(p, id), out_key(p, id), p .. 'spawns:' .. id)
+    flow_send(p, {p = f[2], d = f[1], k = 'gone', s = id})
+  end
 end
 for i = 1, #doomed, PIECE do
   redis.call('DEL', unpack(doomed, i, math.min(i + PIECE - 1, #doomed)))
@@ -103,4 +110,5 @@ end
 for state, ids in pairs(by_state) do call_with('ZREM', state_key(p, state), ids) end
 call_with('ZREM', p .. 'all', gone)
 if KEYS[2] then call_with('HDEL', KEYS[2], gone) end
-return {#gone, gone}
+flow_run(p)
+return flow_reply({#gone, gone})

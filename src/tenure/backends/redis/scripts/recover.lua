@@ -11,7 +11,7 @@
 --          events (JSON: [[kind, data or null], ...], see tenure.core.events),
 --          the events if its job's cancel was requested, recovered_from (when the
 --          lease was last proven; '': unknown, or dead)
--- Returns  the ids of the jobs recovered, in order
+-- Returns  {the ids of the jobs recovered, in order, {prefixes to relay from}}
 
 local p, n = KEYS[1], tonumber(ARGV[1])
 local now = clock()
@@ -34,4 +34,4 @@ for i = 0, n - 1 do
     done[#done + 1] = id
   end
 end
-return done
+return flow_reply(done)

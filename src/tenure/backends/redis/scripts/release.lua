@@ -5,11 +5,12 @@
 --
 -- KEYS[1]  the queue's key prefix
 -- ARGV     job id, fence
--- Returns  OK (0), NOT_FOUND (1) or LEASE_LOST (2: stale fence, nothing changed)
+-- Returns  {OK (0), NOT_FOUND (1) or LEASE_LOST (2: stale fence, nothing
+--          changed), {prefixes to relay from (_flow.lua)}}
 
 local p, id, fence = KEYS[1], ARGV[1], ARGV[2]
 local jk, code = held_job(p, id, fence)
-if not jk then return code end
+if not jk then return flow_reply(code) end
 local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
 leave_active(p, {id}, {a[3]})
 redis.call('HINCRBY', jk, 'attempts', -1)
@@ -18,10 +19,10 @@ if redis.call('HGET', jk, 'cancel_requested') then  -- it never runs again
   end_cancelled(p, id, jk, now)
   end_attempt(p, id, a, 'released', nil, now)
   record_event(p, 'cancelled', id, '{"outcome":"released"}')
-  return OK
+  return flow_reply(OK)
 end
 queue_job(p, id, 'active')
 signal(p, 1)
 end_attempt(p, id, a, 'released', nil, now)
 record_event(p, 'released', id, nil)
-return OK
+return flow_reply(OK)

@@ -6,7 +6,8 @@
 -- KEYS[1]  the queue's key prefix
 -- ARGV[1]  who retries (a RetriedBy)
 -- ARGV[2..] the job ids; none: every dead job of the queue, oldest first
--- Returns  how many jobs moved
+-- Returns  {how many jobs moved, {prefixes to relay from}}; a workflow's step's
+--          failed edges open again (_flow.lua)
 
 local p = KEYS[1]
 local by = ARGV[1]
@@ -24,6 +25,7 @@ for _, id in ipairs(ids) do
     redis.call('HDEL', jk, 'dead_reason', 'finished_at')
     redis.call('ZREM', p .. RETAINED.dead, id)  -- unfinished again: never pruned
     queue_job(p, id, 'dead')
+    flow_ended(p, id, jk, 'queued')
     if f[2] then redis.call('HSET', p .. 'keys', f[2], id) end
     moved = moved + 1
     retried[moved] = id
@@ -32,4 +34,4 @@ for _, id in ipairs(ids) do
 end
 append_events(p, 'retried', retried, data)
 signal(p, moved)
-return moved
+return flow_reply(moved)

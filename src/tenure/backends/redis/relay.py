@@ -1,0 +1,66 @@
+"""Workflows across hash slots: the relay of the outboxes.
+
+A step's transition moves its edges in its own script; a dependent (or the
+workflow's record) in another queue, hence maybe another hash slot, learns it
+by a message that script left in its queue's ``outbox`` (``_flow.lua``). The
+scripts that may leave one return the prefixes of the queues whose outbox got
+one; :meth:`Relay.relay` then applies each message in its target's slot
+(``apply.lua``, which may leave messages in turn) and only then deletes it.
+Applying is idempotent and order-safe (per edge, the last version applied), so
+a relay that dies midway, or two relays of one message (a worker's and the
+sweeper's), change nothing more: the sweeper relays every outbox it finds not
+empty, so a message left by a crash is applied within a sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from tenure.backends.redis.scripts import Call, Runner
+
+RELAY_BATCH = 500  # messages read from one outbox per round trip
+RELAY_ROUNDS = 1000  # outboxes emptied per relay, at most: a cascade ends, this bounds a bug
+
+
+class Relay:
+    """Relays the messages of outboxes to their targets' slots."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    async def after(self, reply: Any) -> Any:
+        """A flow-aware script's reply ``{reply, {prefixes}}``: relay from those
+        prefixes, then return the reply proper."""
+        value, prefixes = reply
+        if prefixes:
+            await self.relay(prefixes)
+        return value
+
+    async def relay(self, prefixes: Iterable[bytes | str]) -> None:
+        todo = list(dict.fromkeys(p if isinstance(p, str) else p.decode() for p in prefixes))
+        for _ in range(RELAY_ROUNDS):
+            if not todo:
+                return
+            prefix = todo.pop(0)
+            more = await self._relay_once(prefix)
+            todo += [p for p in more if p not in todo]
+
+    async def _relay_once(self, prefix: str) -> list[str]:
+        """Apply one batch of ``prefix``'s outbox; the prefixes to relay next
+        (this one again while its outbox had a full batch)."""
+        outbox = prefix + "outbox"
+        messages = await self.runner.command("LRANGE", outbox, 0, RELAY_BATCH - 1)
+        if not messages:
+            return []
+        by_target: dict[str, list[bytes]] = {}
+        for message in messages:
+            by_target.setdefault(orjson.loads(message)["p"], []).append(message)
+        replies = await self.runner.pipeline(
+            [Call.script("apply", [target], batch) for target, batch in by_target.items()]
+        )
+        await self.runner.pipeline([Call.command("LREM", outbox, 1, m) for m in messages])
+        more = [p.decode() for _, relays in replies for p in relays]
+        return [*more, prefix] if len(messages) == RELAY_BATCH else more

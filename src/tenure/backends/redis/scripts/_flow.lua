@@ -1,0 +1,263 @@
+-- _flow.lua: workflows (tenure.core.workflows), put after _lib.lua in front of
+-- every script. keys.py lays out the keys; the why, in short:
+--
+--   * an edge lives twice: in its source's out:<id> (HASH "<dep's prefix>
+--     <dep>" -> "<state> <ord>", what the source decided) and in its
+--     dependent's in:<dep> (HASH source id -> "<state> <version> <ord>", what
+--     the dependent applied); the dependent (a job, or the workflow record
+--     wf:<id>) counts its edges not done (pending) and failed (blocked);
+--   * a step's transition moves its out edges and sends one message per edge
+--     moved: {p = the dependent's prefix, d = dependent, s = source, e = new
+--     state, v = the source's flow version (fv, +1 at each such transition)}.
+--     A message to this script's slot is applied here, at once (a worklist:
+--     a cascade never recurses); one to another slot goes to this slot's
+--     outbox, atomically with the transition, and the caller relays it
+--     (apply.lua in the target's slot, then LREM). Applying keeps per edge the
+--     last version applied and ignores older or equal ones, so a message
+--     applied twice, or late, changes nothing;
+--   * other messages: k = 'add' (a spawn's new edge, ord o), 'start' (a
+--     committed workflow's source: release it), 'job' (the workflow record
+--     gains the spawned jobs ids, ordered by n), 'gone' (a step was pruned).
+
+local flow_work, flow_running = {}, false
+local flow_relays, flow_relay_set = {}, {}  -- prefixes whose outbox got messages
+
+local function in_key(p, id) return p .. 'in:' .. id end
+local function out_key(p, id) return p .. 'out:' .. id end
+local function wf_key(p, id) return p .. 'wf:' .. id end
+local function is_wf(id) return string.sub(id, 1, 3) == 'wf-' end
+
+local function words(s)
+  local t = {}
+  for w in string.gmatch(s, '%S+') do t[#t + 1] = w end
+  return t
+end
+
+local flow_apply  -- below: apply one message in slot p
+
+-- Apply every message of the worklist (unless a caller up the stack does).
+local function flow_run(p)
+  if flow_running then return end
+  flow_running = true
+  local i = 1
+  while flow_work[i] do
+    flow_apply(p, flow_work[i])
+    i = i + 1
+  end
+  flow_work, flow_running = {}, false
+end
+
+local function flow_send(p, m)
+  if m.p == p then
+    flow_work[#flow_work + 1] = m
+    return
+  end
+  redis.call('RPUSH', p .. 'outbox', cjson.encode(m))
+  if not flow_relay_set[p] then
+    flow_relay_set[p] = true
+    flow_relays[#flow_relays + 1] = p
+  end
+end
+
+-- The step id (in slot p) ended: to is the state of its open edges now
+-- ('done' | 'failed'), or nil when it was retried from the DLQ (its failed
+-- edges open again). Runs the cascade.
+local function flow_moved(p, id, jk, to)
+  local v = redis.call('HINCRBY', jk, 'fv', 1)
+  local ok = out_key(p, id)
+  local edges = redis.call('HGETALL', ok)
+  for i = 1, #edges, 2 do
+    local e = words(edges[i + 1])
+    local new = nil
+    if to and e[1] == 'open' then new = to elseif not to and e[1] == 'failed' then new = 'open' end
+    if new then
+      redis.call('HSET', ok, edges[i], new .. ' ' .. (e[2] or ''))
+      local tp, d = string.match(edges[i], '^(%S+) (.*)$')
+      flow_send(p, {p = tp, d = d, s = id, e = new, v = v})
+    end
+  end
+  flow_run(p)
+end
+
+-- How a step's open edges end when it ends dead or cancelled.
+local function failed_edge(jk)
+  return redis.call('HGET', jk, 'may_fail') and 'done' or 'failed'
+end
+
+-- A step's event data: {"workflow": id} and more (a JSON text).
+local function flow_data(wf, more)
+  local d = more or {}
+  d.workflow = wf
+  return cjson.encode(d)
+end
+
+-- waiting -> queued, or scheduled when its delay (from now) or run_at is later.
+local function flow_release(p, id, jk, now, event)
+  local f = redis.call('HMGET', jk, 'wdelay', 'wat', 'wf')
+  local due = now + (tonumber(f[1]) or 0)
+  if f[2] then due = math.max(due, tonumber(f[2])) end
+  redis.call('HSET', jk, 'run_at', num(due))
+  if due > now then
+    schedule_job(p, id, due, 'waiting')
+  else
+    queue_job(p, id, 'waiting')
+    signal(p, 1)
+  end
+  if event then record_event(p, 'ready', id, flow_data(f[3])) end
+end
+
+-- A dependent job after its counters moved: released, cancelled (upstream
+-- failed), or waiting again.
+local function flow_settle_job(p, id, jk, now)
+  local f = redis.call('HMGET', jk, 'state', 'pending', 'blocked', 'cancel_reason', 'wf', 'seq')
+  local pending, blocked = tonumber(f[2]) or 0, tonumber(f[3]) or 0
+  if f[1] == 'waiting' and blocked > 0 then
+    redis.call('HSET', jk, 'state', 'cancelled', 'cancel_reason', 'upstream_failed',
+      'finished_at', num(now))
+    set_state(p, id, f[6], 'waiting', 'cancelled')
+    redis.call('ZADD', p .. RETAINED.cancelled, num(now), id)
+    record_event(p, 'cancelled', id, flow_data(f[5], {reason = 'upstream_failed'}))
+    flow_moved(p, id, jk, failed_edge(jk))
+  elseif f[1] == 'waiting' and pending == 0 then
+    flow_release(p, id, jk, now, true)
+  elseif f[1] == 'cancelled' and f[4] == 'upstream_failed' and blocked == 0 then
+    redis.call('HSET', jk, 'state', 'waiting')
+    redis.call('HDEL', jk, 'cancel_reason', 'finished_at')
+    set_state(p, id, f[6], 'cancelled', 'waiting')
+    redis.call('ZREM', p .. RETAINED.cancelled, id)
+    record_event(p, 'waiting', id, flow_data(f[5]))
+    flow_moved(p, id, jk, nil)
+    if pending == 0 then flow_release(p, id, jk, now, true) end
+  end
+end
+
+-- The workflow record after its sink counters moved; by: the step that moved them.
+local function flow_settle_wf(p, id, rk, by, now)
+  local f = redis.call('HMGET', rk, 'state', 'pending', 'blocked', 'key')
+  if f[1] ~= 'running' and f[1] ~= 'failed' and f[1] ~= 'completed' then return end
+  local new = 'running'
+  if tonumber(f[3]) > 0 then new = 'failed' elseif tonumber(f[2]) == 0 then new = 'completed' end
+  if new == f[1] then return end
+  if new == 'running' then
+    redis.call('HSET', rk, 'state', new)
+    redis.call('HDEL', rk, 'finished_at')
+    return
+  end
+  redis.call('HSET', rk, 'state', new, 'finished_at', num(now))
+  record_event(p, 'workflow_ended', by, flow_data(id, {outcome = new}))
+  if f[4] and redis.call('HGET', p .. 'wfkeys', f[4]) == id then
+    redis.call('HDEL', p .. 'wfkeys', f[4])
+  end
+end
+
+-- The workflow record and its keys go once it ended and its last job is gone.
+local function flow_forget_wf(p, id, rk)
+  local state = redis.call('HGET', rk, 'state')
+  if state ~= 'completed' and state ~= 'failed' and state ~= 'cancelled' then return end
+  if redis.call('SCARD', p .. 'wfgone:' .. id) < redis.call('ZCARD', p .. 'wfjobs:' .. id) then
+    return
+  end
+  redis.call('DEL', rk, in_key(p, id), p .. 'wfjobs:' .. id, p .. 'wfgone:' .. id)
+end
+
+-- The upstream ids of a dependent, by their edges' ord (its 'up' field, or
+-- the workflow's 'sinks').
+local function flow_order(p, id, rk, field)
+  local edges = redis.call('HGETALL', in_key(p, id))
+  local sorted = {}
+  for i = 1, #edges, 2 do sorted[#sorted + 1] = {words(edges[i + 1])[3] or '', edges[i]} end
+  table.sort(sorted, function(a, b) return a[1] < b[1] end)
+  local ids = {}
+  for i, e in ipairs(sorted) do ids[i] = e[2] end
+  redis.call('HSET', rk, field, cjson.encode(ids))
+end
+
+-- An edge message: state e at version v, or k = 'add' (a new open edge).
+local function flow_edge(p, m, rk, wf, now)
+  local ik = in_key(p, m.d)
+  local cur = redis.call('HGET', ik, m.s)
+  local old = cur and words(cur)
+  local field = wf and 'sinks' or 'up'
+  if m.k == 'add' then
+    if cur then
+      if not old[3] then
+        redis.call('HSET', ik, m.s, old[1] .. ' ' .. old[2] .. ' ' .. m.o)
+        flow_order(p, m.d, rk, field)
+      end
+      return
+    end
+    redis.call('HSET', ik, m.s, 'open 0 ' .. m.o)
+    redis.call('HINCRBY', rk, 'pending', 1)
+    flow_order(p, m.d, rk, field)
+  else
+    if old and tonumber(old[2]) >= tonumber(m.v) then return end
+    local was = old and old[1]
+    local dp = (m.e ~= 'done' and 1 or 0) - ((was and was ~= 'done') and 1 or 0)
+    local db = (m.e == 'failed' and 1 or 0) - (was == 'failed' and 1 or 0)
+    redis.call('HSET', ik, m.s, m.e .. ' ' .. m.v .. (old and old[3] and ' ' .. old[3] or ''))
+    if dp ~= 0 then redis.call('HINCRBY', rk, 'pending', dp) end
+    if db ~= 0 then redis.call('HINCRBY', rk, 'blocked', db) end
+  end
+  if wf then flow_settle_wf(p, m.d, rk, m.s, now) else flow_settle_job(p, m.d, rk, now) end
+end
+
+flow_apply = function(p, m)
+  local wf = is_wf(m.d)
+  local rk = wf and wf_key(p, m.d) or job_key(p, m.d)
+  if redis.call('EXISTS', rk) == 0 then return end  -- pruned or deleted: nothing waits
+  local now = clock()
+  if m.k == 'start' then
+    flow_settle_job(p, m.d, rk, now)
+  elseif m.k == 'job' then
+    for i, id in ipairs(m.ids) do redis.call('ZADD', p .. 'wfjobs:' .. m.d, 'NX', m.n + i, id) end
+  elseif m.k == 'gone' then
+    redis.call('SADD', p .. 'wfgone:' .. m.d, m.s)
+    flow_forget_wf(p, m.d, rk)
+  else
+    flow_edge(p, m, rk, wf, now)
+  end
+end
+
+-- A step of slot p ended (state 'completed' | 'dead' | 'cancelled'), or was
+-- retried from the DLQ ('queued'): its edges move. Plain jobs: one HGET.
+flow_ended = function(p, id, jk, state)
+  if not redis.call('HGET', jk, 'wf') then return end
+  local to = nil
+  if state == 'completed' then to = 'done' elseif state ~= 'queued' then to = failed_edge(jk) end
+  flow_moved(p, id, jk, to)
+end
+
+-- Write one step (a table decoded from flow_enqueue's or spawn's JSON, see
+-- flows.py) of workflow wf, whose record is in slot home, as waiting; with
+-- start, one without upstream is released at once (no ready event).
+local function flow_write(p, queue, wf, home, s, start, now, last)
+  local jk = job_key(p, s.id)
+  local seq = int(last)
+  local fields = {'id', s.id, 'task', s.task, 'queue', queue, 'args', s.args,
+    'priority', s.priority, 'run_at', num(now), 'created_at', num(now), 'seq', seq,
+    'fence', 0, 'attempts', 0, 'stalls', 0, 'state', 'waiting', 'wf', wf, 'home', home,
+    'pending', #s['in'], 'blocked', 0, 'wdelay', s.delay}
+  for _, name in ipairs({'max_attempts', 'timeout', 'traceparent', 'wat'}) do
+    if s[name] ~= '' then fields[#fields + 1], fields[#fields + 2] = name, s[name] end
+  end
+  if s.may_fail then fields[#fields + 1], fields[#fields + 2] = 'may_fail', '1' end
+  redis.call('HSET', jk, unpack(fields))
+  redis.call('ZADD', p .. 'all', seq, s.id)
+  set_state(p, s.id, seq, nil, 'waiting')
+  local ik, up = in_key(p, s.id), {}
+  for i, e in ipairs(s['in']) do
+    redis.call('HSET', ik, e[1], 'open 0 ' .. e[2])
+    up[i] = e[1]
+  end
+  redis.call('HSET', jk, 'up', cjson.encode(up))
+  local ok = out_key(p, s.id)
+  for _, e in ipairs(s.out) do redis.call('HSET', ok, e[2] .. ' ' .. e[1], 'open ' .. e[3]) end
+  if start and #s['in'] == 0 then flow_release(p, s.id, jk, now, false) end
+  record_event(p, 'enqueued', s.id,
+    flow_data(wf, {task = s.task, state = redis.call('HGET', jk, 'state')}))
+end
+
+-- A script's reply, with the prefixes whose outbox the caller relays from.
+local function flow_reply(reply)
+  return {reply, flow_relays}
+end
