@@ -35,6 +35,7 @@ from tenure.backends.postgres.claiming import Claiming
 from tenure.backends.postgres.database import Database
 from tenure.backends.postgres.enqueue import Enqueue
 from tenure.backends.postgres.events import EventReader
+from tenure.backends.postgres.flows import Flows
 from tenure.backends.postgres.liveness import Liveness, Workers
 from tenure.backends.postgres.operators import Operators
 from tenure.backends.postgres.rescue import Rescue
@@ -46,6 +47,7 @@ from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.events import Event, RetriedBy
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
+from tenure.core.workflows import Workflow, WorkflowSpec
 from tenure.errors import BackendUnavailable
 from tenure.job import Job, JobSpec
 
@@ -61,6 +63,7 @@ class Parts:
 
     claiming: Claiming
     enqueue: Enqueue
+    flows: Flows
     rescue: Rescue
     operators: Operators
     workers: Workers
@@ -71,14 +74,16 @@ class Parts:
     @classmethod
     def of(cls, db: Database, liveness: Liveness, *, pool_size: int, max_payload: int) -> Parts:
         enqueue = Enqueue(db, max_payload)
+        flows = Flows(db, max_payload)
         return cls(
             claiming=Claiming(db, liveness, pool_size=pool_size, max_payload=max_payload),
             enqueue=enqueue,
+            flows=flows,
             rescue=Rescue(db),
             operators=Operators(db),
             workers=Workers(db, liveness),
             events=EventReader(db),
-            callers=CallerTransactions(db, enqueue, LATEST),
+            callers=CallerTransactions(db, enqueue, flows, LATEST),
             effects=HandlerTransactions(db, max_payload),
         )
 
@@ -177,6 +182,21 @@ class PostgresBackend(DerivedVerbs):
         self, schedules: Collection[tuple[str, str]]
     ) -> dict[tuple[str, str], Tick]:
         return await self.parts.enqueue.last_ticks(schedules)
+
+    async def enqueue_workflow(self, spec: WorkflowSpec) -> Workflow:
+        return await self.parts.flows.enqueue_workflow(spec)
+
+    async def spawn(self, job_id: str, fence: int, seq: int, spec: WorkflowSpec) -> list[Job]:
+        return await self.parts.flows.spawn(job_id, fence, seq, spec)
+
+    async def get_workflow(self, workflow_id: str) -> Workflow:
+        return await self.parts.flows.get_workflow(workflow_id)
+
+    async def cancel_workflow(self, workflow_id: str) -> Workflow:
+        return await self.parts.flows.cancel_workflow(workflow_id)
+
+    async def get_many(self, job_ids: Sequence[str]) -> builtins.list[Job]:
+        return await self.parts.flows.get_many(job_ids)
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         await self.wakeups.wait(queues, timeout)

@@ -19,10 +19,11 @@ import psycopg
 from tenure.backends.base import LeaseRef, Rescued
 from tenure.backends.checks import claim_limit
 from tenure.backends.postgres.database import IDLE_MS, UNREACHABLE, Database
+from tenure.backends.postgres.flows import step_from_row
 from tenure.backends.postgres.liveness import Liveness
 from tenure.backends.postgres.pool import hung_up
 from tenure.backends.postgres.statements import text_array
-from tenure.backends.rows import JOB_COLUMNS, job_from_row
+from tenure.backends.rows import JOB_COLUMNS
 from tenure.config import QueuePolicy
 from tenure.core.events import EventKind, failure_events
 from tenure.core.payload import encode
@@ -97,7 +98,7 @@ class Claiming:
             rows = await self._locked_cycle_fetch(query, params, locked)
         else:
             rows = await self._cycle_fetch(query, params)
-        jobs = [job_from_row(r[1:]) for r in rows if r[0]]
+        jobs = [step_from_row(r[1:]) for r in rows if r[0]]
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
         limited = {r[1]: r[FENCE] for r in rows if r[0] == 0}
         self._limited = (self._limited - set(queues)) | set(limited)
@@ -129,8 +130,7 @@ class Claiming:
                 # heartbeat registers us again. Checked with the connection in
                 # hand: taking one from the pool may have waited out a restart.
                 params = {**params, "queues": "{}"}
-            cur = await conn.execute(query, params, prepare=True)
-            rows = await cur.fetchall()
+            rows = await self._execute(conn, query, params)
         except BaseException as exc:
             if conn is not None:
                 await pool.putconn(conn)
@@ -153,8 +153,17 @@ class Claiming:
             if self.liveness.seems_lost(params["worker"]):  # as in _cycle_fetch
                 params = {**params, "queues": "{}"}
             await conn.execute(self.q["lock_queues"], {"queues": locked, "idle": IDLE_MS})
-            cur = await conn.execute(query, params, prepare=True)
-            return await cur.fetchall()
+            return await self._execute(conn, query, params)
+
+    async def _execute(
+        self, conn: psycopg.AsyncConnection[Any], query: bytes, params: dict[str, Any]
+    ) -> list[Any]:
+        """The cycle's statement, prepared, with positional parameters (see
+        Statements.positional)."""
+        raw, names = self.q.positional(query)
+        cur = psycopg.AsyncRawCursor(conn)
+        await cur.execute(raw, [params[n] for n in names], prepare=True)
+        return await cur.fetchall()
 
     async def progress(self, job_id: str, fence: int, data: Any) -> None:
         payload = encode(data, what="progress", limit=self.max_payload).decode()
@@ -176,7 +185,9 @@ class Claiming:
 
     async def _settle(self, name: str, params: dict[str, Any]) -> None:
         """One fence-checked write; LeaseLost (or JobNotFound) when it touched nothing.
-        A job queued again wakes the idle workers of its queue."""
+        A job queued again wakes the idle workers of its queue (and a step
+        released, those of its own: the statement does)."""
+        params["channel"] = self.db.channel
         async with self.db.conn() as conn:
             cur = await conn.execute(self.q[name], params)
             row = await cur.fetchone()

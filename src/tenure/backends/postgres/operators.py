@@ -21,7 +21,9 @@ from tenure.backends.checks import (
     queue_busy,
 )
 from tenure.backends.postgres.database import Database
-from tenure.backends.rows import attempt_from_row, job_from_row
+from tenure.backends.postgres.flows import restoring, step_from_row
+from tenure.backends.postgres.steps import run_steps
+from tenure.backends.rows import attempt_from_row
 from tenure.config import QueuePolicy
 from tenure.core.events import RetriedBy
 from tenure.core.names import check_job_id, check_job_ids, check_name
@@ -40,7 +42,8 @@ class Operators:
     async def cancel(self, job_id: str) -> Job:
         check_job_id(job_id)
         async with self.db.tx() as conn:
-            cur = await conn.execute(self.q["cancel"], {"id": job_id})
+            params = {"id": job_id, "channel": self.db.channel}
+            cur = await conn.execute(self.q["cancel"], params)
             cancelled = await cur.fetchone() is not None
         job = await self.get(job_id)
         if not cancelled:
@@ -58,6 +61,9 @@ class Operators:
             cur = await conn.execute(self.q["retry_dead"], params)
             rows = await cur.fetchall()
             await self.db.notify(conn, [queue] if rows else [])
+            steps = [i for i, workflow in rows if workflow is not None]
+            if steps:  # what failed for them waits again
+                await run_steps(conn, restoring(self.db, steps))
         return len(rows)
 
     async def purge_dead(self, queue: str, job_ids: Sequence[str] | None = None) -> int:
@@ -90,7 +96,7 @@ class Operators:
                 raise JobNotFound(f"no job with id {job_id!r}")
             cur = await conn.execute(self.q["get_history"], {"id": job_id})
             history = tuple(attempt_from_row(r) for r in await cur.fetchall())
-        return job_from_row(row, history)
+        return step_from_row(row, history)
 
     async def match_ids(self, prefix: str, limit: int) -> builtins.list[str]:
         prefix, limit = check_match(prefix, limit)
@@ -125,7 +131,7 @@ class Operators:
                 rows = await cur.fetchall()
         else:
             rows = await self.db.rows("list_jobs", params)
-        jobs = [job_from_row(r[1:]) for r in rows[:limit]]
+        jobs = [step_from_row(r[1:]) for r in rows[:limit]]
         return Page(jobs, str(rows[limit - 1][0]) if len(rows) > limit else None)
 
     async def counts(self, queue: str) -> dict[State, int]:

@@ -181,8 +181,9 @@ done AS (
         lease_ttl = NULL, lease_expires_at = NULL, recovered_from = NULL
     FROM input, clock
     WHERE j.id = input.id AND j.fence = input.fence AND j.state = (SELECT 'active')
-    RETURNING j.id, j.fence, j.queue
+    RETURNING j.id, j.fence, j.queue, j.workflow
 ),
+{flow_release},
 {gate},
 candidates AS (
     SELECT c.* FROM gate AS q
@@ -219,21 +220,27 @@ claimed AS (
     RETURNING j.*, picked.rank
 ),
 {bucket}
-freed AS (  -- a queue with max_active has room again: its idle workers may claim
+freed AS (  -- a queue with max_active has room again, or got a released step: its
+            -- idle workers may claim
     SELECT count(pg_notify(%(channel)s, d.queue))
-    FROM (SELECT DISTINCT queue FROM done) AS d JOIN {schema}.queues AS p ON p.name = d.queue
-    WHERE p.policy->>'max_active' IS NOT NULL
+    FROM (SELECT d.queue FROM (SELECT DISTINCT queue FROM done) AS d
+          JOIN {schema}.queues AS p ON p.name = d.queue
+          WHERE p.policy->>'max_active' IS NOT NULL
+          UNION
+          {flow_queues}) AS d
 ),
 recorded_input AS (
-    SELECT queue, 'completed' AS kind, id AS job_id, NULL::json AS data, 0 AS ord FROM done
+    SELECT queue, 'completed' AS kind, id AS job_id, {flow_data} AS data, 0 AS ord FROM done
     UNION ALL
     SELECT queue, 'started', id, json_build_object('attempt', attempts, 'worker', worker), rank
     FROM claimed
+    UNION ALL
+    {flow_events}
 ),
 {record_events}
-SELECT rank, {job_columns} FROM claimed, freed  -- freed: one row, always
+SELECT rank, {job_columns}, {flow_columns} FROM claimed, freed  -- freed: one row, always
 UNION ALL
-SELECT rank, {done_columns} FROM freed,
+SELECT rank, {done_columns}, NULL, NULL, NULL, NULL FROM freed,
     (SELECT NULL::int, id, fence FROM done
      UNION ALL
      SELECT 0, name, unlocked::int FROM gate WHERE limited) AS d(rank, id, fence)
@@ -370,20 +377,27 @@ recorded_input AS (
 SELECT queue FROM done
 
 -- name: complete
--- The job keeps its attempt's worker and start (see complete_and_claim).
-WITH done AS (
+-- The job keeps its attempt's worker and start (see complete_and_claim). A
+-- step releases what waits for it (flow_release).
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+done AS (
     UPDATE {schema}.jobs
     SET state = 'completed', result = %(result)s::json,
-        finished_at = extract(epoch FROM now())::float8, lease_ttl = NULL, lease_expires_at = NULL,
+        finished_at = clock.now, lease_ttl = NULL, lease_expires_at = NULL,
         recovered_from = NULL
+    FROM clock
     WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
-    RETURNING id, queue
+    RETURNING id, queue, workflow
 ),
+{flow_release},
+{flow_woken},
 recorded_input AS (
-    SELECT queue, 'completed' AS kind, id AS job_id, NULL::json AS data, 0 AS ord FROM done
+    SELECT queue, 'completed' AS kind, id AS job_id, {flow_data} AS data, 0 AS ord FROM done
+    UNION ALL
+    {flow_events}
 ),
 {record_events}
-SELECT queue FROM done
+SELECT queue FROM done, woken
 
 -- name: requeue
 -- active -> queued | scheduled after a failed attempt, as decided by tenure.core;
@@ -408,7 +422,7 @@ done AS (
 
 -- name: bury
 -- active -> dead, as decided by tenure.core.
-WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+WITH RECURSIVE clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
     UPDATE {schema}.jobs AS j
     SET state = 'dead', dead_reason = %(dead_reason)s, error = %(error)s,
@@ -418,14 +432,14 @@ done AS (
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
       AND NOT j.cancel_requested
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
-              %(outcome)s::text AS outcome, %(error)s::text AS error
+              %(outcome)s::text AS outcome, %(error)s::text AS error, j.workflow, j.may_fail, j.state
 ),
-{one_ended}
+{one_ended_flow}
 
 -- name: end_cancelled
 -- active -> cancelled: the job was cancelled while its attempt ran, and that
 -- attempt ended other than completed (with %(outcome)s).
-WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+WITH RECURSIVE clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (
     UPDATE {schema}.jobs AS j
     SET state = 'cancelled', error = coalesce(%(error)s, j.error), finished_at = clock.now,
@@ -433,9 +447,9 @@ done AS (
     FROM {schema}.jobs AS o, clock
     WHERE j.id = %(id)s AND j.fence = %(fence)s AND j.state = 'active' AND o.id = j.id
     RETURNING j.id, j.queue, j.fence, o.attempts AS attempt, o.worker, o.started_at,
-              %(outcome)s::text AS outcome, %(error)s::text AS error
+              %(outcome)s::text AS outcome, %(error)s::text AS error, j.workflow, j.may_fail, j.state
 ),
-{one_ended}
+{one_ended_flow}
 
 -- name: release
 -- active -> queued without penalty, in its place in line: the attempt is given back.
@@ -569,23 +583,29 @@ oldest AS (
 SELECT coalesce(greatest(clock.now - (SELECT min(run_at) FROM oldest), 0), 0) FROM clock
 
 -- name: cancel
--- queued | scheduled -> cancelled; an active job is marked cancel_requested
--- instead (its worker learns it from its heartbeat). Nothing for a finished job.
-WITH done AS (
+-- waiting | queued | scheduled -> cancelled; an active job is marked
+-- cancel_requested instead (its worker learns it from its heartbeat). Nothing
+-- for a finished job. A step cancelled ends its edges (flow_cascade).
+WITH RECURSIVE clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+done AS (
     UPDATE {schema}.jobs
     SET state = CASE WHEN state = 'active' THEN state ELSE 'cancelled' END,
-        finished_at = CASE WHEN state = 'active' THEN finished_at
-                           ELSE extract(epoch FROM now())::float8 END,
+        finished_at = CASE WHEN state = 'active' THEN finished_at ELSE clock.now END,
         cancel_requested = (state = 'active')
-    WHERE id = %(id)s AND state IN ('scheduled', 'queued', 'active')
-    RETURNING id, queue, state
+    FROM clock
+    WHERE id = %(id)s AND state IN ('waiting', 'scheduled', 'queued', 'active')
+    RETURNING id, queue, state, workflow, may_fail
 ),
+{flow_cascade},
+{flow_woken},
 recorded_input AS (
-    SELECT queue, 'cancelled' AS kind, id AS job_id, NULL::json AS data, 0 AS ord FROM done
+    SELECT queue, 'cancelled' AS kind, id AS job_id, {flow_data} AS data, 0 AS ord FROM done
     WHERE state = 'cancelled'
+    UNION ALL
+    {flow_events}
 ),
 {record_events}
-SELECT id FROM done
+SELECT id FROM done, woken
 
 -- name: retry_dead
 -- dead -> queued with budgets reset: its attempts keep counting, its budget
@@ -613,7 +633,7 @@ done AS (
         finished_at = NULL, run_at = extract(epoch FROM now())::float8
     FROM chosen
     WHERE j.id = chosen.id
-    RETURNING j.id, j.queue, j.seq, j.attempts
+    RETURNING j.id, j.queue, j.seq, j.attempts, j.workflow
 ),
 recorded_input AS (
     SELECT queue, 'retried' AS kind, id AS job_id,
@@ -621,7 +641,7 @@ recorded_input AS (
     FROM done
 ),
 {record_events}
-SELECT id FROM done
+SELECT id, workflow FROM done
 
 -- name: purge_dead
 -- The dead jobs deleted, with their attempts; returns how many jobs.
@@ -672,27 +692,30 @@ victims AS (
 pruned AS (
     DELETE FROM {schema}.jobs AS j USING victims AS v
     WHERE j.id = v.id AND j.state = v.state AND j.finished_at <= v.cutoff
-    RETURNING j.id
+    RETURNING j.id, j.workflow
 ),
 history AS (
     DELETE FROM {schema}.attempts AS a USING pruned WHERE a.job_id = pruned.id
-)
+),
+{flow_pruned}
 SELECT count(*) FROM pruned
 -- name: delete_queue_jobs
 -- Every job of the queue but the active ones, with its history: locked by
 -- the delete, none of them can be claimed meanwhile. The caller then counts
 -- the active ones (a fresh snapshot: those claimed before the delete came)
 -- and rolls back if there are any.
-WITH gone AS (  -- each state through its own index (see counts)
+WITH pruned AS (  -- each state through its own index (see counts)
     DELETE FROM {schema}.jobs
     WHERE queue = %(queue)s AND (state IN ('completed', 'cancelled', 'dead')
-                                 OR state = 'queued' OR state = 'scheduled')
-    RETURNING id
+                                 OR state = 'queued' OR state = 'scheduled'
+                                 OR state = 'waiting')
+    RETURNING id, workflow
 ),
 history AS (
-    DELETE FROM {schema}.attempts AS a USING gone WHERE a.job_id = gone.id
-)
-SELECT count(*) FROM gone
+    DELETE FROM {schema}.attempts AS a USING pruned WHERE a.job_id = pruned.id
+),
+{flow_pruned}
+SELECT count(*) FROM pruned
 
 -- name: active_in_queue
 SELECT count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'active'
@@ -702,7 +725,7 @@ WITH events AS (DELETE FROM {schema}.events WHERE queue = %(queue)s)
 DELETE FROM {schema}.queues WHERE name = %(queue)s
 
 -- name: get_job
-SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s
+SELECT {job_columns}, {flow_columns} FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: match_ids
 -- Ids that begin with a prefix: a range of the primary key's index (in the
@@ -731,7 +754,7 @@ ORDER BY fence
 -- cannot hold never runs (a one-time filter; folded away where the listing is
 -- planned for its values: finished states, see PostgresBackend.list).
 SELECT * FROM (
-    (SELECT seq, {job_columns} FROM {schema}.jobs
+    (SELECT seq, {job_columns}, {flow_columns} FROM {schema}.jobs
      WHERE %(state)s::text IS DISTINCT FROM 'active' AND state <> 'active'
        AND (%(queue)s::text IS NULL OR queue = %(queue)s)
        AND (%(state)s::text IS NULL OR state = %(state)s)
@@ -739,7 +762,7 @@ SELECT * FROM (
      ORDER BY seq DESC
      LIMIT %(limit)s)
     UNION ALL
-    (SELECT seq, {job_columns} FROM {schema}.jobs
+    (SELECT seq, {job_columns}, {flow_columns} FROM {schema}.jobs
      WHERE coalesce(%(state)s::text, 'active') = 'active' AND state = 'active'
        AND (%(queue)s::text IS NULL OR queue = %(queue)s)
        AND (%(after)s::bigint IS NULL OR seq < %(after)s)
@@ -752,7 +775,7 @@ LIMIT %(limit)s
 -- name: counts
 -- Each state through its own index: finished jobs through jobs_queue_state,
 -- queued through jobs_ready, scheduled through jobs_scheduled, active
--- through jobs_lease (migrations 5 and 14).
+-- through jobs_lease (migrations 5 and 14), waiting through jobs_waiting (17).
 SELECT state, count(*) FROM {schema}.jobs
 WHERE queue = %(queue)s AND state IN ('completed', 'cancelled', 'dead') GROUP BY state
 UNION ALL
@@ -761,6 +784,8 @@ UNION ALL
 SELECT 'scheduled', count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'scheduled'
 UNION ALL
 SELECT 'active', count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'active'
+UNION ALL
+SELECT 'waiting', count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'waiting'
 
 -- name: dead_counts
 SELECT dead_reason, count(*) FROM {schema}.jobs
@@ -899,3 +924,410 @@ INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(na
 -- Idle workers are woken by a NOTIFY on this channel, its payload a queue's name.
 LISTEN {channel}
 
+
+-- Workflows (tenure.core.workflows). The parts below move a step's edges and
+-- count them on its dependents, in the statement of the step's own transition
+-- (so a stale fence, which ends nothing, moves nothing). A plain job has no
+-- workflow: its statement finds no edge, and each part after reads nothing.
+
+-- name: flow_columns
+-- (A part of the statements that read jobs, after their job_columns.) A
+-- step's workflow, the ids of the steps it waits for (in ord order), whether
+-- its dependents run if it fails, why it was cancelled; NULLs for a plain job.
+workflow, CASE WHEN workflow IS NOT NULL THEN ARRAY(
+    SELECT e.upstream FROM {schema}.edges AS e WHERE e.dependent = id ORDER BY e.ord) END,
+may_fail, cancel_reason
+
+-- name: flow_data
+-- (A part of events' data.) A step's events name its workflow.
+CASE WHEN workflow IS NOT NULL THEN json_build_object('workflow', workflow) END
+
+-- name: flow_release
+-- (A part of the statements that complete jobs, after their `done`: the jobs
+-- completed, with their workflow.) Each open edge of a step completed is done.
+-- Its upstream ids are an array (an initPlan): the index of edges is read by
+-- it, or not at all, whatever the plan thinks of `done`.
+moved AS (
+    UPDATE {schema}.edges AS e SET state = 'done'
+    WHERE e.upstream = ANY(ARRAY(SELECT id FROM done WHERE workflow IS NOT NULL))
+      AND e.state = 'open'
+    RETURNING e.dependent, e.state, e.upstream
+),
+{flow_counted}
+
+-- name: flow_cascade
+-- (A part of the statements that end jobs dead or cancelled, after their
+-- `done`: the jobs so ended, with their workflow, may_fail and state.) Each
+-- step ended, and every waiting step that one failed ends (recursively: its
+-- dependents' edges fail in turn), moves its open edges: failed, or done for
+-- a may_fail step. Read from the statement's snapshot; the counts are made
+-- on rows locked (flow_counted), so a step cancelled meanwhile stays so.
+doomed(id, failed) AS (
+    SELECT id, NOT coalesce(may_fail, false) FROM done
+    WHERE workflow IS NOT NULL AND state IN ('dead', 'cancelled')
+    UNION
+    SELECT j.id, NOT coalesce(j.may_fail, false)
+    FROM doomed AS x
+    JOIN {schema}.edges AS e ON e.upstream = x.id AND e.state = 'open'
+    JOIN {schema}.jobs AS j ON j.id = e.dependent AND j.state = 'waiting'
+    WHERE x.failed
+),
+moved AS (
+    UPDATE {schema}.edges AS e
+    SET state = CASE WHEN e.upstream = ANY(ARRAY(SELECT id FROM doomed WHERE failed))
+                     THEN 'failed' ELSE 'done' END
+    WHERE e.upstream = ANY(ARRAY(SELECT id FROM doomed)) AND e.state = 'open'
+    RETURNING e.dependent, e.state, e.upstream
+),
+{flow_counted}
+
+-- name: flow_counted
+-- (A part of flow_release and flow_cascade, after their `moved`: the edges
+-- moved.) Each dependent counts its edges done (pending less) and failed
+-- (blocked more), on its row locked: concurrent completions of two of its
+-- upstream steps each count once (the second waits for the first's lock, then
+-- counts on what it committed). Dependents are locked in id order, then
+-- workflows: every statement that counts takes locks in that order. A
+-- waiting step with an edge failed is cancelled; with none left pending, it is
+-- released (queued, or scheduled by its delay counted from now, or a later
+-- run_at). A workflow is failed once an edge is failed, completed once none
+-- is pending; one cancelled (or completed) stays so.
+tally AS (
+    SELECT dependent, count(*) FILTER (WHERE state = 'done') AS done,
+           count(*) FILTER (WHERE state = 'failed') AS failed, min(upstream) AS by
+    FROM moved GROUP BY dependent
+),
+waited AS (
+    SELECT j.id, j.state FROM {schema}.jobs AS j
+    WHERE j.id = ANY(ARRAY(SELECT dependent FROM tally)) ORDER BY j.id FOR UPDATE
+),
+stepped AS (
+    UPDATE {schema}.jobs AS j
+    SET pending = j.pending - t.done, blocked = j.blocked + t.failed,
+        state = CASE WHEN j.state <> 'waiting' THEN j.state
+                     WHEN j.blocked + t.failed > 0 THEN 'cancelled'
+                     WHEN j.pending - t.done > 0 THEN 'waiting'
+                     WHEN j.run_at > clock.now OR j.release_delay > 0 THEN 'scheduled'
+                     ELSE 'queued' END,
+        run_at = CASE WHEN j.state = 'waiting' AND j.blocked + t.failed = 0
+                           AND j.pending - t.done = 0
+                      THEN greatest(j.run_at, clock.now + coalesce(j.release_delay, 0))
+                      ELSE j.run_at END,
+        cancel_reason = CASE WHEN j.state = 'waiting' AND j.blocked + t.failed > 0
+                             THEN 'upstream_failed' ELSE j.cancel_reason END,
+        finished_at = CASE WHEN j.state = 'waiting' AND j.blocked + t.failed > 0
+                           THEN clock.now ELSE j.finished_at END
+    FROM tally AS t, waited AS w, clock
+    WHERE j.id = t.dependent AND w.id = j.id
+    RETURNING j.id, j.queue, j.workflow, j.state, w.state AS was
+),
+flows AS (
+    SELECT w.id, w.state FROM {schema}.workflows AS w
+    WHERE w.id = ANY(ARRAY(SELECT dependent FROM tally)) ORDER BY w.id FOR UPDATE
+),
+flowed AS (
+    UPDATE {schema}.workflows AS w
+    SET pending = w.pending - t.done, blocked = w.blocked + t.failed,
+        state = CASE WHEN w.state NOT IN ('running', 'failed') THEN w.state
+                     WHEN w.blocked + t.failed > 0 THEN 'failed'
+                     WHEN w.pending - t.done = 0 THEN 'completed' ELSE 'running' END,
+        finished_at = CASE WHEN w.state = 'running'
+                                AND (w.blocked + t.failed > 0 OR w.pending - t.done = 0)
+                           THEN clock.now ELSE w.finished_at END
+    FROM tally AS t, flows AS f, clock
+    WHERE w.id = t.dependent AND f.id = w.id
+    RETURNING w.id, w.state, f.state AS was, t.by
+)
+
+-- name: flow_events
+-- (A part of recorded_input, after flow_counted.) Steps released, steps
+-- cancelled for a failed upstream, workflows ended (recorded on the queue of
+-- the step that ended them).
+SELECT queue, 'ready' AS kind, id AS job_id, json_build_object('workflow', workflow) AS data,
+       0 AS ord
+FROM stepped
+WHERE was = 'waiting' AND state IN ('queued', 'scheduled')
+UNION ALL
+SELECT queue, 'cancelled', id,
+       json_build_object('reason', 'upstream_failed', 'workflow', workflow), 0
+FROM stepped WHERE was = 'waiting' AND state = 'cancelled'
+UNION ALL
+SELECT (SELECT queue FROM {schema}.jobs WHERE id = by), 'workflow_ended', by,
+       json_build_object('workflow', id, 'outcome', state), 0
+FROM flowed WHERE was = 'running' AND state <> 'running'
+
+-- name: flow_queues
+-- (A part, after flow_counted.) The queues that got a step released, queued:
+-- their idle workers are woken.
+SELECT queue FROM stepped WHERE was = 'waiting' AND state = 'queued'
+
+-- name: flow_woken
+-- (A part, after flow_counted.) Wakes the idle workers of flow_queues (one row).
+woken AS (SELECT count(pg_notify(%(channel)s, q)) AS n FROM ({flow_queues}) AS d(q))
+
+-- name: one_ended_flow
+-- (one_ended, for the statements that end an attempt dead or cancelled: they
+-- end a step's edges, see flow_cascade.)
+{end_attempt},
+{flow_cascade},
+{flow_woken},
+recorded_input AS (
+    SELECT done.queue, e.value->>0 AS kind, done.id AS job_id, e.value->1 AS data, e.ord
+    FROM done, json_array_elements(%(events)s::json) WITH ORDINALITY AS e(value, ord)
+    UNION ALL
+    {flow_events}
+),
+{record_events}
+SELECT queue FROM done, woken
+
+-- name: flow_pruned
+-- (A part of the statements that delete jobs, after their `pruned`: the jobs
+-- deleted, with their workflow.) Their edges and spawns go with them; a
+-- workflow that ended goes with its last job.
+cut AS (
+    DELETE FROM {schema}.edges AS e
+    WHERE e.upstream = ANY(ARRAY(SELECT id FROM pruned WHERE workflow IS NOT NULL))
+       OR e.dependent = ANY(ARRAY(SELECT id FROM pruned WHERE workflow IS NOT NULL))
+),
+unspawned AS (
+    DELETE FROM {schema}.spawns AS s
+    WHERE s.spawner = ANY(ARRAY(SELECT id FROM pruned WHERE workflow IS NOT NULL))
+),
+flows_pruned AS (
+    DELETE FROM {schema}.workflows AS w
+    WHERE w.id = ANY(ARRAY(SELECT workflow FROM pruned WHERE workflow IS NOT NULL))
+      AND w.state <> 'running'
+      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs AS j
+                      WHERE j.workflow = w.id AND j.id <> ALL(ARRAY(SELECT id FROM pruned)))
+)
+
+-- name: add_steps
+-- (Composed into add_workflow and add_spawned, with their `made`: the
+-- workflow the steps go to, if they go.) Steps in one statement, as
+-- insert_jobs stores jobs: %(jobs)s a JSON array of [id, queue, task,
+-- priority, delay, run_at, max_attempts, timeout, traceparent, pending,
+-- may_fail], %(args)s their arguments; %(edges)s a JSON array of [upstream,
+-- dependent, ord]; %(grow)s of [dependent, edges added]: the dependents (steps
+-- or the workflow) that wait for more than they did, locked in id order (see
+-- flow_counted). A step that waits for none is queued or scheduled (by its
+-- delay from now); the others wait, their delay counted from their release.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+{made},
+input AS (
+    SELECT e.j->>0 AS id, e.j->>1 AS queue, e.j->>2 AS task, a.args::json AS args,
+           (e.j->>3)::int AS priority, (e.j->>4)::float8 AS delay,
+           (e.j->>5)::float8 AS run_at, (e.j->>6)::int AS max_attempts,
+           (e.j->>7)::float8 AS timeout, e.j->>8 AS traceparent, (e.j->>9)::int AS pending,
+           (e.j->>10)::boolean AS may_fail, e.ord
+    FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS e(j, ord)
+    JOIN unnest(%(args)s::text[]) WITH ORDINALITY AS a(args, ord) ON a.ord = e.ord
+    WHERE EXISTS (SELECT FROM made)
+),
+ensured AS (
+    INSERT INTO {schema}.queues (name) SELECT DISTINCT queue FROM input
+    ON CONFLICT (name) DO NOTHING
+),
+inserted AS (
+    INSERT INTO {schema}.jobs (id, queue, task, args, state, priority, run_at, created_at,
+                               max_attempts, timeout, traceparent, workflow, may_fail,
+                               pending, blocked, release_delay)
+    SELECT id, queue, task, args,
+           CASE WHEN pending > 0 THEN 'waiting'
+                WHEN coalesce(run_at, now + delay) > now THEN 'scheduled' ELSE 'queued' END,
+           priority,
+           CASE WHEN pending > 0 THEN coalesce(run_at, now) ELSE coalesce(run_at, now + delay) END,
+           now, max_attempts, timeout, traceparent, %(workflow)s, may_fail, pending, 0,
+           CASE WHEN pending > 0 AND delay > 0 THEN delay END
+    FROM input, clock
+    ORDER BY ord
+    RETURNING id, queue, task, state, seq
+),
+linked AS (
+    INSERT INTO {schema}.edges (upstream, dependent, ord)
+    SELECT e.j->>0, e.j->>1, e.j->>2 FROM json_array_elements(%(edges)s::json) AS e(j)
+    WHERE EXISTS (SELECT FROM made)
+),
+grow AS (
+    SELECT e.j->>0 AS id, (e.j->>1)::int AS n FROM json_array_elements(%(grow)s::json) AS e(j)
+    WHERE EXISTS (SELECT FROM made)
+),
+growing AS (
+    SELECT j.id FROM {schema}.jobs AS j
+    WHERE j.id = ANY(ARRAY(SELECT id FROM grow)) ORDER BY j.id FOR UPDATE
+),
+grown AS (
+    UPDATE {schema}.jobs AS j SET pending = j.pending + g.n
+    FROM grow AS g, growing AS l WHERE j.id = g.id AND l.id = g.id
+),
+flow_grown AS (
+    UPDATE {schema}.workflows AS w SET pending = w.pending + g.n
+    FROM grow AS g WHERE w.id = g.id
+),
+woken AS (
+    SELECT pg_notify(%(channel)s, q)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'queued') AS d(q)
+),
+recorded_input AS (
+    SELECT i.queue, 'enqueued' AS kind, i.id AS job_id,
+           json_build_object('task', i.task, 'state', i.state, 'workflow', %(workflow)s::text)
+               AS data,
+           i.seq AS ord
+    FROM inserted AS i
+),
+{record_events}
+SELECT (SELECT count(*) FROM made), (SELECT count(*) FROM woken)
+
+-- name: new_workflow
+-- (A part of add_workflow.) The workflow's record: nothing while one with
+-- its key runs (the partial unique index workflows_key).
+made AS (
+    INSERT INTO {schema}.workflows (id, key, state, created_at, many, pending)
+    SELECT %(workflow)s, %(key)s, 'running', clock.now, %(many)s, %(sinks)s FROM clock
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+
+-- name: spawning
+-- (A part of add_spawned.) The spawner's workflow, which spawn locked the
+-- spawner of.
+made AS (SELECT id FROM {schema}.workflows WHERE id = %(workflow)s)
+
+-- name: running_workflow
+SELECT id FROM {schema}.workflows WHERE key = %(key)s AND state = 'running'
+
+-- name: get_workflow
+-- The workflow's record, with its sinks (its edges' upstream, in ord order).
+SELECT id, state, created_at, finished_at, key, many,
+       ARRAY(SELECT e.upstream FROM {schema}.edges AS e WHERE e.dependent = w.id ORDER BY e.ord)
+FROM {schema}.workflows AS w WHERE id = %(id)s
+
+-- name: workflow_jobs
+SELECT {job_columns}, {flow_columns} FROM {schema}.jobs
+WHERE workflow = %(id)s ORDER BY seq
+
+-- name: get_many
+SELECT {job_columns}, {flow_columns} FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[])
+
+-- name: lock_spawner
+-- The running step a spawn comes from, fence-checked and locked until commit.
+SELECT workflow FROM {schema}.jobs
+WHERE id = %(id)s AND fence = %(fence)s AND state = 'active'
+FOR UPDATE
+
+-- name: spawned
+SELECT jobs FROM {schema}.spawns WHERE spawner = %(id)s AND seq = %(seq)s
+
+-- name: spawner_edges
+SELECT dependent, ord FROM {schema}.edges WHERE upstream = %(id)s
+
+-- name: record_spawn
+INSERT INTO {schema}.spawns (spawner, seq, jobs) VALUES (%(id)s, %(seq)s, %(jobs)s::text[]) RETURNING 1
+
+-- name: lock_steps
+-- The steps of a workflow, locked in id order (see flow_counted); NOWAIT: a
+-- cancel that would wait for a worker's cycle gives way, and tries again.
+SELECT id, queue FROM {schema}.jobs WHERE workflow = %(id)s ORDER BY id FOR UPDATE NOWAIT
+
+-- name: cancel_steps
+-- Each unfinished step of the workflow, as cancel does to a job.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+done AS (
+    UPDATE {schema}.jobs
+    SET state = CASE WHEN state = 'active' THEN state ELSE 'cancelled' END,
+        finished_at = CASE WHEN state = 'active' THEN finished_at ELSE clock.now END,
+        cancel_requested = (state = 'active')
+    FROM clock
+    WHERE workflow = %(id)s AND state IN ('waiting', 'scheduled', 'queued', 'active')
+    RETURNING id, queue, state, workflow
+),
+recorded_input AS (
+    SELECT queue, 'cancelled' AS kind, id AS job_id, json_build_object('workflow', workflow)
+           AS data, 0 AS ord
+    FROM done WHERE state = 'cancelled'
+),
+{record_events}
+SELECT id FROM done WHERE state = 'cancelled'
+
+-- name: cancel_flow
+-- running | failed -> cancelled, its end recorded with the step %(by)s.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+done AS (
+    UPDATE {schema}.workflows SET state = 'cancelled', finished_at = clock.now
+    FROM clock
+    WHERE id = %(id)s AND state IN ('running', 'failed')
+    RETURNING id
+),
+recorded_input AS (
+    SELECT %(queue)s::text AS queue, 'workflow_ended' AS kind, %(by)s::text AS job_id,
+           json_build_object('workflow', id, 'outcome', 'cancelled') AS data, 0 AS ord
+    FROM done WHERE %(by)s::text IS NOT NULL
+),
+{record_events}
+SELECT id FROM done
+
+-- name: flow_ended
+-- The steps %(ids)s ended dead or cancelled (in this transaction): their
+-- edges, see flow_cascade.
+WITH RECURSIVE clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+done AS (
+    SELECT id, queue, workflow, may_fail, state FROM {schema}.jobs
+    WHERE id = ANY(%(ids)s::text[])
+),
+{flow_cascade},
+{flow_woken},
+recorded_input AS (
+    {flow_events}
+),
+{record_events}
+SELECT n FROM woken
+
+-- name: flow_restored
+-- The steps %(ids)s retried from the DLQ (or waiting again): each failed edge
+-- of theirs is open again. A step cancelled for a failed upstream that has
+-- none failed left waits again (the caller goes on with those); a failed
+-- workflow with none left runs again.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+moved AS (
+    UPDATE {schema}.edges AS e SET state = 'open'
+    WHERE e.upstream = ANY(%(ids)s::text[]) AND e.state = 'failed'
+    RETURNING e.dependent
+),
+tally AS (SELECT dependent, count(*) AS n FROM moved GROUP BY dependent),
+waited AS (
+    SELECT j.id, j.state FROM {schema}.jobs AS j
+    WHERE j.id = ANY(ARRAY(SELECT dependent FROM tally)) ORDER BY j.id FOR UPDATE
+),
+stepped AS (
+    UPDATE {schema}.jobs AS j
+    SET blocked = j.blocked - t.n,
+        state = CASE WHEN j.state = 'cancelled' AND j.cancel_reason = 'upstream_failed'
+                          AND j.blocked - t.n = 0 THEN 'waiting' ELSE j.state END,
+        cancel_reason = CASE WHEN j.state = 'cancelled' AND j.blocked - t.n = 0 THEN NULL
+                             ELSE j.cancel_reason END,
+        finished_at = CASE WHEN j.state = 'cancelled' AND j.cancel_reason = 'upstream_failed'
+                                AND j.blocked - t.n = 0 THEN NULL ELSE j.finished_at END
+    FROM tally AS t, waited AS w
+    WHERE j.id = t.dependent AND w.id = j.id
+    RETURNING j.id, j.queue, j.workflow, j.state, w.state AS was
+),
+flows AS (
+    SELECT w.id FROM {schema}.workflows AS w
+    WHERE w.id = ANY(ARRAY(SELECT dependent FROM tally)) ORDER BY w.id FOR UPDATE
+),
+flowed AS (
+    UPDATE {schema}.workflows AS w
+    SET blocked = w.blocked - t.n,
+        state = CASE WHEN w.state = 'failed' AND w.blocked - t.n = 0 THEN 'running'
+                     ELSE w.state END,
+        finished_at = CASE WHEN w.state = 'failed' AND w.blocked - t.n = 0 THEN NULL
+                           ELSE w.finished_at END
+    FROM tally AS t, flows AS f
+    WHERE w.id = t.dependent AND f.id = w.id
+),
+recorded_input AS (
+    SELECT queue, 'waiting' AS kind, id AS job_id, json_build_object('workflow', workflow)
+           AS data, 0 AS ord
+    FROM stepped WHERE was = 'cancelled' AND state = 'waiting'
+),
+{record_events}
+SELECT id FROM stepped WHERE was = 'cancelled' AND state = 'waiting'

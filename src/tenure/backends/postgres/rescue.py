@@ -97,7 +97,7 @@ class Rescue:
             else f"the lease of worker {job.worker} expired"
         )  # fmt: skip
         name, params = failure(job.id, job.fence, outcome, error, decision, rescued=rescued)
-        await conn.execute(self.q[name], params)
+        await conn.execute(self.q[name], {**params, "channel": self.db.channel})
         return rescued
 
     async def _policies(self, conn: Connection, queues: Collection[str]) -> dict[str, QueuePolicy]:

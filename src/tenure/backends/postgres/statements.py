@@ -21,6 +21,7 @@ array literals (``text_array``).
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Iterable, Iterator, Mapping
 
 from psycopg import sql
@@ -56,8 +57,12 @@ COMPOSED = {
     name + suffix: ("cycle", {**binds, "skip": skip})
     for name, binds in _CYCLES.items()
     for suffix, skip in (("", "no_skip"), ("_skipping", "skip"))
+} | {
+    "add_workflow": ("add_steps", {"made": "new_workflow"}),
+    "add_spawned": ("add_steps", {"made": "spawning"}),
 }
 IDENTIFIERS = frozenset({"schema", "channel"})
+_PLACEHOLDER = re.compile(rb"%\(([a-z_]+)\)s")
 LIMIT = "limit"
 LIMITS_KEPT = 64  # distinct limits whose statement is kept (and so prepared), per statement
 
@@ -101,6 +106,7 @@ class Statements:
                 self._pieces[name] = pieces
         self._limited: dict[str, dict[int, bytes]] = {n: {} for n in self._pieces}
         self.with_limit = frozenset(self._pieces)  # statements that take one (limited)
+        self._positional: dict[bytes, tuple[bytes, tuple[str, ...]]] = {}
 
     def render(self, text: str) -> bytes:
         """``text`` with this backend's identifiers in (a migration's script)."""
@@ -122,6 +128,26 @@ class Statements:
             found = (b"%d" % operator.index(limit)).join(self._pieces[name])
             if len(kept) < LIMITS_KEPT:
                 kept[limit] = found
+        return found
+
+    def positional(self, query: bytes) -> tuple[bytes, tuple[str, ...]]:
+        """``query`` with ``$n`` for its ``%(name)s`` placeholders, and the
+        names in their order: for a raw cursor, which converts nothing. The
+        cycle's statement is over 4 KiB, past which psycopg converts a query
+        again at every execution (40 us of the worker's thread a cycle)."""
+        found = self._positional.get(query)
+        if found is None:
+            names: list[str] = []
+
+            def number(m: re.Match[bytes]) -> bytes:
+                name = m.group(1).decode()
+                if name not in names:
+                    names.append(name)
+                return b"$%d" % (names.index(name) + 1)
+
+            found = _PLACEHOLDER.sub(number, query), tuple(names)
+            if len(self._positional) < LIMITS_KEPT * 4:
+                self._positional[query] = found
         return found
 
     def __iter__(self) -> Iterator[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq
@@ -28,11 +28,14 @@ from psycopg import pq
 from tenure.backends.base import kind_of
 from tenure.backends.postgres.database import Database
 from tenure.backends.postgres.enqueue import Enqueue
+from tenure.backends.postgres.flows import Flows
 from tenure.backends.postgres.steps import Steps, run_steps, run_steps_sync
 from tenure.core.payload import encode
+from tenure.core.workflows import Workflow, WorkflowSpec
 from tenure.errors import InvalidInput, LeaseLost
 from tenure.job import Job, JobSpec, check_specs
 
+T = TypeVar("T")
 Status = pq.TransactionStatus
 _REFUSED = {
     Status.INERROR: "its transaction has failed: roll it back first",
@@ -45,9 +48,10 @@ class CallerTransactions:
     """The caller-connection side of one PostgreSQL backend: its enqueue's
     steps, on a caller's connection to ``db``."""
 
-    def __init__(self, db: Database, enqueue: Enqueue, latest: int) -> None:
+    def __init__(self, db: Database, enqueue: Enqueue, flows: Flows, latest: int) -> None:
         self.db = db
         self.enqueue_steps = enqueue.steps
+        self.flows = flows
         self.max_payload = enqueue.max_payload
         self.latest = latest  # the schema version this tenure writes
         self._checked: weakref.WeakSet[Any] = weakref.WeakSet()  # connections seen migrated
@@ -58,7 +62,7 @@ class CallerTransactions:
         if not specs:
             return []
         try:
-            return run_steps_sync(conn, self._steps(conn, specs))
+            return run_steps_sync(conn, self._steps(conn, self.enqueue_steps(specs)))
         except psycopg.OperationalError as exc:
             raise self.db.unavailable("PostgreSQL is unavailable", exc) from exc
 
@@ -68,15 +72,32 @@ class CallerTransactions:
         if not specs:
             return []
         try:
-            return await run_steps(conn, self._steps(conn, specs))
+            return await run_steps(conn, self._steps(conn, self.enqueue_steps(specs)))
         except psycopg.OperationalError as exc:
             raise self.db.unavailable("PostgreSQL is unavailable", exc) from exc
 
-    def _steps(self, conn: Any, specs: Sequence[JobSpec]) -> Steps[list[Job]]:
+    def enqueue_workflow(self, conn: Any, spec: WorkflowSpec) -> Workflow:
+        self._check(conn, awaited=False)
+        spec = self.flows.checked(spec)
+        try:
+            return run_steps_sync(conn, self._steps(conn, self.flows.adding(spec)))
+        except psycopg.OperationalError as exc:
+            raise self.db.unavailable("PostgreSQL is unavailable", exc) from exc
+
+    async def aenqueue_workflow(self, conn: Any, spec: WorkflowSpec) -> Workflow:
+        self._check(conn, awaited=True)
+        spec = self.flows.checked(spec)
+        try:
+            return await run_steps(conn, self._steps(conn, self.flows.adding(spec)))
+        except psycopg.OperationalError as exc:
+            raise self.db.unavailable("PostgreSQL is unavailable", exc) from exc
+
+    def _steps(self, conn: Any, steps: Steps[T]) -> Steps[T]:
+        """``steps``, after a check of the connection's schema (once per connection)."""
         if conn not in self._checked:
             yield from self._schema_checked()
             self._checked.add(conn)
-        return (yield from self.enqueue_steps(specs))
+        return (yield from steps)
 
     def _schema_checked(self) -> Steps[None]:
         """InvalidInput unless the connection's database has tenure's schema at
@@ -157,7 +178,12 @@ class HandlerTransactions:
             conn = self._conn
             with conn.transaction():
                 yield conn
-                params = {"id": job_id, "fence": fence, "result": payload}
+                params = {
+                    "id": job_id,
+                    "fence": fence,
+                    "result": payload,
+                    "channel": self.db.channel,
+                }
                 if conn.execute(self.db.q["complete"], params).fetchone() is None:
                     raise LeaseLost(
                         f"job {job_id} is no longer held with fence {fence}: rolled back"
