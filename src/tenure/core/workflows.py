@@ -251,7 +251,7 @@ def compile_flow(
 
 
 def check_graph(
-    spec: WorkflowSpec, max_payload: int | None = None, *, spawn: bool = False
+    spec: object, max_payload: int | None = None, *, spawn: bool = False
 ) -> WorkflowSpec:
     """``spec``, unless it is no graph storage can keep as it is (InvalidInput):
     its id a job id, each step's spec valid (against ``max_payload``, if
