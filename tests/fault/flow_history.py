@@ -160,8 +160,10 @@ class FlowRules:
         mine = self.mine.get(job.id, [])
         if mine:
             first = min(x.start for _, x in mine)
-            for up_id, up in zip(job.upstream, ups, strict=True):
-                self._after(job, first, up_id, up)
+            early = [why for up_id, up in zip(job.upstream, ups, strict=True)
+                     if (why := self._early(first, up_id, up))]  # fmt: skip
+            if early:  # one finding per step, however many upstream it ran ahead of
+                self.f.add(WF_EARLY, job.id, "; ".join(early))
         if job.state is State.CANCELLED and not any(u is not None and _failed(u) for u in ups):
             self.f.add(WF_WRONG, job.id, f"cancelled ({job.cancel_reason}), no upstream failed")
         self._twice(job, mine)
@@ -170,7 +172,8 @@ class FlowRules:
         for fence, fences in self.seen.get(job.id, []):
             self._handed(job, fence, fences, ups)
 
-    def _after(self, job: Job, first: float, up_id: str, up: Job | None) -> None:
+    def _early(self, first: float, up_id: str, up: Job | None) -> str | None:
+        """How a step first started at ``first`` ran ahead of its upstream ``up``, if it did."""
         if up is not None and up.state is State.COMPLETED:
             done = [a for a in up.history if a.outcome is Outcome.COMPLETED]
             x = self.runs.get((up.id, done[-1].fence)) if done else None
@@ -178,12 +181,10 @@ class FlowRules:
         elif up is not None and _done(up):  # may fail, and did not complete
             ended = self._mono(up)
         else:
-            state = "gone" if up is None else f"{up.state}"
-            self.f.add(WF_EARLY, job.id, f"started though upstream {up_id} is {state}")
-            return
+            return f"started though upstream {up_id} is {'gone' if up is None else up.state}"
         if ended is not None and first < ended - SLACK:
-            self.f.add(WF_EARLY, job.id, f"started {ended - first:.3f} s before upstream "
-                       f"{up_id} ended")  # fmt: skip
+            return f"started {ended - first:.3f} s before upstream {up_id} ended"
+        return None
 
     def _mono(self, job: Job) -> float | None:
         """When storage ended ``job``, on the handlers' clock."""
