@@ -2,9 +2,10 @@
 
 The driver writes each workflow it asked for (``workflows.jsonl``: its id if
 acknowledged, each step's tag, the tags of the steps it waits on, in order,
-whether it may fail and whether it is the fan-in callback); its steps are
-also requests of their own (``requests.jsonl``), so every rule about jobs
-holds for them too. Storage adds each step's job (``workflow``, ``upstream``,
+whether it may fail and whether it is the fan-in callback), and each cancel
+of one it asked for (``cancels.jsonl``, with the state it answered); its
+steps are also requests of their own (``requests.jsonl``), so every rule
+about jobs holds for them too. Storage adds each step's job (``workflow``, ``upstream``,
 ``may_fail``, ``cancel_reason``) and each workflow's record.
 
 The rules, each a must-be-zero row:
@@ -19,7 +20,9 @@ The rules, each a must-be-zero row:
 - every workflow ends ``completed``, ``failed`` or ``cancelled`` (none stuck),
   and the end its steps say: completed when every last step completed (or may
   fail), failed when one of them failed; a flow asked to fail never completes;
-  a step is cancelled only because a step it waits on failed;
+  a workflow is cancelled only if asked, and is once a cancel answered so;
+  a step is cancelled only because a step it waits on failed, or its
+  workflow was asked to cancel;
 - a fan-in callback starts once, but for restarts a fault explains (as the
   checker already judges duplicates: ``Checker.explain``); it is handed the
   result of each step it waits on, in their order, from its completed attempt.
@@ -85,6 +88,16 @@ class WorkflowRequest:
         return cls(line["id"], line["called_mono"], steps, line.get("acked_wall"))
 
 
+@dataclass(frozen=True)
+class CancelRequest:
+    """One ``app.cancel(workflow_id)``: ``state`` is what it answered (the
+    workflow's, ``cancelled`` unless it had ended), None if no answer came."""
+
+    id: str
+    called_mono: float
+    state: str | None = None
+
+
 class FlowRules:
     """The workflow rules over one run; findings go to the checker's."""
 
@@ -93,6 +106,9 @@ class FlowRules:
         self.stored, self.runs = checker.workflows, checker.runs
         self.explain, self.f = checker.explain, checker.f
         self.offset = checker.run.wall_minus_mono
+        self.cancels: dict[str, list[CancelRequest]] = defaultdict(list)
+        for c in checker.run.cancels:
+            self.cancels[c.id].append(c)
         self.seen: dict[str, list[tuple[int, list[int | None]]]] = defaultdict(list)
         for (job_id, fence), fences in sorted(checker.run.handed.items()):
             self.seen[job_id].append((fence, fences))
@@ -117,6 +133,7 @@ class FlowRules:
                   plain("  ended completed", ended[WorkflowState.COMPLETED]),
                   plain("  ended failed", ended[WorkflowState.FAILED]),
                   plain("  ended cancelled", ended[WorkflowState.CANCELLED]),
+                  plain("  asked to cancel", len(self.cancels)),
                   plain("workflow steps", len(steps)),
                   plain("  cancelled, upstream failed", upstream_failed)]  # fmt: skip
         return [row(name) for name in WF_MUST_BE_ZERO] + counts
@@ -138,11 +155,20 @@ class FlowRules:
             self.f.add(WF_STUCK, wf_id, f"running at the end; steps {states}")
             return
         ended[record.state] += 1
+        self._cancelled(wf_id, record)
         said = self._said(record)
         if record.state is not WorkflowState.CANCELLED and said is not record.state:
             self.f.add(WF_WRONG, wf_id, f"{record.state}, its last steps say {said}")
         if record.state is WorkflowState.COMPLETED and flow.meant_to_fail:
             self.f.add(WF_WRONG, wf_id, "completed, though a step of it fails for good")
+
+    def _cancelled(self, wf_id: str, record: Workflow) -> None:
+        asked = self.cancels.get(wf_id, [])
+        cancelled = record.state is WorkflowState.CANCELLED
+        if cancelled and not asked:
+            self.f.add(WF_WRONG, wf_id, "cancelled, though nobody asked")
+        if not cancelled and any(c.state == WorkflowState.CANCELLED for c in asked):
+            self.f.add(WF_WRONG, wf_id, f"{record.state}, though a cancel answered cancelled")
 
     def _said(self, record: Workflow) -> WorkflowState:
         """The end the workflow's last steps (its sinks) make of it."""
@@ -164,13 +190,22 @@ class FlowRules:
                      if (why := self._early(first, up_id, up))]  # fmt: skip
             if early:  # one finding per step, however many upstream it ran ahead of
                 self.f.add(WF_EARLY, job.id, "; ".join(early))
-        if job.state is State.CANCELLED and not any(u is not None and _failed(u) for u in ups):
-            self.f.add(WF_WRONG, job.id, f"cancelled ({job.cancel_reason}), no upstream failed")
+        if job.state is State.CANCELLED and not self._may_cancel(job, ups):
+            self.f.add(WF_WRONG, job.id, f"cancelled ({job.cancel_reason}), no upstream "
+                       "failed, its workflow not asked to cancel")  # fmt: skip
         self._twice(job, mine)
         if len(job.upstream) > 1:
             self._fanin(job, mine)
         for fence, fences in self.seen.get(job.id, []):
             self._handed(job, fence, fences, ups)
+
+    def _may_cancel(self, job: Job, ups: list[Job | None]) -> bool:
+        """Whether ``job`` has a reason to be cancelled: its workflow was asked
+        to cancel, or (so it says) a step it waits on failed."""
+        if job.workflow in self.cancels:
+            return True
+        upstream_failed = any(u is not None and _failed(u) for u in ups)
+        return job.cancel_reason is CancelReason.UPSTREAM_FAILED and upstream_failed
 
     def _early(self, first: float, up_id: str, up: Job | None) -> str | None:
         """How a step first started at ``first`` ran ahead of its upstream ``up``, if it did."""

@@ -34,6 +34,7 @@ from tenure.core.states import DeadReason, Outcome, State
 from tenure.core.workflows import CancelReason, Workflow
 from tenure.job import Attempt, Job
 from tests.fault.flow_history import (
+    CancelRequest,
     FlowRules,
     WorkflowRequest,
     load_workflows,
@@ -115,6 +116,7 @@ class Run:
     unreadable: int = 0  # side-channel lines cut short (a process killed mid-write)
     wall_minus_mono: float | None = None  # the machine's clocks, to place handlers' ends
     workflows: list[WorkflowRequest] = field(default_factory=list)
+    cancels: list[CancelRequest] = field(default_factory=list)
     # What each fan-in attempt, (job, fence), was handed: its upstream results' fences.
     handed: dict[tuple[str, int], list[int | None]] = field(default_factory=dict)
 
@@ -461,6 +463,8 @@ def load(directory: Path) -> Run:
         run.faults.append(Fault(**{**line, "pids": tuple(line.get("pids", ()))}))
     for line in _lines(directory / "workflows.jsonl", run):
         run.workflows.append(WorkflowRequest.of(line))
+    for line in _lines(directory / "cancels.jsonl", run):
+        run.cancels.append(CancelRequest(**line))
     for path in sorted(directory.glob("events.*.jsonl")):
         for line in _lines(path, run):
             if line["ev"] == "upstream":

@@ -27,10 +27,11 @@ from tenure.core.workflows import Step, WorkflowState, chain, group
 from tenure.errors import JobNotFound
 from tenure.job import JobSpec
 from tests.fault import flow_history, history
-from tests.fault.flow_history import StepRequest, WorkflowRequest
+from tests.fault.flow_history import CancelRequest, StepRequest, WorkflowRequest
 from tests.fault.nemesis import Fleet, Nemesis, Netns, Slot, can_skew, server_for, wait_until
 
 WORKFLOW_SHARE = 1 / 15  # of the producer's requests
+CANCEL_SHARE = 0.1  # of the workflows acknowledged, cancelled within 2 s
 
 
 @dataclass
@@ -64,8 +65,8 @@ class SoakResult:
 
 class Producer(threading.Thread):
     """Enqueues a mix of jobs, single and bulk, keyed and delayed, and
-    workflows, keeping the backlog bounded, and writes every request down
-    (acknowledged or not)."""
+    workflows (cancelling a few), keeping the backlog bounded, and writes
+    every request down (acknowledged or not)."""
 
     def __init__(self, url: str, queues: dict[str, str], main: str, *, rng: random.Random,
                  directory: Path, backlog: int) -> None:  # fmt: skip
@@ -75,6 +76,8 @@ class Producer(threading.Thread):
         self.file = (directory / "requests.jsonl").open("ab")
         self.flows = (directory / "workflows.jsonl").open("ab")
         self.workflows: list[str] = []  # those acknowledged
+        self.cancels = (directory / "cancels.jsonl").open("ab")
+        self.to_cancel: list[tuple[float, str]] = []  # (when, workflow id)
         self.serial = 0
         self.halt = threading.Event()
         self.gil = regex_size_for(0.1)
@@ -82,6 +85,7 @@ class Producer(threading.Thread):
     def run(self) -> None:
         try:
             while not self.halt.is_set():
+                self._cancel_due()
                 try:
                     unfinished = sum(
                         self.app.queue(q).counts()[s]
@@ -99,6 +103,7 @@ class Producer(threading.Thread):
             self.app.close()
             self.file.close()
             self.flows.close()
+            self.cancels.close()
 
     def _plan(self) -> tuple[str, str, dict[str, Any], float]:
         r, rng = self.rng.random(), self.rng
@@ -192,12 +197,25 @@ class Producer(threading.Thread):
             workflow = self.app.workflow(chain(steps[0], group(*steps[1:-1]), steps[-1]))
             wf_id, ids = workflow.id, [j.id for j in workflow.jobs]
             self.workflows.append(wf_id)
+            if self.rng.random() < CANCEL_SHARE:
+                self.to_cancel.append((called + self.rng.uniform(0.0, 2.0), wf_id))
         for step, queue, job_id in zip(asked, queues, ids, strict=True):
             self._write(history.Request(step.tag, step.kind, queue, job_id, called,
                                         _acked(job_id)))  # fmt: skip
         request = WorkflowRequest(wf_id, called, asked, _acked(wf_id))
         self.flows.write(orjson.dumps(asdict(request)) + b"\n")
         self.flows.flush()
+
+    def _cancel_due(self) -> None:
+        now = time.monotonic()
+        due = [wf_id for when, wf_id in self.to_cancel if when <= now]
+        self.to_cancel = [(when, wf_id) for when, wf_id in self.to_cancel if when > now]
+        for wf_id in due:
+            called, state = time.monotonic(), None
+            with contextlib.suppress(Exception):  # no answer: the checker knows
+                state = str(self.app.cancel(wf_id).state)
+            self.cancels.write(orjson.dumps(asdict(CancelRequest(wf_id, called, state))) + b"\n")
+            self.cancels.flush()
 
     def _flow_plan(self) -> list[tuple[str, str, dict[str, Any], bool]]:
         """(task, kind, args, may_fail) of each step of chain(a step, group(2-4

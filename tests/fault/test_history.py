@@ -397,8 +397,10 @@ def test_workflows_and_what_the_fan_in_was_handed__are_read_back(tmp_path: Path)
     (tmp_path / "workflows.jsonl").write_bytes(orjson.dumps(asdict(asked)) + b"\n")
     line = {"ev": "upstream", "job": "c", "fence": 2, "pid": 9, "mono": 0.1, "fences": [1, None]}
     (tmp_path / "events.9.jsonl").write_bytes(orjson.dumps(line) + b"\n")
+    cancel = fh.CancelRequest(WF, 0.9, None)
+    (tmp_path / "cancels.jsonl").write_bytes(orjson.dumps(asdict(cancel)) + b"\n")
     run = h.load(tmp_path)
-    assert run.workflows == [asked]
+    assert (run.workflows, run.cancels) == ([asked], [cancel])
     assert run.handed == {("c", 2): [1, None]}
     record = Workflow(WF, WorkflowState.FAILED, T0, T0 + 1, None, True, ("c",))
     fh.dump_workflows({WF: record}, tmp_path / "w.jsonl")
@@ -406,3 +408,25 @@ def test_workflows_and_what_the_fan_in_was_handed__are_read_back(tmp_path: Path)
     cancelled = step("c", state=State.CANCELLED, cancel_reason=CancelReason.UPSTREAM_FAILED)
     h.dump_jobs({"c": cancelled}, tmp_path / "jobs.jsonl")
     assert h.load_jobs(tmp_path / "jobs.jsonl") == {"c": cancelled}
+
+
+def test_a_workflow_cancelled_when_asked__is_clean_and_not_when_nobody_asked():
+    execs = [HEALTHY_FLOW[0], ("m1", 1, 11, 0.6, None)]
+    jobs = flow_jobs(
+        m1=step("m1", attempt(1, W1, 0.6, 0.9, "cancelled"), state=State.CANCELLED),
+        m2=step("m2", state=State.CANCELLED),
+        c=step("c", state=State.CANCELLED),
+    )
+    asked = [fh.CancelRequest(WF, 0.7, "cancelled")]
+    report = flow_check(execs, jobs, "cancelled", ran=False, cancels=asked)
+    assert failed(report) == {}
+    assert report.as_dict()["  ended cancelled"] == 1
+    # the record and each of the three steps cancelled by hand
+    assert failed(flow_check(execs, jobs, "cancelled", ran=False)) == {fh.WF_WRONG: 4}
+
+
+def test_a_workflow_that_ended_otherwise_after_a_cancel_answered_cancelled__is_flagged():
+    asked = [fh.CancelRequest(WF, 1.4, "cancelled")]
+    assert failed(flow_check(HEALTHY_FLOW, flow_jobs(), cancels=asked)) == {fh.WF_WRONG: 1}
+    late = [fh.CancelRequest(WF, 1.6, "completed")]  # it had ended: the cancel changed nothing
+    assert failed(flow_check(HEALTHY_FLOW, flow_jobs(), cancels=late)) == {}
