@@ -454,3 +454,31 @@ def test_bad_graphs_and_reused_ids__are_invalid_and_store_nothing(backend: Any) 
     with pytest.raises(InvalidInput):  # its id again, with fresh steps
         backend.enqueue_workflow(compile_flow(chain(step("b")), workflow_id=first.id))
     assert nonzero_counts(backend) == {State.QUEUED: 2}
+
+
+def test_an_active_step_cancelled__cancels_what_waits_on_it_when_its_attempt_ends(
+    backend: Any, worker: str
+) -> None:
+    wf, jobs = run(backend, chain(step("a"), step("b")))
+    a = take(backend, worker, "a")
+    assert backend.cancel(a.id).cancel_requested
+    assert state(backend, jobs["b"]) == State.WAITING  # a still runs
+    backend.fail(a.id, a.fence, Outcome.ERROR, "stopped", decision_for(backend, a, retry_in=0))
+    b = backend.get(jobs["b"].id)
+    assert (state(backend, a), b.state) == (State.CANCELLED, State.CANCELLED)
+    assert b.cancel_reason == CancelReason.UPSTREAM_FAILED
+    assert backend.get_workflow(wf.id).state == WorkflowState.FAILED
+
+
+def test_purging_or_deleting_steps__leaves_the_rest_of_the_workflow_readable(
+    backend: Any,
+) -> None:
+    worker = register(backend, "worker-1", ("default", "other"))
+    wf, jobs = run(backend, chain(step("a"), group(step("b"), step("c", "other"))))
+    kill(backend, worker, "a")
+    assert backend.purge_dead("default", [jobs["a"].id]) == 1
+    assert backend.delete_queue("other") == 1
+    left = backend.get_workflow(wf.id)
+    assert [j.id for j in left.jobs] == [jobs["b"].id]
+    assert backend.get(jobs["b"].id).upstream == ()
+    assert backend.cancel_workflow(wf.id).id == wf.id

@@ -5,6 +5,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -26,6 +27,7 @@ from tenure.backends.base import WorkerInfo
 from tenure.backends.sqlite import SQLiteBackend, rescue
 from tenure.backends.sqlite.claiming import _claimable
 from tenure.backends.sqlite.opening import MIGRATIONS
+from tenure.backends.sqlite.queries import Q
 from tenure.cli import cli
 from tenure.core.workflows import Step, chain, compile_flow
 from tenure.errors import BackendUnavailable, InvalidInput
@@ -99,6 +101,30 @@ def test_a_claim_across_queues__reads_each_through_its_index(
     )]  # fmt: skip
     reads = [step for step in plan if "jobs" in step.split()]
     assert reads == ["SEARCH jobs USING INDEX jobs_ready (queue=?)"] * 3, plan
+
+
+WORKFLOW_MOVES = [
+    "move_edges", "count_steps", "count_workflows", "release_steps", "cancel_blocked_steps",
+    "mark_upstream_failed", "restore_steps", "clear_cancel_reason", "step_fields",
+    "step_upstreams", "workflow_jobs", "workflow_sinks", "open_edges_from", "spawned",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", WORKFLOW_MOVES)
+def test_a_workflows_move__reads_only_its_rows_through_indexes(
+    sqlite_url, open_backend, tmp_path, name
+):
+    """The fan-in is a counter: no statement that moves a step reads its
+    group, or any table, by a scan."""
+    open_backend(sqlite_url)
+    db = sqlite3.connect(tmp_path / "tenure.db")
+    db.execute("ANALYZE")
+    sql = Q[name]
+    params = ['["x"]'] * (len(set(re.findall(r"\?(\d+)", sql))) or sql.count("?"))
+    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, params)]
+    scans = [step for step in plan if step.startswith("SCAN") and "json_each" not in step
+             and not step.startswith("SCAN t ")]  # fmt: skip
+    assert scans == [], plan
 
 
 def test_reopening__applies_nothing_twice(sqlite_url, open_backend, tmp_path):
@@ -276,6 +302,45 @@ def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
         [a] = new.get(job.id).history
         assert (a.worker, a.started_at, a.outcome) == ("w", start, "completed")
         assert a.ended_at is not None
+
+
+def test_upgrading_to_workflows__keeps_every_job_and_its_history(
+    sqlite_url, open_backend, tmp_path, monkeypatch
+):
+    """Migration 12 copies jobs into a table that admits 'waiting': every row,
+    its number and its attempts are kept, and attempts still go with their job."""
+    import tenure.backends.sqlite.opening as module
+
+    monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:-1])
+    old = open_backend(sqlite_url)
+    done, running, queued = old.enqueue([JobSpec.create("t", {"n": n}) for n in range(3)])
+    columns = ", ".join(EXPECTED_TABLES["jobs"][:-1])
+    with sqlite3.connect(tmp_path / "tenure.db") as db:
+        db.executescript(f"""
+            UPDATE jobs SET state = 'completed', fence = 1, attempts = 1, result = '1',
+                            finished_at = 5 WHERE id = '{done.id}';
+            INSERT INTO attempts (job_id, fence, attempt, worker, started_at, ended_at, outcome)
+            VALUES ('{done.id}', 1, 1, 'w', 4, 5, 'completed');
+            UPDATE jobs SET state = 'active', fence = 1, attempts = 1, worker = 'w',
+                            lease_ttl = 30, lease_expires_at = 1e10, started_at = 6
+            WHERE id = '{running.id}';
+        """)
+        jobs = db.execute(f"SELECT {columns} FROM jobs ORDER BY seq").fetchall()
+        attempts = db.execute("SELECT * FROM attempts").fetchall()
+    monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS)
+    new = open_backend(sqlite_url)
+    db = sqlite3.connect(tmp_path / "tenure.db", isolation_level=None)
+    assert db.execute(f"SELECT {columns} FROM jobs ORDER BY seq").fetchall() == jobs
+    assert db.execute("SELECT * FROM attempts").fetchall() == attempts
+    assert [j.id for j in new.list(limit=10).jobs] == [queued.id, running.id, done.id]
+    new.complete(running.id, 1, "two")
+    assert [a.outcome for a in new.get(running.id).history] == ["completed"]
+    db.execute("PRAGMA foreign_keys = ON")
+    db.execute("DELETE FROM jobs WHERE id = ?", (done.id,))
+    assert db.execute("SELECT count(*) FROM attempts WHERE job_id = ?", (done.id,)).fetchone() == (
+        0,
+    )
+    assert db.execute("PRAGMA foreign_key_check").fetchall() == []
 
 
 # -- who may use the file: readers, other programs, other users -------------

@@ -3,10 +3,13 @@ on the caller's sqlite3 connection to the App's file; and a handler's own
 transaction, which completes its job as it commits.
 
 The job and its ``enqueued`` event are written by the statements of every
-enqueue (``Enqueue.write``, enqueue.py) in the caller's transaction, under a
-savepoint so that they are stored all or none; tenure never commits or rolls
-back the caller's transaction. It runs in the caller's thread, where a
-sqlite3 connection belongs, and opens nothing of tenure's.
+enqueue (``Enqueue.write``, enqueue.py; a workflow's, ``graphs.store``) in the
+caller's transaction, under a savepoint so that they are stored all or none;
+tenure never commits or rolls back the caller's transaction. It runs in the
+caller's thread, where a sqlite3 connection belongs, and opens nothing of
+tenure's. A handler's own transaction that completes a workflow's step
+releases what waits on it in that transaction, and wakes idle workers once it
+committed.
 
 Idle workers are woken by their doorbells at once, before the caller commits:
 a woken worker's claim needs the write lock, which the caller's transaction
