@@ -78,12 +78,9 @@ class Flows:
         params["edges"] = orjson.dumps(_edges(spec) + sinks).decode()
         while True:
             [(made, _)] = yield self.q["add_workflow"], params
-            if made:
+            if made or (yield self.q["get_workflow"], {"id": spec.id}):  # or a retried enqueue
                 return (yield from self._reading(spec.id))
-            if spec.key is None:
-                raise InvalidInput(f"a workflow with id {spec.id} is stored already")
-            rows = yield self.q["running_workflow"], {"key": spec.key}
-            if rows:
+            if spec.key is not None and (rows := (yield self.q["running_workflow"], params)):
                 return (yield from self._reading(rows[0][0]))
             # The workflow that held the key ended between the two statements: again.
 

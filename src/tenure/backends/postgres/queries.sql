@@ -644,16 +644,19 @@ recorded_input AS (
 SELECT id, workflow FROM done
 
 -- name: purge_dead
--- The dead jobs deleted, with their attempts; returns how many jobs.
-WITH purged AS (
+-- The dead jobs deleted, with their attempts (and a step's edges, see
+-- flow_pruned); returns how many jobs.
+WITH pruned AS (
     DELETE FROM {schema}.jobs
     WHERE queue = %(queue)s AND state = 'dead'
       AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
-    RETURNING id, queue, seq
+    RETURNING id, queue, seq, workflow
 ),
+purged AS (SELECT id, queue, seq FROM pruned),
 history AS (
     DELETE FROM {schema}.attempts AS a USING purged WHERE a.job_id = purged.id
 ),
+{flow_pruned},
 recorded_input AS (
     SELECT queue, 'purged' AS kind, id AS job_id, NULL::json AS data, seq AS ord FROM purged
 ),
@@ -1021,9 +1024,10 @@ stepped AS (
     WHERE j.id = t.dependent AND w.id = j.id
     RETURNING j.id, j.queue, j.workflow, j.state, w.state AS was
 ),
-flows AS (
+flows AS (  -- read only when some edge moved: a small table is read whole, else
     SELECT w.id, w.state FROM {schema}.workflows AS w
-    WHERE w.id = ANY(ARRAY(SELECT dependent FROM tally)) ORDER BY w.id FOR UPDATE
+    WHERE w.id = ANY(ARRAY(SELECT dependent FROM tally)) AND EXISTS (SELECT FROM tally)
+    ORDER BY w.id FOR UPDATE
 ),
 flowed AS (
     UPDATE {schema}.workflows AS w
@@ -1285,11 +1289,13 @@ SELECT n FROM woken
 -- The steps %(ids)s retried from the DLQ (or waiting again): each failed edge
 -- of theirs is open again. A step cancelled for a failed upstream that has
 -- none failed left waits again (the caller goes on with those); a failed
--- workflow with none left runs again.
+-- workflow with none left runs again. Not in a workflow cancelled by hand.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 moved AS (
     UPDATE {schema}.edges AS e SET state = 'open'
     WHERE e.upstream = ANY(%(ids)s::text[]) AND e.state = 'failed'
+      AND NOT EXISTS (SELECT FROM {schema}.jobs AS s JOIN {schema}.workflows AS w
+                      ON w.id = s.workflow AND w.state = 'cancelled' WHERE s.id = e.upstream)
     RETURNING e.dependent
 ),
 tally AS (SELECT dependent, count(*) AS n FROM moved GROUP BY dependent),

@@ -1,9 +1,10 @@
 """Wake-ups on PostgreSQL: idle workers LISTEN; writers NOTIFY.
 
 One LISTEN connection per backend object, on the channel ``tenure.<schema>``;
-enqueues, requeues and resumes NOTIFY the queue's name (never a payload bigger
-than a name), which PostgreSQL delivers when their transaction commits
-(``Database.notify``). A lost LISTEN connection wakes every waiter, so nothing
+enqueues, requeues, resumes and releases of workflow steps NOTIFY the
+queue's name (never a payload bigger than a name), which PostgreSQL delivers
+when their transaction commits (``Database.notify``, or ``pg_notify`` within
+a statement). A lost LISTEN connection wakes every waiter, so nothing
 sent meanwhile is missed, and is made again.
 """
 
