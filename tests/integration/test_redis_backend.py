@@ -768,3 +768,30 @@ def test_a_claimed_job__reads_back_as_get_returns_it(
     [again] = b.claim("w", ["default"], 1)  # error, key, timeout, max_attempts all set
     assert dataclasses.replace(b.get(job.id), history=()) == again
     assert again.error == "boom" and again.key == "k" and again.attempts == 2
+
+
+def test_a_steps_arguments_and_options__read_back_exactly_through_the_scripts_json(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    """A step travels inside a JSON document to flow_enqueue.lua: its args
+    (JSON text in a JSON string) and options come out as a job's would."""
+    from tenure.core.workflows import Step, chain, compile_flow
+
+    b = open_backend(redis_url)
+    args = {"s": 'quote " back \\ nl \n nul-free é 😀 \u2028', "n": 12345678901234567890}
+    first = JobSpec.create("a", args, priority=-3, max_attempts=7, timeout=2.5, run_at=1.5)
+    then = JobSpec.create("b", {"x": 0.1}, queue="other", delay=30.25)
+    wf = b.enqueue_workflow(compile_flow(chain(Step(first), Step(then, may_fail=True))))
+    a, later = wf.jobs
+    assert (a.args, a.priority, a.max_attempts, a.timeout) == (args, -3, 7, 2.5)
+    assert a.state == State.QUEUED and (a.workflow, a.upstream, a.may_fail) == (wf.id, (), False)
+    assert (later.args, later.state, later.upstream, later.may_fail) == (
+        {"x": 0.1}, State.WAITING, (a.id,), True,
+    )  # fmt: skip
+    w = register(b, "w", ("default", "other"))
+    [claimed] = b.claim(w, ["default"], 1)
+    assert (claimed.args, claimed.workflow, claimed.upstream) == (args, wf.id, ())
+    b.complete(claimed.id, claimed.fence, None)
+    released = b.get(later.id)
+    assert released.state == State.SCHEDULED
+    assert released.run_at - time.time() > 25

@@ -16,11 +16,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 import redis as redis_sync
 
+from tenure.backends.redis.flows import Staged
 from tenure.backends.redis.transport import RedisPyTransport
+from tenure.config import QueuePolicy
+from tenure.core.states import State
+from tenure.core.workflows import CancelReason, WorkflowState, chain, compile_flow, group
+from tenure.errors import JobNotFound
+from tenure.portal import Portal
 from tests.conformance.conftest import open_killable, worker  # noqa: F401 - fixtures
+from tests.conformance.helpers import nonzero_counts, register
 from tests.conformance.test_claim import *  # noqa: F403
 from tests.conformance.test_claim_skip import *  # noqa: F403
 from tests.conformance.test_dlq import *  # noqa: F403
@@ -34,6 +42,7 @@ from tests.conformance.test_settle import *  # noqa: F403
 from tests.conformance.test_state_machine import *  # noqa: F403
 from tests.conformance.test_ticks import *  # noqa: F403
 from tests.conformance.test_workflows import *  # noqa: F403
+from tests.conformance.test_workflows import finish, kill, kinds, run, state, step, take
 from tests.conftest import SyncBackend, server_or_skip
 from tests.fault.test_failure_model import *  # noqa: F403
 from tests.servers import ServerUnavailable, free_port, wait_port
@@ -151,3 +160,163 @@ def test_on_a_cluster__there_is_no_lane_every_call_is_routed_by_redis_py(
 ) -> None:
     """A lane is one connection to one node; a queue's calls go to its slot's node."""
     assert isinstance(backend.inner.runner.topology.hot, RedisPyTransport)
+
+
+# -- workflows across hash slots (relay.py) ---------------------------------------
+
+
+@pytest.fixture
+def mover(backend: SyncBackend) -> str:
+    """A worker of the queues these tests use, each on a node of its own."""
+    return register(backend, "worker-1", ("default", "other", "b"))
+
+
+def test_a_chain_and_a_fan_in_across_nodes__release_each_step_in_its_slot(
+    backend: SyncBackend, mover: str
+) -> None:
+    flow = chain(step("a", "other"), step("b"), group(step("c", "other"), step("d")), step("e"))
+    wf, jobs = run(backend, flow)
+    finish(backend, mover, "a", ("other",))
+    b = take(backend, mover, "b")
+    assert (b.workflow, b.upstream) == (wf.id, (jobs["a"].id,))
+    backend.complete(b.id, b.fence, "b")
+    finish(backend, mover, "c", ("other",))
+    assert state(backend, jobs["e"]) == State.WAITING
+    finish(backend, mover, "d")
+    assert "ready" in kinds(backend, jobs["e"])
+    finish(backend, mover, "e")
+    assert backend.get_workflow(wf.id).state == WorkflowState.COMPLETED
+
+
+def test_a_dead_step__cascades_across_nodes_and_a_retry_resumes_it(
+    backend: SyncBackend, mover: str
+) -> None:
+    wf, jobs = run(backend, chain(step("a"), step("b", "other"), step("c"), step("d", "other")))
+    a = kill(backend, mover, "a")
+    for name in "bcd":
+        job = backend.get(jobs[name].id)
+        assert (job.state, job.cancel_reason) == (State.CANCELLED, CancelReason.UPSTREAM_FAILED)
+    assert backend.get_workflow(wf.id).state == WorkflowState.FAILED
+    assert backend.retry_dead("default", [a.id]) == 1
+    assert {state(backend, jobs[n]) for n in "bcd"} == {State.WAITING}
+    assert backend.get_workflow(wf.id).state == WorkflowState.RUNNING
+    for name, queue in zip("abcd", ("default", "other") * 2, strict=True):
+        finish(backend, mover, name, (queue,))
+    assert backend.get_workflow(wf.id).state == WorkflowState.COMPLETED
+
+
+def test_a_relay_that_died__is_finished_by_the_next_sweep_and_a_second_changes_nothing(
+    backend: SyncBackend, portal: Portal, mover: str
+) -> None:
+    wf, jobs = run(backend, chain(step("a"), step("b", "other")))
+    a = take(backend, mover, "a")
+    runner, keys = backend.inner.runner, backend.inner.keys
+    home = keys.queue("default")
+    # complete() runs this script, then relays its outbox: here the relay never runs
+    codes, relays, _ = portal.run(runner.call("complete", [home], [a.id, a.fence, b'"a"']))
+    assert (codes, relays) == ([0], [home.encode()])
+    assert state(backend, jobs["b"]) == State.WAITING
+    [message] = portal.run(runner.command("LRANGE", home + "outbox", 0, -1))
+    assert backend.rescue().swept
+    assert state(backend, jobs["b"]) == State.QUEUED
+    assert portal.run(runner.command("LLEN", home + "outbox")) == 0
+    portal.run(runner.call("apply", [keys.queue("other")], [message]))  # a late second relay
+    assert kinds(backend, jobs["b"]).count("ready") == 1
+    assert backend.counts("other")[State.QUEUED] == 1
+    finish(backend, mover, "b", ("other",))
+    assert backend.get_workflow(wf.id).state == WorkflowState.COMPLETED
+
+
+def test_a_workflow_its_producer_left_pending__is_absent_then_dropped_by_a_sweep(
+    backend: SyncBackend, portal: Portal
+) -> None:
+    inner = backend.inner
+    spec = compile_flow(chain(step("a"), step("b", "other")))
+    staged = Staged.of(spec, inner.keys)
+    assert portal.run(inner.parts.flows.write(staged)) is None  # then it died: no commit
+    with pytest.raises(JobNotFound):
+        backend.get_workflow(spec.id)
+    assert {backend.get(s.spec.id).state for s in spec.steps} == {State.WAITING}
+    backend.rescue()  # too young to be abandoned
+    assert len(backend.get_many([s.spec.id for s in spec.steps])) == 2
+    pending = inner.keys.queue("default") + "wfpending"
+    portal.run(inner.runner.command("ZADD", pending, "XX", 0, spec.id))  # a day ago or so
+    assert backend.rescue().swept
+    assert backend.get_many([s.spec.id for s in spec.steps]) == []
+    assert nonzero_counts(backend) == {} and nonzero_counts(backend, "other") == {}
+    with pytest.raises(JobNotFound):
+        backend.get_workflow(spec.id)
+
+
+def test_cancelling_a_workflow_across_nodes__cancels_every_step(
+    backend: SyncBackend, mover: str
+) -> None:
+    wf, _ = run(backend, chain(group(step("a"), step("b", "other")), step("c", "other")))
+    cancelled = backend.cancel_workflow(wf.id)
+    assert cancelled.state == WorkflowState.CANCELLED
+    assert {j.state for j in cancelled.jobs} == {State.CANCELLED}
+    assert backend.claim(mover, ["default", "other"], 10) == []
+
+
+def test_a_spawn_across_nodes__its_steps_wait_on_each_other_and_the_dependents_on_its_sinks(
+    backend: SyncBackend, mover: str
+) -> None:
+    wf, jobs = run(backend, chain(step("a"), step("b", "other")))
+    a = take(backend, mover, "a")
+    [x] = backend.spawn(a.id, a.fence, 1, compile_flow(chain(step("x", "b"), step("y"))))
+    assert (x.task, x.state) == ("x", State.QUEUED)
+    backend.complete(a.id, a.fence, "a")
+    assert state(backend, jobs["b"]) == State.WAITING
+    finish(backend, mover, "x", ("b",))
+    y = take(backend, mover, "y")
+    assert y.upstream == (x.id,)
+    backend.complete(y.id, y.fence, "y")
+    assert backend.get(jobs["b"].id).upstream == (a.id, y.id)
+    finish(backend, mover, "b", ("other",))
+    done = backend.get_workflow(wf.id)
+    assert done.state == WorkflowState.COMPLETED and len(done.jobs) == 4
+
+
+def test_a_spawned_step_that_ends_before_its_dependent_is_written__counts_once_it_is(
+    backend: SyncBackend, portal: Portal, mover: str
+) -> None:
+    _, jobs = run(backend, chain(step("a"), step("z")))
+    a = take(backend, mover, "a")
+    runner, keys, flows = backend.inner.runner, backend.inner.keys, backend.inner.parts.flows
+    spawned = compile_flow(chain(step("x", "other"), step("y", "b")))
+    y_id = spawned.steps[1].spec.id
+    # spawn.lua, then of its messages only the one that writes x is relayed
+    call, _ = portal.run(flows.prepare_spawn(a.id, a.fence, 1, spawned))
+    [(code, *_), relays, _] = portal.run(runner.pipeline([call]))[0]
+    assert code == 0 and relays == [keys.queue("default").encode()]
+    outbox = portal.run(runner.command("LRANGE", keys.queue("default") + "outbox", 0, -1))
+    [writes_x] = [m for m in outbox if orjson.loads(m)["p"] == keys.queue("other")]
+    portal.run(runner.call("apply", [keys.queue("other")], [writes_x]))
+    finish(backend, mover, "x", ("other",))  # its edge to y, not written yet, waits for it
+    with pytest.raises(JobNotFound):
+        backend.get(y_id)
+    assert backend.rescue().swept  # relays the rest: y is written, its edge counted done
+    assert state(backend, backend.get(y_id)) == State.QUEUED
+    backend.complete(a.id, a.fence, "a")
+    assert state(backend, jobs["z"]) == State.WAITING
+    finish(backend, mover, "y", ("b",))
+    assert backend.get(jobs["z"].id).upstream == (a.id, y_id)
+    assert state(backend, jobs["z"]) == State.QUEUED
+
+
+def test_a_failed_workflow_whose_steps_are_purged_and_pruned__leaves_nothing(
+    backend: SyncBackend, portal: Portal, mover: str
+) -> None:
+    from tests.conformance.aging import age
+
+    backend.set_policy("other", QueuePolicy(keep_completed=60.0))
+    wf, jobs = run(backend, chain(step("a"), step("b", "other")))
+    kill(backend, mover, "a")
+    assert backend.purge_dead("default") == 1
+    assert backend.get_workflow(wf.id).state == WorkflowState.FAILED  # b is still there
+    age(backend, [jobs["b"].id], 120.0)
+    assert backend.prune(100) == 1
+    with pytest.raises(JobNotFound):
+        backend.get_workflow(wf.id)
+    runner, keys = backend.inner.runner, backend.inner.keys
+    assert portal.run(runner.command("HEXISTS", keys.workflows, wf.id)) == 0

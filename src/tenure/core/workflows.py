@@ -281,6 +281,8 @@ def check_graph(
     if not spec.sinks:
         raise InvalidInput(f"workflow {spec.id} has no sink: its result would be no step's")
     _check_indexes("the sinks", spec.sinks, len(steps))
+    if any(is_workflow_id(i) for i in ids):
+        raise InvalidInput(f"a step's job id may not start with {WORKFLOW_ID_PREFIX!r}")
     if spec.edges() > MAX_EDGES:
         raise InvalidInput(f"a workflow has at most {MAX_EDGES} edges, got {spec.edges()}")
     return spec

@@ -87,7 +87,7 @@ class Parts:
         index = Index(runner, keys, ids)
         liveness = Liveness(keys, runner)
         events = EventReader(runner, keys, index)
-        relay = Relay(runner)
+        relay = Relay(runner, keys)
         operators = Operators(runner, keys, index, relay)
         flows = Flows(runner, keys, index, relay)
         return cls(

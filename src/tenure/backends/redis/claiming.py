@@ -114,7 +114,7 @@ class Claiming:
         replies = await self.runner.pipeline(calls)
         completed = replies[: len(batches)]
         claimed = [flat for r in replies[len(batches) :] for flat in r]
-        return [c for c, _ in completed], claimed, [p for _, relays in completed for p in relays]
+        return [c for c, _, _ in completed], claimed, [p for _, ps, _ in completed for p in ps]
 
     async def _shares(self, queues: list[str], limit: int, skip: str) -> dict[str, int]:
         """How many jobs to claim from each queue so that the batch is the best

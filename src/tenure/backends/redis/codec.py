@@ -52,15 +52,11 @@ def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
     """The Job of a job's fields in the order of ``JOB_COLUMNS`` (a claim's
     reply: ``JOB_FIELDS`` in _lib.lua, whose last is a step's workflow fields),
     an absent one None."""
-    if len(values) > len(JOB_COLUMNS):
-        step = values[len(JOB_COLUMNS)]
-        decoded = job_of_values(values[: len(JOB_COLUMNS)], history)
-        return decoded if not step else _in_flow(decoded, step)
     (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
      max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
      dead_reason, progress, finished_at, traceparent, cancel_requested,
-     recovered_from, budget_from) = values  # fmt: skip
-    return job_of((
+     recovered_from, budget_from, *step) = values  # fmt: skip
+    decoded = job_of((
         id_.decode(), task.decode(), queue.decode(), orjson.loads(args), STATES[state.decode()],
         int(priority), float(run_at), float(created_at), int(attempts), int(stalls),
         None if max_attempts is None else int(max_attempts),
@@ -76,6 +72,7 @@ def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
         0 if budget_from is None else int(budget_from),
         tuple(attempt(entry) for entry in history),
     ))  # fmt: skip
+    return _in_flow(decoded, step[0]) if step and step[0] else decoded
 
 
 def attempt(entry: bytes) -> Attempt:

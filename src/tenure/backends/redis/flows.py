@@ -5,19 +5,23 @@ lives in its home queue, the queue of its first step, and the fleet's map
 ``workflows`` (keys.py) finds it. Edges and the messages that move them across
 slots: ``_flow.lua`` and ``relay.py``.
 
-Storing is all or nothing. A workflow whose steps are all in its home queue is
-one script (``flow_enqueue.lua``). Otherwise: the home queue's script writes
-the record ``pending`` (and checks its key) with its steps, one script per
-other queue writes theirs (all waiting), then ``flow_commit.lua`` makes it
-``running`` and releases the steps without upstream, by messages. A producer
+Storing is all or nothing. A workflow whose steps are all in its home queue,
+and at most FLOW_CHUNK, is one script (``flow_enqueue.lua``). Otherwise: the
+home queue's script writes the record ``pending`` (and checks its key) with
+its first steps, one script per other queue and piece of FLOW_CHUNK steps
+writes the others (all waiting), then ``flow_commit.lua`` makes it
+``running`` and releases the steps without upstream, by messages relayed a
+batch at a time. A producer
 that dies midway leaves a pending workflow, which readers take for absent and
 the sweeper deletes after ``rescue.PENDING_MAX`` seconds (:meth:`Flows.drop`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -26,11 +30,13 @@ from tenure.backends.redis import codec
 from tenure.backends.redis.index import Index
 from tenure.backends.redis.keys import Keys
 from tenure.backends.redis.relay import Relay
-from tenure.backends.redis.scripts import INVALID_TRANSITION, Arg, Call, Runner, check
+from tenure.backends.redis.scripts import INVALID_TRANSITION, Call, Runner, check
 from tenure.core.workflows import StepSpec, Workflow, WorkflowSpec, WorkflowState, edge_ord
 from tenure.errors import BackendUnavailable, InvalidInput, JobNotFound
 from tenure.job import Job
 
+FLOW_CHUNK = 500  # steps per flow_enqueue.lua call: bounds how long one call holds Redis
+KEY_WAITS = (0.01, 0.02, 0.05, *(0.1,) * 30)  # polls of a key's holder while it is stored
 ABSENT = {"pending", "dropped"}  # a record's states that readers take for no workflow
 
 
@@ -44,73 +50,86 @@ class Flows:
         self.relay = relay
 
     async def enqueue_workflow(self, spec: WorkflowSpec) -> Workflow:
-        prefix = self.keys.queue
-        home = spec.steps[0].spec.queue
-        ids = [s.spec.id for s in spec.steps]
-        by_queue: dict[str, list[dict[str, Any]]] = {home: []}
-        for step, encoded in zip(spec.steps, _encoded(spec, prefix, prefix(home)), strict=True):
-            by_queue.setdefault(step.spec.queue, []).append(encoded)
-        commit = len(by_queue) == 1
-        record = {
-            "key": spec.key or "", "many": spec.many, "jobs": ids,
-            "sinks": [[ids[k], edge_ord(n)] for n, k in enumerate(spec.sinks)],
-            "starts": [[prefix(s.spec.queue), s.spec.id] for s in spec.steps if not s.upstream],
-        }  # fmt: skip
-        await self.runner.pipeline([  # the indexes first: a rerun finds them
-            Call.command("SADD", self.keys.queues, *by_queue),
+        staged = Staged.of(spec, self.keys)
+        for wait in KEY_WAITS:
+            holder = await self.write(staged)
+            if holder is None:
+                break
+            try:
+                return await self.get_workflow(holder)
+            except JobNotFound:  # held by one still pending: wait until it is stored
+                await asyncio.sleep(wait)
+        else:
+            raise BackendUnavailable(f"the workflow holding key {spec.key!r} stays pending")
+        if not staged.commit:
+            await self.commit(staged)
+        self.index.remember({s.spec.id: s.spec.queue for s in spec.steps})
+        return await self.get_workflow(spec.id)
+
+    async def write(self, staged: Staged) -> str | None:
+        """Store the record and the steps of its home queue, and, when that
+        commits it, those of the other queues; None, or the id of the
+        workflow that holds its key (then nothing is stored)."""
+        spec, home, prefix = staged.spec, staged.home, self.keys.queue
+        await self.runner.pipeline([  # the indexes first: a reader finds the steps
+            Call.command("SADD", self.keys.queues, *staged.by_queue),
             Call.command("HSET", self.keys.jobs, *[x for s in spec.steps
                                                    for x in (s.spec.id, s.spec.queue)]),
             Call.command("HSET", self.keys.workflows, spec.id, home),
         ])  # fmt: skip
-        head = {"wf": spec.id, "home": prefix(home), "commit": commit}
+        [(_, first), *rest] = staged.parts()
         reply = await self.relay.after(await self.runner.call(
-            "flow_enqueue", [prefix(home)],
-            [home, orjson.dumps({**head, "record": record, "steps": by_queue[home]})],
+            "flow_enqueue", [prefix(home)], [home, staged.payload(first, record=True)]
         ))  # fmt: skip
         if len(reply) > 1:  # its key is held: nothing stored
-            await self.runner.pipeline(
-                [
-                    Call.command("HDEL", self.keys.jobs, *ids),
-                    Call.command("HDEL", self.keys.workflows, spec.id),
-                ]
-            )
-            return await self.get_workflow(reply[1].decode())
-        if not commit:
             await self.runner.pipeline([
-                Call.script("flow_enqueue", [prefix(q)], [q, orjson.dumps({**head, "steps": part})])
-                for q, part in by_queue.items() if q != home
+                Call.command("HDEL", self.keys.jobs, *[s.spec.id for s in spec.steps]),
+                Call.command("HDEL", self.keys.workflows, spec.id),
             ])  # fmt: skip
-            if not await self.relay.after(
-                await self.runner.call("flow_commit", [prefix(home)], [spec.id])
-            ):
-                raise BackendUnavailable(f"workflow {spec.id} was abandoned while it was stored")
-        self.index.remember({s.spec.id: s.spec.queue for s in spec.steps})
-        return await self.get_workflow(spec.id)
+            return str(reply[1].decode())
+        for q, steps in rest:  # one call a round trip: each holds Redis a moment
+            await self.runner.call("flow_enqueue", [prefix(q)], [q, staged.payload(steps)])
+        return None
+
+    async def commit(self, staged: Staged) -> None:
+        """A workflow stored in several queues runs (flow_commit.lua)."""
+        workflow_id = staged.spec.id
+        reply = await self.runner.call("flow_commit", [self.keys.queue(staged.home)], [workflow_id])
+        if not await self.relay.after(reply):
+            raise BackendUnavailable(f"workflow {workflow_id} was abandoned while it was stored")
 
     async def spawn(self, job_id: str, fence: int, seq: int, spec: WorkflowSpec) -> list[Job]:
-        queue = await self.index.queue_of(job_id)
-        if any(s.spec.queue != queue for s in spec.steps):
-            raise InvalidInput(
-                f"on Redis, a step spawns steps of its own queue ({queue!r}) only: "
-                "give the others a step of theirs that enqueues them"
-            )
-        prefix = self.keys.queue(queue)
-        steps = _encoded(spec, lambda _: prefix, prefix, sinks=False)
-        sinks = [spec.steps[k].spec.id for k in spec.sinks]
-        await self.runner.command(
-            "HSET", self.keys.jobs, *[x for s in spec.steps for x in (s.spec.id, queue)]
-        )
-        args: list[Arg] = [job_id, fence, seq, queue,
-                           orjson.dumps({"steps": steps, "sinks": sinks})]  # fmt: skip
-        code, *made = await self.relay.after(await self.runner.call("spawn", [prefix], args))
-        jobs = [codec.job(flat) for flat in made]
-        if code != 0 or [j.id for j in jobs] != [s.spec.id for s in spec.steps]:
+        call, sources = await self.prepare_spawn(job_id, fence, seq, spec)
+        code, *made = await self.relay.after((await self.runner.pipeline([call]))[0])
+        if code != 0 or [i.decode() for i in made] != sources:
             # made before (its seq), or refused: these ids made no job
             await self.runner.command("HDEL", self.keys.jobs, *[s.spec.id for s in spec.steps])
         if code == INVALID_TRANSITION:
             raise InvalidInput(f"job {job_id} is no workflow's step: it cannot spawn")
         check(code, job_id, fence)
-        return self.index.known([j for j in jobs if not j.upstream])  # those that run at once
+        return await self.get_many([i.decode() for i in made])  # those that run at once
+
+    async def prepare_spawn(
+        self, job_id: str, fence: int, seq: int, spec: WorkflowSpec
+    ) -> tuple[Call, list[str]]:
+        """spawn.lua's call, once the fleet's indexes know the new steps; the
+        ids of those without upstream."""
+        queue = await self.index.queue_of(job_id)
+        prefix = self.keys.queue
+        parts: dict[str, list[dict[str, Any]]] = {}
+        for step, encoded in zip(spec.steps, _encoded(spec, prefix, "", sinks=False), strict=True):
+            parts.setdefault(step.spec.queue, []).append(encoded)
+        sources = [s.spec.id for s in spec.steps if not s.upstream]
+        await self.runner.pipeline([
+            Call.command("SADD", self.keys.queues, *parts),
+            Call.command("HSET", self.keys.jobs, *[x for s in spec.steps
+                                                   for x in (s.spec.id, s.spec.queue)]),
+        ])  # fmt: skip
+        payload = orjson.dumps({
+            "parts": [{"queue": q, "prefix": prefix(q), "steps": p} for q, p in parts.items()],
+            "sinks": [spec.steps[k].spec.id for k in spec.sinks], "sources": sources,
+        })  # fmt: skip
+        return Call.script("spawn", [prefix(queue)], [job_id, fence, seq, payload]), sources
 
     async def get_workflow(self, workflow_id: str) -> Workflow:
         _, flat, ids = await self._record(workflow_id)
@@ -138,7 +157,7 @@ class Flows:
         replies = await self.runner.pipeline(
             [Call.script("cancel", [self.keys.queue(q)], [i]) for i, q in queue_of.items()]
         )
-        await self.relay.relay([p for _, relays in replies for p in relays])
+        await self.relay.relay([p for _, relays, _ in replies for p in relays])
         return await self.get_workflow(workflow_id)
 
     async def get_many(self, job_ids: Sequence[str]) -> builtins.list[Job]:
@@ -181,6 +200,49 @@ class Flows:
             "flow_get", [self.keys.queue(home)], [workflow_id], repeatable=True
         )
         return home, flat, ids
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A workflow's steps by queue, as flow_enqueue.lua reads them."""
+
+    spec: WorkflowSpec
+    home: str  # the queue of its first step: its record's
+    home_prefix: str
+    by_queue: dict[str, list[dict[str, Any]]]
+    record: dict[str, Any]
+
+    @property
+    def commit(self) -> bool:
+        """Stored in one script: every step is in the home queue, and few."""
+        return len(self.by_queue) == 1 and len(self.spec.steps) <= FLOW_CHUNK
+
+    def parts(self) -> list[tuple[str, list[dict[str, Any]]]]:
+        """The steps of each queue, home first, in pieces of at most FLOW_CHUNK
+        (the first with the record: it may be empty)."""
+        return [(q, steps[i : i + FLOW_CHUNK]) for q, steps in self.by_queue.items()
+                for i in range(0, max(len(steps), 1), FLOW_CHUNK)]  # fmt: skip
+
+    @classmethod
+    def of(cls, spec: WorkflowSpec, keys: Keys) -> Staged:
+        prefix = keys.queue
+        home = spec.steps[0].spec.queue
+        ids = [s.spec.id for s in spec.steps]
+        by_queue: dict[str, list[dict[str, Any]]] = {home: []}
+        for step, encoded in zip(spec.steps, _encoded(spec, prefix, prefix(home)), strict=True):
+            by_queue.setdefault(step.spec.queue, []).append(encoded)
+        record = {
+            "key": spec.key or "", "many": spec.many, "jobs": ids,
+            "sinks": [[ids[k], edge_ord(n)] for n, k in enumerate(spec.sinks)],
+            "starts": [[prefix(s.spec.queue), s.spec.id] for s in spec.steps if not s.upstream],
+        }  # fmt: skip
+        return cls(spec, home, prefix(home), by_queue, record)
+
+    def payload(self, steps: list[dict[str, Any]], record: bool = False) -> bytes:
+        """flow_enqueue.lua's ARGV[2] for these steps (of one queue)."""
+        head = {"wf": self.spec.id, "home": self.home_prefix, "commit": self.commit,
+                "steps": steps}  # fmt: skip
+        return orjson.dumps({**head, "record": self.record} if record else head)
 
 
 def _flat(reply: Any) -> Any:

@@ -65,7 +65,8 @@ class Operators:
         return int(await self.relay.after(reply))
 
     async def purge_dead(self, queue: str, ids: Sequence[str] | None) -> int:
-        gone = await self.runner.call("purge_dead", [self.keys.queue(queue)], ids or [])
+        reply = await self.runner.call("purge_dead", [self.keys.queue(queue)], ids or [])
+        gone = await self.relay.after(reply)
         if gone:
             await self.runner.command("HDEL", self.keys.jobs, *gone)
             self.index.forget(gone)

@@ -14,30 +14,46 @@ empty, so a message left by a crash is applied within a sweep.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
+from tenure.backends.redis.keys import Keys
 from tenure.backends.redis.scripts import Call, Runner
+from tenure.errors import BackendUnavailable
 
 RELAY_BATCH = 500  # messages read from one outbox per round trip
+log = logging.getLogger("tenure.redis")
+
 RELAY_ROUNDS = 1000  # outboxes emptied per relay, at most: a cascade ends, this bounds a bug
 
 
 class Relay:
     """Relays the messages of outboxes to their targets' slots."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, keys: Keys) -> None:
         self.runner = runner
+        self.keys = keys
 
     async def after(self, reply: Any) -> Any:
-        """A flow-aware script's reply ``{reply, {prefixes}}``: relay from those
-        prefixes, then return the reply proper."""
-        value, prefixes = reply
-        if prefixes:
-            await self.relay(prefixes)
+        """A flow-aware script's reply ``{reply, {prefixes}, {workflows
+        deleted}}``: relay from those prefixes, then return the reply proper."""
+        value, prefixes, forgotten = reply
+        try:
+            if forgotten:
+                await self.forget(forgotten)
+            if prefixes:
+                await self.relay(prefixes)
+        except BackendUnavailable as exc:
+            # The transition is stored, its messages with it: the sweeper relays them.
+            log.warning("workflow messages left for the sweeper to relay: %s", exc)
         return value
+
+    async def forget(self, workflow_ids: list[bytes]) -> None:
+        """Drop pruned workflows from the fleet's map (their records are gone)."""
+        await self.runner.command("HDEL", self.keys.workflows, *workflow_ids)
 
     async def relay(self, prefixes: Iterable[bytes | str]) -> None:
         todo = list(dict.fromkeys(p if isinstance(p, str) else p.decode() for p in prefixes))
@@ -62,5 +78,8 @@ class Relay:
             [Call.script("apply", [target], batch) for target, batch in by_target.items()]
         )
         await self.runner.pipeline([Call.command("LREM", outbox, 1, m) for m in messages])
-        more = [p.decode() for _, relays in replies for p in relays]
+        forgotten = [i for _, _, ids in replies for i in ids]
+        if forgotten:
+            await self.forget(forgotten)
+        more = [p.decode() for _, relays, _ in replies for p in relays]
         return [*more, prefix] if len(messages) == RELAY_BATCH else more

@@ -214,9 +214,9 @@ async def _recover(
         calls.append(Call.script("recover", [keys.queue(s.queue)], args))
         plans.append(plan)
     replies = await runner.pipeline(calls)
-    recovered = tuple(plan[i.decode()] for plan, (done, _) in zip(plans, replies, strict=True)
+    recovered = tuple(plan[i.decode()] for plan, (done, _, _) in zip(plans, replies, strict=True)
                       for i in done)  # fmt: skip
-    return recovered, [p for _, relays in replies for p in relays]
+    return recovered, [p for _, relays, _ in replies for p in relays]
 
 
 def _keep(seconds: float | None) -> str:
@@ -234,7 +234,7 @@ async def prune(
             [Call.script("prune", [keys.queue(q)], [0, *defaults]) for q in queues]
         )
         shares, left = [], limit
-        for queue, ((due, _), _) in zip(queues, counts, strict=True):
+        for queue, ((due, _), _, _) in zip(queues, counts, strict=True):
             if left and int(due):
                 shares.append((queue, min(int(due), left)))
                 left -= shares[-1][1]

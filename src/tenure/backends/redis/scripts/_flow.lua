@@ -17,10 +17,14 @@
 --     applied twice, or late, changes nothing;
 --   * other messages: k = 'add' (a spawn's new edge, ord o), 'start' (a
 --     committed workflow's source: release it), 'job' (the workflow record
---     gains the spawned jobs ids, ordered by n), 'gone' (a step was pruned).
+--     gains the spawned jobs ids, ordered by n), 'gone' (a step was pruned),
+--     'steps' (a spawn's steps of another queue: write them).
+
+local EARLY_TTL = 86400  -- seconds an edge to a step not written (yet) is kept
 
 local flow_work, flow_running = {}, false
 local flow_relays, flow_relay_set = {}, {}  -- prefixes whose outbox got messages
+local flow_forgotten = {}  -- workflows deleted (pruned): the caller drops them from the fleet's map
 
 local function in_key(p, id) return p .. 'in:' .. id end
 local function out_key(p, id) return p .. 'out:' .. id end
@@ -47,16 +51,22 @@ local function flow_run(p)
   flow_work, flow_running = {}, false
 end
 
-local function flow_send(p, m)
-  if m.p == p then
-    flow_work[#flow_work + 1] = m
-    return
-  end
+-- Put a message in slot p's outbox, for the caller to relay.
+local function flow_post(p, m)
   redis.call('RPUSH', p .. 'outbox', cjson.encode(m))
   if not flow_relay_set[p] then
     flow_relay_set[p] = true
     flow_relays[#flow_relays + 1] = p
   end
+end
+
+-- Apply a message here (its target's slot is this one), or post it.
+local function flow_send(p, m)
+  if m.p == p then
+    flow_work[#flow_work + 1] = m
+    return
+  end
+  flow_post(p, m)
 end
 
 -- The step id (in slot p) ended: to is the state of its open edges now
@@ -158,6 +168,7 @@ local function flow_forget_wf(p, id, rk)
     return
   end
   redis.call('DEL', rk, in_key(p, id), p .. 'wfjobs:' .. id, p .. 'wfgone:' .. id)
+  flow_forgotten[#flow_forgotten + 1] = id
 end
 
 -- The upstream ids of a dependent, by their edges' ord (its 'up' field, or
@@ -201,11 +212,90 @@ local function flow_edge(p, m, rk, wf, now)
   if wf then flow_settle_wf(p, m.d, rk, m.s, now) else flow_settle_job(p, m.d, rk, now) end
 end
 
+-- Write one step (a table decoded from flow_enqueue's or spawn's JSON, see
+-- flows.py) of workflow wf, whose record is in slot home, as waiting; with
+-- start, one without upstream is released at once (no ready event). Edges a
+-- message moved before the step was written (a spawn's, from another queue)
+-- count as they stand.
+local function flow_write(p, queue, wf, home, s, start, now, last)
+  local jk = job_key(p, s.id)
+  local seq = int(last)
+  local fields = {'id', s.id, 'task', s.task, 'queue', queue, 'args', s.args,
+    'priority', s.priority, 'run_at', num(now), 'created_at', num(now), 'seq', seq,
+    'fence', 0, 'attempts', 0, 'stalls', 0, 'state', 'waiting', 'wf', wf, 'home', home,
+    'wdelay', s.delay}
+  for _, name in ipairs({'max_attempts', 'timeout', 'traceparent', 'wat'}) do
+    if s[name] ~= '' then fields[#fields + 1], fields[#fields + 2] = name, s[name] end
+  end
+  if s.may_fail then fields[#fields + 1], fields[#fields + 2] = 'may_fail', '1' end
+  local ik, up, pending, blocked, early = in_key(p, s.id), {}, 0, 0, false
+  for i, e in ipairs(s['in']) do
+    local cur = redis.call('HGET', ik, e[1])
+    local state, version = 'open', '0'
+    if cur then
+      local w = words(cur)
+      state, version, early = w[1], w[2], true
+    end
+    redis.call('HSET', ik, e[1], state .. ' ' .. version .. ' ' .. e[2])
+    if state ~= 'done' then pending = pending + 1 end
+    if state == 'failed' then blocked = blocked + 1 end
+    up[i] = e[1]
+  end
+  if early then redis.call('PERSIST', ik) end
+  fields[#fields + 1], fields[#fields + 2] = 'up', cjson.encode(up)
+  fields[#fields + 1], fields[#fields + 2] = 'pending', pending
+  fields[#fields + 1], fields[#fields + 2] = 'blocked', blocked
+  redis.call('HSET', jk, unpack(fields))
+  redis.call('ZADD', p .. 'all', seq, s.id)
+  set_state(p, s.id, seq, nil, 'waiting')
+  local ok = out_key(p, s.id)
+  for _, e in ipairs(s.out) do redis.call('HSET', ok, e[2] .. ' ' .. e[1], 'open ' .. e[3]) end
+  if start and #s['in'] == 0 then
+    flow_release(p, s.id, jk, now, false)
+  elseif start and early then
+    flow_settle_job(p, s.id, jk, now)
+  end
+  record_event(p, 'enqueued', s.id,
+    flow_data(wf, {task = s.task, state = redis.call('HGET', jk, 'state')}))
+end
+
+-- The steps a spawn in another queue made in this one (once per spawn).
+local function flow_spawned(p, m, now)
+  local made = p .. 'spawns:' .. m.by
+  if redis.call('HSETNX', made, m.seq, '1') == 0 then return end
+  redis.call('EXPIRE', made, EARLY_TTL)
+  local last = tonumber(redis.call('GET', p .. 'seq') or '0')
+  local now_us = math.floor(now * 1000000)
+  for _, s in ipairs(m.steps) do
+    last = math.max(now_us, last + 1)
+    flow_write(p, m.queue, m.wf, m.home, s, true, now, last)
+  end
+  redis.call('SET', p .. 'seq', int(last))
+end
+
+-- An edge message to a step not written yet (a spawn's, in another queue: the
+-- message that writes it is on its way) or not any more (pruned): kept for
+-- a while, for the former (flow_write counts it).
+local function flow_early(p, m)
+  local ik = in_key(p, m.d)
+  local cur = redis.call('HGET', ik, m.s)
+  if m.k == 'add' then
+    if not cur then redis.call('HSET', ik, m.s, 'open 0') end
+  elseif not cur or tonumber(words(cur)[2]) < tonumber(m.v) then
+    redis.call('HSET', ik, m.s, m.e .. ' ' .. m.v)
+  end
+  redis.call('EXPIRE', ik, EARLY_TTL)
+end
+
 flow_apply = function(p, m)
+  local now = clock()
+  if m.k == 'steps' then return flow_spawned(p, m, now) end
   local wf = is_wf(m.d)
   local rk = wf and wf_key(p, m.d) or job_key(p, m.d)
-  if redis.call('EXISTS', rk) == 0 then return end  -- pruned or deleted: nothing waits
-  local now = clock()
+  if redis.call('EXISTS', rk) == 0 then
+    if not wf and (m.k == nil or m.k == 'add') then flow_early(p, m) end
+    return
+  end
   if m.k == 'start' then
     flow_settle_job(p, m.d, rk, now)
   elseif m.k == 'job' then
@@ -227,37 +317,8 @@ flow_ended = function(p, id, jk, state)
   flow_moved(p, id, jk, to)
 end
 
--- Write one step (a table decoded from flow_enqueue's or spawn's JSON, see
--- flows.py) of workflow wf, whose record is in slot home, as waiting; with
--- start, one without upstream is released at once (no ready event).
-local function flow_write(p, queue, wf, home, s, start, now, last)
-  local jk = job_key(p, s.id)
-  local seq = int(last)
-  local fields = {'id', s.id, 'task', s.task, 'queue', queue, 'args', s.args,
-    'priority', s.priority, 'run_at', num(now), 'created_at', num(now), 'seq', seq,
-    'fence', 0, 'attempts', 0, 'stalls', 0, 'state', 'waiting', 'wf', wf, 'home', home,
-    'pending', #s['in'], 'blocked', 0, 'wdelay', s.delay}
-  for _, name in ipairs({'max_attempts', 'timeout', 'traceparent', 'wat'}) do
-    if s[name] ~= '' then fields[#fields + 1], fields[#fields + 2] = name, s[name] end
-  end
-  if s.may_fail then fields[#fields + 1], fields[#fields + 2] = 'may_fail', '1' end
-  redis.call('HSET', jk, unpack(fields))
-  redis.call('ZADD', p .. 'all', seq, s.id)
-  set_state(p, s.id, seq, nil, 'waiting')
-  local ik, up = in_key(p, s.id), {}
-  for i, e in ipairs(s['in']) do
-    redis.call('HSET', ik, e[1], 'open 0 ' .. e[2])
-    up[i] = e[1]
-  end
-  redis.call('HSET', jk, 'up', cjson.encode(up))
-  local ok = out_key(p, s.id)
-  for _, e in ipairs(s.out) do redis.call('HSET', ok, e[2] .. ' ' .. e[1], 'open ' .. e[3]) end
-  if start and #s['in'] == 0 then flow_release(p, s.id, jk, now, false) end
-  record_event(p, 'enqueued', s.id,
-    flow_data(wf, {task = s.task, state = redis.call('HGET', jk, 'state')}))
-end
-
--- A script's reply, with the prefixes whose outbox the caller relays from.
+-- A script's reply, with the prefixes whose outbox the caller relays from,
+-- and the workflows it deleted (relay.py).
 local function flow_reply(reply)
-  return {reply, flow_relays}
+  return {reply, flow_relays, flow_forgotten}
 end

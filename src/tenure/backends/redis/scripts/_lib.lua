@@ -16,7 +16,8 @@ local SIGNAL_MAX = 64             -- wake-up tokens kept per queue
 local MAX_US = 9000000000000000   -- run_at and seq in µs fit 16 digits (and a double)
 
 -- A workflow's step ended or was retried: its edges move (_flow.lua, put after
--- this file, defines it; plain jobs pay one HGET).
+-- this file, defines it). A plain job's claim and completion read one field
+-- more (wf) and never call it; its end dead or cancelled pays one HGET.
 local flow_ended
 
 local function clock()
@@ -434,7 +435,9 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     -- the job as it was, then the fields the claim changes (JOB_FIELDS order)
     local f = redis.call('HMGET', jk, unpack(JOB_FIELDS))
     -- a workflow's step (wf, the 26th field): its workflow, upstream, may_fail, cancel_reason
-    if f[26] then f[26] = {f[26], unpack(redis.call('HMGET', jk, 'up', 'may_fail', 'cancel_reason'))} end
+    if f[26] then
+      f[26] = {f[26], unpack(redis.call('HMGET', jk, 'up', 'may_fail', 'cancel_reason'))}
+    end
     -- the last attempt's progress goes; so does a lease if this claim makes none
     local gone = {}
     if f[20] then gone[1] = 'progress' end

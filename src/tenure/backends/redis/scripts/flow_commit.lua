@@ -1,6 +1,7 @@
--- flow_commit: a workflow stored in several queues is complete: its record,
--- pending, is running now, and its steps without upstream are released (by
--- messages, _flow.lua: those of other queues through the outbox).
+-- flow_commit: a workflow stored in several calls is complete: its record,
+-- pending, is running now, and its steps without upstream are released by
+-- messages through this queue's outbox (_flow.lua), all of them: the relay
+-- applies them a batch per call, however many they are.
 --
 -- KEYS[1]  the home queue's key prefix
 -- ARGV[1]  the workflow's id
@@ -13,7 +14,6 @@ if redis.call('HGET', rk, 'state') ~= 'pending' then return flow_reply(0) end
 redis.call('HSET', rk, 'state', 'running')
 redis.call('ZREM', p .. 'wfpending', id)
 for _, e in ipairs(cjson.decode(redis.call('HGET', rk, 'starts'))) do
-  flow_send(p, {p = e[1], d = e[2], k = 'start'})
+  flow_post(p, {p = e[1], d = e[2], k = 'start'})
 end
-flow_run(p)
 return flow_reply(1)
