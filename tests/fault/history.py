@@ -2,17 +2,19 @@
 sides that cannot fool each other.
 
 - What happened, written outside tenure: the driver's requests
-  (``requests.jsonl``: every enqueue call, acknowledged or not), the handlers'
+  (``requests.jsonl``: every enqueue call, acknowledged or not; and
+  ``workflows.jsonl``: every workflow, its steps also requests), the handlers'
   side channel (``events.<pid>.jsonl``: start, tick, end of each execution,
   see ``soak_tasks.py``) and the nemesis's faults (``faults.jsonl``).
 - What storage holds, read through the public API: every job of the run's
-  queues with its attempt history.
+  queues with its attempt history, and the record of every workflow.
 
 :func:`check` turns both into :class:`Row`s; a run is green only when every
 must-be-zero row is zero. Run it on a kept run directory with
 ``python -m tests.fault.history RUN_DIR`` (it reads ``jobs.jsonl``, what
-storage held at the end, or else storage at the URL in ``manifest.json``); it
-exits 1 when a must-be-zero row is not zero.
+storage held at the end, and ``stored_workflows.jsonl``, or else storage at
+the URL in ``manifest.json``); it exits 1 when a must-be-zero row is not zero.
+The workflow rules: ``flow_history.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,16 @@ from typing import Any
 import orjson
 
 from tenure.core.states import DeadReason, Outcome, State
+from tenure.core.workflows import CancelReason, Workflow
 from tenure.job import Attempt, Job
+from tests.fault.flow_history import (
+    CancelRequest,
+    FlowRules,
+    WorkflowRequest,
+    load_workflows,
+    stored_workflows,
+    workflow_ids,
+)
 
 SLACK = 0.1  # seconds between clocks that are the same clock read at different moments
 # Storage's stamps and a worker's acts are this far apart on a loaded server: a
@@ -104,6 +115,10 @@ class Run:
     deliveries: dict[str, str] = field(default_factory=dict)  # queue -> delivery
     unreadable: int = 0  # side-channel lines cut short (a process killed mid-write)
     wall_minus_mono: float | None = None  # the machine's clocks, to place handlers' ends
+    workflows: list[WorkflowRequest] = field(default_factory=list)
+    cancels: list[CancelRequest] = field(default_factory=list)
+    # What each fan-in attempt, (job, fence), was handed: its upstream results' fences.
+    handed: dict[tuple[str, int], list[int | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -209,8 +224,9 @@ def executions(events: Iterable[Event]) -> dict[tuple[str, int], Execution]:
 
 
 class Checker:
-    def __init__(self, run: Run, jobs: dict[str, Job]) -> None:
-        self.run, self.jobs = run, jobs
+    def __init__(self, run: Run, jobs: dict[str, Job],
+                 workflows: dict[str, Workflow] | None = None) -> None:  # fmt: skip
+        self.run, self.jobs, self.workflows = run, jobs, workflows or {}
         self.runs = executions(run.events)
         self.f = Findings()
         self.recoveries: dict[str, list[float]] = defaultdict(list)
@@ -255,6 +271,7 @@ class Checker:
         self._unexpected()
         self._keys()
         rows += [self.f.row(name) for name in MUST_BE_ZERO]
+        rows += FlowRules(self).rows(self.f.row, Row)
         for kind, count in sorted(Counter(f.kind for f in self.run.faults).items()):
             rows.append(Row(f"faults: {kind}", count))
             if kind in ("term", "kill-server"):  # how long the drain, or the outage, took
@@ -424,10 +441,11 @@ def _outcomes(job: Job) -> list[str]:
     return [f"{a.fence}:{a.outcome}" for a in job.history]
 
 
-def check(run: Run, jobs: dict[str, Job]) -> Report:
+def check(run: Run, jobs: dict[str, Job], workflows: dict[str, Workflow] | None = None) -> Report:
     """The table of one run, from what was recorded outside tenure and what
-    storage holds (``jobs``: every job of the run's queues, with history)."""
-    return Checker(run, jobs).report()
+    storage holds (``jobs``: every job of the run's queues, with history;
+    ``workflows``: the run's workflows' records, by id)."""
+    return Checker(run, jobs, workflows).report()
 
 
 # -- reading a run directory and storage ------------------------------------
@@ -443,8 +461,14 @@ def load(directory: Path) -> Run:
         run.requests.append(Request(**line))
     for line in _lines(directory / "faults.jsonl", run):
         run.faults.append(Fault(**{**line, "pids": tuple(line.get("pids", ()))}))
+    for line in _lines(directory / "workflows.jsonl", run):
+        run.workflows.append(WorkflowRequest.of(line))
+    for line in _lines(directory / "cancels.jsonl", run):
+        run.cancels.append(CancelRequest(**line))
     for path in sorted(directory.glob("events.*.jsonl")):
         for line in _lines(path, run):
+            if line["ev"] == "upstream":
+                run.handed[(line["job"], line["fence"])] = line["fences"]
             run.events.append(Event(ev=line["ev"], job=line["job"], fence=line["fence"],
                                     pid=line["pid"], mono=line["mono"], tag=line.get("tag"),
                                     how=line.get("how")))  # fmt: skip
@@ -489,6 +513,9 @@ def load_jobs(path: Path) -> dict[str, Job]:
         d = orjson.loads(raw)
         d["state"] = State(d["state"])
         d["dead_reason"] = None if d["dead_reason"] is None else DeadReason(d["dead_reason"])
+        reason = d.get("cancel_reason")
+        d["cancel_reason"] = None if reason is None else CancelReason(reason)
+        d["upstream"] = tuple(d.get("upstream", ()))
         d["history"] = tuple(
             Attempt(**{**a, "outcome": None if a["outcome"] is None else Outcome(a["outcome"])})
             for a in d["history"]
@@ -508,11 +535,14 @@ def main(argv: list[str]) -> int:
     kept = directory / "jobs.jsonl"
     if kept.exists():  # what storage held at the end of the run
         jobs = load_jobs(kept)
+        flows = directory / "stored_workflows.jsonl"
+        workflows = load_workflows(flows) if flows.exists() else {}
     else:
         url = orjson.loads((directory / "manifest.json").read_bytes())["url"]
         with App(url) as app:
             jobs = stored_jobs(app, run.deliveries)
-    report = check(run, jobs)
+            workflows = stored_workflows(app, workflow_ids(run, jobs))
+    report = check(run, jobs, workflows)
     print(report.table())
     return 1 if report.violations() else 0
 

@@ -22,9 +22,16 @@ import orjson
 
 from tenure.app import App
 from tenure.chaos.tasks import regex_size_for
-from tenure.core.states import State
-from tests.fault import history
+from tenure.core.states import UNFINISHED
+from tenure.core.workflows import Step, WorkflowState, chain, group
+from tenure.errors import JobNotFound
+from tenure.job import JobSpec
+from tests.fault import flow_history, history
+from tests.fault.flow_history import CancelRequest, StepRequest, WorkflowRequest
 from tests.fault.nemesis import Fleet, Nemesis, Netns, Slot, can_skew, server_for, wait_until
+
+WORKFLOW_SHARE = 1 / 15  # of the producer's requests
+CANCEL_SHARE = 0.1  # of the workflows acknowledged, cancelled within 2 s
 
 
 @dataclass
@@ -57,8 +64,9 @@ class SoakResult:
 
 
 class Producer(threading.Thread):
-    """Enqueues a mix of jobs, single and bulk, keyed and delayed, keeping the
-    backlog bounded, and writes every request down (acknowledged or not)."""
+    """Enqueues a mix of jobs, single and bulk, keyed and delayed, and
+    workflows (cancelling a few), keeping the backlog bounded, and writes
+    every request down (acknowledged or not)."""
 
     def __init__(self, url: str, queues: dict[str, str], main: str, *, rng: random.Random,
                  directory: Path, backlog: int) -> None:  # fmt: skip
@@ -66,6 +74,10 @@ class Producer(threading.Thread):
         self.app = App(url)
         self.queues, self.main, self.rng, self.backlog = queues, main, rng, backlog
         self.file = (directory / "requests.jsonl").open("ab")
+        self.flows = (directory / "workflows.jsonl").open("ab")
+        self.workflows: list[str] = []  # those acknowledged
+        self.cancels = (directory / "cancels.jsonl").open("ab")
+        self.to_cancel: list[tuple[float, str]] = []  # (when, workflow id)
         self.serial = 0
         self.halt = threading.Event()
         self.gil = regex_size_for(0.1)
@@ -73,11 +85,12 @@ class Producer(threading.Thread):
     def run(self) -> None:
         try:
             while not self.halt.is_set():
+                self._cancel_due()
                 try:
                     unfinished = sum(
                         self.app.queue(q).counts()[s]
                         for q in self.queues.values()
-                        for s in (State.QUEUED, State.SCHEDULED, State.ACTIVE)
+                        for s in UNFINISHED
                     )
                 except Exception:  # the server is down: try again in a moment
                     self.halt.wait(0.1)
@@ -89,6 +102,8 @@ class Producer(threading.Thread):
         finally:
             self.app.close()
             self.file.close()
+            self.flows.close()
+            self.cancels.close()
 
     def _plan(self) -> tuple[str, str, dict[str, Any], float]:
         r, rng = self.rng.random(), self.rng
@@ -112,6 +127,9 @@ class Producer(threading.Thread):
         raise AssertionError("unreachable")
 
     def one(self) -> None:
+        if self.rng.random() < WORKFLOW_SHARE:
+            self._workflow()
+            return
         task, kind, args, delay = self._plan()
         delivery = self.main if self.rng.random() < 0.8 else _other(self.main)
         # A handler that holds the GIL delays a thread-pool worker's heartbeats (README):
@@ -160,6 +178,64 @@ class Producer(threading.Thread):
             self._write(history.Request(tag, kind, queue, job_id, called, _acked(job_id), delay,
                                         None, bulk=True))  # fmt: skip
 
+    def _workflow(self) -> None:
+        """One workflow (see ``_flow_plan``), each step on the main queue or the other."""
+        plans = self._flow_plan()
+        n, tags = len(plans), [self._tag() for _ in plans]
+        ups = [(), *[(tags[0],)] * (n - 2), tuple(tags[1:-1])]
+        asked = tuple(StepRequest(tag, kind, up, may_fail, fanin=i == n - 1)
+                      for i, ((_, kind, _, may_fail), tag, up)
+                      in enumerate(zip(plans, tags, ups, strict=True)))  # fmt: skip
+        queues = [self.queues[self.main if self.rng.random() < 0.8 else _other(self.main)]
+                  for _ in plans]  # fmt: skip
+        steps = [Step(JobSpec.create(task, {"tag": tag, "kind": kind, **args}, queue=queue),
+                      may_fail)
+                 for (task, kind, args, may_fail), tag, queue
+                 in zip(plans, tags, queues, strict=True)]  # fmt: skip
+        called, wf_id, ids = time.monotonic(), None, [None] * n
+        with contextlib.suppress(Exception):  # not acknowledged: the checker knows
+            workflow = self.app.workflow(chain(steps[0], group(*steps[1:-1]), steps[-1]))
+            wf_id, ids = workflow.id, [j.id for j in workflow.jobs]
+            self.workflows.append(wf_id)
+            if self.rng.random() < CANCEL_SHARE:
+                self.to_cancel.append((called + self.rng.uniform(0.0, 2.0), wf_id))
+        for step, queue, job_id in zip(asked, queues, ids, strict=True):
+            self._write(history.Request(step.tag, step.kind, queue, job_id, called,
+                                        _acked(job_id)))  # fmt: skip
+        request = WorkflowRequest(wf_id, called, asked, _acked(wf_id))
+        self.flows.write(orjson.dumps(asdict(request)) + b"\n")
+        self.flows.flush()
+
+    def _cancel_due(self) -> None:
+        now = time.monotonic()
+        due = [wf_id for when, wf_id in self.to_cancel if when <= now]
+        self.to_cancel = [(when, wf_id) for when, wf_id in self.to_cancel if when > now]
+        for wf_id in due:
+            called, state = time.monotonic(), None
+            with contextlib.suppress(Exception):  # no answer: the checker knows
+                state = str(self.app.cancel(wf_id).state)
+            self.cancels.write(orjson.dumps(asdict(CancelRequest(wf_id, called, state))) + b"\n")
+            self.cancels.flush()
+
+    def _flow_plan(self) -> list[tuple[str, str, dict[str, Any], bool]]:
+        """(task, kind, args, may_fail) of each step of chain(a step, group(2-4
+        steps, maybe a flaky one that may fail, maybe one that fails for good,
+        or may), a fan-in callback)."""
+        rng = self.rng
+
+        def seconds() -> float:
+            return round(rng.uniform(1.0, 2.0) if rng.random() < 0.25
+                         else rng.uniform(0.005, 0.05), 3)  # fmt: skip
+
+        middle = [(rng.choice(["soak.run", "soak.arun"]), "ok", {"seconds": seconds()}, False)
+                  for _ in range(rng.randint(2, 4))]  # fmt: skip
+        if rng.random() < 0.3:
+            middle.append(("soak.flaky", "flaky", {"raises": 1}, True))
+        if rng.random() < 0.2:
+            middle.append(("soak.fail", "fail", {}, rng.random() < 0.5))
+        return [("soak.run", "ok", {"seconds": 0.01}, False), *middle,
+                ("soak.fanin", "ok", {"seconds": 0.02}, False)]  # fmt: skip
+
 
 def _acked(job_id: str | None) -> float | None:
     return None if job_id is None else time.time()
@@ -206,12 +282,15 @@ def soak(config: SoakConfig, directory: Path) -> SoakResult:
         died = _under_fire(config, nemesis, fleet, rng)
         producer.halt.set()
         producer.join(60)
-        settled = _settle(url, list(queues.values()), config.settle)
+        settled = _settle(url, list(queues.values()), producer.workflows, config.settle)
         fleet.stop()
+        run = history.load(directory)
         with App(url) as app:
             jobs = history.stored_jobs(app, queues.values())
+            workflows = history.stored_workflows(app, history.workflow_ids(run, jobs))
         history.dump_jobs(jobs, directory / "jobs.jsonl")
-        report = history.check(history.load(directory), jobs)
+        flow_history.dump_workflows(workflows, directory / "stored_workflows.jsonl")
+        report = history.check(run, jobs, workflows)
         report.rows.append(history.Row("workers that died on their own", died, True))
         report.rows.append(history.Row("settled within the cap", int(not settled), True))
         return SoakResult(report, directory, skipped)
@@ -287,16 +366,21 @@ def _under_fire(config: SoakConfig, nemesis: Nemesis, fleet: Fleet, rng: random.
     return died
 
 
-def _settle(url: str, queues: list[str], cap: float) -> bool:
-    """Wait until no job of the run is unfinished (or the cap passes)."""
+def _settle(url: str, queues: list[str], workflows: list[str], cap: float) -> bool:
+    """Wait until no job of the run is unfinished (waiting steps are), and
+    every workflow ended (or the cap passes)."""
+    running = set(workflows)
 
     def quiet() -> bool:
         try:
-            return all(
-                sum(app.queue(q).counts()[s] for s in (State.QUEUED, State.SCHEDULED,
-                                                        State.ACTIVE)) == 0
-                for q in queues
-            )  # fmt: skip
+            if any(sum(app.queue(q).counts()[s] for s in UNFINISHED) for q in queues):
+                return False
+            for wf_id in sorted(running):
+                with contextlib.suppress(JobNotFound):  # lost: the checker says so
+                    if app.get_workflow(wf_id).state is WorkflowState.RUNNING:
+                        return False
+                running.discard(wf_id)
+            return True
         except Exception:
             return False
 

@@ -8,7 +8,8 @@ while it runs, ``end`` when it returns or raises. The history checker
 (``tests/fault/history.py``) reads them beside what storage holds. Times are
 ``time.monotonic()`` (one clock for every process of the machine; a worker
 under libfaketime keeps it, see ``FAKETIME_DONT_FAKE_MONOTONIC``) and
-``time.time()``.
+``time.time()``. A workflow's step also writes its workflow's id (``wf``); the
+fan-in callback writes what it read of its upstream (``upstream``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import tenure
 app = tenure.App()
 
 TICK = 0.2  # a long handler proves it still runs this often
+UPSTREAM_PATIENCE = 30.0  # seconds a fan-in retries reading its upstream (a server restarts)
 _SLOW_PATTERN = re.compile(r"(a+)+$")
 _files: dict[int, int] = {}
 # Under libfaketime with a real monotonic clock, time.sleep() fails with EINVAL
@@ -34,13 +36,13 @@ _files: dict[int, int] = {}
 _never = threading.Event()
 
 
-def record(event: str, how: str | None = None) -> None:
+def record(event: str, how: str | None = None, **more: Any) -> None:
     """Append one side-channel line about the running attempt."""
     job = tenure.current_job()
     line = orjson.dumps({
         "ev": event, "job": job.id, "fence": job.fence, "attempt": job.attempt,
         "tag": job.args.get("tag"), "pid": os.getpid(), "mono": time.monotonic(),
-        "wall": time.time(), "how": how,
+        "wall": time.time(), "how": how, "wf": job.workflow, **more,
     })  # fmt: skip
     os.write(_file(), line + b"\n")
 
@@ -74,6 +76,35 @@ def run(tag: str, kind: str, seconds: float, gil: int = 0) -> dict[str, Any]:
             record("tick")
             next_tick = now + TICK
     return _done()
+
+
+@app.task(name="soak.fanin")
+def fanin(tag: str, kind: str, seconds: float) -> dict[str, Any]:
+    """A workflow's fan-in callback: writes down the fence of each upstream
+    result it was handed (None for a ``Failed``), then runs as ``soak.run``."""
+    record("start")
+    fences = [v.get("fence") if isinstance(v, dict) else None for v in _upstream()]
+    record("upstream", fences=fences)
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        _never.wait(min(left, TICK))
+        record("tick")
+    return _done()
+
+
+def _upstream() -> list[Any]:
+    """The upstream values; read through the worker, which may have lost its
+    server for a while (a kill-server fault): an error here is no handler's."""
+    give_up = time.monotonic() + UPSTREAM_PATIENCE
+    while True:
+        try:
+            return tenure.current_job().upstream
+        except tenure.LeaseLost:
+            raise  # this attempt is over: no use waiting
+        except Exception:
+            if time.monotonic() > give_up:
+                raise
+            _never.wait(0.2)
 
 
 @app.task(name="soak.arun")
