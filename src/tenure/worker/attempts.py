@@ -192,7 +192,8 @@ class Attempts:
         elif attempt.cancelling and not isinstance(result, Settled):
             self.in_task(self._settle_then_finish(attempt, cancelled(result)))
         elif isinstance(result, Returned) and (item := self.completer.item(job, result.value)):
-            self.completer.add(item, functools.partial(self._written, attempt, result))
+            written = functools.partial(self._written, attempt, result)
+            self.completer.add(item, written, step=job.workflow is not None)
         else:
             self.in_task(self._settle_then_finish(attempt, result))
 

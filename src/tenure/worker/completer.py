@@ -41,6 +41,7 @@ class Completer:
         self.wake = wake
         self._items: list[Item] = []
         self._written: list[Written] = []
+        self._steps = False  # a workflow's step is among them: it may release others
         self.since = 0.0  # when the oldest waiting completion came (time.monotonic())
 
     def __len__(self) -> int:
@@ -54,10 +55,12 @@ class Completer:
         except InvalidInput:
             return None
 
-    def add(self, item: Item, written: Written) -> None:
-        """Complete at the next cycle; ``written`` is told how it went."""
+    def add(self, item: Item, written: Written, *, step: bool = False) -> None:
+        """Complete at the next cycle; ``written`` is told how it went.
+        ``step``: the job is a workflow's step."""
         if not self._items:
             self.since = time.monotonic()
+        self._steps = self._steps or step
         self._items.append(item)
         self._written.append(written)
         self.wake()
@@ -72,17 +75,18 @@ class Completer:
 
     def take(self) -> Batch:
         """Every waiting completion, for one cycle."""
-        batch = Batch(self._items, self._written)
-        self._items, self._written = [], []
+        batch = Batch(self._items, self._written, self._steps)
+        self._items, self._written, self._steps = [], [], False
         return batch
 
 
 class Batch:
     """Completions written together; ``written`` or ``failed`` tells each."""
 
-    def __init__(self, items: list[Item], told: list[Written]) -> None:
+    def __init__(self, items: list[Item], told: list[Written], steps: bool = False) -> None:
         self.items = items
         self._told = told
+        self.releases = steps  # it may release workflow steps
 
     def written(self, lost: Collection[LeaseRef]) -> None:
         for (job_id, fence, _), tell in zip(self.items, self._told, strict=True):

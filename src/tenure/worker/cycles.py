@@ -176,8 +176,11 @@ class Cycles:
                           extra=attempt_fields(job, worker_id))  # fmt: skip
         for job in jobs:
             self.attempts.start(job)
-        if slots:
-            self._dry = len(jobs) < slots
+        if slots or batch.releases:
+            # Not dry after completing workflow steps: a step they released
+            # may be claimable only from the next cycle on (PostgreSQL's cycle
+            # is one statement, of one snapshot).
+            self._dry = len(jobs) < slots and not batch.releases
         if jobs:  # the idle wait backs off from its shortest again only now
             self._idle_for = self.config.idle_poll_min
         self.wake.set()

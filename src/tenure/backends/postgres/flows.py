@@ -67,8 +67,17 @@ class Flows:
 
     async def enqueue_workflow(self, spec: WorkflowSpec) -> Workflow:
         spec = self.checked(spec)
-        async with self.db.tx() as conn:
-            return await run_steps(conn, self.adding(spec))
+        try:
+            async with self.db.tx() as conn:
+                stored = await run_steps(conn, self.adding(spec))
+        except psycopg.errors.UniqueViolation:  # a step's id is a stored job's
+            raise InvalidInput(
+                f"workflow {spec.id}: a step's job id is taken by one stored already"
+            ) from None
+        ours = [s.spec.id for s in spec.steps]
+        if stored.id == spec.id and [j.id for j in stored.jobs[: len(ours)]] != ours:
+            raise InvalidInput(f"workflow {spec.id}: its id is taken by one stored already")
+        return stored
 
     def adding(self, spec: WorkflowSpec) -> Steps[Workflow]:
         """The statements of an enqueue of a checked workflow (see Enqueue.steps)."""
