@@ -1,7 +1,7 @@
 """The ``TENURE`` setting: where tenure's storage is, which of Django's
 databases it shares, and the queues' policies; and its system checks.
 
-Without ``TENURE["URL"]``, the URL is made from the Django database that
+Without ``TENURE["URL"]`` (nor ``$TENURE_URL``), the URL is made from the Django database that
 ``TENURE["DATABASE"]`` names (``"default"``): tenure then keeps its tables in
 that database (SQLite: the same file; PostgreSQL: the same database, in
 tenure's own schema), through connections of its own.
@@ -49,9 +49,10 @@ def alias() -> str:
 
 
 def storage_url() -> str:
-    """tenure's URL: ``TENURE["URL"]``, else the one of the shared Django
-    database as its connection has it now (a test run's database, in a test)."""
-    url = tenure_settings().get("URL")
+    """tenure's URL: ``TENURE["URL"]``, else ``$TENURE_URL``, else the one of
+    the shared Django database as its connection has it now (a test run's
+    database, in a test)."""
+    url = tenure_settings().get("URL") or os.environ.get("TENURE_URL")
     if url:
         return str(url)
     from django.db import connections
@@ -160,18 +161,20 @@ def _url_problems(found: Mapping[str, Any]) -> list[str]:
 
     from tenure.backends.factory import from_url
 
-    url = found.get("URL")
+    url, source = found.get("URL"), "TENURE['URL']"
+    if not url and os.environ.get("TENURE_URL"):
+        url, source = os.environ["TENURE_URL"], "$TENURE_URL"
     try:
-        if url is None:
+        if not url:
             name = str(found.get("DATABASE", "default"))
             if name not in settings.DATABASES:
                 return [f"TENURE['DATABASE'] names {name!r}, which is not in DATABASES"]
-            url = url_of_database(settings.DATABASES[name], name)
+            url, source = url_of_database(settings.DATABASES[name], name), f"database {name!r}"
         elif not isinstance(url, str):
             return [f"TENURE['URL'] must be a string, got {type(url).__name__}"]
         from_url(url)
     except InvalidInput as exc:
-        return [f"TENURE['URL'] {redacted(str(url))}: {exc}" if url else str(exc)]
+        return [f"{source} {redacted(str(url))}: {exc}" if url else str(exc)]
     return []
 
 
