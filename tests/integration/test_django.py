@@ -2,7 +2,8 @@
 ``django-admin startproject``, an app, and the files of docs/howto/django.md
 as written, on SQLite and on PostgreSQL. An order and its job commit together
 or not at all; a worker started by ``manage.py tenure worker`` runs the job;
-the page's tests pass under Django's test runner; ``manage.py check`` reports
+the page's tests pass under Django's test runner and under pytest-django;
+``manage.py check`` reports
 a bad setting; the dashboard mounted in the project's ASGI app is for its
 staff only."""
 
@@ -177,6 +178,16 @@ def test_the_pages_tests__pass_under_djangos_test_runner(shop: Path) -> None:
     done = manage(shop, "test", "orders", check=False)
     assert done.returncode == 0, done.stderr
     assert "Ran 2 tests" in done.stderr and "OK" in done.stderr, done.stderr
+
+
+def test_the_pages_pytest_tests__pass_under_pytest_django(shop: Path) -> None:
+    pytest.importorskip("pytest_django")
+    (shop / "pytest.ini").write_text("[pytest]\nDJANGO_SETTINGS_MODULE = shop.settings\n")
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "django", "orders/test_receipts.py"]
+    done = subprocess.run(run, cwd=shop, env=environment(), capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout, done.stdout
 
 
 def test_manage_py_check__reports_a_bad_tenure_setting(tmp_path: Path) -> None:
