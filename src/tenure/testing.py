@@ -178,6 +178,7 @@ def drain(app: App, queues: Iterable[str] | None = None, *, concurrency: int = 4
     attempts = 0
     while True:
         attempts += _burst(app, config)
+        app.flush()  # what its handlers enqueued in the test's transaction
         if not _due(app, names):
             break
     after = {q: app.queue(q).counts() for q in names}

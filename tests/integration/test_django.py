@@ -79,6 +79,34 @@ json.dump({"url": app.url, "job": job.id, "orders": totals,
 """
 
 
+CHAIN = """
+from django.test import TestCase
+
+from orders.models import Order
+from tenure.contrib.django import app
+from tenure.testing import drain
+
+
+@app.task
+def first(n: int) -> None:
+    Order.objects.create(total=n)
+    second.enqueue(n + 1)  # held in the test's transaction, as the test's own
+
+
+@app.task
+def second(n: int) -> None:
+    Order.objects.create(total=n)
+
+
+class ChainTests(TestCase):
+    def test_a_handlers_job__runs_in_the_same_drain(self) -> None:
+        first.enqueue(1)
+        done = drain(app)
+        assert (done.completed, done.dead) == (2, 0), done
+        assert sorted(Order.objects.values_list("total", flat=True)) == [1, 2]
+"""
+
+
 def doc_files() -> dict[str, str]:
     return {name: code for code, name in FILE_BLOCK.findall(DOC.read_text())}
 
@@ -175,9 +203,10 @@ def test_an_order_and_its_job__commit_together__and_manage_py_tenure_worker_runs
 
 
 def test_the_pages_tests__pass_under_djangos_test_runner(shop: Path) -> None:
+    (shop / "orders" / "test_chain.py").write_text(CHAIN)
     done = manage(shop, "test", "orders", check=False)
     assert done.returncode == 0, done.stderr
-    assert "Ran 2 tests" in done.stderr and "OK" in done.stderr, done.stderr
+    assert "Ran 3 tests" in done.stderr and "OK" in done.stderr, done.stderr
 
 
 def test_the_pages_pytest_tests__pass_under_pytest_django(shop: Path) -> None:
