@@ -4,6 +4,7 @@ checks of ``settings.TENURE``, and each installed app's ``tasks`` module; at
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.apps import AppConfig
@@ -14,6 +15,9 @@ from django.utils.module_loading import autodiscover_modules
 
 from tenure.app import App
 from tenure.contrib.django import conf
+from tenure.errors import TenureError
+
+log = logging.getLogger("tenure")
 
 
 class TenureConfig(AppConfig):  # type: ignore[misc]  # Django is unannotated
@@ -41,7 +45,6 @@ def migrate_tenure(using: str = "default", **kwargs: Any) -> None:
     from tenure.contrib.django.transactions import project_app
 
     app = project_app()
-
     if using == conf.alias() and conf.same_database(app.url, connections[using].settings_dict):
         app.queues()  # the App's first use migrates its storage
         _close_before_dropped(connections[using].creation, app)
@@ -73,9 +76,11 @@ def open_beside(sender: Any, connection: Any, **kwargs: Any) -> None:
     from tenure.contrib.django.transactions import project_app
 
     app = project_app()
-
-    if conf.same_database(app.url, connection.settings_dict):
-        app.queues()  # the App's first use opens it
+    try:
+        if conf.same_database(app.url, connection.settings_dict):
+            app.queues()  # the App's first use opens it
+    except TenureError as exc:  # the first enqueue will say it, where it belongs
+        log.warning("tenure could not open its storage beside Django's: %s", exc)
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:

@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tenure.app import App
 from tenure.web.responses import error_response
+from tenure.web.scope import root_path, route_path
 
 Allow = Callable[[Any], bool]  # of Django's user (an AnonymousUser when none is logged in)
 
@@ -72,13 +73,13 @@ def asgi(
         if scope["type"] == "lifespan":
             await _lifespan(tenure_app, receive, send)
             return
-        where = scope["path"][len(scope.get("root_path", "")) :] or "/"
+        where, root = route_path(scope), root_path(scope)
         if where == prefix and scope["type"] == "http":
-            await _redirect(send, scope.get("root_path", "") + prefix + "/")
+            await _redirect(send, root + prefix + "/")
         elif where.startswith(prefix + "/") and scope["type"] == "http":
             verdict, location = await _verdict(scope, allow)
             if verdict == ALLOWED:
-                inner = {**scope, "root_path": scope.get("root_path", "") + prefix}
+                inner = {**scope, "root_path": root + prefix}
                 await server()(inner, receive, send)
             elif verdict == LOGIN:
                 await _redirect(send, location)
@@ -119,9 +120,8 @@ async def _verdict(scope: Scope, allow: Allow) -> tuple[str, str]:
 
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     page = scope["method"] == "GET" and "text/html" in headers.get("accept", "")
-    full = scope.get("root_path", "") + scope["path"][len(scope.get("root_path", "")) :]
     query = scope.get("query_string", b"").decode("latin-1")
-    next_url = quote(full) + (f"?{query}" if query else "")
+    next_url = quote(root_path(scope) + route_path(scope)) + (f"?{query}" if query else "")
     judged: tuple[str, str] = await sync_to_async(_judge, thread_sensitive=True)(
         headers.get("cookie", ""), allow, next_url if page else None
     )
