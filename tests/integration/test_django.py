@@ -145,12 +145,16 @@ def build(root: Path, database: str | None) -> Path:
     return root
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def shop(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def shop(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One project per backend for the module's tests (building one takes
+    seconds); the worker's test alone writes to its own database, the
+    others to test databases of their own, or to other tables."""
+    root = tmp_path_factory.mktemp(request.param)
     database = None
     if request.param == "postgres":
-        database = fresh_storage_url("postgres", request, tmp_path)
-    return build(tmp_path / "shop", database)
+        database = fresh_storage_url("postgres", request, root)
+    return build(root / "shop", database)
 
 
 @contextmanager
@@ -198,8 +202,10 @@ def test_an_order_and_its_job__commit_together__and_manage_py_tenure_worker_runs
         _, err = worker.communicate(timeout=60)
         assert worker.returncode == 0, err
         assert app.queue("receipts").policy().max_attempts == 5  # TENURE["QUEUES"], at its start
-    status = manage(shop, "tenure", "jobs", "--json")
-    assert seen["job"] in status.stdout
+    listed = manage(shop, "tenure", "jobs", "--json")
+    assert seen["job"] in listed.stdout
+    called = "from django.core.management import call_command; call_command('tenure', 'status')"
+    assert "receipts" in manage(shop, "shell", "-c", called).stdout
 
 
 def test_the_pages_tests__pass_under_djangos_test_runner(shop: Path) -> None:
@@ -212,8 +218,10 @@ def test_the_pages_tests__pass_under_djangos_test_runner(shop: Path) -> None:
 def test_the_pages_pytest_tests__pass_under_pytest_django(shop: Path) -> None:
     pytest.importorskip("pytest_django")
     (shop / "pytest.ini").write_text("[pytest]\nDJANGO_SETTINGS_MODULE = shop.settings\n")
-    run = [sys.executable, "-m", "pytest", "-q", "-p", "django", "orders/test_receipts.py"]
-    done = subprocess.run(run, cwd=shop, env=environment(), capture_output=True, text=True,
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "pytest_django.plugin",
+           "orders/test_receipts.py"]  # fmt: skip
+    alone = environment() | {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # the others take seconds
+    done = subprocess.run(run, cwd=shop, env=alone, capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout, done.stdout
@@ -251,8 +259,7 @@ print(*cookies)
 """
 
 
-def test_the_dashboard_in_the_projects_asgi_app__is_for_its_staff(tmp_path: Path) -> None:
-    shop = build(tmp_path / "shop", None)
+def test_the_dashboard_in_the_projects_asgi_app__is_for_its_staff(shop: Path) -> None:
     (shop / "users.py").write_text(USERS)
     done = subprocess.run([sys.executable, "users.py"], cwd=shop, env=environment(),
                           capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
