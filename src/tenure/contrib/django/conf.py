@@ -1,8 +1,8 @@
 """The ``TENURE`` setting: where tenure's storage is, which of Django's
 databases it shares, and the queues' policies; and its system checks.
 
-Without ``TENURE["URL"]`` (nor ``$TENURE_URL``), the URL is made from the Django database that
-``TENURE["DATABASE"]`` names (``"default"``): tenure then keeps its tables in
+Without ``TENURE["URL"]`` (nor ``$TENURE_URL``), the URL is made from the
+Django database ``TENURE["DATABASE"]`` names (``"default"``): tenure keeps its tables in
 that database (SQLite: the same file; PostgreSQL: the same database, in
 tenure's own schema), through connections of its own.
 """
@@ -25,7 +25,6 @@ from tenure.errors import InvalidInput
 
 KEYS = {"URL": "a storage URL", "DATABASE": "a Django database alias",
         "QUEUES": "a dict of queues' policies"}  # fmt: skip
-ENGINES = ("sqlite3", "postgresql")  # the endings of the ENGINEs tenure can share
 # libpq's settings a Django PostgreSQL database's OPTIONS may hold, passed on to tenure's
 LIBPQ = ("sslmode", "sslcert", "sslkey", "sslrootcert", "sslpassword", "options", "service",
          "application_name", "target_session_attrs", "connect_timeout", "passfile")  # fmt: skip
@@ -96,9 +95,10 @@ def _postgres_url(database: Mapping[str, Any]) -> str:
     host, port = str(database.get("HOST") or ""), str(database.get("PORT") or "")
     query = {k: str(v) for k, v in (database.get("OPTIONS") or {}).items() if k in LIBPQ}
     credentials = quote(user, safe="") + (f":{quote(password, safe='')}" if password else "")
-    if host.startswith("/"):  # a Unix socket's folder: libpq's host= names it
+    if host.startswith("/"):  # a Unix socket's folder: libpq's host= wins over the URL's
         query["host"], host = host, ""
     netloc = f"{credentials}@" if credentials else ""
+    # tenure's URL names a host: Django's default (none) is localhost here
     netloc += (f"[{host}]" if ":" in host else host or "localhost") + (f":{port}" if port else "")
     tail = f"?{urlencode(query, quote_via=quote)}" if query else ""
     return f"postgresql://{netloc}/{quote(str(database.get('NAME') or ''), safe='')}{tail}"
