@@ -25,6 +25,7 @@ from urllib.parse import quote
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tenure.app import App
+from tenure.errors import InvalidInput
 from tenure.web.responses import error_response
 from tenure.web.scope import root_path, route_path
 
@@ -52,7 +53,7 @@ def asgi(
     ``token`` (default ``$TENURE_TOKEN``, if set) would be needed as well."""
     prefix = "/" + path.strip("/")
     if prefix == "/":
-        raise ValueError("tenure's path must not be the site's root: use one such as /tenure/")
+        raise InvalidInput("tenure's path must not be the site's root: use one such as /tenure/")
     served: list[ASGIApp] = []
 
     def tenure_app() -> App:
