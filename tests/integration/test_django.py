@@ -1,7 +1,8 @@
 """tenure.contrib.django in a real Django project, built as a reader would:
 ``django-admin startproject``, an app, and the files of docs/howto/django.md
 as written, on SQLite and on PostgreSQL. An order and its job commit together
-or not at all; a worker started by ``manage.py tenure worker`` runs the job;
+or not at all (and with tenure's storage elsewhere, the job is stored at the
+commit); a worker started by ``manage.py tenure worker`` runs the job;
 the page's tests pass under Django's test runner and under pytest-django;
 ``manage.py check`` reports
 a bad setting; the dashboard mounted in the project's ASGI app is for its
@@ -206,6 +207,51 @@ def test_an_order_and_its_job__commit_together__and_manage_py_tenure_worker_runs
     assert seen["job"] in listed.stdout
     called = "from django.core.management import call_command; call_command('tenure', 'status')"
     assert "receipts" in manage(shop, "shell", "-c", called).stdout
+
+
+DEFERRED = """
+import json, os, sys
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
+django.setup()
+from django.db import transaction
+
+from orders.tasks import send_receipt
+from tenure import JobNotFound
+from tenure.contrib.django import app
+
+
+def stored(job_id):
+    try:
+        return app.get_job(job_id).state
+    except JobNotFound:
+        return None
+
+
+try:
+    with transaction.atomic():
+        undone = send_receipt.enqueue(0)
+        raise RuntimeError
+except RuntimeError:
+    pass
+with transaction.atomic():
+    job = send_receipt.enqueue(0)
+    inside = stored(job.id)
+json.dump({"url": app.url, "undone": stored(undone.id), "inside": inside,
+           "after": stored(job.id)}, sys.stdout)
+"""
+
+
+def test_storage_elsewhere__gets_the_job_at_the_commit(shop: Path, tmp_path: Path) -> None:
+    (shop / "deferred.py").write_text(DEFERRED)
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    env = environment() | {"TENURE_URL": elsewhere}
+    done = subprocess.run([sys.executable, "deferred.py"], cwd=shop, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen == {"url": elsewhere, "undone": None, "inside": None, "after": "queued"}, seen
 
 
 def test_the_pages_tests__pass_under_djangos_test_runner(shop: Path) -> None:
