@@ -4,9 +4,8 @@ as written, on SQLite and on PostgreSQL. An order and its job commit together
 or not at all (and with tenure's storage elsewhere, the job is stored at the
 commit); a worker started by ``manage.py tenure worker`` runs the job;
 the page's tests pass under Django's test runner and under pytest-django;
-``manage.py check`` reports
-a bad setting; the dashboard mounted in the project's ASGI app is for its
-staff only."""
+``manage.py check`` reports a bad setting; the dashboard mounted in the
+project's ASGI app is for its staff only."""
 
 from __future__ import annotations
 
