@@ -286,6 +286,9 @@ def test_manage_py_check__reports_a_bad_tenure_setting(tmp_path: Path) -> None:
     assert "TENURE['QUEUES']['a']: lease_ttl must be a number of seconds" in said, said
     assert "TENURE['QUEUES']['b']: unknown policy fields ['max_attempt']" in said, said
     assert "(tenure.W001) unknown key 'QUEUE' in settings.TENURE" in said, said
+    refused = manage(shop, "tenure", "worker", check=False)  # a worker does not start
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: TENURE['URL'] mysql://db/shop"), refused.stderr
 
 
 USERS = """
