@@ -78,15 +78,21 @@ class App:
         read_only: bool = False,
     ) -> None:
         check_integer("max_payload", max_payload, *MAX_PAYLOAD_RANGE)
-        if url is None and not os.environ.get("TENURE_URL"):
-            _say_default_once()
-        self.url = resolve_url(url)
         self.max_payload = max_payload
         self.read_only = read_only  # only reads: a SQLite file is never created or migrated
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}  # periodic jobs, by name
         self.hooks = Hooks()  # users' code around attempts and at the worker's events
-        self._connections = Connections(partial(from_url, self.url, read_only=read_only))
+        self._bind(url)
+
+    def _bind(self, url: str | None) -> None:
+        """Set the storage of this App's jobs: ``url``, checked now, connected
+        on first use. (An App whose URL is known later, as a Django project's
+        before its settings are, binds on first use instead.)"""
+        if url is None and not os.environ.get("TENURE_URL"):
+            _say_default_once()
+        self.url = resolve_url(url)
+        self._connections = Connections(partial(from_url, self.url, read_only=self.read_only))
         # Validates the URL now (connects on first use); never opened, it enqueues
         # on a caller's connection (conn=), and describes the storage.
         self._described = from_url(self.url)
@@ -259,6 +265,11 @@ class App:
         if conn is None:
             return await (await self.abackend()).enqueue(specs)
         return await self.callers(conn).aenqueue(conn, specs)
+
+    def flush(self) -> None:
+        """Store the jobs this App holds back for a transaction that will never
+        commit: none for a plain App; ``tenure.contrib.django``'s holds those
+        enqueued in a test's transaction. ``tenure.testing.drain`` calls it."""
 
     def callers(self, conn: object) -> CallerTransactions:
         """What enqueues in ``conn``'s transaction; InvalidInput unless ``conn``
