@@ -80,15 +80,21 @@ class App:
         read_only: bool = False,
     ) -> None:
         check_integer("max_payload", max_payload, *MAX_PAYLOAD_RANGE)
-        if url is None and not os.environ.get("TENURE_URL"):
-            _say_default_once()
-        self.url = resolve_url(url)
         self.max_payload = max_payload
         self.read_only = read_only  # only reads: a SQLite file is never created or migrated
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}  # periodic jobs, by name
         self.hooks = Hooks()  # users' code around attempts and at the worker's events
-        self._connections = Connections(partial(from_url, self.url, read_only=read_only))
+        self._bind(url)
+
+    def _bind(self, url: str | None) -> None:
+        """Set the storage of this App's jobs: ``url``, checked now, connected
+        on first use. (An App whose URL is known later, as a Django project's
+        before its settings are, binds on first use instead.)"""
+        if url is None and not os.environ.get("TENURE_URL"):
+            _say_default_once()
+        self.url = resolve_url(url)
+        self._connections = Connections(partial(from_url, self.url, read_only=self.read_only))
         # Validates the URL now (connects on first use); never opened, it enqueues
         # on a caller's connection (conn=), and describes the storage.
         self._described = from_url(self.url)
@@ -262,6 +268,11 @@ class App:
             return await (await self.abackend()).enqueue(specs)
         return await self.callers(conn).aenqueue(conn, specs)
 
+    def flush(self) -> None:
+        """Store the jobs this App holds back for a transaction that will never
+        commit: none for a plain App; ``tenure.contrib.django``'s holds those
+        enqueued in a test's transaction. ``tenure.testing.drain`` calls it."""
+
     def callers(self, conn: object) -> CallerTransactions:
         """What enqueues in ``conn``'s transaction; InvalidInput unless ``conn``
         is a connection of the kind this App's storage takes."""
@@ -275,26 +286,27 @@ class App:
         return callers
 
     def workflow(self, flow: Flow, *, key: str | None = None, conn: Any = None) -> Workflow:
-        """Store ``flow`` (``tenure.chain``, ``tenure.group``, ``task.step``) as
-        one workflow, all of it or nothing (in ``conn``'s transaction, as for
-        ``enqueue``). ``key``: while a workflow of that key runs, it is
-        returned instead. Its steps are jobs; ``result``/``cancel`` take its id."""
-        spec = compile_flow(flow, key=key)
-        if conn is not None:
-            return self.callers(conn).enqueue_workflow(conn, spec)
-        return self.call(self._store_workflow(spec))
+        """Store ``flow`` (``tenure.chain``/``group``, ``task.step``) as one workflow, all
+        or nothing (in ``conn``'s transaction, as ``enqueue``); ``key``: while one of
+        that key runs, it is returned instead. ``result``/``cancel`` take its id."""
+        return self.store_workflow(compile_flow(flow, key=key), conn)
 
     async def aworkflow(self, flow: Flow, *, key: str | None = None, conn: Any = None) -> Workflow:
         spec = compile_flow(flow, key=key)
         if conn is not None:
             return await self.callers(conn).aenqueue_workflow(conn, spec)
-        return await self._store_workflow(spec)
+        return await self.aworkflow_of(spec)
 
-    async def _store_workflow(self, spec: WorkflowSpec) -> Workflow:
+    def store_workflow(self, spec: WorkflowSpec, conn: Any = None) -> Workflow:
+        """Store a workflow already compiled, as ``store`` stores jobs."""
+        if conn is not None:
+            return self.callers(conn).enqueue_workflow(conn, spec)
+        return self.call(self.aworkflow_of(spec))
+
+    async def aworkflow_of(self, spec: WorkflowSpec) -> Workflow:
         return await (await self.abackend()).enqueue_workflow(spec)
 
-    def get_workflow(self, workflow_id: str) -> Workflow:
-        """The workflow with its jobs, in order; JobNotFound if absent."""
+    def get_workflow(self, workflow_id: str) -> Workflow:  # its jobs in order; or JobNotFound
         return self.call(self.aget_workflow(workflow_id))
 
     async def aget_workflow(self, workflow_id: str) -> Workflow:
@@ -480,11 +492,8 @@ def _say_default_once() -> None:
     global _said_default  # noqa: PLW0603 - once per process
     if not _said_default:
         _said_default = True
-        log.warning(
-            "App(None) and TENURE_URL is not set: using %s (%s); set TENURE_URL or pass a URL",
-            DEFAULT_URL,
-            os.path.join(os.getcwd(), "tenure.db"),
-        )
+        log.warning("App(None) and TENURE_URL is not set: using %s (%s); set TENURE_URL or "
+                    "pass a URL", DEFAULT_URL, os.path.join(os.getcwd(), "tenure.db"))  # fmt: skip
 
 
 async def _awaited(coro: Coroutine[Any, Any, T]) -> T:

@@ -171,12 +171,14 @@ def drain(app: App, queues: Iterable[str] | None = None, *, concurrency: int = 4
     run too; jobs due later (a retry's backoff) stay. Handlers run on a thread
     pool of ``concurrency`` threads; the worker is real (leases, heartbeats,
     retries, dead-lettering), only in a thread of its own."""
+    app.flush()  # jobs held for a test's transaction, which never commits
     names = tuple(sorted(set(queues or ()))) or _queues_of(app)
     config = WorkerConfig(queues=names, concurrency=concurrency, pool="thread", burst=True)
     before = {q: app.queue(q).counts() for q in names}
     attempts = 0
     while True:
         attempts += _burst(app, config)
+        app.flush()  # what its handlers enqueued in the test's transaction
         if not _due(app, names):
             break
     after = {q: app.queue(q).counts() for q in names}

@@ -48,7 +48,10 @@ from tests.conftest import fresh_storage_url
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-OWN_TESTS = {"transactional-enqueue.md": "tests/acceptance/test_docs_transactional_enqueue.py"}
+OWN_TESTS = {
+    "transactional-enqueue.md": "tests/acceptance/test_docs_transactional_enqueue.py",
+    "howto/django.md": "tests/integration/test_django.py",  # a Django project built of them
+}
 
 FENCE = re.compile(
     r"(?:^[ \t]*<!-- (?P<mark>run|not run: [^>]*\S) -->\n)?"

@@ -512,3 +512,14 @@ def test_a_released_job__wakes_the_idle_workers_of_its_queue(pg_url, open_backen
     started = time.monotonic()
     idle.wait_for_jobs(["default"], 10.0)  # its wake-up waits for it if it came first
     assert time.monotonic() - started < 5.0  # woken by the release, not timed out at 10 s
+
+
+def test_a_first_wait__returns_once_listening_for_what_came_before(pg_url, open_backend):
+    """A job committed after a worker's last claim but before its LISTEN sent
+    no NOTIFY it hears: its first wait returns as soon as it listens, so that
+    it claims again, rather than sleeping its whole idle poll."""
+    worker, idle = open_backend(pg_url), open_backend(pg_url)
+    worker.enqueue([JobSpec.create("t", {})])  # before idle listens: its NOTIFY goes unheard
+    started = time.monotonic()
+    idle.wait_for_jobs(["default"], 10.0)
+    assert time.monotonic() - started < 5.0

@@ -8,6 +8,10 @@ page and retries it there, and edits a policy whose fields are checked in the
 page and by the server. Stored text with invisible characters shows them as
 escapes. A workflow's page draws its steps by depth, coloured by state and
 joined by edges, follows them live and links them to their job pages. ``make screenshots`` keeps
+
+
+escapes. In a Django project's ASGI app, the dashboard opens to its staff
+after Django's own login page, and its forms work there. ``make screenshots`` keeps
 each page's screenshot in docs/img/ (TENURE_SCREENSHOTS names the folder; a
 temporary one otherwise)."""
 
@@ -305,3 +309,55 @@ def test_a_workflow_page__draws_its_steps_follows_them_live_and_links_them(
         expect(page.locator("li.step.step-cancelled")).to_have_count(2)
     finally:
         app.close()
+
+
+STAFF = """
+import os, django
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
+django.setup()
+from django.contrib.auth.models import User
+from orders.tasks import send_receipt
+from tenure.contrib.django import app
+
+User.objects.create_user("boss", password="a-staff-password", is_staff=True)
+print(app.url, *(send_receipt.enqueue(order).id for order in (1, 2)))
+"""
+
+
+def test_the_dashboard_in_a_django_project__opens_to_staff_after_djangos_login(
+    page: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("django")
+    import subprocess
+    import sys
+
+    from tests.integration.test_django import build, environment, running
+    from tests.servers import free_port, wait_port
+
+    shop = build(tmp_path / "shop", None)
+    with (shop / "shop" / "settings.py").open("a") as settings:
+        settings.write('LOGIN_URL = "/admin/login/"\n')
+    (shop / "staff.py").write_text(STAFF)
+    made = subprocess.run([sys.executable, "staff.py"], cwd=shop, env=environment(),
+                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    url, *jobs = made.stdout.split()
+    port = free_port()
+    serve = [sys.executable, "-m", "uvicorn", "shop.asgi:application", "--port", str(port)]
+    with running(serve, shop), App(url) as app:
+        wait_port(port)
+        base = f"http://127.0.0.1:{port}"
+        page.goto(f"{base}/tenure/")
+        expect(page).to_have_url(f"{base}/admin/login/?next=/tenure/")  # Django's own login
+        page.fill("#id_username", "boss")
+        page.fill("#id_password", "a-staff-password")
+        page.click("input[type=submit]")
+        expect(page).to_have_url(f"{base}/tenure/")
+        expect(page.locator("h1")).to_have_text("Queues")
+        page.click('tr[data-queue="receipts"] td[data-state="queued"] a')
+        expect(page.locator("h1")).to_have_text("Queued jobs of receipts")
+        expect(page.locator("tr[data-job]")).to_have_count(2)
+        page.check(f"input[value='{jobs[0]}']")
+        page.click("button[data-action=cancel-selected]")  # the page's own POST: let through
+        done(page, "cancelled 1")
+        expect(page.locator("tr[data-job]")).to_have_count(1)
+        assert app.get_job(jobs[0]).state == State.CANCELLED

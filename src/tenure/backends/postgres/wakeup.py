@@ -35,10 +35,14 @@ class Wakeups:
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
         if self._task is None:
+            # A job committed between the caller's last claim and the LISTEN
+            # sent no NOTIFY this connection hears: once it listens, the
+            # caller claims again, as after a LISTEN connection lost.
             self._task = asyncio.create_task(self._listen(), name="tenure-postgres-listen")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self._listening.wait()
+            return
         wanted = frozenset(queues)
         if self._pending & wanted:  # a job came while nobody was waiting
             self._pending -= wanted
