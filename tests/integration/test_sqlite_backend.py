@@ -634,3 +634,29 @@ def test_a_user_who_may_only_read_the_database__can_list_the_workers(shared_dir)
     finally:
         holder.kill()
         holder.communicate()
+
+
+def test_a_sweep_that_waited_for_the_write_lock__stamps_when_it_acted(
+    tmp_path: Path, open_backend: Any
+) -> None:
+    """A sweep read its clock before it had the write lock: after waiting for
+    a writer (a frozen worker), it stamped a recovery seconds before it acted."""
+    import threading
+
+    path = tmp_path / "t.db"
+    backend = open_backend(f"sqlite:///{path}")
+    [job] = backend.enqueue([JobSpec.create("t", {})])
+    [claimed] = backend.claim("gone-worker", ["default"], 1)  # no such worker: crashed
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    released = threading.Timer(1.0, holder.commit)
+    released.start()
+    began = time.time()
+    try:
+        report = backend.rescue()
+    finally:
+        released.join()
+        holder.close()
+    [rescued] = report.rescued
+    assert rescued.job_id == job.id == claimed.id
+    assert rescued.at >= began + 0.9  # after the lock came free, not when it was asked for

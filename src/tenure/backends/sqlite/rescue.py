@@ -45,8 +45,10 @@ class Rescue:
         # still sleep in SQLite's busy handler: judge no lease expired until they
         # have landed. Dead workers (their flock free) are recovered regardless.
         judge_leases = time.monotonic() - self.db.blocked_at > SETTLE
-        now = self.clock.now()
         with self.db.tx() as conn:
+            # Read once the write lock is ours: a sweep that waited for it (a
+            # worker frozen holding it) judges and stamps by the time it acts.
+            now = self.clock.now()
             (last,) = conn.execute(Q["sweep_guard"]).fetchone()
             if 0 <= now - last < min_interval:  # a clock that went back does not stop sweeps
                 return RescueReport(swept=False, retry_in=min_interval - (now - last))
