@@ -22,7 +22,7 @@ from tenure.core.values import (
     check_integer,
     check_seconds,
 )
-from tenure.core.workflows import CancelReason
+from tenure.core.workflows import CancelReason, Workflow, WorkflowSpec, WorkflowState
 from tenure.errors import InvalidInput
 from tenure.traces import TRACEPARENT, current_traceparent
 
@@ -289,6 +289,17 @@ def in_flow(
                             cancel_reason=None if cancel_reason is None
                             else CancelReason(cancel_reason))  # fmt: skip
     return job
+
+
+def stored_workflow(spec: WorkflowSpec, now: float) -> Workflow:
+    """The workflow ``spec`` as storage makes it at ``now``: running, its
+    first steps queued (or scheduled), the others waiting."""
+    ids = [s.spec.id for s in spec.steps]
+    jobs = tuple(in_flow(s.spec.stored(State.WAITING, now, now) if s.upstream
+                         else s.spec.stored_at(now), spec.id,
+                         [ids[u] for u in s.upstream], s.may_fail) for s in spec.steps)  # fmt: skip
+    sinks = tuple(ids[k] for k in spec.sinks)
+    return Workflow(spec.id, WorkflowState.RUNNING, now, None, spec.key, spec.many, sinks, jobs)
 
 
 def _built(cls: type[_T], items: Any) -> _T:

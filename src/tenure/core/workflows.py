@@ -43,7 +43,6 @@ transition; never by a stale fence):
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -242,14 +241,14 @@ def compile_flow(
             for inner in part.parts:
                 after = place(inner, after)
             return after
-        sinks: tuple[int, ...] = ()
+        sinks: list[int] = []  # not a tuple grown: a group of n would copy n*n/2
         for inner in part.parts:
             sinks += place(inner, after)
-        return sinks
+        return tuple(sinks)
 
     sinks = place(flow, ())
     ids = new_job_ids(len(steps))
-    fresh = tuple(dataclasses.replace(s, spec=dataclasses.replace(s.spec, id=i))
+    fresh = tuple(StepSpec(_with_id(s.spec, i), s.upstream, s.may_fail)
                   for s, i in zip(steps, ids, strict=True))  # fmt: skip
     spec = WorkflowSpec(workflow_id or new_workflow_id(), key, fresh, sinks, _ends_many(flow))
     if spec.edges() > MAX_EDGES:
@@ -258,6 +257,14 @@ def compile_flow(
             f"steps makes n*m), more than {MAX_EDGES}: put one step between them"
         )
     return spec
+
+
+def _with_id(spec: JobSpec, job_id: str) -> JobSpec:
+    """A copy of the (valid, frozen) spec with another id: a copy of its fields,
+    not ``dataclasses.replace``, which calls its ``__init__`` again."""
+    copy = object.__new__(type(spec))
+    copy.__dict__.update(spec.__dict__, id=job_id)
+    return copy
 
 
 def _ends_many(flow: Flow) -> bool:

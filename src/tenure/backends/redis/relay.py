@@ -83,7 +83,7 @@ class Relay:
         replies = await self.runner.pipeline(
             [Call.script("apply", [target], batch) for target, batch in by_target.items()]
         )
-        await self.runner.pipeline([Call.command("LREM", outbox, 1, m) for m in messages])
+        await self.runner.call("outbox_drop", [prefix], messages)
         forgotten = [i for _, _, ids in replies for i in ids]
         if forgotten:
             await self.forget(forgotten)

@@ -42,7 +42,8 @@ NAMES = (
     "peek", "cancel", "retry_dead", "purge_dead", "delete_queue", "get", "list", "counts",
     "dead_counts",
     "lag",
-    "flow_enqueue", "flow_commit", "apply", "flow_get", "flow_cancel", "spawn", "flow_drop",
+    "flow_enqueue", "flow_commit", "apply", "outbox_drop", "flow_get", "flow_cancel", "spawn",
+    "flow_drop",
     "register", "deregister", "touch", "workers", "change_policy",
 )  # fmt: skip
 

@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tenure.app import App
 from tenure.contrib.django import conf
-from tenure.core.states import State
-from tenure.core.workflows import Workflow, WorkflowSpec, WorkflowState
+from tenure.core.workflows import Workflow, WorkflowSpec
 from tenure.errors import InvalidInput
-from tenure.job import Job, JobSpec, in_flow
+from tenure.job import Job, JobSpec, stored_workflow
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -101,7 +100,9 @@ class DjangoApp(App):
     def store_workflow(self, spec: WorkflowSpec, conn: Any = None) -> Workflow:
         if conn is not None:
             return super().store_workflow(spec, conn)
-        return self._within(lambda raw: App.store_workflow(self, spec, raw), _unstored(spec))
+        return self._within(
+            lambda raw: App.store_workflow(self, spec, raw), stored_workflow(spec, time.time())
+        )
 
     def _within(self, store: Callable[[Any], T], later: T) -> T:
         """``store(conn)`` as Django's transaction has it: at once outside one
@@ -187,17 +188,6 @@ class Held:
 
     def __call__(self) -> None:
         self.store()
-
-
-def _unstored(spec: WorkflowSpec) -> Workflow:
-    """The workflow ``spec`` as it will be stored (its record and steps)."""
-    now = time.time()
-    ids = [s.spec.id for s in spec.steps]
-    jobs = tuple(in_flow(s.spec.stored(State.WAITING, now, now) if s.upstream
-                         else s.spec.stored_at(now), spec.id,
-                         [ids[u] for u in s.upstream], s.may_fail) for s in spec.steps)  # fmt: skip
-    sinks = tuple(ids[k] for k in spec.sinks)
-    return Workflow(spec.id, WorkflowState.RUNNING, now, None, spec.key, spec.many, sinks, jobs)
 
 
 def _in_test_transaction(connection: BaseDatabaseWrapper) -> bool:
