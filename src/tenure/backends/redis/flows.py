@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +37,7 @@ from tenure.backends.redis.relay import Relay
 from tenure.backends.redis.scripts import INVALID_TRANSITION, Call, Runner, check
 from tenure.core.workflows import StepSpec, Workflow, WorkflowSpec, WorkflowState, edge_ord
 from tenure.errors import BackendUnavailable, InvalidInput, JobNotFound
-from tenure.job import Job, stored_workflow
+from tenure.job import Job
 
 FLOW_CHUNK = 500  # steps per flow_enqueue.lua call: bounds how long one call holds Redis
 KEY_WAITS = (0.01, 0.02, 0.05, *(0.1,) * 30)  # polls of a key's holder while it is stored
@@ -69,7 +68,7 @@ class Flows:
         if not staged.commit:
             await self.commit(staged)
         self.index.remember({s.spec.id: s.spec.queue for s in spec.steps})
-        return stored_workflow(spec, time.time())  # not read back: 2 commands a step
+        return await self.get_workflow(spec.id)  # as stored: by Redis's clock, per queue
 
     async def write(self, staged: Staged) -> str | None:
         """Store the record and the steps of its home queue, and, when that
