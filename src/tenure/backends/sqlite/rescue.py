@@ -45,9 +45,11 @@ class Rescue:
         # still sleep in SQLite's busy handler: judge no lease expired until they
         # have landed. Dead workers (their flock free) are recovered regardless.
         judge_leases = time.monotonic() - self.db.blocked_at > SETTLE
+        # Leases are judged by the time the sweep began: one that waited for
+        # the write lock (a worker frozen holding it) waited with every
+        # renewal. What it records is stamped by the time it acts.
+        judged = self.clock.now()
         with self.db.tx() as conn:
-            # Read once the write lock is ours: a sweep that waited for it (a
-            # worker frozen holding it) judges and stamps by the time it acts.
             now = self.clock.now()
             (last,) = conn.execute(Q["sweep_guard"]).fetchone()
             if 0 <= now - last < min_interval:  # a clock that went back does not stop sweeps
@@ -59,7 +61,7 @@ class Rescue:
                                    (Outcome.STALLED, "expired_leases")):  # fmt: skip
                 if outcome is Outcome.STALLED and not judge_leases:
                     continue
-                params = () if outcome is Outcome.CRASHED else (now,)
+                params = () if outcome is Outcome.CRASHED else (judged,)
                 rows = conn.execute(Q[query], params).fetchall()
                 found = [(job_from_row(r[:-1]), r[-1]) for r in rows]
                 policies = read_policies(conn, {j.queue for j, _ in found}) if found else {}
