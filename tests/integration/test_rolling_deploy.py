@@ -113,8 +113,10 @@ def test_a_job_only_new_workers_know__waits_for_one_and_spends_no_attempt(backen
     assert (done.result, done.attempts) == (42, 1)
     outcomes = [a.outcome for a in done.history]
     assert outcomes[-1] is Outcome.COMPLETED and set(outcomes[:-1]) == {Outcome.RELEASED}
-    # Handed back with a growing wait (0.5 s, 1 s, 2 s...), not claimed again in a loop.
-    assert released(done) <= 1 + took, story(done)
+    # Handed back with a growing wait (0.5 s, 1 s, 2 s...), not claimed again in a
+    # loop; once more at most by a cycle already out when the first hand-back
+    # began (sent without the task in skip_tasks: outcome.settle_unknown_task).
+    assert released(done) <= 2 + took, story(done)
 
 
 BUSY_OLD = (
