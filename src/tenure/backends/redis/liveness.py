@@ -222,20 +222,15 @@ class Liveness:
         return alive
 
 
-def judge(
-    registry: Sequence[Any], alive: set[str] | None, *, older: float | None = None
-) -> tuple[list[str], set[str]]:
+def judge(registry: Sequence[Any], alive: set[str] | None) -> tuple[list[str], set[str]]:
     """Split the registered workers into gone and live. A worker with a named
-    connection is gone when the connection is; one without (CLIENT forbidden),
-    or registered before ``older`` (a server's start: its connection went with
-    the old server), when it has not been seen for STALE_AFTER seconds."""
+    connection is gone when the connection is; one without (CLIENT forbidden) when
+    it has not been seen for STALE_AFTER seconds."""
     now = float(registry[0])
     gone, live = [], set()
-    for worker_id, info, started, last_seen in registry[1:]:
+    for worker_id, info, _started, last_seen in registry[1:]:
         wid = worker_id.decode()
         named = orjson.loads(info).get("liveness") == "connection"
-        if older is not None and float(started) < older:
-            named = False
         if named and alive is not None:
             dead = wid not in alive
         else:

@@ -6,8 +6,7 @@ stays in Python, and retention (the prune).
    returns the expired leases and the workers holding leases; then the
    registry and ``CLIENT LIST``, read after those holders (a holder registered
    before it claimed, so a live one is in the registry read after it).
-3. Workers registered but without their named connection are buried (but
-   for RESTART_GRACE seconds after a server started: then by last_seen)
+3. Workers registered but without their named connection are buried
    (``deregister.lua``); ``orphans.lua`` returns the jobs that gone or
    unregistered holders hold.
 4. :func:`tenure.core.retry.decide_for` decides each candidate's fate; per queue,
@@ -34,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from redis.exceptions import RedisError
 
 from tenure.backends.base import Rescued, RescueReport
 from tenure.backends.checks import last_proof
@@ -54,10 +52,6 @@ from tenure.job import Job
 BATCH = 1000  # promotions and candidates per queue and sweep; the rest wait one sweep
 PENDING_MAX = 60.0  # seconds a workflow may stay pending before it is taken for abandoned
 MARK_MS = 3_600_000  # how long the sweep guard's mark lives
-# Seconds after a Redis server started in which a worker's named connection
-# missing proves nothing (they all went with the old server): judged by
-# last_seen (STALE_AFTER) then, a killed worker by its lease's expiry.
-RESTART_GRACE = 10.0
 SCRIPT_MAX = 250  # jobs per prune.lua call: about a millisecond of Redis (docs/benchmarks.md)
 DEFAULTS = QueuePolicy()
 
@@ -144,11 +138,6 @@ async def sweep(
     registry = replies[len(queues)]
     clients = await liveness.everywhere() if runner.topology.cluster else replies[-1]
     gone, live = judge(registry, liveness.names(clients))
-    if gone and (uptime := await _uptime_of(runner)) is not None and uptime < RESTART_GRACE:
-        # A server just restarted dropped every named connection; the workers
-        # registered before it make theirs again, some after they claim: those
-        # are judged by last_seen, for now.
-        gone, live = judge(registry, liveness.names(clients), older=float(registry[0]) - uptime)
     now = float(registry[0])
     last_seen = {w.decode(): float(seen) for w, _, _, seen in registry[1:]}
 
@@ -165,27 +154,6 @@ async def sweep(
     promoted = sum(s.promoted for s in sweeps)
     report = RescueReport(swept=True, rescued=rescued, promoted=promoted, dead_workers=buried)
     return report, sweeps, relays
-
-
-async def _uptime_of(runner: Runner) -> float | None:
-    """Seconds since the Redis server (the youngest node) started; None unknown."""
-    try:
-        replies = await runner.topology.everywhere("INFO", "server")
-    except RedisError:
-        return None
-    uptimes = [u for u in map(_uptime, replies) if u is not None]
-    return min(uptimes) if uptimes else None
-
-
-def _uptime(reply: Any) -> float | None:
-    if isinstance(reply, dict):
-        value = reply.get("uptime_in_seconds")
-        return None if value is None else float(value)
-    text = reply.decode() if isinstance(reply, bytes) else str(reply)
-    for line in text.splitlines():
-        if line.startswith("uptime_in_seconds:"):
-            return float(line.split(":", 1)[1])
-    return None
 
 
 def _queue_sweep(queue: str, reply: Sequence[Any]) -> QueueSweep:
