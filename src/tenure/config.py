@@ -63,16 +63,22 @@ POLICY_BOUNDS: dict[str, tuple[float, float]] = {
     "max_active": (1, 1_000_000),
     "rate_limit": (1, 1_000_000_000),
     "rate_interval": (0.001, 86_400.0),
+    # The same, for each concurrency key of the queue (tenure.core.limits).
+    "max_active_per_key": (1, 1_000_000),
+    "rate_limit_per_key": (1, 1_000_000_000),
+    "rate_interval_per_key": (0.001, 86_400.0),
     # Finished jobs are kept for these many seconds (None: forever); 0 prunes
     # them at the next sweep.
     "keep_completed": (0.0, MAX_SECONDS),
     "keep_dead": (0.0, MAX_SECONDS),
 }
-_COUNTS = frozenset({"max_attempts", "max_stalls", "events_max_count", "max_active", "rate_limit"})
+_COUNTS = frozenset({"max_attempts", "max_stalls", "events_max_count", "max_active", "rate_limit",
+                     "max_active_per_key", "rate_limit_per_key"})  # fmt: skip
 _ABOVE = frozenset({"timeout"})  # bounds (lo, hi]: zero is not a deadline
 # None: no deadline, no limit, kept forever
-_OPTIONAL = frozenset({"timeout", "max_active", "rate_limit", "keep_completed", "keep_dead"})
-_FLAGS = ("events", "paused")
+_OPTIONAL = frozenset({"timeout", "max_active", "rate_limit", "keep_completed", "keep_dead",
+                       "max_active_per_key", "rate_limit_per_key"})  # fmt: skip
+_FLAGS = ("events", "paused", "fair")
 _SHARES = frozenset({"backoff_jitter"})  # a number within [0, 1], not seconds
 
 
@@ -110,7 +116,8 @@ class QueuePolicy:
       integer within [1, 1000000000];
     - ``max_active`` (when set) an integer within [1, 1000000];
       ``rate_limit`` (when set) an integer within [1, 1000000000];
-      ``rate_interval`` within [0.001, 86400];
+      ``rate_interval`` within [0.001, 86400]; the same for
+      ``max_active_per_key``, ``rate_limit_per_key`` and ``rate_interval_per_key``;
     - ``keep_completed`` and ``keep_dead`` (when set) within [0, ten years].
 
     They are ``POLICY_BOUNDS``. ``events`` (a bool) says whether the queue's
@@ -124,8 +131,11 @@ class QueuePolicy:
     ``rate_limit`` starts and refills at ``rate_limit`` per
     ``rate_interval``, so a full bucket allows a burst of ``rate_limit``
     starts, and any span of ``t`` seconds at most
-    ``rate_limit * (1 + t / rate_interval)``. ``paused`` (a bool): the queue's
-    jobs are not claimed; enqueues still land.
+    ``rate_limit * (1 + t / rate_interval)``. The ``_per_key`` limits are
+    the same for each job's ``concurrency_key``, together with the queue's
+    own; a job held back by its key does not hold back other keys' jobs.
+    ``fair`` (a bool): claims take turns across keys. ``paused`` (a bool):
+    the queue's jobs are not claimed; enqueues still land.
 
     Retention: the sweep deletes a job that finished (by storage's clock)
     ``keep_completed`` seconds ago when it is ``completed`` or ``cancelled``,
@@ -187,6 +197,20 @@ class QueuePolicy:
     rate_interval: float = 1.0
     """The seconds in which ``rate_limit`` starts are allowed (the bucket refills
     at ``rate_limit`` per ``rate_interval``)."""
+    max_active_per_key: int | None = None
+    """At most this many active jobs of one ``concurrency_key`` at once across
+    the fleet, enforced by the claim (None: no limit). Jobs without a key are
+    not limited by it."""
+    rate_limit_per_key: int | None = None
+    """At most this many starts of one ``concurrency_key`` per
+    ``rate_interval_per_key``, from a token bucket per key (None: no limit)."""
+    rate_interval_per_key: float = 1.0
+    """The seconds in which ``rate_limit_per_key`` starts of one key are allowed."""
+    fair: bool = False
+    """Claims take turns across the concurrency keys with ready jobs (round
+    robin; jobs without a key are one key of their own), so a key with a
+    million jobs queued does not hold back a key with one. Priorities still
+    order the jobs within a key."""
     paused: bool = False
     """A paused queue's jobs are not claimed; enqueues still land."""
     keep_completed: float | None = 86_400.0
@@ -272,7 +296,15 @@ class QueuePolicy:
     @property
     def limited(self) -> bool:
         """Whether claims must count: a fleet-wide limit is set."""
-        return self.max_active is not None or self.rate_limit is not None
+        return self.max_active is not None or self.rate_limit is not None or self.keyed
+
+    @property
+    def keyed(self) -> bool:
+        """Whether claims must look at concurrency keys: a per-key limit or
+        ``fair`` is set."""
+        return (
+            self.max_active_per_key is not None or self.rate_limit_per_key is not None or self.fair
+        )
 
 
 FieldKind = Literal["seconds", "count", "share", "choice", "flag"]

@@ -12,7 +12,7 @@ import orjson
 
 from tenure.config import DEFAULT_MAX_PAYLOAD
 from tenure.core.ids import new_job_ids
-from tenure.core.names import check_job_id, check_key, check_name, shown
+from tenure.core.names import check_concurrency_key, check_job_id, check_key, check_name, shown
 from tenure.core.payload import encode_args
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.core.values import (
@@ -59,6 +59,14 @@ class JobSpec:
     max_attempts: int | None = None  # None: the queue's policy decides
     timeout: float | None = None  # None: the queue's policy decides
     traceparent: str | None = None  # the enqueue's trace context (W3C), if traced
+    # Per-key limits and fair turns (QueuePolicy's ``_per_key`` fields, ``fair``).
+    concurrency_key: str | None = None
+    # With ``key``: while a job of that key has not started, an enqueue
+    # replaces its args and moves its start to now + debounce (the same id).
+    debounce: float | None = None
+    # With ``key``: the job of that key is returned while unfinished, or
+    # finished less than ``unique_for`` seconds ago.
+    unique_for: float | None = None
 
     @classmethod
     def create(
@@ -74,10 +82,15 @@ class JobSpec:
         max_attempts: int | None = None,
         timeout: float | None = None,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
+        concurrency_key: str | None = None,
+        debounce: float | None = None,
+        unique_for: float | None = None,
     ) -> JobSpec:
         [spec] = cls.create_many(task, [args], queue=queue, delay=delay, run_at=run_at,
                                  priority=priority, key=key, max_attempts=max_attempts,
-                                 timeout=timeout, max_payload=max_payload)  # fmt: skip
+                                 timeout=timeout, max_payload=max_payload,
+                                 concurrency_key=concurrency_key, debounce=debounce,
+                                 unique_for=unique_for)  # fmt: skip
         return spec
 
     @classmethod
@@ -94,11 +107,16 @@ class JobSpec:
         max_attempts: int | None = None,
         timeout: float | None = None,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
+        concurrency_key: str | None = None,
+        debounce: float | None = None,
+        unique_for: float | None = None,
     ) -> list[JobSpec]:
         """One spec per argument dict, all with the same options (validated once,
         before any payload: a bad name is reported before a bad payload)."""
-        _check_options((task, queue, delay, run_at, priority, max_attempts, timeout, None))
+        _check_options((task, queue, delay, run_at, priority, max_attempts, timeout, None,
+                        concurrency_key, debounce, unique_for))  # fmt: skip
         check_key(key)
+        _check_windows(key, debounce, unique_for)
         if isinstance(args_list, dict | str | bytes) or not isinstance(args_list, Iterable):
             raise InvalidInput(
                 f"enqueue_many takes a list of argument dicts, got {type(args_list).__name__}"
@@ -106,7 +124,9 @@ class JobSpec:
         payloads = [encode_args({} if a is None else a, limit=max_payload) for a in args_list]
         shared = {"task": task, "queue": queue, "delay": delay, "run_at": run_at,
                   "priority": priority, "key": key, "max_attempts": max_attempts,
-                  "timeout": timeout, "traceparent": current_traceparent()}  # fmt: skip
+                  "timeout": timeout, "traceparent": current_traceparent(),
+                  "concurrency_key": concurrency_key, "debounce": debounce,
+                  "unique_for": unique_for}  # fmt: skip
         return [
             _built(cls, {"id": i, "args": a, **shared})
             for i, a in zip(new_job_ids(len(payloads)), payloads, strict=True)
@@ -117,6 +137,7 @@ class JobSpec:
         _check_options(self.options())
         check_job_id(self.id)
         check_key(self.key)
+        _check_windows(self.key, self.debounce, self.unique_for)
         if not isinstance(self.args, bytes) or len(self.args) > max_payload:
             size = len(self.args) if isinstance(self.args, bytes) else "?"
             raise InvalidInput(
@@ -126,7 +147,7 @@ class JobSpec:
 
     def stored(self, state: State | str, run_at: float, created_at: float) -> Job:
         """The Job storage just made of this spec (as ``get`` will read it back)."""
-        return _built(Job, {
+        job = _built(Job, {
             **_NEW, "id": self.id, "task": self.task, "queue": self.queue,
             "args": orjson.loads(self.args), "state": STATES[state], "priority": self.priority,
             "run_at": float(run_at), "created_at": float(created_at),
@@ -134,17 +155,19 @@ class JobSpec:
             "timeout": None if self.timeout is None else float(self.timeout), "key": self.key,
             "traceparent": self.traceparent,
         })  # fmt: skip
+        return keyed(job, self.concurrency_key)
 
     def stored_at(self, now: float) -> Job:
         """The Job storage made of this spec at ``now`` (its clock), as the SQL
-        backends store it: run_at is ``now + delay`` unless given."""
-        run_at = self.run_at if self.run_at is not None else now + self.delay
+        backends store it: run_at is ``now + delay`` (or ``+ debounce``) unless given."""
+        run_at = self.run_at if self.run_at is not None else now + (self.debounce or self.delay)
         return self.stored(State.SCHEDULED if run_at > now else State.QUEUED, run_at, now)
 
     def options(self) -> tuple[Any, ...]:
         """The fields a batch usually shares (all but id, args and key)."""
         return (self.task, self.queue, self.delay, self.run_at, self.priority,
-                self.max_attempts, self.timeout, self.traceparent)  # fmt: skip
+                self.max_attempts, self.timeout, self.traceparent, self.concurrency_key,
+                self.debounce, self.unique_for)  # fmt: skip
 
 
 def check_specs(specs: Sequence[JobSpec], max_payload: int) -> None:
@@ -161,12 +184,14 @@ def check_specs(specs: Sequence[JobSpec], max_payload: int) -> None:
             seen.add(options)
         check_job_id(spec.id)
         check_key(spec.key)
+        _check_windows(spec.key, spec.debounce, spec.unique_for)
         if not isinstance(spec.args, bytes) or len(spec.args) > max_payload:
             spec.check(max_payload)  # raises with the details
 
 
 def _check_options(options: tuple[Any, ...]) -> None:
-    task, queue, delay, run_at, priority, max_attempts, timeout, traceparent = options
+    (task, queue, delay, run_at, priority, max_attempts, timeout, traceparent,
+     concurrency_key, debounce, unique_for) = options  # fmt: skip
     check_name("task", task)
     check_name("queue", queue)
     check_seconds("delay", delay)
@@ -193,6 +218,30 @@ def _check_options(options: tuple[Any, ...]) -> None:
         isinstance(traceparent, str) and TRACEPARENT.fullmatch(traceparent)
     ):
         raise InvalidInput(f"traceparent must be a W3C traceparent, got {shown(traceparent)}")
+    check_concurrency_key(concurrency_key)
+    if debounce is not None:
+        check_seconds("debounce", debounce, above=True)
+        if delay or run_at is not None:
+            raise InvalidInput(
+                "give debounce or delay/run_at, not both: a debounced job starts "
+                "debounce seconds after the last enqueue of its key"
+            )
+        if unique_for is not None:
+            raise InvalidInput(
+                "give debounce or unique_for, not both: debounce replaces a waiting job, "
+                "unique_for returns it"
+            )
+    if unique_for is not None:
+        check_seconds("unique_for", unique_for, above=True)
+
+
+def _check_windows(key: str | None, debounce: float | None, unique_for: float | None) -> None:
+    """``debounce`` and ``unique_for`` are windows of a ``key``."""
+    for name, value in (("debounce", debounce), ("unique_for", unique_for)):
+        if value is not None and key is None:
+            raise InvalidInput(
+                f"{name} needs a key: it applies to the jobs enqueued with the same key"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,12 +303,17 @@ class Job:
     upstream: tuple[str, ...] = ()
     may_fail: bool = False
     cancel_reason: CancelReason | None = None
+    # Its concurrency key (QueuePolicy's ``_per_key`` limits, ``fair``), if
+    # enqueued with one. A class default for every other job: storage sets it
+    # with ``keyed``.
+    concurrency_key: str | None = None
 
 
 # The fields of every job, as storage decodes them (``job_of``), and those only
-# a workflow's step has (``in_flow``).
+# some jobs have: a workflow's step (``in_flow``), a keyed job (``keyed``).
 FLOW_FIELDS = ("workflow", "upstream", "may_fail", "cancel_reason")
-JOB_FIELDS = tuple(f.name for f in fields(Job) if f.name not in FLOW_FIELDS)
+EXTRA_FIELDS = (*FLOW_FIELDS, "concurrency_key")
+JOB_FIELDS = tuple(f.name for f in fields(Job) if f.name not in EXTRA_FIELDS)
 # A new job's fields that no spec sets (JobSpec.stored).
 _NEW = {"attempts": 0, "stalls": 0, "fence": 0, "worker": None, "lease_expires_at": None,
         "result": None, "error": None, "dead_reason": None, "progress": None,
@@ -288,6 +342,13 @@ def in_flow(
         job.__dict__.update(workflow=workflow, upstream=tuple(upstream), may_fail=bool(may_fail),
                             cancel_reason=None if cancel_reason is None
                             else CancelReason(cancel_reason))  # fmt: skip
+    return job
+
+
+def keyed(job: Job, concurrency_key: str | None) -> Job:
+    """``job``, just decoded, with its concurrency key; unchanged when None."""
+    if concurrency_key is not None:
+        job.__dict__["concurrency_key"] = concurrency_key
     return job
 
 

@@ -33,7 +33,7 @@ R = TypeVar("R")
 
 # What with_options takes: a job's options, never its arguments.
 OPTIONS = ("delay", "run_at", "priority", "key", "queue", "timeout", "max_attempts", "conn",
-           "may_fail")  # fmt: skip
+           "may_fail", "concurrency_key", "debounce", "unique_for")  # fmt: skip
 _PLAIN = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
@@ -108,6 +108,9 @@ class Task(Generic[P, R]):
         max_attempts: int | None = None,
         conn: Any = None,
         may_fail: bool | None = None,
+        concurrency_key: str | None = None,
+        debounce: float | None = None,
+        unique_for: float | None = None,
     ) -> Task[P, R]:
         """A copy of this task whose jobs get these options (None: unchanged):
         ``add.with_options(delay=3).enqueue(5, 6)``. Checked now, not at enqueue.
@@ -119,12 +122,20 @@ class Task(Generic[P, R]):
 
         ``may_fail``: as a workflow's step (``step``), its dependents run even
         if it ends dead or cancelled, with a ``tenure.Failed`` as its value in
-        their ``current_job().upstream``."""
+        their ``current_job().upstream``.
+
+        ``concurrency_key``: the key its queue's ``_per_key`` limits and
+        ``fair`` turns count it under. With ``key``: ``debounce=S`` (while a
+        job of the key has not started, an enqueue replaces its arguments and
+        moves its start to now + S, and returns it) or ``unique_for=S`` (an
+        enqueue returns the job of the key while unfinished or finished less
+        than S seconds ago)."""
         if may_fail is not None and not isinstance(may_fail, bool):
             raise InvalidInput(f"may_fail must be True or False, got {may_fail!r}")
         given = {"delay": delay, "run_at": run_at, "priority": priority, "key": key,
                  "queue": queue, "timeout": timeout, "max_attempts": max_attempts,
-                 "may_fail": may_fail}  # fmt: skip
+                 "may_fail": may_fail, "concurrency_key": concurrency_key,
+                 "debounce": debounce, "unique_for": unique_for}  # fmt: skip
         options = {**self.options, **{k: v for k, v in given.items() if v is not None}}
         if conn is not None:
             self.app.callers(conn)  # raises InvalidInput for a connection of the wrong kind

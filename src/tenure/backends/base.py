@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from tenure.config import QueuePolicy
 from tenure.context import Transaction
 from tenure.core.events import Detector, Event, RetriedBy
+from tenure.core.limits import KeyCount
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.core.workflows import Workflow, WorkflowSpec, WorkflowState
@@ -91,9 +92,8 @@ class Rescued:
     at: float
 
     @classmethod
-    def of(
-        cls, job: Job, outcome: Outcome, state: State, proven_at: float | None, at: float
-    ) -> Rescued:
+    def of(cls, job: Job, outcome: Outcome, state: State, proven_at: float | None,
+           at: float) -> Rescued:  # fmt: skip
         return cls(job.id, job.fence, outcome, state, job.queue, job.task, job.worker,
                    proven_at, at)  # fmt: skip
 
@@ -108,8 +108,8 @@ class Rescued:
 
     def stall_data(self) -> dict[str, Any]:
         """What the ``stalled`` event says beyond its detector."""
-        silent = self.silent_for
-        return {"worker": self.worker, "silent_for": None if silent is None else round(silent, 3)}
+        silent = None if self.proven_at is None else round(max(self.at - self.proven_at, 0.0), 3)
+        return {"worker": self.worker, "silent_for": silent}
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,6 +399,10 @@ class Backend(Protocol):
 
     async def counts(self, queue: str) -> dict[State, int]:
         """How many jobs of the queue are in each state (every state present)."""
+
+    async def key_counts(self, queue: str, limit: int = 1000) -> builtins.list[KeyCount]:
+        """The concurrency keys with queued or active jobs in ``queue`` (None: jobs
+        without a key), most queued + active first, then by key; at most ``limit``."""
 
     async def workflow_counts(self) -> dict[WorkflowState, int]:
         """Workflows by state (every state present; ended ones until pruned),

@@ -11,6 +11,7 @@ the same, in their own language (their tests are the conformance suite's).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -40,3 +41,12 @@ def allowance(policy: QueuePolicy, limit: int, active: int, tokens: float | None
     if policy.rate_limit is not None and tokens is not None:
         limit = min(limit, math.floor(tokens + EPSILON))
     return max(limit, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyCount:
+    """One concurrency key of a queue, as ``Backend.key_counts`` counts it."""
+
+    key: str | None  # None: the queue's jobs enqueued without a key
+    queued: int  # its jobs queued (due, waiting for a claim)
+    active: int  # its jobs active (claimed, not finished)

@@ -11,6 +11,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 # Path segments of their own in a URL (RFC 3986): a page of a queue named so is unreachable.
 DOT_SEGMENTS = frozenset({".", ".."})
 KEY_MAX_LENGTH = 200
+CONCURRENCY_KEY_MAX_LENGTH = 128
 JOB_ID_MAX_LENGTH = 100
 SHOWN_LENGTH = 60
 
@@ -76,6 +77,25 @@ def check_key(value: object) -> str | None:
         raise InvalidInput(
             f"invalid key {shown(value)}: a key is a non-empty string of at most "
             f"{KEY_MAX_LENGTH} characters of valid UTF-8, without NUL"
+        )
+    return value
+
+
+def check_concurrency_key(value: object) -> str | None:
+    """Return a valid concurrency key (or None): printable text (no control
+    characters), 1 to 128 characters, as a customer's or tenant's id is."""
+    if value is None:
+        return None
+    if not (
+        isinstance(value, str)
+        and 0 < len(value) <= CONCURRENCY_KEY_MAX_LENGTH
+        and value.isprintable()
+        and is_text(value)
+    ):
+        raise InvalidInput(
+            f"invalid concurrency_key {shown(value)}: a concurrency key is 1 to "
+            f"{CONCURRENCY_KEY_MAX_LENGTH} printable characters of valid UTF-8 "
+            "(no control characters)"
         )
     return value
 
