@@ -4,9 +4,8 @@ Verbs are named after state transitions (see ``tenure.core.states``). Every verb
 is atomic. Every write made by a lease holder presents ``(job_id, fence)``; a
 stale fence raises :class:`~tenure.errors.LeaseLost` and changes nothing.
 Policy decisions (retry, backoff, dead-lettering) are made in ``tenure.core``
-and handed to the backend as a :class:`~tenure.core.retry.Decision`.
-
-Times are judged by the storage's own clock, never by a caller's.
+and handed to the backend as a :class:`~tenure.core.retry.Decision`. Times
+are judged by the storage's own clock, never by a caller's.
 """
 
 from __future__ import annotations
