@@ -57,6 +57,7 @@ from tenure.backends.redis.url import Options, parse
 from tenure.backends.redis.wakeup import Wakeups
 from tenure.config import QueuePolicy
 from tenure.core.events import Event, RetriedBy
+from tenure.core.limits import KeyCount
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import Decision
@@ -324,6 +325,12 @@ class RedisBackend(DerivedVerbs):
 
     async def counts(self, queue: str) -> dict[State, int]:
         return await self.parts.operators.counts(check_name("queue", queue))
+
+    async def key_counts(self, queue: str, limit: int = 1000) -> builtins.list[KeyCount]:
+        check_name("queue", queue)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInput(f"key_counts' limit must be a whole number >= 1, got {limit!r}")
+        return await self.parts.operators.key_counts(queue, limit)
 
     async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
         return await self.parts.operators.dead_counts(check_name("queue", queue))

@@ -5,7 +5,8 @@ as strings: numbers in decimal (times with 17 significant digits, so they read
 back exactly), JSON for ``args``, ``result`` and ``progress``; an absent field is
 None. Internal fields: ``seq`` (insertion order), ``rank`` (its member of the
 ready set while queued; a claim leaves it, the attempt's end removes it),
-``lease_ttl`` (while active with a lease) and
+``lease_ttl`` (while active with a lease), ``ck`` (its concurrency key),
+``uf`` (its unique_for) and
 ``started_at`` (while active: its attempt's start). ``cancel_requested`` is
 ``1`` once an active job's cancel was requested, absent otherwise. A
 workflow's step also has ``wf`` (its workflow), ``up`` (its upstream ids, JSON),
@@ -23,7 +24,7 @@ import orjson
 
 from tenure.backends.rows import JOB_COLUMNS
 from tenure.core.states import DeadReason, Outcome
-from tenure.job import STATES, Attempt, Job, JobSpec, in_flow, job_of
+from tenure.job import STATES, Attempt, Job, JobSpec, in_flow, job_of, keyed
 
 
 def fields(flat: Sequence[bytes]) -> dict[str, bytes]:
@@ -35,7 +36,9 @@ def job(flat: Sequence[bytes], history: Sequence[bytes] = ()) -> Job:
     """The Job a hash (flat HGETALL reply) and history entries describe."""
     f = fields(flat)
     decoded = job_of_values([f.get(name) for name in JOB_COLUMNS], history)
-    wf = f.get("wf")
+    wf, ck = f.get("wf"), f.get("ck")
+    if ck is not None:
+        keyed(decoded, ck.decode())
     if wf is None:
         return decoded
     return _in_flow(decoded, [wf, f.get("up"), f.get("may_fail"), f.get("cancel_reason")])
@@ -50,8 +53,8 @@ def _in_flow(decoded: Job, values: Sequence[Any]) -> Job:
 
 def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
     """The Job of a job's fields in the order of ``JOB_COLUMNS`` (a claim's
-    reply: ``JOB_FIELDS`` in _lib.lua, whose last is a step's workflow fields),
-    an absent one None."""
+    reply: ``JOB_FIELDS`` in _lib.lua, whose last are a step's workflow fields
+    and the concurrency key), an absent one None."""
     (id_, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
      max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
      dead_reason, progress, finished_at, traceparent, cancel_requested,
@@ -72,6 +75,8 @@ def job_of_values(values: Sequence[Any], history: Sequence[bytes] = ()) -> Job:
         0 if budget_from is None else int(budget_from),
         tuple(attempt(entry) for entry in history),
     ))  # fmt: skip
+    if len(step) > 1 and step[1] is not None:
+        keyed(decoded, step[1].decode())
     return _in_flow(decoded, step[0]) if step and step[0] else decoded
 
 
@@ -96,9 +101,13 @@ def number(value: float | int | None) -> str:
 
 def shared_args(spec: JobSpec) -> tuple[str, ...]:
     """The ARGV values enqueue.lua takes once for a run of jobs with the same
-    options (``JobSpec.options``): task, delay, run_at, priority, max_attempts,
-    timeout, traceparent."""
+    options (``JobSpec.options``): task, delay (the debounce, if any), run_at,
+    priority, max_attempts, timeout, traceparent, concurrency_key, whether
+    it debounces, unique_for."""
+    delay = spec.delay if spec.debounce is None else spec.debounce
     return (
-        spec.task, number(spec.delay), number(spec.run_at), str(spec.priority),
+        spec.task, number(delay), number(spec.run_at), str(spec.priority),
         number(spec.max_attempts), number(spec.timeout), spec.traceparent or "",
+        spec.concurrency_key or "", "" if spec.debounce is None else "1",
+        number(spec.unique_for),
     )  # fmt: skip

@@ -301,6 +301,7 @@ def _step(step: StepSpec, edges_in: list[list[str]], edges_out: list[list[str]])
         "id": s.id, "task": s.task, "args": s.args.decode(), "priority": str(s.priority),
         "delay": repr(float(s.delay)), "wat": codec.number(s.run_at),
         "max_attempts": codec.number(s.max_attempts), "timeout": codec.number(s.timeout),
-        "traceparent": s.traceparent or "", "may_fail": step.may_fail,
+        "traceparent": s.traceparent or "", "ck": s.concurrency_key or "",
+        "may_fail": step.may_fail,
         "in": edges_in, "out": edges_out,
     }  # fmt: skip

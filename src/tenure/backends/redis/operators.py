@@ -30,6 +30,7 @@ from tenure.backends.redis.keys import Keys, glob_escaped
 from tenure.backends.redis.relay import Relay
 from tenure.backends.redis.scripts import INVALID_TRANSITION, Call, Runner, check
 from tenure.config import QueuePolicy
+from tenure.core.limits import KeyCount
 from tenure.core.names import NAME_PATTERN
 from tenure.core.states import DeadReason, State
 from tenure.core.workflows import WorkflowState
@@ -181,8 +182,20 @@ class Operators:
     async def set_policy(self, queue: str, policy: QueuePolicy) -> None:
         await self.runner.pipeline([
             Call.command("SADD", self.keys.queues, queue),
-            Call.command("SET", self.keys.policy(queue), orjson.dumps(policy.to_dict())),
+            Call.script("change_policy", [self.keys.queue(queue)],
+                        ["", orjson.dumps(policy.to_dict()), "1"]),
         ], repeatable=True)  # fmt: skip
+
+    async def key_counts(self, queue: str, limit: int) -> builtins.list[KeyCount]:
+        reply = await self.runner.call("key_counts", [self.keys.queue(queue)], [limit],
+                                       repeatable=True)  # fmt: skip
+        unkeyed, rest = reply[:2], reply[2:]
+        counts = [KeyCount(rest[i].decode(), int(rest[i + 1]), int(rest[i + 2]))
+                  for i in range(0, len(rest), 3)]  # fmt: skip
+        if any(unkeyed):
+            counts.append(KeyCount(None, int(unkeyed[0]), int(unkeyed[1])))
+        counts.sort(key=lambda c: (-c.queued - c.active, c.key is not None, c.key or ""))
+        return counts[:limit]
 
     async def change_policy(self, queue: str, changes: Mapping[str, Any]) -> QueuePolicy:
         """Read, merge, then store only if nothing changed meanwhile (a compare

@@ -1,9 +1,9 @@
 """tenure's Lua scripts: loaded once, called by SHA, reloaded after ``NOSCRIPT``.
 
 Each transition is one script in ``scripts/<name>.lua`` whose header names its
-KEYS, ARGV and return values; ``scripts/_lib.lua`` (shared helpers) and
-``scripts/_flow.lua`` (workflows' edges and their messages) are put in front of
-each. Scripts are loaded when the backend opens and called with
+KEYS, ARGV and return values; ``scripts/_lib.lua`` (shared helpers),
+``scripts/_keys.lua`` (concurrency keys) and ``scripts/_flow.lua`` (workflows'
+edges and their messages) are put in front of each. Scripts are loaded when the backend opens and called with
 ``EVALSHA``; a Redis restart or ``SCRIPT FLUSH`` forgets them, and the first call
 that meets ``NOSCRIPT`` loads them all again and runs once more (a command that
 got ``NOSCRIPT`` did not run, so running it again is safe).
@@ -44,7 +44,7 @@ NAMES = (
     "lag",
     "flow_enqueue", "flow_commit", "apply", "outbox_drop", "flow_get", "flow_cancel", "spawn",
     "flow_drop",
-    "register", "deregister", "touch", "workers", "change_policy",
+    "register", "deregister", "touch", "workers", "change_policy", "key_counts",
 )  # fmt: skip
 
 
@@ -63,7 +63,7 @@ class Script:
 
 def _load_sources() -> dict[str, Script]:
     folder = resources.files("tenure.backends.redis") / "scripts"
-    lib = (folder / "_lib.lua").read_bytes() + b"\n" + (folder / "_flow.lua").read_bytes()
+    lib = b"\n".join((folder / f"_{part}.lua").read_bytes() for part in ("lib", "keys", "flow"))
     scripts = {}
     for name in NAMES:
         parts = [(folder / f"{part}.lua").read_bytes() for part in PARTS.get(name, (name,))]

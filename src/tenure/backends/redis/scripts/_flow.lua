@@ -235,8 +235,8 @@ local function flow_write(p, queue, wf, home, s, start, now, last)
     'priority', s.priority, 'run_at', num(now), 'created_at', num(now), 'seq', seq,
     'fence', 0, 'attempts', 0, 'stalls', 0, 'state', 'waiting', 'wf', wf, 'home', home,
     'wdelay', s.delay}
-  for _, name in ipairs({'max_attempts', 'timeout', 'traceparent', 'wat'}) do
-    if s[name] ~= '' then fields[#fields + 1], fields[#fields + 2] = name, s[name] end
+  for _, name in ipairs({'max_attempts', 'timeout', 'traceparent', 'wat', 'ck'}) do
+    if (s[name] or '') ~= '' then fields[#fields + 1], fields[#fields + 2] = name, s[name] end
   end
   if s.may_fail then fields[#fields + 1], fields[#fields + 2] = 'may_fail', '1' end
   local ik, up, pending, blocked, early = in_key(p, s.id), {}, 0, 0, false

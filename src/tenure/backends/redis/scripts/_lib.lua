@@ -19,6 +19,8 @@ local MAX_US = 9000000000000000   -- run_at and seq in µs fit 16 digits (and a 
 -- this file, defines it). A plain job's claim, completion and failure read
 -- one field more (wf), in a read they make anyway.
 local flow_ended
+-- Concurrency keys: _keys.lua, put after this file, fills it.
+local ck = {}
 
 local function clock()
   local t = redis.call('TIME')
@@ -32,11 +34,11 @@ local function int(x) return string.format('%d', x) end
 local function opt(x) if x == '' then return nil end return x end
 
 -- A job's fields in the order codec.job_of_values reads them (a claim's reply),
--- then its workflow (a step's: see claim_jobs).
+-- then its workflow (a step's: see claim_jobs) and its concurrency key.
 local JOB_FIELDS = {'id', 'task', 'queue', 'args', 'state', 'priority', 'run_at', 'created_at',
   'attempts', 'stalls', 'max_attempts', 'timeout', 'fence', 'key', 'worker', 'lease_expires_at',
   'result', 'error', 'dead_reason', 'progress', 'finished_at', 'traceparent',
-  'cancel_requested', 'recovered_from', 'budget_from', 'wf'}
+  'cancel_requested', 'recovered_from', 'budget_from', 'wf', 'ck'}
 
 local function job_key(p, id) return p .. 'job:' .. id end
 local function history_key(p, id) return p .. 'history:' .. id end
@@ -82,11 +84,12 @@ end
 -- again keeps its place). The caller signals.
 local function queue_job(p, id, from)
   local jk = job_key(p, id)
-  local f = redis.call('HMGET', jk, 'run_at', 'seq', 'priority')
+  local f = redis.call('HMGET', jk, 'run_at', 'seq', 'priority', 'ck')
   local member = ready_member(tonumber(f[1]), tonumber(f[2]), id)
   redis.call('HSET', jk, 'state', 'queued', 'rank', member)
   redis.call('ZADD', p .. 'ready', -tonumber(f[3]), member)
   set_state(p, id, f[2], from, 'queued')
+  ck.added(p, f[4], {-tonumber(f[3]), member})
 end
 
 -- -> scheduled, due at run_at (from active: leave_active took its rank).
@@ -112,12 +115,22 @@ end
 local RETAINED = {completed = 'retained:completed', cancelled = 'retained:completed',
   dead = 'retained:dead'}
 
--- A finished job gives its key= back (if it still holds it).
-local function release_key(p, jk, id)
-  local key = redis.call('HGET', jk, 'key')
+-- A finished job gives its key= back (if it still holds it); one enqueued
+-- with unique_for (uf) holds it in ukeys for enqueues with unique_for, which
+-- look at when it finished.
+local function release_key(p, jk, id, f)
+  f = f or redis.call('HMGET', jk, 'key', 'uf')
+  local key = f[1]
   if key and redis.call('HGET', p .. 'keys', key) == id then
     redis.call('HDEL', p .. 'keys', key)
+    if f[2] then redis.call('HSET', p .. 'ukeys', key, id) end
   end
+end
+
+-- When a finished job is due for retention: finished_at, or later for one
+-- enqueued with unique_for (uf), kept while its window is open.
+local function retained_at(now, uf)
+  return num(now + (tonumber(uf) or 0))
 end
 
 -- redis.call(cmd, key, values...) for a list of values of any length, in
@@ -139,11 +152,12 @@ local LEASE_FIELDS = {'worker', 'lease_ttl', 'lease_expires_at', 'started_at', '
 -- The leases of the jobs ids end, workers[i] holding ids[i] (false: none): out
 -- of the lease set and the workers' held sets; no worker, no expiry, no
 -- running attempt on the jobs. One call per set, whatever the number of jobs.
-local function leave_active(p, ids, workers)
+local function leave_active(p, ids, workers, cks)
   call_with('ZREM', p .. 'leases', ids)
   local held = {}
   for i, id in ipairs(ids) do
     redis.call('HDEL', job_key(p, id), unpack(LEASE_FIELDS))
+    if cks[i] then ck.ended(p, cks[i]) end
     local worker = workers[i]
     if worker then
       held[worker] = held[worker] or {}
@@ -155,10 +169,12 @@ local function leave_active(p, ids, workers)
     call_with('SREM', hk, of_worker)
     if redis.call('SCARD', hk) == 0 then redis.call('SREM', p .. 'holders', worker) end
   end
-  -- Under max_active, an ended attempt is room for a job waiting: wake for it.
+  -- Under max_active (or per key), an ended attempt is room for a job
+  -- waiting: wake for it.
   if #ids > 0 then
     local policy = policy_of(p)
-    if policy and tonumber(policy.max_active) and redis.call('ZCARD', p .. 'ready') > 0 then
+    if policy and (tonumber(policy.max_active) or tonumber(policy.max_active_per_key))
+        and redis.call('ZCARD', p .. 'ready') > 0 then
       signal(p, #ids)
     end
   end
@@ -267,9 +283,10 @@ end
 -- while its attempt ran, and that attempt ended other than completed.
 local function end_cancelled(p, id, jk, now, wf)
   redis.call('HSET', jk, 'state', 'cancelled', 'finished_at', num(now))
-  set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'cancelled')
-  redis.call('ZADD', p .. RETAINED.cancelled, num(now), id)
-  release_key(p, jk, id)
+  local f = redis.call('HMGET', jk, 'key', 'uf', 'seq')
+  set_state(p, id, f[3], 'active', 'cancelled')
+  redis.call('ZADD', p .. RETAINED.cancelled, retained_at(now, f[2]), id)
+  release_key(p, jk, id, f)
   flow_ended(p, id, jk, 'cancelled', wf)
 end
 
@@ -280,12 +297,13 @@ end
 -- events) instead of the decision's.
 local function settle_failure(p, id, jk, outcome, err, state, delay, reason, stall, now, events,
                               cancel_events)
-  local c = redis.call('HMGET', jk, 'cancel_requested', 'wf')  -- wf: a workflow's step
+  -- wf: a workflow's step; ck: its concurrency key
+  local c = redis.call('HMGET', jk, 'cancel_requested', 'wf', 'ck', 'key', 'uf')
   if c[1] then
     state, events, stall = 'cancelled', cancel_events, false
   end
   local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
-  leave_active(p, {id}, {a[3]})
+  leave_active(p, {id}, {a[3]}, {c[3]})
   if err then redis.call('HSET', jk, 'error', err) else redis.call('HDEL', jk, 'error') end
   if stall then redis.call('HINCRBY', jk, 'stalls', 1) end
   if state == 'cancelled' then
@@ -293,8 +311,8 @@ local function settle_failure(p, id, jk, outcome, err, state, delay, reason, sta
   elseif state == 'dead' then
     redis.call('HSET', jk, 'state', 'dead', 'dead_reason', reason, 'finished_at', num(now))
     set_state(p, id, redis.call('HGET', jk, 'seq'), 'active', 'dead')
-    redis.call('ZADD', p .. RETAINED.dead, num(now), id)
-    release_key(p, jk, id)
+    redis.call('ZADD', p .. RETAINED.dead, retained_at(now, c[5]), id)
+    release_key(p, jk, id, {c[4], c[5]})
     flow_ended(p, id, jk, 'dead', c[2])
   elseif state == 'scheduled' then
     schedule_job(p, id, now + delay, 'active')
@@ -411,7 +429,10 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     buckets[q] = tokens
     held_back[q] = share == 0
     if share > 0 then
-      local ready = ready_entries(p, share, skip)
+      -- a keyed queue: the heads of its keys that may start (_keys.lua)
+      local keyed = ck.mode(p)
+      local ready = keyed and ck.select(p, share, skip, now) or ready_entries(p, share, skip)
+      if keyed and #ready < 2 * share then held_back[q] = true end
       for i = 1, #ready, 2 do
         candidates[#candidates + 1] = {score = tonumber(ready[i + 1]), member = ready[i], q = q}
       end
@@ -434,7 +455,7 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     local t = taken[c.q]
     if not t then
       t = {ttl = lease_ttl_of(p, default_ttl, default_delivery), members = {}, ids = {},
-        active = {}, leases = {}, started = {}}
+        active = {}, leases = {}, started = {}, cks = {}}
       taken[c.q] = t
     end
     local id = string.sub(c.member, 33)
@@ -466,12 +487,14 @@ local function claim_jobs(keys, worker, limit, default_ttl, default_delivery, pr
     redis.call('HSET', jk, unpack(fields))
     t.started[#t.started + 1] = '{"attempt":' .. attempts .. ',"worker":' .. worker_json .. '}'
     t.members[#t.members + 1], t.ids[#t.ids + 1] = c.member, id
+    t.cks[#t.ids] = f[27]
     t.active[#t.active + 1], t.active[#t.active + 2] = string.sub(c.member, 17, 32), id
     out[#out + 1] = f
   end
   for q, t in pairs(taken) do
     local p = keys[q]
     call_with('ZREM', p .. 'ready', t.members)
+    ck.claimed(p, t.members, t.cks, now)
     call_with('ZADD', p .. 'leases', t.leases)
     call_with('ZREM', state_key(p, 'queued'), t.ids)
     call_with('ZADD', state_key(p, 'active'), t.active)
@@ -500,14 +523,14 @@ local function complete_jobs(p, args, first, last, now)
   local now_s = num(now)
   -- the jobs completed, their workers, their (seq, id) and (finished_at, id)
   -- pairs: the sets they leave and join are written after the loop, one call each
-  local ids, workers, completed, retained, steps, wfs = {}, {}, {}, {}, {}, {}
+  local ids, workers, completed, retained, steps, wfs, cks = {}, {}, {}, {}, {}, {}, {}
   for i = first, last, 3 do
     local id, fence = args[i], args[i + 1]
     local jk = job_key(p, id)
     -- held_job, release_key and end_attempt's reads in one call: the
     -- ATTEMPT_FIELDS, then state, seq and key
     local a = redis.call('HMGET', jk, 'started_at', 'attempts', 'worker', 'fence', 'state',
-      'seq', 'key', 'wf')
+      'seq', 'key', 'wf', 'ck', 'uf')
     local code = OK
     if not a[5] then
       code = NOT_FOUND
@@ -515,19 +538,18 @@ local function complete_jobs(p, args, first, last, now)
       code = LEASE_LOST  -- also the second of two completions of one job in a batch
     else
       ids[#ids + 1] = id
-      workers[#ids] = a[3]
+      workers[#ids], cks[#ids] = a[3], a[9]
       completed[#completed + 1], completed[#completed + 2] = a[6], id
-      retained[#retained + 1], retained[#retained + 2] = now_s, id
+      retained[#retained + 1], retained[#retained + 2] = a[10] and retained_at(now, a[10])
+        or now_s, id
       redis.call('HSET', jk, 'state', 'completed', 'result', args[i + 2], 'finished_at', now_s)
-      if a[7] and redis.call('HGET', p .. 'keys', a[7]) == id then
-        redis.call('HDEL', p .. 'keys', a[7])
-      end
+      if a[7] then release_key(p, jk, id, {a[7], a[10]}) end
       end_attempt(p, id, a, 'completed', nil, now)
       if a[8] then steps[#steps + 1], wfs[#ids] = id, a[8] end
     end
     codes[#codes + 1] = code
   end
-  leave_active(p, ids, workers)
+  leave_active(p, ids, workers, cks)
   call_with('ZREM', state_key(p, 'active'), ids)
   call_with('ZADD', state_key(p, 'completed'), completed)
   call_with('ZADD', p .. RETAINED.completed, retained)

@@ -12,10 +12,11 @@
 
 local p, id = KEYS[1], ARGV[1]
 local jk = job_key(p, id)
-local f = redis.call('HMGET', jk, 'state', 'rank', 'seq')
+local f = redis.call('HMGET', jk, 'state', 'rank', 'seq', 'ck', 'key', 'uf')
 if not f[1] then return flow_reply({NOT_FOUND}) end
 if f[1] == 'queued' then
   redis.call('ZREM', p .. 'ready', f[2])
+  ck.removed(p, f[4], f[2])
 elseif f[1] == 'scheduled' then
   redis.call('ZREM', p .. 'scheduled', id)
 elseif f[1] == 'active' then
@@ -30,8 +31,8 @@ local now = clock()
 redis.call('HSET', jk, 'state', 'cancelled', 'finished_at', num(now))
 redis.call('HDEL', jk, 'rank')
 set_state(p, id, f[3], f[1], 'cancelled')
-redis.call('ZADD', p .. RETAINED.cancelled, num(now), id)
-release_key(p, jk, id)
+redis.call('ZADD', p .. RETAINED.cancelled, retained_at(now, f[6]), id)
+release_key(p, jk, id, {f[5], f[6]})
 local wf = redis.call('HGET', jk, 'wf')
 record_event(p, 'cancelled', id, wf and flow_data(wf) or nil)
 flow_ended(p, id, jk, 'cancelled')

@@ -17,7 +17,8 @@ if #ids == 0 then
   redis.call('DEL', p .. 'ready', p .. 'scheduled', p .. 'leases', p .. 'seq', p .. 'keys', p .. 'wfcount',
     p .. 'holders', p .. 'signal', p .. 'policy', p .. 'events', p .. 'rate',
     p .. RETAINED.completed, p .. RETAINED.dead, p .. 'retained:backfill', p .. 'outbox',
-    p .. 'wfkeys', p .. 'wfpending')
+    p .. 'wfkeys', p .. 'wfpending', p .. 'ukeys', p .. 'kact', p .. 'kload', p .. 'krate',
+    p .. 'knone', p .. 'kopen', p .. 'khead', p .. 'kwait', p .. 'kturn')
   for _, state in ipairs({'waiting', 'scheduled', 'queued', 'active', 'completed', 'dead', 'cancelled'}) do
     redis.call('DEL', state_key(p, state))
   end
@@ -25,9 +26,12 @@ if #ids == 0 then
 end
 for _, id in ipairs(ids) do
   local jk = job_key(p, id)
-  local f = redis.call('HMGET', jk, 'state', 'rank')
+  local f = redis.call('HMGET', jk, 'state', 'rank', 'ck')
   if f[1] then redis.call('ZREM', state_key(p, f[1]), id) end
-  if f[2] then redis.call('ZREM', p .. 'ready', f[2]) end
+  if f[2] then
+    redis.call('ZREM', p .. 'ready', f[2])
+    ck.removed(p, f[3], f[2])
+  end
   redis.call('ZREM', p .. 'scheduled', id)
   redis.call('DEL', jk, history_key(p, id), in_key(p, id), out_key(p, id), p .. 'spawns:' .. id)
 end

@@ -3,17 +3,22 @@
 -- KEYS[1]  the queue's key prefix "<prefix>:{<queue>}:"
 -- ARGV[1]  the queue's name
 -- ARGV[2]  n, the number of jobs
--- ARGV[3..9] what the jobs share: task, delay, run_at ('' = now + delay),
---          priority, max_attempts (''), timeout (''), traceparent ('')
--- ARGV[10..] 3 values per job, in order: id, args (JSON), key ('')
+-- ARGV[3..12] what the jobs share: task, delay, run_at ('' = now + delay),
+--          priority, max_attempts (''), timeout (''), traceparent (''),
+--          concurrency_key (''), debounce ('' or '1': delay is the debounce),
+--          unique_for ('')
+-- ARGV[13..] 3 values per job, in order: id, args (JSON), key ('')
 --          (shared values once: nine per job made a fifth of a bulk enqueue's
 --          time, packing and parsing them)
 -- Returns  {created_at, then one entry per job, in order}:
 --          run_at                    a job stored now (scheduled if run_at is
 --                                    after created_at, else queued)
 --          <HGETALL of the job>      the unfinished job that holds the spec's
---                                    key, or the job that has its id already
---                                    (a retried enqueue)
+--                                    key (debounce: one not started yet, given
+--                                    the spec's args and run_at; unique_for: or
+--                                    one finished less than unique_for ago), or
+--                                    the job that has its id already (a
+--                                    retried enqueue)
 --          (one string per new job: a reply of four made an eighth of the
 --          script's time)
 
@@ -23,6 +28,7 @@ local now_s = num(now)
 local now_us = math.floor(now * 1000000)
 local task, delay, run_at, priority = ARGV[3], tonumber(ARGV[4]), opt(ARGV[5]), ARGV[6]
 local max_attempts, timeout, traceparent = ARGV[7], ARGV[8], ARGV[9]
+local ckey, debounce, unique_for = opt(ARGV[10]), ARGV[11] == '1', tonumber(opt(ARGV[12]))
 local due = tonumber(run_at or now + delay)  -- the same for every job
 local due_s = due == now and now_s or num(due)
 local score = -tonumber(priority)  -- in the ready set
@@ -39,7 +45,7 @@ local by_due, by_seq = {}, {}  -- (score, member) pairs: ready or scheduled; all
 -- keys tells whether any is (usually none), not one call per job; an id sent
 -- twice in one call is found in `stored`.
 local keys = {}
-for i = 1, n do keys[i] = job_key(p, ARGV[7 + i * 3]) end
+for i = 1, n do keys[i] = job_key(p, ARGV[10 + i * 3]) end
 local any = false
 for i = 1, n, 1000 do
   if redis.call('EXISTS', unpack(keys, i, math.min(i + 999, n))) > 0 then any = true; break end
@@ -58,12 +64,41 @@ if timeout ~= '' then fields[#fields + 1] = 'timeout'; fields[#fields + 1] = tim
 if traceparent ~= '' then
   fields[#fields + 1] = 'traceparent'; fields[#fields + 1] = traceparent
 end
+if ckey then fields[#fields + 1] = 'ck'; fields[#fields + 1] = ckey end
+if unique_for then fields[#fields + 1] = 'uf'; fields[#fields + 1] = ARGV[12] end
 local shared = #fields
 
+-- The job that holds key for this enqueue (nil: none): the unfinished one;
+-- with unique_for, one finished less than unique_for ago; with debounce, one
+-- not started yet, which gets args and run_at (a started one keeps the key
+-- until it finishes, but the new job takes it).
+local function holder_of(key, args)
+  local holder = redis.call('HGET', p .. 'keys', key)
+  if not holder and unique_for then
+    holder = redis.call('HGET', p .. 'ukeys', key)
+    local at = holder and redis.call('HGET', job_key(p, holder), 'finished_at')
+    if not (at and tonumber(at) + unique_for > now) then holder = nil end
+  end
+  if holder and debounce then
+    local jk = job_key(p, holder)
+    local state = redis.call('HGET', jk, 'state')
+    if state == 'queued' or state == 'scheduled' then
+      if state == 'queued' then ck.unqueued(p, jk) end
+      redis.call('HSET', jk, 'args', args)
+      redis.call('HDEL', jk, 'rank')
+      redis.call('ZREM', p .. 'scheduled', holder)
+      schedule_job(p, holder, due, state)
+    else
+      holder = nil
+    end
+  end
+  return holder or nil
+end
+
 for i = 1, n do
-  local b = 7 + i * 3
+  local b = 10 + i * 3
   local id, args, key = ARGV[b], ARGV[b + 1], opt(ARGV[b + 2])
-  local holder = key and redis.call('HGET', p .. 'keys', key)
+  local holder = key and holder_of(key, args)
   if not holder and (stored[id] or (any and redis.call('EXISTS', keys[i]) == 1)) then
     holder = id
   end
@@ -93,7 +128,10 @@ for i = 1, n do
     out[#out + 1] = due_s
   end
 end
-if state == 'queued' then queued = #by_due / 2 end
+if state == 'queued' then
+  queued = #by_due / 2
+  ck.added(p, ckey, by_due)
+end
 
 local adds = {[state == 'queued' and 'ready' or 'scheduled'] = by_due, all = by_seq,
   ['state:' .. state] = by_seq}

@@ -9,5 +9,7 @@
 -- Returns  flat pairs {member of the ready set, score}, best first
 
 local p = KEYS[1]
-promote(p, clock(), tonumber(ARGV[2]))
+local now = clock()
+promote(p, now, tonumber(ARGV[2]))
+if ck.mode(p) then return ck.select(p, tonumber(ARGV[1]), skip_set(ARGV[3]), now) end
 return ready_entries(p, tonumber(ARGV[1]), skip_set(ARGV[3]))

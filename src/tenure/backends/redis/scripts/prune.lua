@@ -98,7 +98,11 @@ local doomed = {}
 for i, id in ipairs(gone) do
   doomed[2 * i - 1], doomed[2 * i] = job_key(p, id), history_key(p, id)
   -- a workflow's step: its edges go, and its record learns it is gone (_flow.lua)
-  local f = redis.call('HMGET', job_key(p, id), 'wf', 'home')
+  local f = redis.call('HMGET', job_key(p, id), 'wf', 'home', 'key', 'uf')
+  -- a job enqueued with unique_for: its window closed
+  if f[4] and redis.call('HGET', p .. 'ukeys', f[3]) == id then
+    redis.call('HDEL', p .. 'ukeys', f[3])
+  end
   if f[1] then
     redis.call('DEL', in_key(p, id), out_key(p, id), p .. 'spawns:' .. id)
     flow_send(p, {p = f[2], d = f[1], k = 'gone', s = id})

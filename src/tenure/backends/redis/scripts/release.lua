@@ -12,7 +12,7 @@ local p, id, fence = KEYS[1], ARGV[1], ARGV[2]
 local jk, code = held_job(p, id, fence)
 if not jk then return flow_reply(code) end
 local a = redis.call('HMGET', jk, unpack(ATTEMPT_FIELDS))
-leave_active(p, {id}, {a[3]})
+leave_active(p, {id}, {a[3]}, {redis.call('HGET', jk, 'ck')})
 redis.call('HINCRBY', jk, 'attempts', -1)
 local now = clock()
 local c = redis.call('HMGET', jk, 'cancel_requested', 'wf')
