@@ -253,7 +253,7 @@ def test_every_script__has_a_header_naming_keys_argv_and_returns() -> None:
         assert head.startswith(f"-- {name}:"), name
         text = (folder / f"{name}.lua").read_text()
         assert "KEYS" in text.split("\n\n", 2)[1] and "Returns" in text, name
-    assert sorted(p.stem for p in folder.glob("*.lua")) == sorted([*NAMES, "_lib", "_flow"])
+    assert sorted(p.stem for p in folder.glob("*.lua")) == sorted([*NAMES, "_lib", "_keys", "_flow"])
 
 
 def test_scripts_are_called_by_sha__and_reloaded_after_script_flush(
@@ -747,7 +747,7 @@ def test_concurrent_heartbeats_of_one_worker__share_its_liveness_connection_safe
 
 def test_a_claims_reply__lists_the_job_fields_in_the_order_python_reads_them() -> None:
     """_lib.lua's JOB_FIELDS and codec.job_of_values read one order: JOB_COLUMNS,
-    then a workflow's step's fields."""
+    then a workflow's step's fields and the concurrency key."""
     from importlib import resources
 
     from tenure.backends.rows import JOB_COLUMNS
@@ -755,7 +755,7 @@ def test_a_claims_reply__lists_the_job_fields_in_the_order_python_reads_them() -
     lib = (resources.files("tenure.backends.redis") / "scripts" / "_lib.lua").read_text()
     block = lib[lib.index("local JOB_FIELDS = {") :]
     fields = re.findall(r"'([a-z_]+)'", block[: block.index("}")])
-    assert tuple(fields) == (*JOB_COLUMNS, "wf")
+    assert tuple(fields) == (*JOB_COLUMNS, "wf", "ck")
 
 
 def test_a_claimed_job__reads_back_as_get_returns_it(

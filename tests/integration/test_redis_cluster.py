@@ -33,6 +33,7 @@ from tests.conformance.test_claim import *  # noqa: F403
 from tests.conformance.test_claim_skip import *  # noqa: F403
 from tests.conformance.test_dlq import *  # noqa: F403
 from tests.conformance.test_enqueue import *  # noqa: F403
+from tests.conformance.test_keys import *  # noqa: F403
 from tests.conformance.test_lag import *  # noqa: F403
 from tests.conformance.test_operators import *  # noqa: F403
 from tests.conformance.test_races import *  # noqa: F403
