@@ -54,30 +54,31 @@ end
 local function load(p, key, by)
   if tonumber(redis.call('ZINCRBY', p .. 'kload', by, key)) >= 0 then
     redis.call('ZREM', p .. 'kload', key)
+    redis.call('HDEL', p .. 'kact', key)  -- 0 since its last attempt ended
   end
 end
 
 -- Put the head of an open (or idle) key in kopen again, after its queued jobs
 -- changed; a key held back ('b', 'w') stays so. When fair, a key keeps its
--- turn while it stays open, unless served (new_turn).
-function ck.touch(p, key, new_turn)
+-- turn while it stays open (a claim that serves it moves it: served).
+function ck.touch(p, key)
   local m = ck.mode(p)
   if not m then return end
   local ring = ring_of(key)
   local cur = redis.call('HGET', p .. 'khead', ring)
   if cur == 'b' or cur == 'w' then return end
   local head = redis.call('ZRANGE', kq_key(p, key), 0, 0, 'WITHSCORES')
-  if (cur or nil) == head[1] and not new_turn then return end
+  if (cur or nil) == head[1] then return end
   local score = head[2]
   if cur then
-    if m.fair and not new_turn then score = redis.call('ZSCORE', p .. 'kopen', cur) end
+    if m.fair then score = redis.call('ZSCORE', p .. 'kopen', cur) end
     redis.call('ZREM', p .. 'kopen', cur)
   end
   if not head[1] then
     redis.call('HDEL', p .. 'khead', ring)
     return
   end
-  if m.fair and (new_turn or not cur) then score = redis.call('INCR', p .. 'kturn') end
+  if m.fair and not cur then score = redis.call('INCR', p .. 'kturn') end
   redis.call('ZADD', p .. 'kopen', score, head[1])
   redis.call('HSET', p .. 'khead', ring, head[1])
 end
@@ -111,11 +112,13 @@ end
 -- max_active_per_key may start again.
 function ck.ended(p, key)
   if not key then return end
-  if tonumber(redis.call('HINCRBY', p .. 'kact', key, -1)) <= 0 then
-    redis.call('HDEL', p .. 'kact', key)
-  end
+  local active = tonumber(redis.call('HINCRBY', p .. 'kact', key, -1))
   load(p, key, 1)
-  if ck.mode(p) and redis.call('HGET', p .. 'khead', ring_of(key)) == 'b' then
+  local m = ck.mode(p)
+  -- held at its limit, it had max_active_per_key active jobs before (or more:
+  -- the limit was lowered while they ran)
+  if m and m.max and active >= m.max - 1
+      and redis.call('HGET', p .. 'khead', ring_of(key)) == 'b' then
     redis.call('HDEL', p .. 'khead', ring_of(key))
     ck.touch(p, key)
   end
@@ -208,26 +211,36 @@ end
 -- pairs like ready_entries: fair, in turns across the open keys (a round takes
 -- one job of each); else by priority, run_at and seq across their heads (a
 -- key's next job enters as its head is taken). Each key gives at most its room.
+local heads = {}  -- per queue: key (false: none) -> its head in kopen, as select read it
 function ck.select(p, n, skip, now)
   local m = ck.mode(p)
   wake(p, now)
   local open = open_keys(p, m, n, now)
+  heads[p] = {}
   for _, k in ipairs(open) do
+    heads[p][k.key] = k.head
     k.n, k.score_s = 0, k.score
     advance(p, k, skip)
   end
   local out = {}
+  -- a key's next job is read when it is looked at (none after the last take)
   local function take(k)
     out[#out + 1], out[#out + 2] = k.member, k.score
-    k.n = k.n + 1
-    advance(p, k, skip)
+    k.n, k.stale = k.n + 1, true
+  end
+  local function next_of(k)
+    if k.stale then
+      k.stale = false
+      advance(p, k, skip)
+    end
+    return k.member
   end
   if m.fair then
     local more = true
     while more and #out < 2 * n do
       more = false
       for _, k in ipairs(open) do
-        if k.member and #out < 2 * n then
+        if #out < 2 * n and next_of(k) then
           take(k)
           more = true
         end
@@ -238,7 +251,7 @@ function ck.select(p, n, skip, now)
   while #out < 2 * n do
     local best, bs
     for _, k in ipairs(open) do
-      if k.member then
+      if next_of(k) then
         local score = tonumber(k.score)
         if not best or score < bs or (score == bs and k.member < best.member) then
           best, bs = k, score
@@ -249,6 +262,31 @@ function ck.select(p, n, skip, now)
     take(best)
   end
   return out
+end
+
+-- A keyed queue's claim took n jobs of key, which has active ones now: a
+-- token each; at its limit, it is held back, else its next job is its head,
+-- at the back of the turns when fair.
+local function served(p, m, key, active, n, now)
+  local room, tokens = math.huge, tokens_of(p, m, key, now)
+  if m.max and active then room = m.max - active end
+  if tokens then
+    tokens = tokens - n
+    redis.call('HSET', p .. 'krate', key, num(tokens) .. ' ' .. num(now))
+    room = math.min(room, math.floor(tokens + 1e-9))
+  end
+  local ring = ring_of(key)
+  local cur = heads[p] and heads[p][key] or redis.call('HGET', p .. 'khead', ring)
+  if cur == 'b' or cur == 'w' then return end
+  if room <= 0 and cur then return hold(p, m, key, cur, tokens, now) end
+  if cur then redis.call('ZREM', p .. 'kopen', cur) end
+  local head = redis.call('ZRANGE', kq_key(p, key), 0, 0, 'WITHSCORES')
+  if not head[1] then
+    if cur then redis.call('HDEL', p .. 'khead', ring) end
+    return
+  end
+  redis.call('ZADD', p .. 'kopen', m.fair and redis.call('INCR', p .. 'kturn') or head[2], head[1])
+  redis.call('HSET', p .. 'khead', ring, head[1])
 end
 
 -- A claim took members (of ready), cks[i] the key of members[i] (false:
@@ -272,21 +310,8 @@ function ck.claimed(p, members, cks, now)
   for _, key in ipairs(order) do
     local g = by_key[key]
     call_with('ZREM', kq_key(p, key), g)
-    if key then redis.call('HINCRBY', p .. 'kact', key, #g) end
-    if m then
-      local room, tokens = room_of(p, m, key, now)
-      if tokens then
-        tokens = tokens - #g
-        redis.call('HSET', p .. 'krate', key, num(tokens) .. ' ' .. num(now))
-        room = math.min(room, math.floor(tokens + 1e-9))
-      end
-      local head = redis.call('HGET', p .. 'khead', ring_of(key))
-      if room <= 0 and head and head ~= 'b' and head ~= 'w' then
-        hold(p, m, key, head, tokens, now)
-      else
-        ck.touch(p, key, true)
-      end
-    end
+    local active = key and tonumber(redis.call('HINCRBY', p .. 'kact', key, #g))
+    if m then served(p, m, key, active, #g, now) end
   end
 end
 
