@@ -3,10 +3,11 @@
 Each transition is one script in ``scripts/<name>.lua`` whose header names its
 KEYS, ARGV and return values; ``scripts/_lib.lua`` (shared helpers),
 ``scripts/_keys.lua`` (concurrency keys) and ``scripts/_flow.lua`` (workflows'
-edges and their messages) are put in front of each. Scripts are loaded when the backend opens and called with
-``EVALSHA``; a Redis restart or ``SCRIPT FLUSH`` forgets them, and the first call
-that meets ``NOSCRIPT`` loads them all again and runs once more (a command that
-got ``NOSCRIPT`` did not run, so running it again is safe).
+edges and their messages) are put in front of each. Scripts are loaded when
+the backend opens and called with ``EVALSHA``; a Redis restart or ``SCRIPT
+FLUSH`` forgets them, and the first call that meets ``NOSCRIPT`` loads them all
+again and runs once more (a command that got ``NOSCRIPT`` did not run, so
+running it again is safe).
 """
 
 from __future__ import annotations
