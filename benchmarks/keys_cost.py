@@ -100,11 +100,11 @@ async def scale(backend: Backend, args: Any) -> dict[str, list[float]]:
               f"{time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
         took[queue] = []
     for r in range(args.rounds + 20):
-        for queue in took:
+        for queue, times in took.items():
             t = time.perf_counter()
             jobs = await backend.claim(WORKER, [queue], args.batch)
             if r >= 20:  # the first 20: warm up
-                took[queue].append(time.perf_counter() - t)
+                times.append(time.perf_counter() - t)
             await backend.complete_and_claim([(j.id, j.fence, b"null") for j in jobs], WORKER,
                                              [], 0)  # fmt: skip
             await backend.enqueue([
