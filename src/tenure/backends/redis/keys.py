@@ -22,12 +22,23 @@ that prefix, passed as ``KEYS[1]``; ``_lib.lua`` mirrors this table)::
     retained:backfill  HASH  how far prune.lua indexed jobs finished before those
     seq             STRING  the last seq: max(now in µs, last + 1), insertion order
     keys            HASH    key= -> id of the unfinished job that holds it
+    ukeys           HASH    key= -> id of the finished job enqueued with unique_for
+                            that held it last (its window: enqueue.lua)
     held:<worker>   SET     ids of the active jobs a worker holds
     holders         SET     workers whose held set is not empty
     signal          LIST    wake-up tokens for idle workers (BLPOP)
     policy          STRING  the queue's QueuePolicy, JSON
     ticks           HASH    schedule name -> "<tick> <job id>": its last tick's job
     events          STREAM  lifecycle events {k kind, j job ids, d their data}: events.py
+
+Concurrency keys (_keys.lua, which documents them), per queue ``q`` too::
+
+    kq:<key>        ZSET    the queued jobs of a concurrency key, as in ready
+    kact            HASH    concurrency key -> its active jobs
+    kload           ZSET    concurrency key -> -(queued + active): the keys in use
+    krate           HASH    concurrency key -> its rate bucket, "<tokens> <at>"
+    knone, kopen, khead, kwait, kturn   while the policy is keyed: the claim's
+                            view of the keys that may start a job
 
 Workflows (flows.py, _flow.lua, relay.py), per queue ``q`` too::
 
