@@ -315,21 +315,26 @@ function ck.claimed(p, members, cks, now)
   end
 end
 
--- The queue's policy changed: its keyed sets are made again from kq:* (and
--- knone from ready, less every key's jobs, if it was not keyed), or dropped.
-function ck.rebuild(p, was_keyed)
+-- The queue's policy changed from one whose ck.mode was old: if its per-key
+-- fields did, its keyed sets are made again from kq:* (and knone from ready,
+-- less every key's jobs, if it was not keyed), or dropped.
+function ck.rebuild(p, old)
+  local m = ck.mode(p)
+  if old and m and old.max == m.max and old.rate == m.rate and old.per == m.per
+      and old.fair == m.fair then
+    return
+  end
+  local was_keyed = old and true
   redis.call('DEL', p .. 'kopen', p .. 'khead', p .. 'kwait')
-  if not ck.mode(p) then
+  if not m then
     redis.call('DEL', p .. 'knone')
     return
   end
   local keys = redis.call('ZRANGE', p .. 'kload', 0, -1)
-  if not was_keyed then
+  if not was_keyed then  -- (a ZDIFFSTORE of ready and every kq:<key> took seconds)
     redis.call('ZUNIONSTORE', p .. 'knone', 1, p .. 'ready')
-    for i = 1, #keys, 500 do
-      local sets = {}
-      for j = i, math.min(i + 499, #keys) do sets[#sets + 1] = kq_key(p, keys[j]) end
-      redis.call('ZDIFFSTORE', p .. 'knone', #sets + 1, p .. 'knone', unpack(sets))
+    for _, key in ipairs(keys) do
+      call_with('ZREM', p .. 'knone', redis.call('ZRANGE', kq_key(p, key), 0, -1))
     end
   end
   ck.touch(p, false)

@@ -2,7 +2,8 @@
 -- the caller read and merged its changes into (compare and set; the caller
 -- reads again and retries otherwise), or at once (set_policy). Idle workers of
 -- the queue wake: the change may let them claim (a resume, a limit raised).
--- The per-key sets of the claim (_keys.lua) are made again for the new policy.
+-- The per-key sets of the claim (_keys.lua) are made again if its per-key
+-- fields changed.
 --
 -- KEYS[1]  the queue's key prefix
 -- ARGV[1]  the policy read ('' when none was stored)
@@ -12,9 +13,9 @@
 
 local p = KEYS[1]
 if ARGV[3] ~= '1' and (redis.call('GET', p .. 'policy') or '') ~= ARGV[1] then return 0 end
-local was_keyed = ck.mode(p) and true
+local old = ck.mode(p)
 redis.call('SET', p .. 'policy', ARGV[2])
 ck.forget(p)
-ck.rebuild(p, was_keyed)
+ck.rebuild(p, old)
 signal(p, redis.call('ZCARD', p .. 'ready'))
 return 1
