@@ -15,7 +15,7 @@ import redis as redis_sync
 from tenure.config import QueuePolicy
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
-from tests.conformance.helpers import register, spec
+from tests.conformance.helpers import register, spec, wait_for
 from tests.servers import RedisServer
 
 P = "tenure:{q}:"  # the queue's key prefix
@@ -124,3 +124,17 @@ def test_a_keyed_claim__reads_the_heads_of_keys_not_the_jobs_held_back(
     calls = sum(s["calls"] for name, s in stats.items() if name != "cmdstat_evalsha")
     assert calls < 60, stats  # a walk past a's jobs would be thousands
     assert first.concurrency_key == "a"
+
+
+def test_a_full_rate_bucket_of_a_key_with_no_job__is_dropped_by_prune(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    b, r = open_backend(redis_url), redis_sync.Redis.from_url(redis_url)
+    worker = register(b, "w", ("q",))
+    b.set_policy("q", QueuePolicy(rate_limit_per_key=5, rate_interval_per_key=0.05))
+    b.enqueue([spec(queue="q", concurrency_key="a")])
+    [job] = b.claim(worker, ["q"], 1)
+    b.complete(job.id, job.fence)
+    assert r.hexists(P + "krate", "a")  # a token short for 10 ms more
+    wait_for(lambda: b.prune(100) is not None and not r.hexists(P + "krate", "a"))
+    assert r.zcard(P + "kfull") == 0

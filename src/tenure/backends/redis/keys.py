@@ -37,6 +37,8 @@ Concurrency keys (_keys.lua, which documents them), per queue ``q`` too::
     kact            HASH    concurrency key -> its active jobs
     kload           ZSET    concurrency key -> -(queued + active): the keys in use
     krate           HASH    concurrency key -> its rate bucket, "<tokens> <at>"
+    kfull           ZSET    concurrency key with no job -> when its bucket is full
+                            (prune.lua drops the bucket then)
     knone, kopen, khead, kwait, kturn   while the policy is keyed: the claim's
                             view of the keys that may start a job
 

@@ -7,6 +7,7 @@
 --   kact      HASH  key -> its active jobs
 --   kload     ZSET  key -> -(queued + active), the keys with any (key_counts)
 --   krate     HASH  key -> "<tokens> <at>": its rate bucket, as the queue's
+--   kfull     ZSET  key -> when its bucket is full, for a key left with no job
 --
 -- and only while the queue's policy is keyed (max_active_per_key,
 -- rate_limit_per_key or fair set; rebuilt when the policy changes):
@@ -51,10 +52,19 @@ function ck.forget(p)
 end
 
 -- kload: by is +1 for a job that left (queued or active), -1 for one that came.
+-- A key left with none: its rate bucket, once full again, is as good as
+-- absent, and prune.lua drops it then (kfull: key -> when it is full).
 local function load(p, key, by)
   if tonumber(redis.call('ZINCRBY', p .. 'kload', by, key)) >= 0 then
     redis.call('ZREM', p .. 'kload', key)
     redis.call('HDEL', p .. 'kact', key)  -- 0 since its last attempt ended
+    local m = ck.mode(p)
+    local b = m and m.rate and redis.call('HGET', p .. 'krate', key)
+    if b then
+      local tokens, at = string.match(b, '(%S+) (%S+)')
+      local full = tonumber(at) + math.max(m.rate - tonumber(tokens), 0) * m.per / m.rate
+      redis.call('ZADD', p .. 'kfull', num(full), key)
+    end
   end
 end
 
@@ -313,6 +323,15 @@ function ck.claimed(p, members, cks, now)
     local active = key and tonumber(redis.call('HINCRBY', p .. 'kact', key, #g))
     if m then served(p, m, key, active, #g, now) end
   end
+end
+
+-- Drop the rate buckets of keys left with no job that are full by now.
+function ck.forget_buckets(p, now)
+  local full = redis.call('ZRANGE', p .. 'kfull', '-inf', num(now), 'BYSCORE', 'LIMIT', 0, 1000)
+  for _, key in ipairs(full) do
+    if not redis.call('ZSCORE', p .. 'kload', key) then redis.call('HDEL', p .. 'krate', key) end
+  end
+  call_with('ZREM', p .. 'kfull', full)
 end
 
 -- The queue's policy changed from one whose ck.mode was old: if its per-key

@@ -18,7 +18,7 @@ if #ids == 0 then
     p .. 'holders', p .. 'signal', p .. 'policy', p .. 'events', p .. 'rate',
     p .. RETAINED.completed, p .. RETAINED.dead, p .. 'retained:backfill', p .. 'outbox',
     p .. 'wfkeys', p .. 'wfpending', p .. 'ukeys', p .. 'kact', p .. 'kload', p .. 'krate',
-    p .. 'knone', p .. 'kopen', p .. 'khead', p .. 'kwait', p .. 'kturn')
+    p .. 'knone', p .. 'kopen', p .. 'khead', p .. 'kwait', p .. 'kturn', p .. 'kfull')
   for _, state in ipairs({'waiting', 'scheduled', 'queued', 'active', 'completed', 'dead', 'cancelled'}) do
     redis.call('DEL', state_key(p, state))
   end

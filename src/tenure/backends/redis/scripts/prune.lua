@@ -76,6 +76,7 @@ if limit == 0 then
   for _, s in ipairs(sets) do due = due + redis.call('ZCOUNT', s[1], '-inf', s[2]) end
   return flow_reply({due, {}})
 end
+ck.forget_buckets(p, now)  -- the full rate buckets of idle concurrency keys go
 
 local gone, by_state, left = {}, {}, limit
 for _, s in ipairs(sets) do
