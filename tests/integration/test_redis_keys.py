@@ -138,3 +138,17 @@ def test_a_full_rate_bucket_of_a_key_with_no_job__is_dropped_by_prune(
     assert r.hexists(P + "krate", "a")  # a token short for 10 ms more
     wait_for(lambda: b.prune(100) is not None and not r.hexists(P + "krate", "a"))
     assert r.zcard(P + "kfull") == 0
+
+
+def test_jobs_of_several_keys__are_stored_by_one_script_call(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    b, r = open_backend(redis_url), redis_sync.Redis.from_url(redis_url)
+    b.set_policy("q", QueuePolicy(fair=True))
+    keys = ["a", "b", None, "a", "c", None]
+    r.config_resetstat()
+    jobs = b.enqueue([spec(queue="q", concurrency_key=k) for k in keys])
+    assert r.info("commandstats")["cmdstat_evalsha"]["calls"] == 1
+    assert [j.concurrency_key for j in jobs] == keys
+    assert [b.get(j.id).concurrency_key for j in jobs] == keys
+    check_sets(r, keyed=True)

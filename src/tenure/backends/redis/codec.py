@@ -99,15 +99,16 @@ def number(value: float | int | None) -> str:
     return "" if value is None else repr(value)
 
 
-def shared_args(spec: JobSpec) -> tuple[str, ...]:
+def shared_args(spec: JobSpec, *, each_keyed: bool = False) -> tuple[str, ...]:
     """The ARGV values enqueue.lua takes once for a run of jobs with the same
     options (``JobSpec.options``): task, delay (the debounce, if any), run_at,
     priority, max_attempts, timeout, traceparent, concurrency_key, whether
-    it debounces, unique_for."""
+    it debounces, unique_for, and whether each job has its own
+    concurrency_key (``each_keyed``: then the run's is '')."""
     delay = spec.delay if spec.debounce is None else spec.debounce
     return (
         spec.task, number(delay), number(spec.run_at), str(spec.priority),
         number(spec.max_attempts), number(spec.timeout), spec.traceparent or "",
-        spec.concurrency_key or "", "" if spec.debounce is None else "1",
-        number(spec.unique_for),
+        "" if each_keyed else spec.concurrency_key or "",
+        "" if spec.debounce is None else "1", number(spec.unique_for), "1" if each_keyed else "",
     )  # fmt: skip

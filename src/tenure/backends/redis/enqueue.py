@@ -43,8 +43,13 @@ class Enqueue:
         runs = _runs(specs)
         pipelines = []
         for queue, run in runs:  # the index by id first: a rerun finds them
-            args: list[Arg] = [queue, len(run), *codec.shared_args(run[0])]
-            args += [a for s in run for a in (s.id, s.args, s.key or "")]
+            each = any(s.concurrency_key != run[0].concurrency_key for s in run)
+            args: list[Arg] = [queue, len(run), *codec.shared_args(run[0], each_keyed=each)]
+            if each:  # jobs of several concurrency keys: each its own
+                args += [a for s in run for a in (s.id, s.args, s.key or "",
+                                                  s.concurrency_key or "")]  # fmt: skip
+            else:
+                args += [a for s in run for a in (s.id, s.args, s.key or "")]
             pipelines.append([*head, Call.command("HSET", self.keys.jobs,
                                                   *[x for s in run for x in (s.id, queue)]),
                               Call.script("enqueue", [self.keys.queue(queue)], args)])  # fmt: skip
@@ -138,12 +143,13 @@ def _enqueued(specs: Sequence[JobSpec], reply: list[Any]) -> list[Job]:
 
 
 def _runs(specs: Sequence[JobSpec]) -> list[tuple[str, list[JobSpec]]]:
-    """Consecutive specs of one queue and the same options (all but id, args and
-    key), in chunks: one enqueue script call each, in order."""
+    """Consecutive specs of one queue and the same options (all but id, args,
+    key and concurrency_key), in chunks: one enqueue script call each, in order."""
     runs: list[tuple[str, list[JobSpec]]] = []
     last = None
     for spec in specs:
         options = spec.options()
+        options = options[:8] + options[9:]  # but its concurrency_key
         if options == last and len(runs[-1][1]) < ENQUEUE_CHUNK:
             runs[-1][1].append(spec)
         else:

@@ -6,8 +6,9 @@
 -- ARGV[3..12] what the jobs share: task, delay, run_at ('' = now + delay),
 --          priority, max_attempts (''), timeout (''), traceparent (''),
 --          concurrency_key (''), debounce ('' or '1': delay is the debounce),
---          unique_for ('')
--- ARGV[13..] 3 values per job, in order: id, args (JSON), key ('')
+--          unique_for (''), '1' if each job has its own concurrency_key
+-- ARGV[14..] 3 values per job, in order: id, args (JSON), key (''); 4 with
+--          '1' in ARGV[13]: and its concurrency_key ('')
 --          (shared values once: nine per job made a fifth of a bulk enqueue's
 --          time, packing and parsing them)
 -- Returns  {created_at, then one entry per job, in order}:
@@ -29,6 +30,8 @@ local now_us = math.floor(now * 1000000)
 local task, delay, run_at, priority = ARGV[3], tonumber(ARGV[4]), opt(ARGV[5]), ARGV[6]
 local max_attempts, timeout, traceparent = ARGV[7], ARGV[8], ARGV[9]
 local ckey, debounce, unique_for = opt(ARGV[10]), ARGV[11] == '1', tonumber(opt(ARGV[12]))
+local stride = ARGV[13] == '1' and 4 or 3
+local by_key = {}  -- with a concurrency_key per job: the queued ones' pairs per key
 local due = tonumber(run_at or now + delay)  -- the same for every job
 local due_s = due == now and now_s or num(due)
 local score = -tonumber(priority)  -- in the ready set
@@ -45,7 +48,7 @@ local by_due, by_seq = {}, {}  -- (score, member) pairs: ready or scheduled; all
 -- keys tells whether any is (usually none), not one call per job; an id sent
 -- twice in one call is found in `stored`.
 local keys = {}
-for i = 1, n do keys[i] = job_key(p, ARGV[10 + i * 3]) end
+for i = 1, n do keys[i] = job_key(p, ARGV[14 + (i - 1) * stride]) end
 local any = false
 for i = 1, n, 1000 do
   if redis.call('EXISTS', unpack(keys, i, math.min(i + 999, n))) > 0 then any = true; break end
@@ -96,8 +99,9 @@ local function holder_of(key, args)
 end
 
 for i = 1, n do
-  local b = 10 + i * 3
+  local b = 14 + (i - 1) * stride
   local id, args, key = ARGV[b], ARGV[b + 1], opt(ARGV[b + 2])
+  local jck = stride == 4 and opt(ARGV[b + 3])
   local holder = key and holder_of(key, args)
   if not holder and (stored[id] or (any and redis.call('EXISTS', keys[i]) == 1)) then
     holder = id
@@ -114,11 +118,17 @@ for i = 1, n do
       fields[m + 1], fields[m + 2], m = 'rank', rank, m + 2
       by_due[#by_due + 1] = score
       by_due[#by_due + 1] = rank
+      if stride == 4 then
+        local pairs_of = by_key[jck or false] or {}
+        pairs_of[#pairs_of + 1], pairs_of[#pairs_of + 2] = score, rank
+        by_key[jck or false] = pairs_of
+      end
     else
       by_due[#by_due + 1] = due
       by_due[#by_due + 1] = id
     end
     if key then fields[m + 1], fields[m + 2], m = 'key', key, m + 2 end
+    if jck then fields[m + 1], fields[m + 2], m = 'ck', jck, m + 2 end
     redis.call('HSET', keys[i], unpack(fields, 1, m))
     by_seq[#by_seq + 1] = seq
     by_seq[#by_seq + 1] = id
@@ -130,7 +140,8 @@ for i = 1, n do
 end
 if state == 'queued' then
   queued = #by_due / 2
-  ck.added(p, ckey, by_due)
+  if stride == 3 then ck.added(p, ckey, by_due) end
+  for k, pairs_of in pairs(by_key) do ck.added(p, k, pairs_of) end
 end
 
 local adds = {[state == 'queued' and 'ready' or 'scheduled'] = by_due, all = by_seq,
