@@ -46,27 +46,51 @@ def postgres_bin(name: str) -> str | None:
     return found[0] if found else shutil.which(name)
 
 
+def children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie nobody here reaps counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
 class PostgresServer:
     """One PostgreSQL cluster; ``new_database()`` gives each test a clean database.
     It listens on ``listen`` (loopback, and others a test's network namespaces reach)."""
 
-    def __init__(self, *, listen: tuple[str, ...] = ("127.0.0.1",)) -> None:
+    def __init__(
+        self, *, listen: tuple[str, ...] = ("127.0.0.1",), port: int | None = None
+    ) -> None:
         self.listen = listen
-        initdb, self.pg_ctl = postgres_bin("initdb"), postgres_bin("pg_ctl")
-        if not initdb or not self.pg_ctl:
+        pg_ctl = postgres_bin("pg_ctl")
+        if not postgres_bin("initdb") or not pg_ctl:
             raise ServerUnavailable("PostgreSQL binaries (initdb, pg_ctl) not found")
+        self.pg_ctl = pg_ctl
         self.as_root = os.geteuid() == 0
         self.root = Path(tempfile.mkdtemp(prefix="tenure-pg-"))
         self.data = self.root / "data"
-        self.port = free_port()
+        self.port = port or free_port()
         self.log = self.root / "server.log"
         if self.as_root:
             user = pwd.getpwnam("postgres")
             os.chown(self.root, user.pw_uid, user.pw_gid)
-        self._run([initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                   "--no-sync", "-E", "UTF8"])  # fmt: skip
+        self.create()
         self.start()
         self._count = 0
+
+    def create(self) -> None:
+        """Make the cluster's data directory (a standby copies its primary's instead)."""
+        self._run([str(postgres_bin("initdb")), "-D", str(self.data), "-U", "postgres",
+                   "--auth=trust", "--no-sync", "-E", "UTF8"])  # fmt: skip
 
     def _run(self, command: list[str]) -> None:
         if self.as_root:
@@ -90,6 +114,25 @@ class PostgresServer:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def kill9(self) -> None:
+        """SIGKILL the postmaster and every backend at once, as a crash would
+        (stopped first, so that it forks no backend the kill would miss)."""
+        postmaster = self.pid
+        os.kill(postmaster, signal.SIGSTOP)
+        pids = [postmaster, *children(postmaster)]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not all(process_gone(p) for p in pids):
+            if time.monotonic() > deadline:
+                raise ServerUnavailable(f"PostgreSQL {postmaster} still runs 30 s after SIGKILL")
+            time.sleep(0.01)
+        # The dead postmaster may stay a zombie (nobody reaps it here), which the
+        # next postmaster would take for a live one: its lock files go, as a reboot's would.
+        (self.data / "postmaster.pid").unlink(missing_ok=True)
+        (self.root / f".s.PGSQL.{self.port}.lock").unlink(missing_ok=True)
 
     @property
     def pid(self) -> int:

@@ -32,8 +32,13 @@ from typing import Any
 import orjson
 
 from tenure.app import App
-from tenure.chaos.lab import process_gone
-from tests.servers import PostgresServer, RedisServer, ServerUnavailable, postgres_bin
+from tests.servers import (
+    PostgresServer,
+    RedisServer,
+    ServerUnavailable,
+    children,
+    postgres_bin,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 APP_PATH = "tests.fault.soak_tasks:app"
@@ -108,21 +113,6 @@ class SoakPostgres(PostgresServer):
                     f.write(line)
         super().start()
 
-    def kill9(self) -> None:
-        """SIGKILL the postmaster and every backend at once, as a crash would
-        (stopped first, so that it forks no backend the kill would miss)."""
-        postmaster = self.pid
-        os.kill(postmaster, signal.SIGSTOP)
-        pids = [postmaster, *children(postmaster)]
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: all(process_gone(p) for p in pids), 30, "the server to die")
-        # The dead postmaster may stay a zombie (nobody reaps it here), which the
-        # next postmaster would take for a live one: its lock files go, as a reboot's would.
-        (self.data / "postmaster.pid").unlink(missing_ok=True)
-        (self.root / f".s.PGSQL.{self.port}.lock").unlink(missing_ok=True)
-
 
 class SoakRedis(RedisServer):
     """A Redis of the run's own with an append-only file, bound to ``extra`` too."""
@@ -133,14 +123,6 @@ class SoakRedis(RedisServer):
 
     def kill9(self) -> None:
         self.kill()
-
-
-def children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(p) for p in text.split()]
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:

@@ -1,0 +1,120 @@
+"""A PostgreSQL primary and its streaming standby, for failover tests.
+
+The standby is the primary's data copied by ``pg_basebackup -R`` (which
+writes ``standby.signal`` and ``primary_conninfo``), started on a port of
+its own. :class:`ReplicatedPostgres` keeps the pair: ``url()`` names both
+hosts, as a client configured for failover does; ``failover()`` kills the
+primary (kill -9) and promotes the standby; ``rebuild()`` makes a new standby
+of the new primary on the old one's port, so the URL stays right.
+
+With ``synchronous=True`` the primary's commits wait for the standby to flush
+them (``synchronous_commit=on``, ``synchronous_standby_names='*'``); without,
+replication is asynchronous (PostgreSQL's default).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from tests.servers import PostgresServer, ServerUnavailable, postgres_bin
+
+
+class PostgresStandby(PostgresServer):
+    """A streaming standby of ``primary``, read-only until promoted."""
+
+    def __init__(self, primary: PostgresServer, *, port: int | None = None) -> None:
+        self.primary = primary
+        super().__init__(listen=primary.listen, port=port)
+
+    def create(self) -> None:
+        basebackup = postgres_bin("pg_basebackup")
+        if basebackup is None:
+            raise ServerUnavailable("pg_basebackup not found")
+        self._run([basebackup, "-h", "127.0.0.1", "-p", str(self.primary.port), "-U", "postgres",
+                   "-D", str(self.data), "-R", "-X", "stream", "-c", "fast",
+                   "--no-sync"])  # fmt: skip
+        # The primary's wish to wait for a standby is not this one's, once promoted:
+        # it would wait for a standby it does not have. The last setting wins.
+        with (self.data / "postgresql.auto.conf").open("a") as conf:
+            conf.write("synchronous_standby_names = ''\n")
+
+    def promote(self) -> None:
+        """Make this standby a primary; returns once it accepts writes."""
+        self._run([self.pg_ctl, "-D", str(self.data), "-w", "-t", "60", "promote"])
+
+
+class ReplicatedPostgres:
+    """A primary and a streaming standby of it, on random ports."""
+
+    def __init__(self, *, synchronous: bool) -> None:
+        self.synchronous = synchronous
+        self.primary: PostgresServer = PostgresServer()
+        self.standby: PostgresStandby | None = None
+        self.dead: PostgresServer | None = None  # the killed primary, until rebuilt
+        self._count = 0
+        try:
+            self.standby = PostgresStandby(self.primary)
+            self.ports = (self.primary.port, self.standby.port)
+            self.attached()
+        except BaseException:
+            self.close()
+            raise
+
+    def url(self, database: str = "postgres") -> str:
+        """Both hosts, the first primary's first: a rebuilt standby keeps its port."""
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.ports)
+        return f"postgresql://postgres@{hosts}/{database}"
+
+    def new_database(self) -> str:
+        """A new database on the primary (the standby replays it), named by a URL of both hosts."""
+        self._count += 1
+        name = f"f{self._count}_{int(time.time() * 1000) % 100000}"
+        self.primary.psql(f"CREATE DATABASE {name}")
+        return self.url(name)
+
+    def attached(self, timeout: float = 30.0) -> None:
+        """Wait until the standby streams (and, if synchronous, commits wait for it)."""
+        if self.synchronous:
+            self.primary.psql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            self.primary.psql("SELECT pg_reload_conf()")
+        wanted = "sync" if self.synchronous else "async"
+        query = "SELECT string_agg(state || ':' || sync_state, ',') FROM pg_stat_replication"
+        deadline = time.monotonic() + timeout
+        while (found := self.primary.psql(query)) != f"streaming:{wanted}":
+            if time.monotonic() > deadline:
+                raise ServerUnavailable(f"the standby does not stream as {wanted}: {found!r}")
+            time.sleep(0.05)
+
+    def failover(self, lag: float = 0.0) -> tuple[float, float, float]:
+        """Kill -9 the primary and promote the standby: (killed, promotion
+        asked, promoted), wall-clock times. With ``lag``, the primary stops
+        sending WAL (its walsender frozen) that long before the kill, as if the
+        standby had fallen behind by as much."""
+        assert self.standby is not None
+        if lag:
+            [sender] = self.primary.psql("SELECT pid FROM pg_stat_replication").split()
+            os.kill(int(sender), signal.SIGSTOP)
+            time.sleep(lag)  # the lag itself
+        killed = time.time()
+        self.primary.kill9()
+        asked = time.time()
+        self.standby.promote()
+        promoted = time.time()
+        self.dead, self.primary, self.standby = self.primary, self.standby, None
+        return killed, asked, promoted
+
+    def rebuild(self) -> None:
+        """A new standby of the new primary, on the killed one's port."""
+        assert self.dead is not None and self.standby is None
+        port = self.dead.port
+        self.dead.close()
+        self.dead = None
+        self.standby = PostgresStandby(self.primary, port=port)
+        self.attached()
+
+    def close(self) -> None:
+        for server in (self.standby, self.primary, self.dead):
+            if server is not None:
+                server.close()
