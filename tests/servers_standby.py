@@ -87,9 +87,9 @@ class ReplicatedPostgres:
                 raise ServerUnavailable(f"the standby does not stream as {wanted}: {found!r}")
             time.sleep(0.05)
 
-    def failover(self, lag: float = 0.0) -> tuple[float, float, float]:
-        """Kill -9 the primary and promote the standby: (killed, promotion
-        asked, promoted), wall-clock times. With ``lag``, the primary stops
+    def failover(self, lag: float = 0.0) -> tuple[float, float]:
+        """Kill -9 the primary and promote the standby: when the primary was
+        dead, and when the standby was promoted (wall-clock times). With ``lag``, the primary stops
         sending WAL (its walsender frozen) that long before the kill, as if the
         standby had fallen behind by as much."""
         assert self.standby is not None
@@ -97,13 +97,13 @@ class ReplicatedPostgres:
             [sender] = self.primary.psql("SELECT pid FROM pg_stat_replication").split()
             os.kill(int(sender), signal.SIGSTOP)
             time.sleep(lag)  # the lag itself
-        killed = time.time()
         self.primary.kill9()
-        asked = time.time()
+        # When it is all dead: a backend commits until its own SIGKILL lands.
+        killed = time.time()
         self.standby.promote()
         promoted = time.time()
         self.dead, self.primary, self.standby = self.primary, self.standby, None
-        return killed, asked, promoted
+        return killed, promoted
 
     def rebuild(self) -> None:
         """A new standby of the new primary, on the killed one's port."""

@@ -59,7 +59,7 @@ class FailoverConfig:
 class Failover:
     """One kill and promotion, wall-clock times, and what it cost."""
 
-    killed: float
+    killed: float  # when every process of the primary was dead
     promoted: float
     promotion: float  # seconds pg_ctl promote took
     resumed: dict[int, float] = field(default_factory=dict)  # worker pid -> s to its first claim
@@ -76,6 +76,7 @@ class FailoverReport:
     settled: int  # acknowledged completions
     executions: int  # handler starts
     reused_fences: list[str]  # (job, fence) started by two executions
+    stale_settles: list[str]  # (job, fence) settled by the first of two, after the second began
     unfinished: list[str]  # acknowledged jobs the promoted server holds unfinished at the end
 
     def table(self) -> str:
@@ -83,7 +84,8 @@ class FailoverReport:
         lag = f", standby {self.config.lag * 1000:.0f} ms behind" if self.config.lag else ""
         lines = [f"{mode} replication{lag}: {self.acked} acknowledged enqueues, {self.settled} "
                  f"acknowledged completions, {self.executions} executions, "
-                 f"{len(self.reused_fences)} fences claimed twice, "
+                 f"{len(self.reused_fences)} fences claimed twice "
+                 f"({len(self.stale_settles)} settled by the older attempt meanwhile), "
                  f"{len(self.unfinished)} unfinished",
                  "failover  promote  resume max  lost enqueues (oldest)  "
                  "lost completions (oldest)"]  # fmt: skip
@@ -194,11 +196,11 @@ def _events(directory: Path) -> list[Sign]:
     return signs
 
 
-def judge(config: FailoverConfig, *, times: list[tuple[float, float, float]],
+def judge(config: FailoverConfig, *, times: list[tuple[float, float]],
           acked: list[tuple[float, list[str]]], jobs: dict[str, Job], signs: list[Sign],
           workers: list[int]) -> FailoverReport:  # fmt: skip
     """What the promoted servers hold, against what was acknowledged."""
-    failovers = [Failover(k, p, p - a) for k, a, p in times]
+    failovers = [Failover(k, p, p - k) for k, p in times]
 
     def failover_after(at: float) -> tuple[Failover, float] | None:
         """The first failover killed at or after ``at``, and how long after."""
@@ -219,16 +221,28 @@ def judge(config: FailoverConfig, *, times: list[tuple[float, float, float]],
             if hit is not None:
                 hit[0].lost_completions.append(hit[1])
     _resumed(failovers, jobs, workers)
-    fences = defaultdict(int)
+    fences: dict[tuple[str, int], list[Sign]] = defaultdict(list)
     for s in signs:
         if s.ev == "start":
-            fences[(s.job, s.fence)] += 1
+            fences[(s.job, s.fence)].append(s)
     acked_ids = {job_id for _, ids in acked for job_id in ids}
+    stale = [s for s in settled if _stale(s, fences[(s.job, s.fence)])]
     return FailoverReport(
         config, failovers, workers, len(acked_ids), len(settled), len(fences),
-        reused_fences=[f"{j}:{f}" for (j, f), n in fences.items() if n > 1],
+        reused_fences=[f"{j}:{f}" for (j, f), x in fences.items() if len(x) > 1],
+        stale_settles=[f"{s.job}:{s.fence}" for s in stale],
         unfinished=[i for i in acked_ids if i in jobs and jobs[i].state is not State.COMPLETED],
     )  # fmt: skip
+
+
+def _stale(settled: Sign, starts: list[Sign]) -> bool:
+    """Whether this settle came from an attempt whose fence was claimed again
+    (its claim lost with the old primary) and after that second claim."""
+    mine = [s for s in starts if s.pid == settled.pid and s.wall <= settled.wall]
+    if not mine:
+        return False
+    began = max(s.wall for s in mine)
+    return any(began < s.wall < settled.wall and s.pid != settled.pid for s in starts)
 
 
 def _kept(settled: Sign, job: Job | None, starts: list[Sign]) -> bool:
