@@ -56,8 +56,8 @@ def test_a_url_naming_only_standbys__refuses_to_open_saying_why(pair: Replicated
     assert pair.standby is not None
     url = f"postgresql://postgres@127.0.0.1:{pair.standby.port},127.0.0.1:{pair.standby.port}/postgres"
     started = time.monotonic()
-    with pytest.raises(BackendUnavailable) as caught:
-        App(url).queue("default").counts()
+    with App(url) as app, pytest.raises(BackendUnavailable) as caught:
+        app.queue("default").counts()
     assert time.monotonic() - started < 5
     assert "read-only" in str(caught.value) or "hot standby" in str(caught.value), caught.value
 
