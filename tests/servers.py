@@ -32,10 +32,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_port(port: int, timeout: float = 30.0) -> None:
+def wait_port(port: int, timeout: float = 30.0, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
             return
         time.sleep(0.02)
     raise ServerUnavailable(f"nothing listens on port {port} after {timeout} s")
@@ -65,12 +65,14 @@ def process_gone(pid: int) -> bool:
 
 class PostgresServer:
     """One PostgreSQL cluster; ``new_database()`` gives each test a clean database.
-    It listens on ``listen`` (loopback, and others a test's network namespaces reach)."""
+    It listens on ``listen`` (loopback, and others a test's network namespaces reach);
+    clients reach it at the first of them, ``host``."""
 
     def __init__(
         self, *, listen: tuple[str, ...] = ("127.0.0.1",), port: int | None = None
     ) -> None:
         self.listen = listen
+        self.host = listen[0]
         pg_ctl = postgres_bin("pg_ctl")
         if not postgres_bin("initdb") or not pg_ctl:
             raise ServerUnavailable("PostgreSQL binaries (initdb, pg_ctl) not found")
@@ -92,9 +94,13 @@ class PostgresServer:
         self._run([str(postgres_bin("initdb")), "-D", str(self.data), "-U", "postgres",
                    "--auth=trust", "--no-sync", "-E", "UTF8"])  # fmt: skip
 
+    # Commands are run through this: a server on a host of its own starts in it.
+    wrapper: tuple[str, ...] = ()
+
     def _run(self, command: list[str]) -> None:
         if self.as_root:
             command = ["runuser", "-u", "postgres", "--", *command]
+        command = [*self.wrapper, *command]
         done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
         if done.returncode != 0:
             raise ServerUnavailable(f"{' '.join(command)} failed: {done.stderr or done.stdout}")
@@ -106,7 +112,7 @@ class PostgresServer:
         ])  # fmt: skip
         self._run([self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-o", options,
                    "-w", "-t", "60", "start"])  # fmt: skip
-        wait_port(self.port)
+        wait_port(self.port, host=self.host)
 
     def stop(self, mode: str = "fast") -> None:
         self._run([self.pg_ctl, "-D", str(self.data), "-m", mode, "-w", "stop"])
@@ -139,12 +145,12 @@ class PostgresServer:
         return int((self.data / "postmaster.pid").read_text().split()[0])
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://postgres@{self.host}:{self.port}/{database}"
 
     def psql(self, sql: str, database: str = "postgres") -> str:
         psql = postgres_bin("psql")
         assert psql
-        done = subprocess.run([psql, "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+        done = subprocess.run([psql, "-h", self.host, "-p", str(self.port), "-U", "postgres",
                                "-d", database, "-At", "-c", sql],
                               capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
         return done.stdout.strip()

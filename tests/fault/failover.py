@@ -37,7 +37,7 @@ from tenure.core.states import State
 from tenure.errors import TenureError
 from tenure.job import Job
 from tests.fault import history
-from tests.fault.nemesis import Fleet, Slot, wait_until
+from tests.fault.nemesis import Fleet, Netns, Slot, wait_until
 from tests.servers_standby import ReplicatedPostgres
 
 
@@ -49,6 +49,9 @@ class FailoverConfig:
     concurrency: int = 4
     load: float = 2.0  # seconds of load before each kill, and after each promotion
     lag: float = 0.0  # seconds the standby is behind at the kill (the primary's walsender frozen)
+    vanish: bool = False  # the primary's host vanishes (its connections left half-open)
+    detect: float = 0.0  # seconds from the death to the promotion (a failover manager's)
+    options: str = ""  # libpq's, for the URL
     handler: float = 0.01  # seconds each job runs
     batch: int = 5  # jobs per enqueue_many
     backlog: int = 100  # queued jobs the producer keeps at most
@@ -61,7 +64,7 @@ class Failover:
 
     killed: float  # when every process of the primary was dead
     promoted: float
-    promotion: float  # seconds pg_ctl promote took
+    promotion: float  # seconds from the death to the end of pg_ctl promote
     resumed: dict[int, float] = field(default_factory=dict)  # worker pid -> s to its first claim
     lost_enqueues: list[float] = field(default_factory=list)  # s acknowledged before the kill
     lost_completions: list[float] = field(default_factory=list)  # idem
@@ -130,10 +133,11 @@ class Producer(threading.Thread):
 
 def run(config: FailoverConfig, directory: Path) -> FailoverReport:
     """Run ``config.failovers`` failovers under load, in ``directory``, and judge them."""
-    pair = ReplicatedPostgres(synchronous=config.synchronous)
-    fleet = producer = None
+    netns = Netns() if config.vanish else None
+    pair = fleet = producer = None
     try:
-        url = pair.new_database()
+        pair = ReplicatedPostgres(synchronous=config.synchronous, netns=netns)
+        url = pair.new_database() + (f"?{config.options}" if config.options else "")
         queue = f"failover.{uuid.uuid4().hex[:8]}"
         with App(url) as app:
             app.queue(queue).set_policy(lease_ttl=2.0, heartbeat_interval=0.5,
@@ -149,7 +153,7 @@ def run(config: FailoverConfig, directory: Path) -> FailoverReport:
             if i:
                 pair.rebuild()
             time.sleep(config.load)  # the load's cadence, not a wait for a condition
-            times.append(pair.failover(config.lag))
+            times.append(pair.failover(config.lag, vanish=config.vanish, detect=config.detect))
             time.sleep(config.load)
         producer.halt.set()
         producer.join(30)
@@ -165,7 +169,10 @@ def run(config: FailoverConfig, directory: Path) -> FailoverReport:
             producer.halt.set()
         if fleet is not None:
             fleet.close()
-        pair.close()
+        if pair is not None:
+            pair.close()
+        if netns is not None:
+            netns.close()
 
 
 def _quiet(app: App, queue: str) -> bool:

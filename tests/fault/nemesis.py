@@ -61,7 +61,7 @@ class Netns:
         tag = uuid.uuid4().hex[:6]
         self.name, self.host_if, self.ns_if = f"tsoak-{tag}", f"ts{tag}h", f"ts{tag}w"
         self.host_ip = f"10.213.{random.randrange(256)}.1"
-        ns_ip = self.host_ip[:-1] + "2"
+        self.ns_ip = ns_ip = self.host_ip[:-1] + "2"
         self.created = False
         self._ip("netns", "add", self.name)
         self.created = True
@@ -87,6 +87,11 @@ class Netns:
 
     def cut(self, cut: bool) -> None:
         self._ip("link", "set", self.host_if, "down" if cut else "up")
+
+    def vanish(self) -> None:
+        """Take the namespace's end of the cable down, as a host that lost its
+        power: the host side keeps its route, so what it sends there vanishes."""
+        self._ip("-n", self.name, "link", "set", self.ns_if, "down")
 
     def close(self) -> None:
         if self.created:

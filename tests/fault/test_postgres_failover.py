@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from tenure import App
+from tenure.backends.postgres.url import CONNECT_TIMEOUT
 from tenure.errors import BackendUnavailable
 from tests.conftest import server_or_skip
 from tests.fault.failover import FailoverConfig, FailoverReport, run
+from tests.fault.nemesis import Netns
 from tests.servers_standby import ReplicatedPostgres
 
 RESUME_BOUND = 5.0  # seconds from the promotion to every worker's first claim there
@@ -31,6 +33,9 @@ LAG = 0.3
 # behind: nothing acknowledged longer than the lag and this slack before the kill.
 SLACK = 0.2
 SOAK_FAILOVERS = int(os.environ.get("TENURE_SOAK_FAILOVERS", "10"))
+# A failover manager decides this long after the primary's host vanished: by
+# then a multi-host URL's TCP options (10 s) gave its connections up.
+DETECT = 12.0
 
 
 @pytest.fixture(scope="module")
@@ -71,10 +76,10 @@ def failover(
     return report
 
 
-def assert_resumed(report: FailoverReport) -> None:
+def assert_resumed(report: FailoverReport, bound: float = RESUME_BOUND) -> None:
     for f in report.failovers:
         assert set(f.resumed) == set(report.workers), report.table()
-        assert max(f.resumed.values()) < RESUME_BOUND, report.table()
+        assert max(f.resumed.values()) < bound, report.table()
     assert report.unfinished == [], report.table()
 
 
@@ -123,3 +128,20 @@ def test_failovers_one_after_another(synchronous, lag, tmp_path, capsys):
     else:
         assert_only_the_lag_lost(report)
     assert_resumed(report)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(300)
+def test_a_primary_whose_host_vanished__workers_follow_the_promoted_standby(tmp_path, capsys):
+    """The primary's end of the cable down, then the primary killed: its
+    clients' connections are left half-open, as when a machine loses its power.
+    A URL of several hosts gives them up within 10 s (its TCP defaults); each
+    new connection then waits for the vanished host first, up to
+    ``connect_timeout``, before it reaches the promoted standby."""
+    why = Netns.unavailable()
+    if why:
+        pytest.skip(why)
+    config = FailoverConfig(True, vanish=True, detect=DETECT, load=5.0, workers=3)
+    report = failover(config, tmp_path, capsys)
+    assert_nothing_acknowledged_lost(report)
+    assert_resumed(report, bound=RESUME_BOUND + CONNECT_TIMEOUT)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from tenure.backends.postgres.url import parse
+from tenure.backends.postgres.url import MULTI_HOST_DEFAULTS, parse
 from tenure.core.urls import redacted
 from tenure.errors import InvalidInput
 
@@ -33,6 +33,19 @@ def test_several_hosts__are_kept_in_order_and_default_to_read_write() -> None:
     assert fields["password"] == "pw"
 
 
+def test_several_hosts__give_up_on_a_silent_connection_in_seconds() -> None:
+    fields = conninfo_to_dict(parse("postgresql://a,b/db").conninfo)
+    assert fields["tcp_user_timeout"] == "10000"
+    assert (fields["keepalives_idle"], fields["keepalives_interval"]) == ("5", "2")
+    assert fields["keepalives_count"] == "3"
+
+
+def test_several_hosts__keep_the_tcp_options_given() -> None:
+    conninfo = parse("postgresql://a,b/db?tcp_user_timeout=0&keepalives_idle=60").conninfo
+    fields = conninfo_to_dict(conninfo)
+    assert (fields["tcp_user_timeout"], fields["keepalives_idle"]) == ("0", "60")
+
+
 @pytest.mark.parametrize("attrs", ["any", "primary", "prefer-standby"])
 def test_several_hosts__keep_the_target_session_attrs_given(attrs: str) -> None:
     conninfo = parse(f"postgresql://a,b/db?target_session_attrs={attrs}").conninfo
@@ -47,8 +60,9 @@ def test_several_hosts__keep_the_target_session_attrs_given(attrs: str) -> None:
         "postgresql:///db?host=/run/postgresql",
     ],
 )
-def test_one_host__leaves_target_session_attrs_to_libpq(url: str) -> None:
-    assert "target_session_attrs" not in conninfo_to_dict(parse(url).conninfo)
+def test_one_host__leaves_the_failover_options_to_libpq(url: str) -> None:
+    fields = conninfo_to_dict(parse(url).conninfo)
+    assert not set(MULTI_HOST_DEFAULTS) & set(fields)
 
 
 def test_several_hosts_in_the_query__count_as_several() -> None:

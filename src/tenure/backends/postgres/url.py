@@ -5,9 +5,8 @@ A URL may name several hosts, as libpq reads them
 keeps the first that answers as ``target_session_attrs`` asks. Every
 connection tenure makes (its pool's, the liveness session, LISTEN, a
 handler's ``transaction()``) is made from this one string, again after each
-lost one, so workers follow a promoted standby. A URL of several hosts
-defaults ``target_session_attrs`` to ``read-write``: tenure writes on every
-connection, and a standby that answered first would refuse each write.
+lost one, so workers follow a promoted standby. A URL of several hosts is
+for failover, and gets defaults for it (``MULTI_HOST_DEFAULTS``).
 """
 
 from __future__ import annotations
@@ -34,7 +33,19 @@ MAX_POOL_SIZE = 1000
 MAX_SCHEMA_LENGTH = 63 - len("tenure.")
 # libpq's values; a wrong one would only fail at the first connection.
 SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer-standby")
-MULTI_HOST_SESSION_ATTRS = "read-write"
+# libpq's options a URL of several hosts gets unless it says otherwise. tenure
+# writes on every connection: a standby that answered first would refuse each
+# write. A primary's host may vanish without closing its connections (power
+# lost, cable cut): TCP alone waits minutes on each before its error; these
+# give up on a connection whose data stays unacknowledged for 10 s, or that
+# is idle and answers no probe for as long.
+MULTI_HOST_DEFAULTS = {
+    "target_session_attrs": "read-write",
+    "tcp_user_timeout": "10000",  # milliseconds
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +71,8 @@ def parse(url: str) -> Options:
         options.integer("connect_timeout", CONNECT_TIMEOUT, low=1, high=MAX_CONNECT_TIMEOUT)
     )
     hosts = _hosts(options, _fields(options, url, f"{base}?{_query(libpq)}"))
-    if hosts > 1 and "target_session_attrs" not in libpq:
-        libpq["target_session_attrs"] = MULTI_HOST_SESSION_ATTRS
+    if hosts > 1:
+        libpq = MULTI_HOST_DEFAULTS | libpq
     return Options(
         f"{base}?{_query(libpq)}",
         schema=options.text("schema", "tenure"),
