@@ -4,7 +4,9 @@ Real ``tenure worker`` processes and a producer use one URL naming a primary
 and its streaming standby (``tests/servers_standby.py``). While they work,
 the primary is killed (kill -9) and the standby promoted (``pg_ctl promote``);
 for more than one failover, a new standby is made of the new primary, on the
-old one's port, and the load goes on. The jobs complete in their handler's own
+old one's port, and the load goes on. Or the primary's host vanishes first
+(``vanish``: its end of the cable down, then the kill), and the promotion
+comes ``detect`` seconds later. The jobs complete in their handler's own
 transaction (``soak.settle``), so what was acknowledged is known outside
 tenure on both sides:
 

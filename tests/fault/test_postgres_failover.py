@@ -5,7 +5,8 @@ With synchronous replication nothing acknowledged is lost: every acknowledged
 enqueue is on the promoted server and runs; every acknowledged completion is
 kept, and its job never runs again. With asynchronous replication the
 promoted server may lack what the primary acknowledged last: measured here,
-stated in docs/guarantees.md. ``make soak`` runs ten failovers of each.
+stated in docs/guarantees.md. ``make soak`` runs ten failovers of each, and
+one whose primary's host vanishes (its connections left half-open).
 """
 
 from __future__ import annotations
