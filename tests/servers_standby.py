@@ -121,14 +121,16 @@ class ReplicatedPostgres:
 
     def failover(
         self, lag: float = 0.0, *, vanish: bool = False, detect: float = 0.0
-    ) -> tuple[float, float]:
-        """Kill -9 the primary and promote the standby: when the primary was
-        dead, and when the standby was promoted (wall-clock times). With ``lag``,
+    ) -> tuple[float, float, float]:
+        """Kill -9 the primary and promote the standby: when the standby stopped
+        receiving, when the primary was dead, and when the standby was promoted
+        (wall-clock times). With ``lag``,
         the primary stops sending WAL (its walsender frozen) that long before the
         kill, as if the standby had fallen behind by as much. With ``vanish``, its
         host vanishes first (a HostedPostgres). ``detect``: the seconds a
         failover manager takes to decide, between the death and the promotion."""
         assert self.standby is not None
+        stopped = time.time()
         if lag:
             [sender] = self.primary.psql("SELECT pid FROM pg_stat_replication").split()
             os.kill(int(sender), signal.SIGSTOP)
@@ -144,7 +146,7 @@ class ReplicatedPostgres:
         self.standby.promote()
         promoted = time.time()
         self.dead, self.primary, self.standby = self.primary, self.standby, None
-        return killed, promoted
+        return stopped, killed, promoted
 
     def rebuild(self) -> None:
         """A new standby of the new primary, on the killed one's port."""

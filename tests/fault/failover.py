@@ -64,6 +64,7 @@ class FailoverConfig:
 class Failover:
     """One kill and promotion, wall-clock times, and what it cost."""
 
+    stopped: float  # when the standby stopped receiving (the lag began, or the kill)
     killed: float  # when every process of the primary was dead
     promoted: float
     promotion: float  # seconds from the death to the end of pg_ctl promote
@@ -205,11 +206,11 @@ def _events(directory: Path) -> list[Sign]:
     return signs
 
 
-def judge(config: FailoverConfig, *, times: list[tuple[float, float]],
+def judge(config: FailoverConfig, *, times: list[tuple[float, float, float]],
           acked: list[tuple[float, list[str]]], jobs: dict[str, Job], signs: list[Sign],
           workers: list[int]) -> FailoverReport:  # fmt: skip
     """What the promoted servers hold, against what was acknowledged."""
-    failovers = [Failover(k, p, p - k) for k, p in times]
+    failovers = [Failover(s, k, p, p - k) for s, k, p in times]
 
     def failover_after(at: float) -> tuple[Failover, float] | None:
         """The first failover killed at or after ``at``, and how long after."""
