@@ -19,6 +19,7 @@ replication is asynchronous (PostgreSQL's default).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -159,6 +160,10 @@ class ReplicatedPostgres:
         self.attached()
 
     def close(self) -> None:
+        """Kill both (nothing of theirs is kept: pg_ctl's stop waits for seconds
+        on a loaded machine) and remove their directories."""
         for server in (self.standby, self.primary, self.dead):
             if server is not None:
+                with contextlib.suppress(OSError, ValueError, ServerUnavailable):
+                    server.kill9()  # OSError: not running (no pid file, or gone)
                 server.close()

@@ -49,7 +49,7 @@ class FailoverConfig:
     failovers: int = 1
     workers: int = 2
     concurrency: int = 4
-    load: float = 2.0  # seconds of load before each kill, and after each promotion
+    load: float = 1.5  # seconds of load before each kill, and after each promotion
     lag: float = 0.0  # seconds the standby is behind at the kill (the primary's walsender frozen)
     vanish: bool = False  # the primary's host vanishes (its connections left half-open)
     detect: float = 0.0  # seconds from the death to the promotion (a failover manager's)
