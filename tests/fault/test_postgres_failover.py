@@ -78,6 +78,7 @@ def failover(
 
 
 def assert_resumed(report: FailoverReport, bound: float = RESUME_BOUND) -> None:
+    assert len(report.workers) == report.config.workers, "a worker exited"
     for f in report.failovers:
         assert set(f.resumed) == set(report.workers), report.table()
         assert max(f.resumed.values()) < bound, report.table()
