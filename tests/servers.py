@@ -32,10 +32,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_port(port: int, timeout: float = 30.0) -> None:
+def wait_port(port: int, timeout: float = 30.0, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
             return
         time.sleep(0.02)
     raise ServerUnavailable(f"nothing listens on port {port} after {timeout} s")
@@ -46,31 +46,61 @@ def postgres_bin(name: str) -> str | None:
     return found[0] if found else shutil.which(name)
 
 
+def children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie nobody here reaps counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
 class PostgresServer:
     """One PostgreSQL cluster; ``new_database()`` gives each test a clean database.
-    It listens on ``listen`` (loopback, and others a test's network namespaces reach)."""
+    It listens on ``listen`` (loopback, and others a test's network namespaces reach);
+    clients reach it at the first of them, ``host``."""
 
-    def __init__(self, *, listen: tuple[str, ...] = ("127.0.0.1",)) -> None:
+    def __init__(
+        self, *, listen: tuple[str, ...] = ("127.0.0.1",), port: int | None = None
+    ) -> None:
         self.listen = listen
-        initdb, self.pg_ctl = postgres_bin("initdb"), postgres_bin("pg_ctl")
-        if not initdb or not self.pg_ctl:
+        self.host = listen[0]
+        pg_ctl = postgres_bin("pg_ctl")
+        if not postgres_bin("initdb") or not pg_ctl:
             raise ServerUnavailable("PostgreSQL binaries (initdb, pg_ctl) not found")
+        self.pg_ctl = pg_ctl
         self.as_root = os.geteuid() == 0
         self.root = Path(tempfile.mkdtemp(prefix="tenure-pg-"))
         self.data = self.root / "data"
-        self.port = free_port()
+        self.port = port or free_port()
         self.log = self.root / "server.log"
         if self.as_root:
             user = pwd.getpwnam("postgres")
             os.chown(self.root, user.pw_uid, user.pw_gid)
-        self._run([initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                   "--no-sync", "-E", "UTF8"])  # fmt: skip
+        self.create()
         self.start()
         self._count = 0
+
+    def create(self) -> None:
+        """Make the cluster's data directory (a standby copies its primary's instead)."""
+        self._run([str(postgres_bin("initdb")), "-D", str(self.data), "-U", "postgres",
+                   "--auth=trust", "--no-sync", "-E", "UTF8"])  # fmt: skip
+
+    # Commands are run through this: a server on a host of its own starts in it.
+    wrapper: tuple[str, ...] = ()
 
     def _run(self, command: list[str]) -> None:
         if self.as_root:
             command = ["runuser", "-u", "postgres", "--", *command]
+        command = [*self.wrapper, *command]
         done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
         if done.returncode != 0:
             raise ServerUnavailable(f"{' '.join(command)} failed: {done.stderr or done.stdout}")
@@ -82,7 +112,7 @@ class PostgresServer:
         ])  # fmt: skip
         self._run([self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-o", options,
                    "-w", "-t", "60", "start"])  # fmt: skip
-        wait_port(self.port)
+        wait_port(self.port, host=self.host)
 
     def stop(self, mode: str = "fast") -> None:
         self._run([self.pg_ctl, "-D", str(self.data), "-m", mode, "-w", "stop"])
@@ -91,17 +121,36 @@ class PostgresServer:
         self.stop()
         self.start()
 
+    def kill9(self) -> None:
+        """SIGKILL the postmaster and every backend at once, as a crash would
+        (stopped first, so that it forks no backend the kill would miss)."""
+        postmaster = self.pid
+        os.kill(postmaster, signal.SIGSTOP)
+        pids = [postmaster, *children(postmaster)]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not all(process_gone(p) for p in pids):
+            if time.monotonic() > deadline:
+                raise ServerUnavailable(f"PostgreSQL {postmaster} still runs 30 s after SIGKILL")
+            time.sleep(0.01)
+        # The dead postmaster may stay a zombie (nobody reaps it here), which the
+        # next postmaster would take for a live one: its lock files go, as a reboot's would.
+        (self.data / "postmaster.pid").unlink(missing_ok=True)
+        (self.root / f".s.PGSQL.{self.port}.lock").unlink(missing_ok=True)
+
     @property
     def pid(self) -> int:
         return int((self.data / "postmaster.pid").read_text().split()[0])
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://postgres@{self.host}:{self.port}/{database}"
 
     def psql(self, sql: str, database: str = "postgres") -> str:
         psql = postgres_bin("psql")
         assert psql
-        done = subprocess.run([psql, "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+        done = subprocess.run([psql, "-h", self.host, "-p", str(self.port), "-U", "postgres",
                                "-d", database, "-At", "-c", sql],
                               capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
         return done.stdout.strip()

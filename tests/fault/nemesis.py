@@ -32,8 +32,13 @@ from typing import Any
 import orjson
 
 from tenure.app import App
-from tenure.chaos.lab import process_gone
-from tests.servers import PostgresServer, RedisServer, ServerUnavailable, postgres_bin
+from tests.servers import (
+    PostgresServer,
+    RedisServer,
+    ServerUnavailable,
+    children,
+    postgres_bin,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 APP_PATH = "tests.fault.soak_tasks:app"
@@ -56,7 +61,7 @@ class Netns:
         tag = uuid.uuid4().hex[:6]
         self.name, self.host_if, self.ns_if = f"tsoak-{tag}", f"ts{tag}h", f"ts{tag}w"
         self.host_ip = f"10.213.{random.randrange(256)}.1"
-        ns_ip = self.host_ip[:-1] + "2"
+        self.ns_ip = ns_ip = self.host_ip[:-1] + "2"
         self.created = False
         self._ip("netns", "add", self.name)
         self.created = True
@@ -83,6 +88,11 @@ class Netns:
     def cut(self, cut: bool) -> None:
         self._ip("link", "set", self.host_if, "down" if cut else "up")
 
+    def vanish(self) -> None:
+        """Take the namespace's end of the cable down, as a host that lost its
+        power: the host side keeps its route, so what it sends there vanishes."""
+        self._ip("-n", self.name, "link", "set", self.ns_if, "down")
+
     def close(self) -> None:
         if self.created:
             with contextlib.suppress(subprocess.CalledProcessError):
@@ -108,21 +118,6 @@ class SoakPostgres(PostgresServer):
                     f.write(line)
         super().start()
 
-    def kill9(self) -> None:
-        """SIGKILL the postmaster and every backend at once, as a crash would
-        (stopped first, so that it forks no backend the kill would miss)."""
-        postmaster = self.pid
-        os.kill(postmaster, signal.SIGSTOP)
-        pids = [postmaster, *children(postmaster)]
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: all(process_gone(p) for p in pids), 30, "the server to die")
-        # The dead postmaster may stay a zombie (nobody reaps it here), which the
-        # next postmaster would take for a live one: its lock files go, as a reboot's would.
-        (self.data / "postmaster.pid").unlink(missing_ok=True)
-        (self.root / f".s.PGSQL.{self.port}.lock").unlink(missing_ok=True)
-
 
 class SoakRedis(RedisServer):
     """A Redis of the run's own with an append-only file, bound to ``extra`` too."""
@@ -133,14 +128,6 @@ class SoakRedis(RedisServer):
 
     def kill9(self) -> None:
         self.kill()
-
-
-def children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(p) for p in text.split()]
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:

@@ -134,3 +134,17 @@ def fail(tag: str, kind: str) -> None:
     record("start")
     record("end", "fail")
     raise tenure.Fail(f"{tag}: fails for good on purpose")
+
+
+@app.task(name="soak.settle")
+def settle(tag: str, kind: str, seconds: float) -> None:
+    """A healthy handler that completes its job in its own transaction, then
+    writes down that the completion was acknowledged (``settled``): from then
+    on storage must hold it completed, whatever happens to its server."""
+    record("start")
+    _never.wait(seconds)
+    record("end", "ok")
+    job = tenure.current_job()
+    with job.transaction({"fence": job.fence, "pid": os.getpid()}):
+        pass
+    record("settled")

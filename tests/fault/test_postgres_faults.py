@@ -284,3 +284,28 @@ async def _hand_over_while_swept(
     finally:
         await newer.close()
         await dead.close()
+
+
+def test_a_handlers_transaction_after_its_session_was_ended__is_made_on_a_new_one(
+    pg_url, postgres_server, open_backend
+):
+    """A handler's process keeps its connection for ``transaction()`` between
+    jobs. The server ending that session (a restart, the kill of a primary that
+    failed over) must not fail the next job's transaction: the connection holds
+    the server's goodbye, and a new one is made."""
+    backend = open_backend(pg_url)
+    handler = from_url(pg_url)  # as a handler's process holds it: never opened
+    backend.register_worker(WorkerInfo("w1", "host", 1, ("default",)))
+    backend.enqueue([JobSpec.create("t", {}), JobSpec.create("t", {})])
+    first, second = backend.claim("w1", ["default"], 2)
+    with handler.transaction(first.id, first.fence, {"n": 1}):
+        pass
+    db = pg_url.rsplit("/", 1)[1]
+    ended = postgres_server.psql(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE application_name = 'tenure-effects') t", db)  # fmt: skip
+    assert ended == "1"
+    with handler.transaction(second.id, second.fence, {"n": 2}):
+        pass
+    assert backend.get(second.id).state is State.COMPLETED
+    asyncio.run(handler.close())

@@ -174,7 +174,7 @@ class Pool:
                 return
 
 
-def hung_up(conn: Connection) -> bool:
+def hung_up(conn: psycopg.BaseConnection[Any]) -> bool:
     """Whether an idle connection has something to read: the server's goodbye."""
     poll = select.poll()
     poll.register(conn.fileno(), select.POLLIN)

@@ -29,6 +29,7 @@ from tenure.backends.base import kind_of
 from tenure.backends.postgres.database import Database
 from tenure.backends.postgres.enqueue import Enqueue
 from tenure.backends.postgres.flows import Flows
+from tenure.backends.postgres.pool import hung_up
 from tenure.backends.postgres.steps import Steps, run_steps, run_steps_sync
 from tenure.core.payload import encode
 from tenure.core.workflows import Workflow, WorkflowSpec
@@ -173,7 +174,11 @@ class HandlerTransactions:
         runs in the handler's thread, on a connection of its own, kept for reuse."""
         payload = encode(result, what="job result", limit=self.max_payload).decode()
         try:
-            if self._conn is None or self._conn.closed:
+            # A session the server ended meanwhile (a restart, a failover) left
+            # its goodbye on the idle socket: used, it would fail this job.
+            if self._conn is None or self._conn.closed or hung_up(self._conn):
+                if self._conn is not None:
+                    self._conn.close()
                 self._conn = psycopg.connect(self.db.conninfo, application_name="tenure-effects")
             conn = self._conn
             with conn.transaction():
