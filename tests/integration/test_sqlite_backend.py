@@ -140,6 +140,34 @@ def test_a_workflows_move__reads_only_its_rows_through_indexes(
     assert scans == [], plan
 
 
+# A keyed claim's statements and the enqueue's by key, each with its index.
+KEYED_READS = {
+    "keys_after": ["jobs_keyed_ready", "jobs_keyed_ready", "jobs_keyed_active"],
+    "key_jobs": ["jobs_keyed_ready"],
+    "active_of_keys": ["jobs_keyed_active"],
+    "keyed_window": ["jobs_ready"],
+    "find_unfinished_by_key": ["jobs_key", "jobs_key_debounced"],
+    "find_finished_by_key": ["jobs_key_finished"],
+}
+
+
+@pytest.mark.parametrize("name", KEYED_READS)
+def test_a_keyed_claim_and_a_keyed_enqueue__read_through_their_indexes(
+    sqlite_url, open_backend, tmp_path, name
+):
+    """Seeks, never a scan of a key's or a queue's jobs: claims cost the same
+    at any backlog, however many keys."""
+    open_backend(sqlite_url)
+    db = sqlite3.connect(tmp_path / "tenure.db")
+    db.execute("ANALYZE")
+    sql = Q[name]
+    params = ["[]"] * (len(set(re.findall(r"\?(\d+)", sql))) or sql.count("?"))
+    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, params)]
+    used = [re.search(r"USING INDEX (\w+)", s).group(1) for s in plan if "USING INDEX" in s]
+    assert used == KEYED_READS[name], plan
+    assert not [s for s in plan if s.startswith("SCAN jobs")], plan
+
+
 def test_reopening__applies_nothing_twice(sqlite_url, open_backend, tmp_path):
     open_backend(sqlite_url)
     open_backend(sqlite_url)

@@ -24,8 +24,10 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
+
+import orjson
 
 from tenure.backends.rows import JOB_COLUMNS, job_from_row
 from tenure.backends.sqlite.queries import Q
@@ -70,49 +72,58 @@ class Gate:
         self.tokens: dict[str, float] = {}
         self.picks: list[Pick] = []
 
-    def left_for(self, key: str | None, active: int | None = None) -> int:
-        """How many jobs of ``key`` this claim may take (``active``: its active
-        jobs, if counted already)."""
-        if key is None or key == UNKEYED:
-            return self.share
-        if key not in self.left:
-            policy = self.policy
-            if active is None and policy.max_active_per_key is not None:
-                (active,) = self.conn.execute(Q["active_of_key"], (self.queue, key)).fetchone()
+    def left_for(self, key: str | None) -> int:
+        """How many jobs of ``key`` (counted) this claim may take."""
+        return self.share if key is None or key == UNKEYED else self.left[key]
+
+    def count(self, keys: Iterable[str | None], active: Mapping[str, int] | None = None) -> None:
+        """Count the places ``keys`` have left (``active``: their active jobs,
+        if counted already): a statement or two for them all."""
+        new = list({k for k in keys if k and k not in self.left})
+        if not new:
+            return
+        policy, listed = self.policy, orjson.dumps(new)
+        if active is None and policy.max_active_per_key is not None:
+            active = dict(self.conn.execute(Q["active_of_keys"], (self.queue, listed)).fetchall())
+        stored: dict[str, tuple[float, float]] = {}
+        if policy.rate_limit_per_key is not None:
+            found = self.conn.execute(Q["key_buckets"], (self.queue, listed)).fetchall()
+            stored = {k: (tokens, at) for k, tokens, at in found}
+        for key in new:
             tokens = None
             if policy.rate_limit_per_key is not None:
-                row = self.conn.execute(Q["key_bucket"], (self.queue, key)).fetchone()
-                stored, at = row or (None, None)
-                tokens = limits.refilled(policy, stored, at, self.now, per_key=True)
-                self.tokens[key] = tokens
-            self.left[key] = limits.key_allowance(policy, self.share, active or 0, tokens)
-        return self.left[key]
+                held, at = stored.get(key, (None, None))
+                tokens = self.tokens[key] = limits.refilled(
+                    policy, held, at, self.now, per_key=True
+                )
+            used = 0 if active is None else active.get(key, 0)
+            self.left[key] = limits.key_allowance(policy, self.share, used, tokens)
 
     def jobs(self, key: str, skip: str, n: int) -> list[Pick]:
         """The next ``n`` due jobs of ``key``."""
         return self.conn.execute(Q["key_jobs"], (self.queue, key, skip, n)).fetchall()
 
-    def cycle(self, after: str | None) -> Iterator[tuple[str, int | None]]:
-        """Each key with due jobs once (with its active jobs, if counted), in
-        turn after key ``after`` (None: from the first): UNKEYED, then the
-        others in order, round."""
+    def cycle(self, after: str | None) -> Iterator[str]:
+        """Each key with due jobs once, counted, in turn after key ``after``
+        (None: from the first): UNKEYED, then the others in order, round."""
         if after is None:
-            yield UNKEYED, None
+            yield UNKEYED
             yield from self._walk(UNKEYED, None)
             return
         yield from self._walk(after, None)
-        yield UNKEYED, None
+        yield UNKEYED
         if after != UNKEYED:
             yield from self._walk(UNKEYED, after)
 
-    def _walk(self, after: str, upto: str | None) -> Iterator[tuple[str, int | None]]:
+    def _walk(self, after: str, upto: str | None) -> Iterator[str]:
         """The keys with due jobs after ``after``, up to ``upto`` (None: all)."""
         while True:
             rows = self.conn.execute(Q["keys_after"], (self.queue, after, WALK)).fetchall()
-            for key, active in rows:
+            self.count([k for k, _ in rows], dict(rows))
+            for key, _ in rows:
                 if upto is not None and key > upto:
                     return
-                yield key, active
+                yield key
             if len(rows) < WALK:
                 return
             after = rows[-1][0]
@@ -124,7 +135,7 @@ class Gate:
         if not taken:
             return
         if self.policy.rate_limit_per_key is not None:
-            started = Counter(p[1] for p in taken if p[1] != UNKEYED)
+            started = Counter(p[1] for p in taken if p[1])
             self.conn.executemany(
                 Q["take_from_key_bucket"],
                 [(self.queue, k, self.tokens[k] - n, self.now) for k, n in started.items()],
@@ -144,6 +155,7 @@ def _in_order(gate: Gate, skip: str) -> list[Pick]:
     share = gate.share
     window = 4 * share + 32
     rows = gate.conn.execute(Q["keyed_window"], (gate.queue, skip, window)).fetchall()
+    gate.count(r[1] for r in rows)
     taken: Counter[str] = Counter()
     picks = []
     for row in rows:
@@ -157,8 +169,8 @@ def _in_order(gate: Gate, skip: str) -> list[Pick]:
         return picks
     # Held keys filled the window: the best jobs of each key that may start.
     heads: list[Pick] = []
-    for key, active in gate.cycle(None):
-        n = gate.left_for(key, active)
+    for key in gate.cycle(None):
+        n = gate.left_for(key)
         if n:
             heads += gate.jobs(key, skip, min(n, share))
     heads.sort(key=lambda p: (-p[2], p[3], p[0]))
@@ -170,8 +182,8 @@ def _fair(gate: Gate, skip: str) -> list[Pick]:
     share = gate.share
     (cursor,) = gate.conn.execute(Q["key_cursor"], (gate.queue,)).fetchone() or (None,)
     turns: list[tuple[str, int, list[Pick]]] = []  # key, its places, its next jobs
-    for key, active in gate.cycle(cursor):
-        n = gate.left_for(key, active)
+    for key in gate.cycle(cursor):
+        n = gate.left_for(key)
         if n:
             first = gate.jobs(key, skip, 1)
             if first:

@@ -124,11 +124,16 @@ SELECT key, (SELECT count(*) FROM jobs
              WHERE state = 'active' AND queue = ?1 AND concurrency_key = walk.key)
 FROM walk WHERE key IS NOT NULL
 
--- name: active_of_key
-SELECT count(*) FROM jobs WHERE state = 'active' AND queue = ? AND concurrency_key = ?
+-- name: active_of_keys
+-- The active jobs of each key the JSON array ?2 lists that has any.
+SELECT concurrency_key, count(*) FROM jobs
+WHERE state = 'active' AND queue = ?1 AND concurrency_key IN (SELECT value FROM json_each(?2))
+GROUP BY concurrency_key
 
--- name: key_bucket
-SELECT tokens, at FROM key_buckets WHERE queue = ? AND key = ?
+-- name: key_buckets
+-- The stored buckets of the keys the JSON array ?2 lists.
+SELECT key, tokens, at FROM key_buckets
+WHERE queue = ?1 AND key IN (SELECT value FROM json_each(?2))
 
 -- name: take_from_key_bucket
 INSERT INTO key_buckets (queue, key, tokens, at) VALUES (?, ?, ?, ?)
