@@ -33,8 +33,10 @@ BATCH = 10
 KEYS = 10_000
 
 
-async def _drain(path: str, jobs: int, keys: int, policy: dict[str, Any]) -> float:
-    """Jobs per second of one drain of ``jobs`` (across ``keys`` keys, 0: none)."""
+async def _drain(path: str, jobs: int, keys: int, policy: dict[str, Any]) -> tuple[float, float]:
+    """Jobs per second of one drain of ``jobs`` (across ``keys`` keys, 0: none):
+    per second of the wall clock, and per CPU second of the process (steadier
+    on a machine shared with other work)."""
     from tenure.backends.base import WorkerInfo
     from tenure.backends.sqlite import SQLiteBackend
     from tenure.config import QueuePolicy
@@ -51,7 +53,7 @@ async def _drain(path: str, jobs: int, keys: int, policy: dict[str, Any]) -> flo
         await backend.enqueue([JobSpec.create("t", {"i": start + n}, queue="q", **x)
                                for n, x in enumerate(extra)])  # fmt: skip
     await backend.register_worker(WorkerInfo("w", "host", 0, ("q",)))
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     items: list[tuple[str, int, bytes]] = []
     done = 0
     while True:
@@ -60,48 +62,55 @@ async def _drain(path: str, jobs: int, keys: int, policy: dict[str, Any]) -> flo
         if not claimed:
             break
         done += len(claimed)
-    elapsed = time.perf_counter() - began
+    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
     await backend.close()
     assert done == jobs, (done, jobs)
-    return jobs / elapsed
+    return jobs / elapsed, jobs / cpu
 
 
-def drain_in_process(src: Path, jobs: int, keys: int, policy: str) -> float:
+def drain_in_process(src: Path, jobs: int, keys: int, policy: str) -> tuple[float, float]:
     """One drain in a process of its own, with ``src`` first on its path."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     args = [sys.executable, __file__, "drain", "--jobs", str(jobs), "--keys", str(keys)]
     out = subprocess.run([*args, "--policy", policy], env=env, check=True,
                          capture_output=True, text=True).stdout  # fmt: skip
-    return float(out.split()[-1])
+    wall, cpu = out.split()[-2:]
+    return float(wall), float(cpu)
 
 
-def spread(rates: list[float]) -> str:
-    return f"{statistics.median(rates):,.0f}/s ({min(rates):,.0f}-{max(rates):,.0f})"
+def spread(rates: list[tuple[float, float]]) -> str:
+    walls, cpus = [w for w, _ in rates], [c for _, c in rates]
+    wall = f"{statistics.median(walls):,.0f}/s ({min(walls):,.0f}-{max(walls):,.0f})"
+    return f"{wall}, {statistics.median(cpus):,.0f}/CPU s ({min(cpus):,.0f}-{max(cpus):,.0f})"
+
+
+def ratios(rates: list[tuple[float, float]], base: list[tuple[float, float]]) -> str:
+    wall = statistics.median(w for w, _ in rates) / statistics.median(w for w, _ in base)
+    cpu = statistics.median(c for _, c in rates) / statistics.median(c for _, c in base)
+    return f"{wall:.2f}x wall, {cpu:.2f}x CPU"
 
 
 def cost(args: argparse.Namespace) -> None:
     trees = {"base": Path(args.base) / "src", "this": ROOT / "src"}
-    rates: dict[str, list[float]] = {t: [] for t in trees}
+    rates: dict[str, list[tuple[float, float]]] = {t: [] for t in trees}
     for _ in range(args.rounds):
         for tree, src in trees.items():
             rates[tree].append(drain_in_process(src, args.jobs, 0, ""))
     for tree in trees:
         print(f"{tree}: {spread(rates[tree])}")
-    ratio = statistics.median(rates["this"]) / statistics.median(rates["base"])
-    print(f"this / base: {ratio:.3f}")
+    print(f"this / base: {ratios(rates['this'], rates['base'])}")
 
 
 def keyed(args: argparse.Namespace) -> None:
     policies = {"unlimited": "", "max_active_per_key=2": "max_active_per_key=2",
                 "fair": "fair=1",
                 "fair, max_active_per_key=2": "fair=1,max_active_per_key=2"}  # fmt: skip
-    rates: dict[str, list[float]] = {p: [] for p in policies}
+    rates: dict[str, list[tuple[float, float]]] = {p: [] for p in policies}
     for _ in range(args.rounds):
         for name, policy in policies.items():
             rates[name].append(drain_in_process(ROOT / "src", args.jobs, 1000, policy))
-    base = statistics.median(rates["unlimited"])
     for name in policies:
-        print(f"{name}: {spread(rates[name])}, {statistics.median(rates[name]) / base:.2f}x")
+        print(f"{name}: {spread(rates[name])}; {ratios(rates[name], rates['unlimited'])}")
 
 
 FILL = """
@@ -177,7 +186,7 @@ def main() -> None:
     if args.command == "drain":
         policy = {k: int(v) for k, v in (f.split("=") for f in args.policy.split(",") if f)}
         with tempfile.TemporaryDirectory() as tmp:
-            print(asyncio.run(_drain(f"{tmp}/drain.db", args.jobs, args.keys, policy)))
+            print(*asyncio.run(_drain(f"{tmp}/drain.db", args.jobs, args.keys, policy)))
     elif args.command == "cost":
         cost(args)
     elif args.command == "keyed":

@@ -12,7 +12,7 @@ queue's) through indexes only:
 - fair: the keys in turn after the queue's cursor (the last key served), a
   job each per round, a key's own jobs by priority then run_at.
 
-A key's active jobs are counted through jobs_keyed_active (at most its
+A key's active jobs are counted through jobs_keyed (at most its
 limit, unless the limit came down), so an ended attempt frees its place as
 its state changes, in the transaction that ends it. Its rate bucket is a row
 of key_buckets. In a keyed queue a job without a key is stored under ''

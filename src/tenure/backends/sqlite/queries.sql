@@ -11,18 +11,13 @@ budget_from, concurrency_key
 INSERT OR IGNORE INTO queues (name, policy) VALUES (?, NULL)
 
 -- name: find_unfinished_by_key
--- Each with its seq, through jobs_key and jobs_key_debounced (each names its
--- index's predicate, so that the planner may use it).
+-- Each with its seq, through jobs_by_key (an unfinished job has no finished_at).
 SELECT {job_columns}, seq FROM jobs
-WHERE queue = ?1 AND key = ?2 AND state IN ('scheduled', 'queued', 'active') AND debounce IS NULL
-UNION ALL
-SELECT {job_columns}, seq FROM jobs
-WHERE queue = ?1 AND key = ?2 AND state IN ('scheduled', 'queued', 'active')
-  AND debounce IS NOT NULL
+WHERE queue = ?1 AND key = ?2 AND finished_at IS NULL AND state IN ('scheduled', 'queued', 'active')
 
 -- name: find_finished_by_key
 -- unique_for=: the job of the key that finished last, after ?3 (through
--- jobs_key_finished).
+-- jobs_by_key).
 SELECT {job_columns} FROM jobs
 WHERE queue = ?1 AND key = ?2 AND finished_at > ?3
 ORDER BY finished_at DESC LIMIT 1
@@ -88,9 +83,10 @@ SELECT rate_tokens, rate_at FROM queues WHERE name = ?
 UPDATE queues SET rate_tokens = ?, rate_at = ? WHERE name = ?
 
 -- Concurrency keys (keys.py): a keyed queue's claim reads its keys' due jobs
--- through jobs_keyed_ready and counts their places through jobs_keyed_active.
--- In a keyed queue, a job without a key is stored under the key '' (no key is
--- empty): one key of its own, in those indexes too.
+-- and counts their places through jobs_keyed (each statement names its
+-- predicate, so that the planner may use it). In a keyed queue, a job
+-- without a key is stored under the key '' (no key is empty): one key of its
+-- own, in that index too.
 
 -- name: keyed_window
 -- The queue's next due jobs in claim order (through jobs_ready), each with its
@@ -100,9 +96,9 @@ WHERE state = 'queued' AND queue = ?1 AND task NOT IN (SELECT value FROM json_ea
 ORDER BY priority DESC, run_at, seq LIMIT ?3
 
 -- name: key_jobs
--- keyed_window, of key ?2 only (through jobs_keyed_ready).
+-- keyed_window, of key ?2 only.
 SELECT seq, concurrency_key, priority, run_at FROM jobs
-WHERE state = 'queued' AND queue = ?1 AND concurrency_key = ?2
+WHERE state = 'queued' AND state IN ('queued', 'active') AND queue = ?1 AND concurrency_key = ?2
   AND task NOT IN (SELECT value FROM json_each(?3))
 ORDER BY priority DESC, run_at, seq LIMIT ?4
 
@@ -111,23 +107,27 @@ ORDER BY priority DESC, run_at, seq LIMIT ?4
 -- its active jobs: a seek or two each, however many jobs a key has.
 WITH RECURSIVE walk(key) AS (
     SELECT (SELECT concurrency_key FROM jobs
-            WHERE state = 'queued' AND queue = ?1 AND concurrency_key > ?2
+            WHERE state IN ('queued', 'active') AND queue = ?1 AND concurrency_key > ?2
+              AND state = 'queued'
             ORDER BY concurrency_key LIMIT 1)
     UNION ALL
     SELECT (SELECT concurrency_key FROM jobs
-            WHERE state = 'queued' AND queue = ?1 AND concurrency_key > walk.key
+            WHERE state IN ('queued', 'active') AND queue = ?1 AND concurrency_key > walk.key
+              AND state = 'queued'
             ORDER BY concurrency_key LIMIT 1)
     FROM walk WHERE walk.key IS NOT NULL
     LIMIT ?3
 )
 SELECT key, (SELECT count(*) FROM jobs
-             WHERE state = 'active' AND queue = ?1 AND concurrency_key = walk.key)
+             WHERE state IN ('queued', 'active') AND queue = ?1 AND concurrency_key = walk.key
+               AND state = 'active')
 FROM walk WHERE key IS NOT NULL
 
 -- name: active_of_keys
 -- The active jobs of each key the JSON array ?2 lists that has any.
 SELECT concurrency_key, count(*) FROM jobs
-WHERE state = 'active' AND queue = ?1 AND concurrency_key IN (SELECT value FROM json_each(?2))
+WHERE state IN ('queued', 'active') AND queue = ?1
+  AND concurrency_key IN (SELECT value FROM json_each(?2)) AND state = 'active'
 GROUP BY concurrency_key
 
 -- name: key_buckets

@@ -9,26 +9,24 @@ ALTER TABLE jobs ADD COLUMN unique_for REAL;       -- enqueued with unique_for= 
 -- NULL: none yet).
 ALTER TABLE queues ADD COLUMN key_cursor TEXT;
 
--- A key's due jobs, in claim order, and its active ones: a claim reads a key's
--- next jobs and counts its places through them. Jobs without a key are in
--- neither: a queue without per-key fields pays nothing for them.
-CREATE INDEX jobs_keyed_ready ON jobs (queue, concurrency_key, priority DESC, run_at, seq)
-    WHERE state = 'queued' AND concurrency_key IS NOT NULL;
-CREATE INDEX jobs_keyed_active ON jobs (queue, concurrency_key)
-    WHERE state = 'active' AND concurrency_key IS NOT NULL;
+-- A key's due jobs in claim order, and its active ones: a claim reads a key's
+-- next jobs and counts its places through it. Jobs without a key are not in
+-- it (nor in jobs_by_key): a queue without per-key fields pays for neither
+-- but a false predicate per change of a job's state (one index, not one per
+-- use: each index on state costs every claim and completion that much).
+CREATE INDEX jobs_keyed ON jobs (queue, concurrency_key, state, priority DESC, run_at, seq)
+    WHERE concurrency_key IS NOT NULL AND state IN ('queued', 'active');
 
 -- key= stays idempotent while the first job is unfinished, but a debounced
 -- job that started leaves its key to the next debounced one (the enqueue
--- looks both up, under the write lock).
+-- looks them up through jobs_by_key, under the write lock).
 DROP INDEX jobs_key;
 CREATE UNIQUE INDEX jobs_key ON jobs (queue, key)
     WHERE key IS NOT NULL AND state IN ('scheduled', 'queued', 'active') AND debounce IS NULL;
-CREATE INDEX jobs_key_debounced ON jobs (queue, key)
-    WHERE key IS NOT NULL AND state IN ('scheduled', 'queued', 'active')
-      AND debounce IS NOT NULL;
--- unique_for=: a key's jobs that finished, newest last.
-CREATE INDEX jobs_key_finished ON jobs (queue, key, finished_at)
-    WHERE key IS NOT NULL AND finished_at IS NOT NULL;
+-- A key's jobs, unfinished first (finished_at NULL), then by when they
+-- finished: debounce= and unique_for= look them up. Its predicate does not
+-- name state: a claim does not touch it.
+CREATE INDEX jobs_by_key ON jobs (queue, key, finished_at) WHERE key IS NOT NULL;
 
 -- Each key's rate bucket (tenure.core.limits), written by the claims that
 -- take from it. None stored: a full bucket.
