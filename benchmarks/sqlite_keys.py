@@ -184,7 +184,11 @@ def main() -> None:
     p.add_argument("--clustered", action="store_true", help="each key's jobs enqueued together")
     args = parser.parse_args()
     if args.command == "drain":
-        policy = {k: int(v) for k, v in (f.split("=") for f in args.policy.split(",") if f)}
+        policy: dict[str, Any] = {
+            k: int(v) for k, v in (f.split("=") for f in args.policy.split(",") if f)
+        }
+        if "fair" in policy:
+            policy["fair"] = bool(policy["fair"])
         with tempfile.TemporaryDirectory() as tmp:
             print(*asyncio.run(_drain(f"{tmp}/drain.db", args.jobs, args.keys, policy)))
     elif args.command == "cost":

@@ -141,7 +141,7 @@ def test_a_workflows_move__reads_only_its_rows_through_indexes(
 
 # A keyed claim's statements and the enqueue's by key, each with its index.
 KEYED_READS = {
-    "keys_after": ["jobs_keyed", "jobs_keyed", "jobs_keyed"],
+    "keys_after": ["jobs_keyed", "jobs_keyed", "jobs_keyed", "jobs_keyed"],
     "key_jobs": ["jobs_keyed"],
     "active_of_keys": ["jobs_keyed"],
     "keyed_window": ["jobs_ready"],

@@ -70,6 +70,7 @@ class Gate:
         self.conn, self.queue, self.policy, self.share, self.now = conn, queue, policy, share, now
         self.left: dict[str, int] = {}
         self.tokens: dict[str, float] = {}
+        self.heads: dict[str, int | None] = {}  # each walked key's next due job (seq)
         self.picks: list[Pick] = []
 
     def left_for(self, key: str | None) -> int:
@@ -103,30 +104,40 @@ class Gate:
         """The next ``n`` due jobs of ``key``."""
         return self.conn.execute(Q["key_jobs"], (self.queue, key, skip, n)).fetchall()
 
-    def cycle(self, after: str | None) -> Iterator[str]:
+    def cycle(self, after: str | None, skip: str) -> Iterator[str]:
         """Each key with due jobs once, counted, in turn after key ``after``
         (None: from the first): UNKEYED, then the others in order, round."""
         if after is None:
             yield UNKEYED
-            yield from self._walk(UNKEYED, None)
+            yield from self._walk(UNKEYED, None, skip)
             return
-        yield from self._walk(after, None)
+        yield from self._walk(after, None, skip)
         yield UNKEYED
         if after != UNKEYED:
-            yield from self._walk(UNKEYED, after)
+            yield from self._walk(UNKEYED, after, skip)
 
-    def _walk(self, after: str, upto: str | None) -> Iterator[str]:
+    def _walk(self, after: str, upto: str | None, skip: str) -> Iterator[str]:
         """The keys with due jobs after ``after``, up to ``upto`` (None: all)."""
+        size = min(self.share + 1, WALK)  # a fair claim's keys, most often
         while True:
-            rows = self.conn.execute(Q["keys_after"], (self.queue, after, WALK)).fetchall()
-            self.count([k for k, _ in rows], dict(rows))
-            for key, _ in rows:
+            rows = self.conn.execute(Q["keys_after"], (self.queue, after, size, skip)).fetchall()
+            self.count([k for k, _, _ in rows], {k: n for k, n, _ in rows})
+            self.heads.update((k, head) for k, _, head in rows)
+            for key, _, _ in rows:
                 if upto is not None and key > upto:
                     return
                 yield key
-            if len(rows) < WALK:
+            if len(rows) < size:
                 return
             after = rows[-1][0]
+            size = WALK
+
+    def head(self, key: str, skip: str) -> list[Pick]:
+        """The next due job of ``key``, as its walk found it."""
+        if key not in self.heads:  # UNKEYED: no walk reads it
+            return self.jobs(key, skip, 1)
+        seq = self.heads[key]
+        return [] if seq is None else [(seq, key, 0, 0.0)]
 
     def took(self, taken: Sequence[Pick]) -> None:
         """The claim took ``taken`` (of its picks, in claim order): each key's
@@ -154,22 +165,26 @@ def _in_order(gate: Gate, skip: str) -> list[Pick]:
     """The next jobs in claim order whose keys may start."""
     share = gate.share
     window = 4 * share + 32
-    rows = gate.conn.execute(Q["keyed_window"], (gate.queue, skip, window)).fetchall()
-    gate.count(r[1] for r in rows)
+    cursor = gate.conn.execute(Q["keyed_window"], (gate.queue, skip, window))
     taken: Counter[str] = Counter()
-    picks = []
-    for row in rows:
-        key = row[1]
-        if taken[key] < gate.left_for(key):
-            taken[key] += 1
-            picks.append(row)
-            if len(picks) == share:
-                return picks
-    if len(rows) < window:
+    picks: list[Pick] = []
+    read = 0
+    while rows := cursor.fetchmany(share):  # counted a share at a time: most claims need one
+        read += len(rows)
+        gate.count(r[1] for r in rows)
+        for row in rows:
+            key = row[1]
+            if taken[key] < gate.left_for(key):
+                taken[key] += 1
+                picks.append(row)
+                if len(picks) == share:
+                    cursor.close()
+                    return picks
+    if read < window:
         return picks
     # Held keys filled the window: the best jobs of each key that may start.
     heads: list[Pick] = []
-    for key in gate.cycle(None):
+    for key in gate.cycle(None, skip):
         n = gate.left_for(key)
         if n:
             heads += gate.jobs(key, skip, min(n, share))
@@ -182,10 +197,10 @@ def _fair(gate: Gate, skip: str) -> list[Pick]:
     share = gate.share
     (cursor,) = gate.conn.execute(Q["key_cursor"], (gate.queue,)).fetchone() or (None,)
     turns: list[tuple[str, int, list[Pick]]] = []  # key, its places, its next jobs
-    for key in gate.cycle(cursor):
+    for key in gate.cycle(cursor, skip):
         n = gate.left_for(key)
         if n:
-            first = gate.jobs(key, skip, 1)
+            first = gate.head(key, skip)
             if first:
                 turns.append((key, n, first))
                 if len(turns) == share:

@@ -104,7 +104,8 @@ ORDER BY priority DESC, run_at, seq LIMIT ?4
 
 -- name: keys_after
 -- Up to ?3 keys of the queue with due jobs after key ?2, in order, each with
--- its active jobs: a seek or two each, however many jobs a key has.
+-- its active jobs and its next due job passing over the tasks the JSON array
+-- ?4 lists (NULL: none but those): a few seeks each, however many jobs a key has.
 WITH RECURSIVE walk(key) AS (
     SELECT (SELECT concurrency_key FROM jobs
             WHERE state IN ('queued', 'active') AND queue = ?1 AND concurrency_key > ?2
@@ -118,9 +119,14 @@ WITH RECURSIVE walk(key) AS (
     FROM walk WHERE walk.key IS NOT NULL
     LIMIT ?3
 )
-SELECT key, (SELECT count(*) FROM jobs
-             WHERE state IN ('queued', 'active') AND queue = ?1 AND concurrency_key = walk.key
-               AND state = 'active')
+SELECT key,
+       (SELECT count(*) FROM jobs
+        WHERE state IN ('queued', 'active') AND queue = ?1 AND concurrency_key = walk.key
+          AND state = 'active'),
+       (SELECT seq FROM jobs
+        WHERE state IN ('queued', 'active') AND queue = ?1 AND concurrency_key = walk.key
+          AND state = 'queued' AND task NOT IN (SELECT value FROM json_each(?4))
+        ORDER BY priority DESC, run_at, seq LIMIT 1)
 FROM walk WHERE key IS NOT NULL
 
 -- name: active_of_keys
