@@ -129,7 +129,8 @@ async def _scale(sizes: list[int], clustered: bool, rounds: int) -> None:
     from tenure.backends.sqlite import SQLiteBackend
     from tenure.config import QueuePolicy
 
-    policies = {"max_active_per_key=1": QueuePolicy(max_active_per_key=1),
+    policies = {"no per-key field": QueuePolicy(),
+                "max_active_per_key=1": QueuePolicy(max_active_per_key=1),
                 "fair": QueuePolicy(fair=True),
                 "fair, max_active_per_key=1": QueuePolicy(fair=True, max_active_per_key=1),
                 "rate_limit_per_key=1000": QueuePolicy(rate_limit_per_key=1000)}  # fmt: skip

@@ -145,6 +145,13 @@ WHERE queue = ?1 AND key IN (SELECT value FROM json_each(?2))
 INSERT INTO key_buckets (queue, key, tokens, at) VALUES (?, ?, ?, ?)
 ON CONFLICT (queue, key) DO UPDATE SET tokens = excluded.tokens, at = excluded.at
 
+-- name: trim_key_buckets
+-- The sweep's: a bucket last taken from rate_interval_per_key ago or more is
+-- full again, as good as none (a key seen once leaves no row for ever).
+DELETE FROM key_buckets
+WHERE at < ?1 - coalesce((SELECT policy ->> '$.rate_interval_per_key' FROM queues
+                          WHERE name = key_buckets.queue), 1.0)
+
 -- name: key_cursor
 SELECT key_cursor FROM queues WHERE name = ?
 
