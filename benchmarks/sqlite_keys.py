@@ -7,6 +7,9 @@ across 10k keys.
         # tree in DIR (its src/), in alternating rounds, each in its own process
     python benchmarks/sqlite_keys.py keyed [--rounds 5] [--jobs 20000]
         # drains of jobs across 1,000 keys: unlimited, max_active_per_key=2, fair
+    python benchmarks/sqlite_keys.py fairness --jobs 100000
+        # key A has 100,000 jobs queued, then key B enqueues 10: A's starts
+        # before B's 10 all started, fair and not
     python benchmarks/sqlite_keys.py scale [--sizes 10000 100000 1000000]
         # median claim (10 jobs, completed in the next cycle) per size and policy
 
@@ -169,10 +172,49 @@ async def _claims(backend: Any, rounds: int) -> float:
     return statistics.median(times)
 
 
+async def _fairness(fair: bool, backlog: int) -> tuple[int, float]:
+    """Key A has ``backlog`` jobs queued, then key B enqueues 10: how many of
+    A's jobs start before B's 10 all did, and B's wait (s), in cycles of 10."""
+    from tenure.backends.base import WorkerInfo
+    from tenure.backends.sqlite import SQLiteBackend
+    from tenure.config import QueuePolicy
+    from tenure.job import JobSpec
+
+    with tempfile.TemporaryDirectory() as tmp:
+        backend = SQLiteBackend(f"{tmp}/fair.db")
+        await backend.open()
+        await backend.set_policy("q", QueuePolicy(fair=fair))
+        for start in range(0, backlog, 1000):
+            await backend.enqueue([JobSpec.create("t", {"i": i}, queue="q", concurrency_key="A")
+                                   for i in range(start, min(start + 1000, backlog))])  # fmt: skip
+        await backend.enqueue(
+            [JobSpec.create("t", {"i": i}, queue="q", concurrency_key="B") for i in range(10)]
+        )
+        await backend.register_worker(WorkerInfo("w", "host", 0, ("q",)))
+        began = time.perf_counter()
+        items: list[tuple[str, int, bytes]] = []
+        a_started = b_started = 0
+        while b_started < 10:
+            _, claimed = await backend.complete_and_claim(items, "w", ["q"], BATCH)
+            items = [(j.id, j.fence, b"null") for j in claimed]
+            b_started += sum(1 for j in claimed if j.concurrency_key == "B")
+            a_started += sum(1 for j in claimed if j.concurrency_key == "A")
+        waited = time.perf_counter() - began
+        await backend.close()
+    return a_started, waited
+
+
+def fairness(args: argparse.Namespace) -> None:
+    for fair in (True, False):
+        a_started, waited = asyncio.run(_fairness(fair, args.jobs))
+        print(f"fair={fair}: {a_started:,} of A's jobs started before B's 10 all did;"
+              f" B waited {waited * 1e3:.1f} ms")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("cost", "keyed", "drain"):
+    for name in ("cost", "keyed", "drain", "fairness"):
         p = sub.add_parser(name)
         p.add_argument("--rounds", type=int, default=5)
         p.add_argument("--jobs", type=int, default=20_000)
@@ -196,6 +238,8 @@ def main() -> None:
         cost(args)
     elif args.command == "keyed":
         keyed(args)
+    elif args.command == "fairness":
+        fairness(args)
     else:
         asyncio.run(_scale(args.sizes, args.clustered, args.rounds))
 

@@ -75,3 +75,24 @@ def test_rate_buckets__are_forgotten_once_full_again(tmp_path: Path, open_backen
         return db.execute("SELECT count(*) FROM key_buckets").fetchone() == (0,)
 
     wait_for(forgotten, timeout=5.0)
+
+
+def test_a_held_key_that_fills_the_claims_window__holds_back_no_other_key(
+    tmp_path: Path, open_backend: Any
+) -> None:
+    """A key's jobs ahead of all others, beyond the window a claim reads in
+    order: the keys behind them take turns past it (a walk of the keys)."""
+    backend = open_backend(f"sqlite:///{tmp_path / 't.db'}")
+    backend.set_policy("q", QueuePolicy(max_active_per_key=1))
+    ahead = [JobSpec.create("t", {"i": i}, queue="q", concurrency_key="a", priority=9)
+             for i in range(300)]  # fmt: skip
+    backend.enqueue(ahead + keyed("b", 2) + keyed("c", 1))
+    backend.register_worker(WorkerInfo("w", "host", 1, ("q",)))
+    first = backend.claim("w", ["q"], 3)
+    assert Counter(j.concurrency_key for j in first) == Counter({"a": 1, "b": 1, "c": 1})
+    assert backend.claim("w", ["q"], 3) == []
+    for job in first:
+        backend.complete(job.id, job.fence)
+    assert Counter(j.concurrency_key for j in backend.claim("w", ["q"], 3)) == Counter(
+        {"a": 1, "b": 1}
+    )

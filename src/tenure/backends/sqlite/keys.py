@@ -6,9 +6,8 @@ queue's) through indexes only:
 
 - not fair: the queue's next jobs in claim order (a window of them, through
   jobs_ready), each taken unless its key is held (at ``max_active_per_key``,
-  or out of tokens). When held keys fill the window, the claim looks past
-  them key by key (keys_after: a seek per key with due jobs) and takes the
-  best jobs of the keys that may start: a held key never holds back others.
+  or out of tokens). When held keys fill the window, the keys that may start
+  take turns as in a fair claim: a held key never holds back others.
 - fair: the keys in turn after the queue's cursor (the last key served), a
   job each per round, a key's own jobs by priority then run_at.
 
@@ -72,6 +71,7 @@ class Gate:
         self.tokens: dict[str, float] = {}
         self.heads: dict[str, int | None] = {}  # each walked key's next due job (seq)
         self.picks: list[Pick] = []
+        self.turns = policy.fair  # whether its keys took turns (the cursor moves)
 
     def left_for(self, key: str | None) -> int:
         """How many jobs of ``key`` (counted) this claim may take."""
@@ -141,8 +141,8 @@ class Gate:
 
     def took(self, taken: Sequence[Pick]) -> None:
         """The claim took ``taken`` (of its picks, in claim order): each key's
-        bucket pays a token per start; a fair queue's cursor moves to the
-        last key served."""
+        bucket pays a token per start; if keys took turns, the cursor moves to
+        the last key served."""
         if not taken:
             return
         if self.policy.rate_limit_per_key is not None:
@@ -151,7 +151,7 @@ class Gate:
                 Q["take_from_key_bucket"],
                 [(self.queue, k, self.tokens[k] - n, self.now) for k, n in started.items()],
             )
-        if self.policy.fair:
+        if self.turns:
             self.conn.execute(Q["set_key_cursor"], (taken[-1][1], self.queue))
 
 
@@ -182,14 +182,11 @@ def _in_order(gate: Gate, skip: str) -> list[Pick]:
                     return picks
     if read < window:
         return picks
-    # Held keys filled the window: the best jobs of each key that may start.
-    heads: list[Pick] = []
-    for key in gate.cycle(None, skip):
-        n = gate.left_for(key)
-        if n:
-            heads += gate.jobs(key, skip, min(n, share))
-    heads.sort(key=lambda p: (-p[2], p[3], p[0]))
-    return heads[:share]
+    # Held keys filled the window: the keys that may start take turns, after
+    # the last one served so, past the held ones (a walk of those, not of
+    # every key: a key is held by its active jobs, or its empty bucket).
+    gate.turns = True
+    return _fair(gate, skip)
 
 
 def _fair(gate: Gate, skip: str) -> list[Pick]:

@@ -5,8 +5,9 @@
 ALTER TABLE jobs ADD COLUMN concurrency_key TEXT;  -- NULL: none
 ALTER TABLE jobs ADD COLUMN debounce REAL;         -- enqueued with debounce= (its seconds)
 ALTER TABLE jobs ADD COLUMN unique_for REAL;       -- enqueued with unique_for= (its seconds)
--- The last key a fair queue's claims served ('': the jobs without a key;
--- NULL: none yet).
+-- The last key served by claims that took turns across keys (a fair queue's,
+-- or one whose held keys filled a claim's window); '': the jobs without a
+-- key; NULL: none yet.
 ALTER TABLE queues ADD COLUMN key_cursor TEXT;
 
 -- A key's due jobs in claim order, and its active ones: a claim reads a key's
