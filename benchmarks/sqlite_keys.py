@@ -33,13 +33,17 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 10
+SINGLE = 2000  # jobs enqueued one at a time
 KEYS = 10_000
 
 
-async def _drain(path: str, jobs: int, keys: int, policy: dict[str, Any]) -> tuple[float, float]:
+async def _drain(
+    path: str, jobs: int, keys: int, policy: dict[str, Any]
+) -> tuple[float, float, float]:
     """Jobs per second of one drain of ``jobs`` (across ``keys`` keys, 0: none):
     per second of the wall clock, and per CPU second of the process (steadier
-    on a machine shared with other work)."""
+    on a machine shared with other work); and jobs enqueued one at a time per
+    CPU second, before it."""
     from tenure.backends.base import WorkerInfo
     from tenure.backends.sqlite import SQLiteBackend
     from tenure.config import QueuePolicy
@@ -47,6 +51,13 @@ async def _drain(path: str, jobs: int, keys: int, policy: dict[str, Any]) -> tup
 
     backend = SQLiteBackend(path)
     await backend.open()
+    if policy:
+        await backend.set_policy("q", QueuePolicy(**policy))
+    cpu = time.process_time()
+    for i in range(SINGLE):
+        await backend.enqueue([JobSpec.create("t", {"i": i}, queue="q")])
+    enqueued = SINGLE / (time.process_time() - cpu)
+    await backend.delete_queue("q")
     if policy:
         await backend.set_policy("q", QueuePolicy(**policy))
     for start in range(0, jobs, 1000):
@@ -68,34 +79,35 @@ async def _drain(path: str, jobs: int, keys: int, policy: dict[str, Any]) -> tup
     elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
     await backend.close()
     assert done == jobs, (done, jobs)
-    return jobs / elapsed, jobs / cpu
+    return jobs / elapsed, jobs / cpu, enqueued
 
 
-def drain_in_process(src: Path, jobs: int, keys: int, policy: str) -> tuple[float, float]:
+def drain_in_process(src: Path, jobs: int, keys: int, policy: str) -> tuple[float, ...]:
     """One drain in a process of its own, with ``src`` first on its path."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     args = [sys.executable, __file__, "drain", "--jobs", str(jobs), "--keys", str(keys)]
     out = subprocess.run([*args, "--policy", policy], env=env, check=True,
                          capture_output=True, text=True).stdout  # fmt: skip
-    wall, cpu = out.split()[-2:]
-    return float(wall), float(cpu)
+    return tuple(float(x) for x in out.split()[-3:])
 
 
-def spread(rates: list[tuple[float, float]]) -> str:
-    walls, cpus = [w for w, _ in rates], [c for _, c in rates]
+def spread(rates: list[tuple[float, ...]]) -> str:
+    walls, cpus = [r[0] for r in rates], [r[1] for r in rates]
     wall = f"{statistics.median(walls):,.0f}/s ({min(walls):,.0f}-{max(walls):,.0f})"
     return f"{wall}, {statistics.median(cpus):,.0f}/CPU s ({min(cpus):,.0f}-{max(cpus):,.0f})"
 
 
-def ratios(rates: list[tuple[float, float]], base: list[tuple[float, float]]) -> str:
-    wall = statistics.median(w for w, _ in rates) / statistics.median(w for w, _ in base)
-    cpu = statistics.median(c for _, c in rates) / statistics.median(c for _, c in base)
-    return f"{wall:.2f}x wall, {cpu:.2f}x CPU"
+def ratios(rates: list[tuple[float, ...]], base: list[tuple[float, ...]]) -> str:
+    wall, cpu, enqueue = (
+        statistics.median(r[i] for r in rates) / statistics.median(b[i] for b in base)
+        for i in range(3)
+    )
+    return f"{wall:.2f}x wall, {cpu:.2f}x CPU; enqueue one at a time {enqueue:.2f}x CPU"
 
 
 def cost(args: argparse.Namespace) -> None:
     trees = {"base": Path(args.base) / "src", "this": ROOT / "src"}
-    rates: dict[str, list[tuple[float, float]]] = {t: [] for t in trees}
+    rates: dict[str, list[tuple[float, ...]]] = {t: [] for t in trees}
     for _ in range(args.rounds):
         for tree, src in trees.items():
             rates[tree].append(drain_in_process(src, args.jobs, 0, ""))
@@ -108,7 +120,7 @@ def keyed(args: argparse.Namespace) -> None:
     policies = {"unlimited": "", "max_active_per_key=2": "max_active_per_key=2",
                 "fair": "fair=1",
                 "fair, max_active_per_key=2": "fair=1,max_active_per_key=2"}  # fmt: skip
-    rates: dict[str, list[tuple[float, float]]] = {p: [] for p in policies}
+    rates: dict[str, list[tuple[float, ...]]] = {p: [] for p in policies}
     for _ in range(args.rounds):
         for name, policy in policies.items():
             rates[name].append(drain_in_process(ROOT / "src", args.jobs, 1000, policy))

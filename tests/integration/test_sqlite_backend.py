@@ -34,7 +34,7 @@ from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import JobSpec
 
 EXPECTED_TABLES = {
-    "queues": ["name", "policy", "rate_tokens", "rate_at", "key_cursor"],
+    "queues": ["name", "policy", "rate_tokens", "rate_at", "key_cursor", "keyed"],
     "jobs": [
         "seq", "id", "queue", "task", "args", "state", "priority", "run_at", "created_at",
         "key", "attempts", "stalls", "max_attempts", "timeout", "fence", "worker", "lease_ttl",
@@ -72,6 +72,7 @@ KEYS_UNDONE = """
     DROP INDEX jobs_keyed; DROP INDEX jobs_by_key; DROP INDEX jobs_key; DROP TABLE key_buckets;
     ALTER TABLE jobs DROP COLUMN concurrency_key; ALTER TABLE jobs DROP COLUMN debounce;
     ALTER TABLE jobs DROP COLUMN unique_for; ALTER TABLE queues DROP COLUMN key_cursor;
+    ALTER TABLE queues DROP COLUMN keyed;
     CREATE UNIQUE INDEX jobs_key ON jobs (queue, key)
         WHERE key IS NOT NULL AND state IN ('scheduled', 'queued', 'active');
 """

@@ -48,16 +48,15 @@ def job_of_row(row: Sequence[Any], history: tuple[Attempt, ...] = ()) -> Job:
     return keyed(job_from_row(row[:N], history), row[N] or None)
 
 
-def stored_key(policy: QueuePolicy, key: str | None) -> str | None:
-    """The key a job is stored under in a queue with ``policy``."""
-    return UNKEYED if key is None and policy.keyed else key
-
-
-def became_keyed(conn: sqlite3.Connection, queue: str, was: QueuePolicy, now: QueuePolicy) -> None:
+def policy_changed(
+    conn: sqlite3.Connection, queue: str, was: QueuePolicy, now: QueuePolicy
+) -> None:
     """A queue's policy changed: if it became keyed, its jobs without a key
-    are stored under UNKEYED from now on."""
-    if now.keyed and not was.keyed:
-        conn.execute(Q["key_the_unkeyed"], (queue,))
+    are stored under UNKEYED from now on (and those to come: queues.keyed)."""
+    if now.keyed != was.keyed:
+        conn.execute(Q["set_keyed"], (now.keyed, queue))
+        if now.keyed:
+            conn.execute(Q["key_the_unkeyed"], (queue,))
 
 
 class Gate:

@@ -41,11 +41,16 @@ SELECT s.queue, s.name, s.tick, s.job_id FROM schedules AS s
 JOIN json_each(?) AS e ON s.queue = e.value ->> 0 AND s.name = e.value ->> 1
 
 -- name: insert_job
--- Nothing if the id is stored already (a retried enqueue).
+-- Nothing if the id is stored already (a retried enqueue). Without a key, in
+-- a keyed queue: the key '' ({stored_key}).
 INSERT INTO jobs (id, queue, task, args, state, priority, run_at, created_at, key,
                   max_attempts, timeout, traceparent, concurrency_key, debounce, unique_for)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, {stored_key}, ?14, ?15)
 ON CONFLICT (id) DO NOTHING
+
+-- name: stored_key
+-- The key ?13 a job of queue ?2 is stored under.
+coalesce(?13, (SELECT '' FROM queues WHERE name = ?2 AND keyed))
 
 -- name: promote_due
 -- scheduled -> queued for jobs whose run_at has passed (cost: the jobs promoted).
@@ -164,6 +169,9 @@ UPDATE queues SET key_cursor = ? WHERE name = ?
 UPDATE jobs SET concurrency_key = ''
 WHERE queue = ? AND concurrency_key IS NULL
   AND state IN ('waiting', 'scheduled', 'queued', 'active', 'dead')
+
+-- name: set_keyed
+UPDATE queues SET keyed = ? WHERE name = ?
 
 -- name: key_counts
 -- Jobs queued and active by key ('' and NULL: without one).
@@ -530,7 +538,7 @@ VALUES (?, ?, 'running', ?, ?, ?)
 -- A step's job (its id must be new: a step is never a job stored already).
 INSERT INTO jobs (id, queue, task, args, state, priority, run_at, created_at,
                   max_attempts, timeout, traceparent, workflow, concurrency_key)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, {stored_key})
 
 -- name: insert_step
 INSERT INTO steps (job_id, may_fail, pending, delay, spawned_by, spawn_seq)

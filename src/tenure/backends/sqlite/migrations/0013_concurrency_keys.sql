@@ -9,6 +9,9 @@ ALTER TABLE jobs ADD COLUMN unique_for REAL;       -- enqueued with unique_for= 
 -- or one whose held keys filled a claim's window); '': the jobs without a
 -- key; NULL: none yet.
 ALTER TABLE queues ADD COLUMN key_cursor TEXT;
+-- Whether its policy is keyed (QueuePolicy.keyed): its jobs without a key
+-- are stored under '' (the insert reads it, not the policy's JSON).
+ALTER TABLE queues ADD COLUMN keyed INTEGER NOT NULL DEFAULT 0;
 
 -- A key's due jobs in claim order, and its active ones: a claim reads a key's
 -- next jobs and counts its places through it. Jobs without a key are not in
