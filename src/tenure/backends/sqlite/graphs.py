@@ -162,7 +162,7 @@ def _insert_steps(
             run_at = s.run_at if s.run_at is not None else now + s.delay
             state = State.SCHEDULED if run_at > now else State.QUEUED
         rows.append((s.id, s.queue, s.task, s.args, state, s.priority, run_at, now,
-                     s.max_attempts, s.timeout, s.traceparent, wf))  # fmt: skip
+                     s.max_attempts, s.timeout, s.traceparent, wf, s.concurrency_key))  # fmt: skip
         step_rows.append((s.id, step.may_fail, len(step.upstream), delay, spawned_by, seq))
         edges += [(s.id, edge_ord(p), ids[u]) for p, u in enumerate(step.upstream)]
         upstream = [ids[u] for u in step.upstream]
