@@ -59,7 +59,7 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
         " WHERE table_schema = 'tenure'", db)  # fmt: skip
     assert tables.split(",") == [
         "attempts", "edges", "events", "jobs", "queues", "schedules", "schema_migrations",
-        "spawns", "sweeps", "workers", "workflows",
+        "key_buckets", "spawns", "sweeps", "workers", "workflows",
     ]  # fmt: skip
     query = "SELECT string_agg(indexname, ',') FROM pg_indexes WHERE schemaname = 'tenure'"
     indexes = postgres_server.psql(query, db)
@@ -68,7 +68,8 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
         "jobs_seq", "jobs_finished", "attempts_pkey", "queues_pkey", "workers_pkey", "sweeps_pkey",
         "schema_migrations_pkey", "events_pkey", "schedules_pkey", "jobs_workflow",
         "jobs_waiting", "workflows_pkey", "workflows_key", "edges_pkey", "edges_dependent",
-        "spawns_pkey",
+        "spawns_pkey", "jobs_key_ready", "jobs_key_active", "jobs_key_finished",
+        "key_buckets_pkey",
     }  # fmt: skip
     versions = postgres_server.psql("SELECT count(*) FROM tenure.schema_migrations", db)
     assert int(versions) == len(MIGRATIONS)
@@ -391,7 +392,9 @@ def test_a_claim__has_one_index_by_queue_for_each_state_it_reads(
         holding = {
             name for name, predicate in by_queue.items()
             if postgres_server.psql(
-                f"SELECT {predicate} FROM (VALUES ('{state}'::text, 'k'::text)) AS j(state, key)",
+                f"SELECT {predicate} FROM (VALUES ('{state}'::text, 'k'::text, NULL::text,"
+                " NULL::float8, NULL::float8)) AS j(state, key, concurrency_key, debounce,"
+                " unique_for)",
                 db).strip() == "t"
         }  # fmt: skip
         assert holding - {"jobs_key"} == {only}, (state, by_queue)

@@ -20,9 +20,9 @@ import psycopg
 from tenure.backends.base import Tick
 from tenure.backends.checks import check_schedules, check_tick
 from tenure.backends.postgres.database import Database
+from tenure.backends.postgres.flows import step_from_row
 from tenure.backends.postgres.statements import text_array
 from tenure.backends.postgres.steps import Steps, run_steps
-from tenure.backends.rows import job_from_row
 from tenure.core.states import State
 from tenure.job import Job, JobSpec, check_specs
 
@@ -54,8 +54,9 @@ class Enqueue:
         on a pooled connection, each its own transaction, or on a caller's, in
         the caller's transaction (within.py)."""
         jobs = orjson.dumps([
-            [s.id, s.queue, s.task, s.priority, s.delay, s.run_at, s.key, s.max_attempts,
-             s.timeout, s.traceparent] for s in specs
+            [s.id, s.queue, s.task, s.priority, s.debounce or s.delay, s.run_at, s.key,
+             s.max_attempts, s.timeout, s.traceparent, s.concurrency_key, s.debounce,
+             s.unique_for] for s in specs
         ]).decode()  # fmt: skip
         args = text_array(s.args.decode() for s in specs)
         columns = {"jobs": jobs, "args": args, "channel": self.db.channel}
@@ -120,11 +121,11 @@ class Enqueue:
         if keyed:
             params = {"queues": [s.queue for s in keyed], "keys": [s.key for s in keyed]}
             rows = yield self.q["find_unfinished_by_keys"], params
-            holders = {(j.queue, j.key): j for j in map(job_from_row, rows)}
+            holders = {(j.queue, j.key): j for j in map(step_from_row, rows)}
             found = {s.id: holders[s.queue, s.key] for s in keyed if (s.queue, s.key) in holders}
         if ids := [s.id for s in specs if s.id not in found]:
             rows = yield self.q["find_by_ids"], {"ids": ids}
-            found |= {j.id: j for j in map(job_from_row, rows)}
+            found |= {j.id: j for j in map(step_from_row, rows)}
         return found
 
 
@@ -144,13 +145,13 @@ def _copy_rows(specs: Sequence[JobSpec], jobs: Sequence[Job]) -> bytes:
         if "\t" in args or "\n" in args or "\r" in args:  # not from orjson: it writes none
             args = args.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
         values = (j.state, j.priority, j.run_at, j.created_at, j.max_attempts, j.timeout,
-                  j.traceparent)  # fmt: skip
+                  j.traceparent, j.concurrency_key)  # fmt: skip
         if values != shared:
             shared = values
             tail = (
                 f"\t{j.state.value}\t{j.priority}\t{j.run_at!r}\t{j.created_at!r}"
                 f"\t{_copy_value(j.max_attempts)}\t{_copy_value(j.timeout)}"
-                f"\t{j.traceparent or COPY_NULL}\n"
+                f"\t{j.traceparent or COPY_NULL}\t{_copy_text(j.concurrency_key)}\n"
             )
         rows.append(f"{j.id}\t{j.queue}\t{j.task}\t{args}{tail}")
     return "".join(rows).encode()
@@ -158,3 +159,9 @@ def _copy_rows(specs: Sequence[JobSpec], jobs: Sequence[Job]) -> bytes:
 
 def _copy_value(value: int | float | None) -> str:
     return COPY_NULL if value is None else repr(value)
+
+
+def _copy_text(value: str | None) -> str:
+    """Text in COPY's format: a concurrency key has no control character, but
+    may hold a backslash."""
+    return COPY_NULL if value is None else value.replace("\\", "\\\\")
