@@ -143,15 +143,38 @@ WHERE (s.queue, s.name) IN (SELECT * FROM unnest(%(queues)s::text[], %(names)s::
 
 -- name: find_unfinished_by_keys
 -- The jobs that hold their key= (jobs_key: a debounced job that started holds
--- none), and those finished less than their unique_for ago (jobs_key_finished).
-SELECT {job_columns}, {flow_columns} FROM {schema}.jobs
-WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
-  AND state IN ('scheduled', 'queued', 'active') AND (state <> 'active' OR debounce IS NULL)
-UNION ALL
-SELECT {job_columns}, {flow_columns} FROM {schema}.jobs
-WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
-  AND unique_for IS NOT NULL AND state IN ('completed', 'cancelled', 'dead')
-  AND finished_at > extract(epoch FROM now())::float8 - unique_for
+-- none); with a window (%(windows)s, seconds: unique_for), those of the key
+-- enqueued with unique_for that finished less than that ago
+-- (jobs_key_finished). Of a key's, the one to return comes last: the
+-- unfinished one, else the one finished last. The last column is not the job's.
+SELECT * FROM (
+    SELECT {job_columns}, {flow_columns}, 0 AS finished FROM {schema}.jobs
+    WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
+      AND state IN ('scheduled', 'queued', 'active') AND (state <> 'active' OR debounce IS NULL)
+    UNION ALL
+    SELECT {job_columns}, {flow_columns}, 1 FROM {schema}.jobs
+    JOIN unnest(%(queues)s::text[], %(keys)s::text[], %(windows)s::float8[]) AS t(q, k, w)
+        ON jobs.queue = t.q AND jobs.key = t.k
+    WHERE t.w IS NOT NULL AND jobs.finished_at > extract(epoch FROM now())::float8 - t.w
+      AND unique_for IS NOT NULL AND state IN ('completed', 'cancelled', 'dead')
+) AS found
+ORDER BY finished DESC, finished_at NULLS FIRST
+
+-- name: debounce_jobs
+-- A debounced enqueue, for each key (%(queues)s, %(keys)s) with a job not
+-- started (through jobs_key): its args become %(args)s, it starts %(delays)s
+-- seconds from now. Returns those jobs.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+done AS (
+    UPDATE {schema}.jobs AS j
+    SET args = t.args::json, run_at = clock.now + t.delay, state = 'scheduled'
+    FROM unnest(%(queues)s::text[], %(keys)s::text[], %(args)s::text[], %(delays)s::float8[])
+        AS t(queue, key, args, delay), clock
+    WHERE j.queue = t.queue AND j.key = t.key AND j.state IN ('scheduled', 'queued')
+      AND (j.state <> 'active' OR j.debounce IS NULL)
+    RETURNING j.*
+)
+SELECT {job_columns}, {flow_columns} FROM done
 
 -- name: find_by_ids
 SELECT {job_columns}, {flow_columns} FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[])
@@ -695,7 +718,9 @@ SELECT name, policy::text FROM {schema}.queues
 -- delete tests state and finished_at again, so a job that a retry from the
 -- DLQ changed meanwhile is tested as it now is, and left alone. {limit} is
 -- written in (an integer): a generic plan that does not know it reads every
--- finished job (250 ms at 200,000, against 30). Returns how many jobs.
+-- finished job (250 ms at 200,000, against 30). A job enqueued with
+-- unique_for is kept until that window closes too (its enqueue returns it
+-- until then). Returns how many jobs.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 victims AS (
     SELECT v.id, r.state, clock.now - r.keep AS cutoff
@@ -707,6 +732,7 @@ victims AS (
         WHERE queue = r.queue AND state = r.state
           AND state IN ('completed', 'cancelled', 'dead')
           AND finished_at <= clock.now - r.keep
+          AND (unique_for IS NULL OR finished_at <= clock.now - unique_for)
         ORDER BY finished_at
         LIMIT {limit}
     ) AS v
