@@ -58,8 +58,8 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
         "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM information_schema.tables"
         " WHERE table_schema = 'tenure'", db)  # fmt: skip
     assert tables.split(",") == [
-        "attempts", "edges", "events", "jobs", "queues", "schedules", "schema_migrations",
-        "key_buckets", "spawns", "sweeps", "workers", "workflows",
+        "attempts", "edges", "events", "jobs", "key_buckets", "queues", "schedules",
+        "schema_migrations", "spawns", "sweeps", "workers", "workflows",
     ]  # fmt: skip
     query = "SELECT string_agg(indexname, ',') FROM pg_indexes WHERE schemaname = 'tenure'"
     indexes = postgres_server.psql(query, db)
@@ -111,9 +111,12 @@ def _events_table(server, db):
     for name in ("events", "job_trace_context"):
         [script] = [text for _, n, text in MIGRATIONS if n == name]
         server.psql(script.replace("{schema}", "tenure"), db)
+    keys = ("concurrency_key text", "debounce float8", "unique_for float8")  # migration 18's
+    server.psql("; ".join(f"ALTER TABLE tenure.jobs ADD COLUMN {c}" for c in keys), db)
     yield
     server.psql("DROP TABLE tenure.events; ALTER TABLE tenure.queues DROP COLUMN events;"
                 " ALTER TABLE tenure.jobs DROP COLUMN traceparent", db)  # fmt: skip
+    server.psql("; ".join(f"ALTER TABLE tenure.jobs DROP COLUMN {c.split()[0]}" for c in keys), db)
 
 
 def test_upgrading_a_schema_with_jobs__keeps_their_payloads(
