@@ -169,18 +169,20 @@ class Claiming:
     async def _keyed_cycle_fetch(
         self, query: bytes, params: dict[str, Any], locked: list[str], limit: int
     ) -> list[Any]:
-        """_locked_cycle_fetch, for queues with keys among them: once their rows
-        are locked, pick_keyed picks their jobs (queries.sql), which the cycle
-        claims."""
-        async with self.db.tx() as conn:
-            if self.liveness.seems_lost(params["worker"]):  # as in _cycle_fetch
-                params = {**params, "queues": "{}", "keyed": "{}"}
-            lock = self.q.limited("lock_keyed_queues", limit)
-            await conn.execute(lock, {"queues": locked, "keyed": params["keyed"], "idle": IDLE_MS})
-            pick = "pick_keyed" if params["skip"] is None else "pick_keyed_skipping"
-            cur = await conn.execute(self.q.limited(pick, limit), params)
-            picked = [job_id for _, job_id in await cur.fetchall()]
-            return await self._execute(conn, query, {**params, "picked": text_array(picked)})
+        """_locked_cycle_fetch, for queues with keys among them (the cycle walks
+        their keys: queries.sql), its transaction sent in one pipeline: one
+        round trip. The cycle's snapshot is taken once the lock is held."""
+        async with self.db.conn() as conn, conn.pipeline():
+            async with conn.transaction():
+                if self.liveness.seems_lost(params["worker"]):  # as in _cycle_fetch
+                    params = {**params, "queues": "{}"}
+                lock = self.q.limited("lock_keyed_queues", limit)
+                await conn.execute(lock, {"queues": locked, "keyed": params["keyed"],
+                                          "idle": IDLE_MS})  # fmt: skip
+                raw, names = self.q.positional(query)
+                cur = psycopg.AsyncRawCursor(conn)
+                await cur.execute(raw, [params[n] for n in names], prepare=True)
+            return await cur.fetchall()
 
     async def _execute(
         self, conn: psycopg.AsyncConnection[Any], query: bytes, params: dict[str, Any]

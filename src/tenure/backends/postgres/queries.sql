@@ -1395,16 +1395,17 @@ SELECT id FROM stepped WHERE was = 'cancelled' AND state = 'waiting'
 
 -- Concurrency keys (issue 39; tenure.core.limits). A queue whose policy is
 -- keyed (a per-key limit, or fair) is claimed under its row's lock, as one
--- with a fleet-wide limit is, in three statements: lock_keyed_queues,
--- pick_keyed, then complete_and_claim_keyed, which claims the picks. A key's
--- active jobs are counted through jobs_key_active (an ended attempt frees its
--- place in the statement that ends it); its rate bucket is a row of
--- key_buckets. Jobs without a key (NULL) are one key of their own, placed
--- as chr(1): before every key in byte order (keys hold no control character).
+-- with a fleet-wide limit is: lock_keyed_queues, then, in the same
+-- transaction, complete_and_claim_keyed, which walks its keys (keyed_walk)
+-- and claims what the walk picked. A key's active jobs are counted through
+-- jobs_key_active (an ended attempt frees its place in the statement that
+-- ends it); its rate bucket is a row of key_buckets. Jobs without a key
+-- (NULL) are one key of their own, placed as chr(1): before every key in
+-- byte order (a key holds no control character).
 
 -- name: lock_keyed_queues
 -- lock_queues, for queues with keys; and their due scheduled jobs queued
--- (some, oldest first), so that pick_keyed, which reads queued jobs only,
+-- (some, oldest first), so that the walk, which reads queued jobs only,
 -- finds them.
 WITH idle AS (SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true)),
 locked AS (
@@ -1423,22 +1424,25 @@ promoted AS (
 )
 SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted)
 
--- name: pick_walk
--- (Composed into pick_keyed and pick_keyed_skipping.) The jobs a claim takes
--- from each queue of %(keyed)s, best first, at most {limit} a queue; their
--- rows are not locked: the queue's is (lock_keyed_queues), and the claim
--- takes them if they are still queued. The walk visits the keys with queued
--- jobs in byte order from the queue's key_cursor (the key the last claim
--- served), around once, an index seek per key (jobs_key_ready), and stops
--- once {limit} keys have room: max_active_per_key less the key's active jobs
--- (but for the leases %(ids)s, %(fences)s this cycle completes), and the
--- whole tokens of its bucket; jobs without a key have room for those of them
--- among the queue's next 256 (read through jobs_ready). It visits at most
--- {limit} + 64 keys: a claim never reads every key, and the next one goes on
--- from where this one served. fair: round robin (each key's best job, then
--- each key's second, ...) in the walk's order; else by priority, run_at.
-WITH RECURSIVE clock AS (SELECT extract(epoch FROM now())::float8 AS now),
-held AS (SELECT * FROM unnest(%(ids)s::text[], %(fences)s::bigint[]) AS t(id, fence)),
+-- name: gate_keyed
+-- (A part of complete_and_claim_keyed, written into it.) gate_limited's
+-- gate, and the picks of the keyed walk.
+{gate_limited},
+{keyed_walk}
+
+-- name: keyed_walk
+-- (A part of gate_keyed.) The jobs the claim takes from each queue of
+-- %(keyed)s (`keyed_picks`: queue, id, ord), best first, at most {limit} a
+-- queue. The walk visits the keys with queued jobs in byte order from the
+-- queue's key_cursor (the key the last claim served), around once, an index
+-- seek per key (jobs_key_ready), and stops once {limit} keys have room:
+-- max_active_per_key less the key's active jobs (but for the leases this
+-- cycle completes), and the whole tokens of its bucket; jobs without a key
+-- have room for those of them among the queue's next 256 (through
+-- jobs_ready). It visits at most {limit} + 64 keys: a claim never reads
+-- every key, and the next goes on from where this one served. fair: round
+-- robin (each key's best job, then each key's second, ...) in the walk's
+-- order; else by priority, run_at.
 policy AS (
     SELECT q.name AS queue, coalesce(q.key_cursor, chr(1)) AS cursor,
            (q.policy->>'max_active_per_key')::int AS most,
@@ -1448,41 +1452,44 @@ policy AS (
     FROM {schema}.queues AS q
     WHERE q.name = ANY(%(keyed)s::text[]) AND NOT coalesce((q.policy->>'paused')::boolean, false)
 ),
-walk(queue, key, wrapped, n, found, room) AS (
-    SELECT queue, cursor, false, 0, 0, 0 FROM policy
-    UNION ALL
-    SELECT w.queue, s.key, s.wrapped, w.n + 1, w.found + (r.room > 0)::int, r.room
-    FROM walk AS w
-    JOIN policy AS p ON p.queue = w.queue
-    CROSS JOIN clock
-    CROSS JOIN LATERAL (
-        SELECT (SELECT j.concurrency_key FROM {schema}.jobs AS j
-                WHERE j.state = 'queued' AND j.concurrency_key IS NOT NULL
-                  AND j.queue = w.queue AND j.concurrency_key > w.key
-                ORDER BY j.concurrency_key LIMIT 1)
-    ) AS x(next)
-    CROSS JOIN LATERAL (SELECT coalesce(x.next, chr(1)), w.wrapped OR x.next IS NULL)
-        AS s(key, wrapped)
-    CROSS JOIN LATERAL (SELECT CASE WHEN s.key = chr(1) THEN (
-        SELECT count(*)::int FROM (
-            SELECT FROM (SELECT h.concurrency_key FROM {schema}.jobs AS h
-                         WHERE h.state = 'queued' AND h.queue = w.queue
-                         ORDER BY h.priority DESC, h.run_at, h.seq LIMIT 256) AS h
-            WHERE h.concurrency_key IS NULL LIMIT {limit}) AS h)
-        ELSE greatest(0, least({limit},
-            p.most - (SELECT count(*)::int FROM (
-                SELECT FROM {schema}.jobs AS a
-                WHERE a.state = 'active' AND a.concurrency_key IS NOT NULL
-                  AND a.queue = w.queue AND a.concurrency_key = s.key
-                  AND (a.id, a.fence) NOT IN (SELECT id, fence FROM held)
-                LIMIT p.most) AS a),
-            floor(least(p.rate, coalesce(
-                (SELECT b.tokens + greatest(clock.now - b.at, 0) * p.rate / p.every
-                 FROM {schema}.key_buckets AS b WHERE b.queue = w.queue AND b.key = s.key),
-                p.rate)) + 1e-9)::int))
-        END) AS r(room)
-    WHERE w.n < {limit} + 64 AND w.found < {limit}
-      AND NOT (w.wrapped AND x.next IS NULL) AND NOT (s.wrapped AND s.key > p.cursor)
+walk AS (
+    WITH RECURSIVE w(queue, key, wrapped, n, found, room) AS (
+        SELECT queue, cursor, false, 0, 0, 0 FROM policy
+        UNION ALL
+        SELECT w.queue, s.key, s.wrapped, w.n + 1, w.found + (r.room > 0)::int, r.room
+        FROM w
+        JOIN policy AS p ON p.queue = w.queue
+        CROSS JOIN clock
+        CROSS JOIN LATERAL (
+            SELECT (SELECT j.concurrency_key FROM {schema}.jobs AS j
+                    WHERE j.state = 'queued' AND j.concurrency_key IS NOT NULL
+                      AND j.queue = w.queue AND j.concurrency_key > w.key
+                    ORDER BY j.concurrency_key LIMIT 1) OFFSET 0
+        ) AS x(next)
+        CROSS JOIN LATERAL (SELECT coalesce(x.next, chr(1)), w.wrapped OR x.next IS NULL OFFSET 0)
+            AS s(key, wrapped)
+        CROSS JOIN LATERAL (SELECT CASE WHEN s.key = chr(1) THEN (
+            SELECT count(*)::int FROM (
+                SELECT FROM (SELECT h.concurrency_key FROM {schema}.jobs AS h
+                             WHERE h.state = 'queued' AND h.queue = w.queue
+                             ORDER BY h.priority DESC, h.run_at, h.seq LIMIT 256) AS h
+                WHERE h.concurrency_key IS NULL LIMIT {limit}) AS h)
+            ELSE greatest(0, least({limit},
+                p.most - (SELECT count(*)::int FROM (
+                    SELECT FROM {schema}.jobs AS a
+                    WHERE a.state = 'active' AND a.concurrency_key IS NOT NULL
+                      AND a.queue = w.queue AND a.concurrency_key = s.key
+                      AND a.id NOT IN (SELECT id FROM done)
+                    LIMIT p.most) AS a),
+                floor(least(p.rate, coalesce(
+                    (SELECT b.tokens + greatest(clock.now - b.at, 0) * p.rate / p.every
+                     FROM {schema}.key_buckets AS b WHERE b.queue = w.queue AND b.key = s.key),
+                    p.rate)) + 1e-9)::int))
+            END OFFSET 0) AS r(room)
+        WHERE w.n < {limit} + 64 AND w.found < {limit}
+          AND NOT (w.wrapped AND x.next IS NULL) AND NOT (s.wrapped AND s.key > p.cursor)
+    )
+    SELECT * FROM w
 ),
 visits AS (
     SELECT w.queue, w.key, w.n, p.fair,
@@ -1516,21 +1523,22 @@ picks AS (
         LIMIT v.quota
     ) AS c
     WHERE v.key = chr(1)
+),
+keyed_picks AS (
+    SELECT * FROM (
+        SELECT queue, id, row_number() OVER (
+            PARTITION BY queue ORDER BY CASE WHEN fair THEN turn END, CASE WHEN fair THEN n END,
+                                        priority DESC, run_at, seq) AS ord
+        FROM picks
+    ) AS o
+    WHERE ord <= {limit}
 )
-SELECT queue, id FROM (
-    SELECT queue, id, row_number() OVER (
-        PARTITION BY queue ORDER BY CASE WHEN fair THEN turn END, CASE WHEN fair THEN n END,
-                                    priority DESC, run_at, seq) AS ord
-    FROM picks
-) AS o
-WHERE ord <= {limit}
-ORDER BY queue, ord
 
 -- name: shared_keyed
 -- (A part of complete_and_claim_keyed, written into it.) The candidates of
--- the queues without keys, within their share, and the picks (%(picked)s, in
--- order: pick_keyed) of those with, within their room; a pick no longer
--- queued, or locked by another transaction, is passed over.
+-- the queues without keys, within their share, and the picks of those with
+-- (keyed_picks, in order), within their room; a pick no longer queued, or
+-- locked by another transaction (a cancel), is passed over.
 (SELECT *, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, seq) AS nth,
         false AS keyed
  FROM candidates
@@ -1538,8 +1546,7 @@ ORDER BY queue, ord
  SELECT k.id, k.queue, k.priority, k.run_at, k.seq,
         row_number() OVER (PARTITION BY k.queue ORDER BY k.ord), true
  FROM (SELECT j.id, j.queue, j.priority, j.run_at, j.seq, p.ord
-       FROM unnest(%(picked)s::text[]) WITH ORDINALITY AS p(id, ord)
-       JOIN {schema}.jobs AS j ON j.id = p.id
+       FROM keyed_picks AS p JOIN {schema}.jobs AS j ON j.id = p.id
        WHERE j.state = 'queued'
        FOR UPDATE OF j SKIP LOCKED) AS k) AS c
 JOIN gate AS g ON g.name = c.queue AND c.keyed = g.keyed
@@ -1552,7 +1559,7 @@ JOIN gate AS g ON g.name = c.queue AND c.keyed = g.keyed
 -- token of its bucket.
 keyed_claims AS (
     SELECT c.queue, c.concurrency_key, p.ord
-    FROM claimed AS c JOIN unnest(%(picked)s::text[]) WITH ORDINALITY AS p(id, ord) ON p.id = c.id
+    FROM claimed AS c JOIN keyed_picks AS p ON p.id = c.id
 ),
 bucket AS (
     UPDATE {schema}.queues AS p

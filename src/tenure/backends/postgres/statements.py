@@ -53,15 +53,13 @@ _CYCLES = {
     "complete_and_claim_limited": {
         "gate": "gate_limited", "shared": "shared_limited", "bucket": "bucket"},
     "complete_and_claim_keyed": {
-        "gate": "gate_limited", "shared": "shared_keyed", "bucket": "bucket_keyed"},
+        "gate": "gate_keyed", "shared": "shared_keyed", "bucket": "bucket_keyed"},
 }  # fmt: skip
 COMPOSED = {
     name + suffix: ("cycle", {**binds, "skip": skip})
     for name, binds in _CYCLES.items()
     for suffix, skip in (("", "no_skip"), ("_skipping", "skip"))
 } | {
-    "pick_keyed": ("pick_walk", {"skip": "no_skip"}),
-    "pick_keyed_skipping": ("pick_walk", {"skip": "skip"}),
     "add_workflow": ("add_steps", {"made": "new_workflow"}),
     "add_spawned": ("add_steps", {"made": "spawning"}),
 }
