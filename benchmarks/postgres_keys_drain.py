@@ -8,7 +8,8 @@ Each round drains ``--jobs`` jobs with ``--claimers`` concurrent claimers
 (a backend each, batches of ``--batch``), alternating: a queue without a
 per-key field ("plain"), then the same jobs spread over ``--keys`` keys with
 max_active_per_key=``--per-key`` ("per-key"), then with fair=True too
-("fair"). Prints each round's jobs/s, the median of each kind and their
+("fair"), and for reference with the queue's own max_active (claimed
+under its lock, as keys are: "max_active"). Prints each round's jobs/s, the median of each kind and their
 ratios to plain.
 """
 
@@ -53,10 +54,13 @@ async def round_(url: str, kind: str, n: int, args: argparse.Namespace) -> float
     backend = PostgresBackend.from_url(url)
     await backend.open()
     try:
-        if kind != "plain":
+        if kind == "max_active":  # the queue's own limit (claimed under its lock too)
+            await backend.set_policy(queue, QueuePolicy(max_active=1_000_000))
+        elif kind != "plain":
             await backend.set_policy(queue, QueuePolicy(max_active_per_key=args.per_key,
                                                         fair=kind == "fair"))  # fmt: skip
-        keys = [None] * n if kind == "plain" else [f"k{i % args.keys}" for i in range(n)]
+        keyed = kind in ("per-key", "fair")
+        keys = [f"k{i % args.keys}" if keyed else None for i in range(n)]
         for start in range(0, n, 1000):
             await backend.enqueue([
                 JobSpec.create("t", {}, queue=queue, concurrency_key=k)
@@ -72,7 +76,7 @@ async def round_(url: str, kind: str, n: int, args: argparse.Namespace) -> float
 
 
 async def run(url: str, args: argparse.Namespace) -> None:
-    rates: dict[str, list[float]] = {"plain": [], "per-key": [], "fair": []}
+    rates: dict[str, list[float]] = {"plain": [], "per-key": [], "fair": [], "max_active": []}
     await round_(url, "plain", 2000, args)  # warm up
     for r in range(args.rounds):
         for kind in rates:

@@ -1475,16 +1475,16 @@ walk AS (
                              ORDER BY h.priority DESC, h.run_at, h.seq LIMIT 256) AS h
                 WHERE h.concurrency_key IS NULL LIMIT {limit}) AS h)
             ELSE greatest(0, least({limit},
-                p.most - (SELECT count(*)::int FROM (
+                CASE WHEN p.most IS NOT NULL THEN p.most - (SELECT count(*)::int FROM (
                     SELECT FROM {schema}.jobs AS a
                     WHERE a.state = 'active' AND a.concurrency_key IS NOT NULL
                       AND a.queue = w.queue AND a.concurrency_key = s.key
                       AND a.id NOT IN (SELECT id FROM done)
-                    LIMIT p.most) AS a),
-                floor(least(p.rate, coalesce(
+                    LIMIT p.most) AS a) END,
+                CASE WHEN p.rate IS NOT NULL THEN floor(least(p.rate, coalesce(
                     (SELECT b.tokens + greatest(clock.now - b.at, 0) * p.rate / p.every
                      FROM {schema}.key_buckets AS b WHERE b.queue = w.queue AND b.key = s.key),
-                    p.rate)) + 1e-9)::int))
+                    p.rate)) + 1e-9)::int END))
             END OFFSET 0) AS r(room)
         WHERE w.n < {limit} + 64 AND w.found < {limit}
           AND NOT (w.wrapped AND x.next IS NULL) AND NOT (s.wrapped AND s.key > p.cursor)
