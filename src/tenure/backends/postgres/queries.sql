@@ -1433,16 +1433,19 @@ SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted)
 -- name: keyed_walk
 -- (A part of gate_keyed.) The jobs the claim takes from each queue of
 -- %(keyed)s (`keyed_picks`: queue, id, ord), best first, at most {limit} a
--- queue. The walk visits the keys with queued jobs in byte order from the
--- queue's key_cursor (the key the last claim served), around once, an index
--- seek per key (jobs_key_ready), and stops once {limit} keys have room:
--- max_active_per_key less the key's active jobs (but for the leases this
--- cycle completes), and the whole tokens of its bucket; jobs without a key
--- have room for those of them among the queue's next 256 (through
--- jobs_ready). It visits at most {limit} + 64 keys: a claim never reads
--- every key, and the next goes on from where this one served. fair: round
--- robin (each key's best job, then each key's second, ...) in the walk's
--- order; else by priority, run_at.
+-- queue, each within its key's room (key_room). Without fair, the queue's
+-- next 4 x {limit} jobs in its order (`heads`, through jobs_ready) that
+-- their keys have room for; when those are fewer than {limit} (keys at their
+-- limit ahead: no head-of-line blocking), the walk adds jobs of other keys.
+-- The walk visits the keys with queued jobs in byte order from the queue's
+-- key_cursor (the key the last claim served), around once, an index seek
+-- per key (jobs_key_ready), and stops once {limit} keys have room; jobs
+-- without a key are one key, visited after the last, with room for those of
+-- them among the queue's next 256 (through jobs_ready). It visits at most
+-- {limit} + 64 keys: a claim never reads every key, and the next goes on
+-- from where this one served. fair: round robin over the keys the walk
+-- visits (each key's best job, then each key's second, ...) in its order;
+-- else by priority, run_at.
 policy AS (
     SELECT q.name AS queue, coalesce(q.key_cursor, chr(1)) AS cursor,
            (q.policy->>'max_active_per_key')::int AS most,
@@ -1452,13 +1455,41 @@ policy AS (
     FROM {schema}.queues AS q
     WHERE q.name = ANY(%(keyed)s::text[]) AND NOT coalesce((q.policy->>'paused')::boolean, false)
 ),
+heads AS (
+    SELECT p.queue, h.* FROM policy AS p
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
+        WHERE state = 'queued' AND queue = p.queue {skip}
+        ORDER BY priority DESC, run_at, seq LIMIT 4 * {limit}
+    ) AS h
+    WHERE NOT p.fair
+),
+head_picks AS (
+    SELECT h.* FROM (
+        SELECT h.*, row_number() OVER (PARTITION BY h.queue, h.concurrency_key
+                                       ORDER BY h.priority DESC, h.run_at, h.seq) AS nth
+        FROM heads AS h
+    ) AS h
+    LEFT JOIN (
+        SELECT k.queue, k.key, {key_room} AS room
+        FROM (SELECT DISTINCT queue, concurrency_key FROM heads
+              WHERE concurrency_key IS NOT NULL) AS k(queue, key)
+        JOIN policy AS p ON p.queue = k.queue CROSS JOIN clock
+    ) AS r ON r.queue = h.queue AND r.key = h.concurrency_key
+    WHERE h.concurrency_key IS NULL OR h.nth <= r.room
+),
+short AS (  -- the queues whose heads leave room: the walk goes on
+    SELECT p.*, p.fair OR (SELECT count(*) FROM head_picks AS h WHERE h.queue = p.queue)
+                          < {limit} AS short
+    FROM policy AS p
+),
 walk AS (
     WITH RECURSIVE w(queue, key, wrapped, n, found, room) AS (
-        SELECT queue, cursor, false, 0, 0, 0 FROM policy
+        SELECT queue, cursor, false, 0, 0, 0 FROM short WHERE short
         UNION ALL
         SELECT w.queue, s.key, s.wrapped, w.n + 1, w.found + (r.room > 0)::int, r.room
         FROM w
-        JOIN policy AS p ON p.queue = w.queue
+        JOIN short AS p ON p.queue = w.queue
         CROSS JOIN clock
         CROSS JOIN LATERAL (
             SELECT (SELECT j.concurrency_key FROM {schema}.jobs AS j
@@ -1468,25 +1499,20 @@ walk AS (
         ) AS x(next)
         CROSS JOIN LATERAL (SELECT coalesce(x.next, chr(1)), w.wrapped OR x.next IS NULL OFFSET 0)
             AS s(key, wrapped)
-        CROSS JOIN LATERAL (SELECT CASE WHEN s.key = chr(1) THEN (
-            SELECT count(*)::int FROM (
-                SELECT FROM (SELECT h.concurrency_key FROM {schema}.jobs AS h
-                             WHERE h.state = 'queued' AND h.queue = w.queue
-                             ORDER BY h.priority DESC, h.run_at, h.seq LIMIT 256) AS h
-                WHERE h.concurrency_key IS NULL LIMIT {limit}) AS h)
-            ELSE greatest(0, least({limit},
-                CASE WHEN p.most IS NOT NULL THEN p.most - (SELECT count(*)::int FROM (
-                    SELECT FROM {schema}.jobs AS a
-                    WHERE a.state = 'active' AND a.concurrency_key IS NOT NULL
-                      AND a.queue = w.queue AND a.concurrency_key = s.key
-                      AND a.id NOT IN (SELECT id FROM done)
-                    LIMIT p.most) AS a) END,
-                CASE WHEN p.rate IS NOT NULL THEN floor(least(p.rate, coalesce(
-                    (SELECT b.tokens + greatest(clock.now - b.at, 0) * p.rate / p.every
-                     FROM {schema}.key_buckets AS b WHERE b.queue = w.queue AND b.key = s.key),
-                    p.rate)) + 1e-9)::int END))
-            END OFFSET 0) AS r(room)
-        WHERE w.n < {limit} + 64 AND w.found < {limit}
+        CROSS JOIN LATERAL (SELECT w.queue, s.key OFFSET 0) AS k(queue, key)
+        CROSS JOIN LATERAL (SELECT CASE
+            WHEN s.key = chr(1) THEN (
+                SELECT count(*)::int FROM (
+                    SELECT FROM (SELECT h.id, h.concurrency_key FROM {schema}.jobs AS h
+                                 WHERE h.state = 'queued' AND h.queue = w.queue
+                                 ORDER BY h.priority DESC, h.run_at, h.seq LIMIT 256) AS h
+                    WHERE h.concurrency_key IS NULL AND h.id NOT IN (SELECT id FROM heads)
+                    LIMIT {limit}) AS h)
+            WHEN NOT p.fair AND EXISTS (SELECT FROM heads AS h
+                                        WHERE h.queue = w.queue AND h.concurrency_key = s.key)
+                THEN 0
+            ELSE {key_room} END OFFSET 0) AS r(room)
+        WHERE w.n < {limit} + 64 AND w.found < {limit} AND (p.fair OR p.short)
           AND NOT (w.wrapped AND x.next IS NULL) AND NOT (s.wrapped AND s.key > p.cursor)
     )
     SELECT * FROM w
@@ -1519,10 +1545,12 @@ picks AS (
         SELECT * FROM (SELECT id, priority, run_at, seq, concurrency_key, task
                        FROM {schema}.jobs WHERE state = 'queued' AND queue = v.queue
                        ORDER BY priority DESC, run_at, seq LIMIT 256) AS h
-        WHERE concurrency_key IS NULL {skip}
+        WHERE concurrency_key IS NULL AND id NOT IN (SELECT id FROM heads) {skip}
         LIMIT v.quota
     ) AS c
     WHERE v.key = chr(1)
+    UNION ALL
+    SELECT queue, 0, false, id, priority, run_at, seq, nth FROM head_picks
 ),
 keyed_picks AS (
     SELECT * FROM (
@@ -1533,6 +1561,22 @@ keyed_picks AS (
     ) AS o
     WHERE ord <= {limit}
 )
+
+-- name: key_room
+-- (A part of keyed_walk.) How many jobs of key k.key of queue k.queue
+-- (policy p) the claim may take: max_active_per_key less its active jobs
+-- (but for those this cycle completes), and its bucket's whole tokens.
+greatest(0, least({limit},
+    CASE WHEN p.most IS NOT NULL THEN p.most - (SELECT count(*)::int FROM (
+        SELECT FROM {schema}.jobs AS a
+        WHERE a.state = 'active' AND a.concurrency_key IS NOT NULL
+          AND a.queue = k.queue AND a.concurrency_key = k.key
+          AND a.id NOT IN (SELECT id FROM done)
+        LIMIT p.most) AS a) END,
+    CASE WHEN p.rate IS NOT NULL THEN floor(least(p.rate, coalesce(
+        (SELECT b.tokens + greatest(clock.now - b.at, 0) * p.rate / p.every
+         FROM {schema}.key_buckets AS b WHERE b.queue = k.queue AND b.key = k.key),
+        p.rate)) + 1e-9)::int END))
 
 -- name: shared_keyed
 -- (A part of complete_and_claim_keyed, written into it.) The candidates of
