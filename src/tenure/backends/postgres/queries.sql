@@ -770,7 +770,8 @@ SELECT count(*) FROM pruned
 SELECT count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'active'
 
 -- name: delete_queue
-WITH events AS (DELETE FROM {schema}.events WHERE queue = %(queue)s)
+WITH events AS (DELETE FROM {schema}.events WHERE queue = %(queue)s),
+buckets AS (DELETE FROM {schema}.key_buckets WHERE queue = %(queue)s)
 DELETE FROM {schema}.queues WHERE name = %(queue)s
 
 -- name: get_job
