@@ -529,3 +529,47 @@ def test_a_first_wait__returns_once_listening_for_what_came_before(pg_url, open_
     started = time.monotonic()
     idle.wait_for_jobs(["default"], 10.0)
     assert time.monotonic() - started < 5.0
+
+
+def test_the_keyed_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, portal):
+    """The cycle of a queue with keys walks them through jobs_key_ready (a seek
+    per key), never a scan of the jobs table, whatever the queue holds."""
+    import asyncio
+
+    b = PostgresBackend.from_url(pg_url + "?pool_size=1")
+    portal.run(b.open())
+    try:
+
+        async def plans():
+            async with b.db.conn() as conn:
+                await conn.execute(
+                    "INSERT INTO tenure.jobs (id, queue, task, args, state, run_at, created_at,"
+                    " concurrency_key) SELECT md5(g::text), 'default', 't', '{}', 'queued', g, 0,"
+                    " 'k' || (g % 500) FROM generate_series(1, 20000) AS g"
+                )
+                await conn.execute("ANALYZE tenure.jobs")
+            for fair in (False, True):
+                await b.set_policy("default", QueuePolicy(max_active_per_key=1, fair=fair))
+                for _ in range(8):  # psycopg prepares a statement at its 6th run
+                    _, jobs = await b.complete_and_claim([], "w", ["default"], 4)
+                    await b.complete_and_claim([(j.id, j.fence, b"null") for j in jobs], "w",
+                                               [], 0)  # fmt: skip
+            async with b.db.conn() as conn:
+                cur = await conn.execute(
+                    "SELECT name, parameter_types::text[] FROM pg_prepared_statements"
+                    " WHERE statement LIKE '%%keyed_picks AS%%'"
+                )
+                out = []
+                for name, types in await cur.fetchall():
+                    args = ", ".join(f"NULL::{t}" for t in types)
+                    cur = await conn.execute(f"EXPLAIN EXECUTE {name}({args})")
+                    out.append("\n".join(r[0] for r in await cur.fetchall()))
+                return out
+
+        found = portal.run(asyncio.wait_for(plans(), 60))
+        assert len(found) == 1
+        for plan in found:
+            assert "Seq Scan on jobs" not in plan, plan
+            assert "jobs_key_ready" in plan and "jobs_key_active" in plan, plan
+    finally:
+        portal.run(b.close())
