@@ -9,8 +9,8 @@ Each round drains ``--jobs`` jobs with ``--claimers`` concurrent claimers
 per-key field ("plain"), then the same jobs spread over ``--keys`` keys with
 max_active_per_key=``--per-key`` ("per-key"), then with fair=True too
 ("fair"), and for reference with the queue's own max_active (claimed
-under its lock, as keys are: "max_active"). Prints each round's jobs/s, the median of each kind and their
-ratios to the first kind (--kinds).
+under its lock, as keys are: "max_active"). Prints each round's jobs/s,
+the median of each kind and their ratios to the first kind (--kinds).
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ async def run(url: str, args: argparse.Namespace) -> None:
     rates: dict[str, list[float]] = {kind: [] for kind in args.kinds.split(",")}
     await round_(url, "plain", 2000, args)  # warm up
     for r in range(args.rounds):
-        for kind in rates:
+        for kind, found in rates.items():
             rate = await round_(url, kind, args.jobs, args)
-            rates[kind].append(rate)
+            found.append(rate)
             print(f"round {r + 1} {kind:>8}: {rate:,.0f} jobs/s", flush=True)
     plain = statistics.median(next(iter(rates.values())))
     for kind, found in rates.items():
