@@ -1435,7 +1435,7 @@ SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted)
 -- (A part of gate_keyed.) The jobs the claim takes from each queue of
 -- %(keyed)s (`keyed_picks`: queue, id, ord), best first, at most {limit} a
 -- queue, each within its key's room (key_room). Without fair, the queue's
--- next 4 x {limit} jobs in its order (`heads`, through jobs_ready) that
+-- next 2 x {limit} jobs in its order (`heads`, through jobs_ready) that
 -- their keys have room for; when those are fewer than {limit} (keys at their
 -- limit ahead: no head-of-line blocking), the walk adds jobs of other keys.
 -- The walk visits the keys with queued jobs in byte order from the queue's
@@ -1461,7 +1461,7 @@ heads AS (
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
         WHERE state = 'queued' AND queue = p.queue {skip}
-        ORDER BY priority DESC, run_at, seq LIMIT 4 * {limit}
+        ORDER BY priority DESC, run_at, seq LIMIT 2 * {limit}
     ) AS h
     WHERE NOT p.fair
 ),
