@@ -19,7 +19,7 @@ from tenure.core.retry import decide_for
 from tenure.core.states import Outcome
 from tenure.errors import InvalidInput, LivenessLost
 from tenure.job import JobSpec
-from tests.conformance.helpers import claim_one, register
+from tests.conformance.helpers import claim_one, register, wait_for
 from tests.conformance.test_dlq import bury
 
 DEFAULTS = QueuePolicy()
@@ -573,3 +573,18 @@ def test_the_keyed_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, 
             assert "jobs_key_ready" in plan and "jobs_key_active" in plan, plan
     finally:
         portal.run(b.close())
+
+
+def test_a_keys_bucket_refilled__is_pruned(open_backend, pg_url, postgres_server):
+    backend = open_backend(pg_url)
+    backend.set_policy("q", QueuePolicy(rate_limit_per_key=1, rate_interval_per_key=0.05))
+    backend.enqueue([JobSpec.create("t", {}, queue="q", concurrency_key=k) for k in "ab"])
+    assert len(backend.claim(register(backend, "w"), ["q"], 2)) == 2
+    db = pg_url.rsplit("/", 1)[1]
+    assert postgres_server.psql("SELECT count(*) FROM tenure.key_buckets", db) == "2"
+
+    def pruned() -> bool:  # once both refilled (after 0.05 s)
+        backend.prune(1000)
+        return postgres_server.psql("SELECT count(*) FROM tenure.key_buckets", db) == "0"
+
+    wait_for(pruned)

@@ -720,7 +720,8 @@ SELECT name, policy::text FROM {schema}.queues
 -- written in (an integer): a generic plan that does not know it reads every
 -- finished job (250 ms at 200,000, against 30). A job enqueued with
 -- unique_for is kept until that window closes too (its enqueue returns it
--- until then). Returns how many jobs.
+-- until then). Key buckets refilled go too (of the first {limit} rows).
+-- Returns how many jobs.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 victims AS (
     SELECT v.id, r.state, clock.now - r.keep AS cutoff
@@ -745,6 +746,24 @@ pruned AS (
 ),
 history AS (
     DELETE FROM {schema}.attempts AS a USING pruned WHERE a.job_id = pruned.id
+),
+full_buckets AS (  -- a key's bucket refilled: one never stored is full (up to {limit})
+    SELECT b.queue, b.key FROM {schema}.key_buckets AS b
+    JOIN {schema}.queues AS q ON q.name = b.queue, clock,
+    LATERAL (SELECT (q.policy->>'rate_limit_per_key')::float8,
+                    (q.policy->>'rate_interval_per_key')::float8) AS r(rate, every)
+    WHERE r.rate IS NULL OR b.tokens + greatest(clock.now - b.at, 0) * r.rate / r.every >= r.rate
+    LIMIT {limit}
+),
+buckets AS (  -- tokens taken since are seen: the delete tests the row as it now is
+    DELETE FROM {schema}.key_buckets AS b
+    USING full_buckets AS f, {schema}.queues AS q, clock
+    WHERE b.queue = f.queue AND b.key = f.key AND q.name = b.queue
+      AND (q.policy->>'rate_limit_per_key' IS NULL
+           OR b.tokens + greatest(clock.now - b.at, 0)
+              * (q.policy->>'rate_limit_per_key')::float8
+              / (q.policy->>'rate_interval_per_key')::float8
+              >= (q.policy->>'rate_limit_per_key')::float8)
 ),
 {flow_pruned}
 SELECT count(*) FROM pruned
