@@ -747,7 +747,7 @@ pruned AS (
 history AS (
     DELETE FROM {schema}.attempts AS a USING pruned WHERE a.job_id = pruned.id
 ),
-full_buckets AS (  -- a key's bucket refilled: one never stored is full (up to {limit})
+full_buckets AS (  -- buckets of keys refilled: as if never stored (up to {limit})
     SELECT b.queue, b.key FROM {schema}.key_buckets AS b
     JOIN {schema}.queues AS q ON q.name = b.queue, clock,
     LATERAL (SELECT (q.policy->>'rate_limit_per_key')::float8,
