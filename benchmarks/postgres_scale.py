@@ -1,10 +1,12 @@
 """Claim and rescue cost on PostgreSQL at 10,000 and at 1,000,000 queued jobs.
 
-    python benchmarks/postgres_scale.py [--url postgresql://…]
+    python benchmarks/postgres_scale.py [--url postgresql://…] [--keys 10000 --per-key 1 --fair]
 
 Without --url it starts a throwaway server from the binaries on the machine.
 Prints the median latency of claim (a batch of 10, then completed) and of a
-sweep, at both sizes, and their ratio (the target is within 2x).
+sweep, at both sizes, and their ratio (the target is within 2x). With
+--keys, the jobs are spread over that many concurrency keys, and the queue
+has max_active_per_key (--per-key) and fair (--fair): a keyed claim.
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tenure.backends.base import WorkerInfo
 from tenure.backends.postgres import PostgresBackend
+from tenure.config import QueuePolicy
 
 FILL = """
-INSERT INTO tenure.jobs (id, queue, task, args, state, priority, run_at, created_at)
+INSERT INTO tenure.jobs (id, queue, task, args, state, priority, run_at, created_at,
+                         concurrency_key)
 SELECT md5(random()::text || g), 'scale', 't', '{}', 'queued', (g %% 3),
-       extract(epoch FROM now()) - 1000 + g * 0.001, extract(epoch FROM now())
-FROM generate_series(1, %s) AS g
+       extract(epoch FROM now()) - 1000 + g * 0.001, extract(epoch FROM now()),
+       CASE WHEN %(keys)s::int > 0 THEN 'customer-' || (g %% greatest(%(keys)s::int, 1)) END
+FROM generate_series(%(first)s::int, %(last)s::int) AS g
 """
 
 
@@ -43,16 +48,17 @@ async def measure(backend: PostgresBackend, rounds: int) -> tuple[float, float]:
     return statistics.median(claims), statistics.median(sweeps)
 
 
-async def run(url: str, sizes: list[int], rounds: int) -> None:
+async def run(url: str, sizes: list[int], rounds: int, policy: QueuePolicy, keys: int) -> None:
     backend = PostgresBackend.from_url(url)
     await backend.open()
+    await backend.set_policy("scale", policy)
     await backend.register_worker(WorkerInfo("bench", "host", 0, ("scale",)))
     results = {}
     have = 0
     try:
         for size in sizes:
             async with backend.db.tx() as conn:
-                await conn.execute(FILL, (size - have,))
+                await conn.execute(FILL, {"keys": keys, "first": have + 1, "last": size})
             have = size
             async with backend.db.tx() as conn:
                 await conn.execute("ANALYZE tenure.jobs")
@@ -73,16 +79,20 @@ def main() -> None:
     parser.add_argument("--url")
     parser.add_argument("--sizes", default="10000,1000000")
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--keys", type=int, default=0)
+    parser.add_argument("--per-key", type=int)
+    parser.add_argument("--fair", action="store_true")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    policy = QueuePolicy(max_active_per_key=args.per_key, fair=args.fair)
     if args.url:
-        asyncio.run(run(args.url, sizes, args.rounds))
+        asyncio.run(run(args.url, sizes, args.rounds, policy, args.keys))
         return
     from tests.servers import PostgresServer
 
     server = PostgresServer()
     try:
-        asyncio.run(run(server.new_database(), sizes, args.rounds))
+        asyncio.run(run(server.new_database(), sizes, args.rounds, policy, args.keys))
     finally:
         server.close()
 

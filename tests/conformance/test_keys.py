@@ -158,6 +158,16 @@ def test_max_active_per_key__a_held_key_does_not_block_the_keys_behind_it(
     assert b.id in {j.id for j in first}
 
 
+def test_max_active_per_key__a_long_held_key_does_not_block_the_keys_behind_it(
+    backend: Any, worker: str
+) -> None:
+    backend.set_policy("q", QueuePolicy(max_active_per_key=1))
+    backend.enqueue(keyed("a", 60, priority=9))
+    [b] = backend.enqueue(keyed("b", 1))
+    [plain] = backend.enqueue(keyed(None, 1))
+    assert {j.id for j in backend.claim(worker, ["q"], 3)} >= {b.id, plain.id}
+
+
 def test_max_active_per_key__leaves_jobs_without_a_key_unlimited(backend: Any, worker: str) -> None:
     backend.set_policy("q", QueuePolicy(max_active_per_key=1))
     backend.enqueue(keyed(None, 5))

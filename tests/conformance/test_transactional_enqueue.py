@@ -243,3 +243,21 @@ def test_postgres_refuses_a_failed_transaction_and_the_wrong_twin(
     conn.rollback()
     with pytest.raises(InvalidInput, match="call enqueue"):
         asyncio.run(app.aenqueue("t", conn=conn))
+
+
+def test_debounce_and_unique_for__hold_in_the_callers_transaction(
+    app: App, connect: Connect
+) -> None:
+    @app.task
+    def reindex(n: int) -> None: ...
+
+    conn = connect()
+    debounced = reindex.with_options(conn=conn, key="tenant-7", debounce=30.0)
+    first = debounced.enqueue(1)
+    again = debounced.enqueue(2)
+    unique = reindex.with_options(conn=conn, key="nightly", unique_for=3600.0)
+    assert unique.enqueue(3).id == unique.enqueue(4).id
+    conn.commit()
+    assert again.id == first.id
+    assert app.get_job(first.id).args == {"n": 2}
+    assert app.get_job(first.id).state is State.SCHEDULED

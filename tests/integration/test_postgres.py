@@ -19,7 +19,7 @@ from tenure.core.retry import decide_for
 from tenure.core.states import Outcome
 from tenure.errors import InvalidInput, LivenessLost
 from tenure.job import JobSpec
-from tests.conformance.helpers import claim_one, register
+from tests.conformance.helpers import claim_one, register, wait_for
 from tests.conformance.test_dlq import bury
 
 DEFAULTS = QueuePolicy()
@@ -58,8 +58,8 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
         "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM information_schema.tables"
         " WHERE table_schema = 'tenure'", db)  # fmt: skip
     assert tables.split(",") == [
-        "attempts", "edges", "events", "jobs", "queues", "schedules", "schema_migrations",
-        "spawns", "sweeps", "workers", "workflows",
+        "attempts", "edges", "events", "jobs", "key_buckets", "queues", "schedules",
+        "schema_migrations", "spawns", "sweeps", "workers", "workflows",
     ]  # fmt: skip
     query = "SELECT string_agg(indexname, ',') FROM pg_indexes WHERE schemaname = 'tenure'"
     indexes = postgres_server.psql(query, db)
@@ -68,7 +68,8 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
         "jobs_seq", "jobs_finished", "attempts_pkey", "queues_pkey", "workers_pkey", "sweeps_pkey",
         "schema_migrations_pkey", "events_pkey", "schedules_pkey", "jobs_workflow",
         "jobs_waiting", "workflows_pkey", "workflows_key", "edges_pkey", "edges_dependent",
-        "spawns_pkey",
+        "spawns_pkey", "jobs_key_ready", "jobs_key_active", "jobs_key_finished",
+        "key_buckets_pkey",
     }  # fmt: skip
     versions = postgres_server.psql("SELECT count(*) FROM tenure.schema_migrations", db)
     assert int(versions) == len(MIGRATIONS)
@@ -110,9 +111,12 @@ def _events_table(server, db):
     for name in ("events", "job_trace_context"):
         [script] = [text for _, n, text in MIGRATIONS if n == name]
         server.psql(script.replace("{schema}", "tenure"), db)
+    keys = ("concurrency_key text", "debounce float8", "unique_for float8")  # migration 18's
+    server.psql("; ".join(f"ALTER TABLE tenure.jobs ADD COLUMN {c}" for c in keys), db)
     yield
     server.psql("DROP TABLE tenure.events; ALTER TABLE tenure.queues DROP COLUMN events;"
                 " ALTER TABLE tenure.jobs DROP COLUMN traceparent", db)  # fmt: skip
+    server.psql("; ".join(f"ALTER TABLE tenure.jobs DROP COLUMN {c.split()[0]}" for c in keys), db)
 
 
 def test_upgrading_a_schema_with_jobs__keeps_their_payloads(
@@ -391,7 +395,9 @@ def test_a_claim__has_one_index_by_queue_for_each_state_it_reads(
         holding = {
             name for name, predicate in by_queue.items()
             if postgres_server.psql(
-                f"SELECT {predicate} FROM (VALUES ('{state}'::text, 'k'::text)) AS j(state, key)",
+                f"SELECT {predicate} FROM (VALUES ('{state}'::text, 'k'::text, NULL::text,"
+                " NULL::float8, NULL::float8)) AS j(state, key, concurrency_key, debounce,"
+                " unique_for)",
                 db).strip() == "t"
         }  # fmt: skip
         assert holding - {"jobs_key"} == {only}, (state, by_queue)
@@ -523,3 +529,62 @@ def test_a_first_wait__returns_once_listening_for_what_came_before(pg_url, open_
     started = time.monotonic()
     idle.wait_for_jobs(["default"], 10.0)
     assert time.monotonic() - started < 5.0
+
+
+def test_the_keyed_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, portal):
+    """The cycle of a queue with keys walks them through jobs_key_ready (a seek
+    per key), never a scan of the jobs table, whatever the queue holds."""
+    import asyncio
+
+    b = PostgresBackend.from_url(pg_url + "?pool_size=1")
+    portal.run(b.open())
+    try:
+
+        async def plans():
+            async with b.db.conn() as conn:
+                await conn.execute(
+                    "INSERT INTO tenure.jobs (id, queue, task, args, state, run_at, created_at,"
+                    " concurrency_key) SELECT md5(g::text), 'default', 't', '{}', 'queued', g, 0,"
+                    " 'k' || (g % 500) FROM generate_series(1, 20000) AS g"
+                )
+                await conn.execute("ANALYZE tenure.jobs")
+            for fair in (False, True):
+                await b.set_policy("default", QueuePolicy(max_active_per_key=1, fair=fair))
+                for _ in range(8):  # psycopg prepares a statement at its 6th run
+                    _, jobs = await b.complete_and_claim([], "w", ["default"], 4)
+                    await b.complete_and_claim([(j.id, j.fence, b"null") for j in jobs], "w",
+                                               [], 0)  # fmt: skip
+            async with b.db.conn() as conn:
+                cur = await conn.execute(
+                    "SELECT name, parameter_types::text[] FROM pg_prepared_statements"
+                    " WHERE statement LIKE '%%keyed_picks AS%%'"
+                )
+                out = []
+                for name, types in await cur.fetchall():
+                    args = ", ".join(f"NULL::{t}" for t in types)
+                    cur = await conn.execute(f"EXPLAIN EXECUTE {name}({args})")
+                    out.append("\n".join(r[0] for r in await cur.fetchall()))
+                return out
+
+        found = portal.run(asyncio.wait_for(plans(), 60))
+        assert len(found) == 1
+        for plan in found:
+            assert "Seq Scan on jobs" not in plan, plan
+            assert "jobs_key_ready" in plan and "jobs_key_active" in plan, plan
+    finally:
+        portal.run(b.close())
+
+
+def test_a_keys_bucket_refilled__is_pruned(open_backend, pg_url, postgres_server):
+    backend = open_backend(pg_url)
+    backend.set_policy("q", QueuePolicy(rate_limit_per_key=1, rate_interval_per_key=0.05))
+    backend.enqueue([JobSpec.create("t", {}, queue="q", concurrency_key=k) for k in "ab"])
+    assert len(backend.claim(register(backend, "w"), ["q"], 2)) == 2
+    db = pg_url.rsplit("/", 1)[1]
+    assert postgres_server.psql("SELECT count(*) FROM tenure.key_buckets", db) == "2"
+
+    def pruned() -> bool:  # once both refilled (after 0.05 s)
+        backend.prune(1000)
+        return postgres_server.psql("SELECT count(*) FROM tenure.key_buckets", db) == "0"
+
+    wait_for(pruned)

@@ -45,6 +45,7 @@ from tenure.backends.postgres.within import CallerTransactions, HandlerTransacti
 from tenure.backends.sqlfile import latest_version, load_migrations
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.events import Event, RetriedBy
+from tenure.core.limits import KeyCount
 from tenure.core.retry import Decision
 from tenure.core.states import DeadReason, Outcome, State
 from tenure.core.workflows import Workflow, WorkflowSpec, WorkflowState
@@ -281,6 +282,9 @@ class PostgresBackend(DerivedVerbs):
 
     async def counts(self, queue: str) -> dict[State, int]:
         return await self.parts.operators.counts(queue)
+
+    async def key_counts(self, queue: str, limit: int = 1000) -> builtins.list[KeyCount]:
+        return await self.parts.operators.key_counts(queue, limit)
 
     async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
         return await self.parts.operators.dead_counts(queue)

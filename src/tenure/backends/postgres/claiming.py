@@ -51,6 +51,7 @@ class Claiming:
         self.liveness = liveness
         self.max_payload = max_payload
         self._limited: set[str] = set()  # queues whose last claim found a fleet-wide limit
+        self._keyed: set[str] = set()  # of those, the ones with keys (QueuePolicy.keyed)
         # Connections kept out of the pool for the cycle (see _cycle_fetch), at
         # most HELD_FOR_CYCLES and never more than a third of the pool.
         self._held: list[psycopg.AsyncConnection[Any]] = []
@@ -78,6 +79,7 @@ class Claiming:
             return set(), []
         queues = list(dict.fromkeys(queues)) if limit else []
         locked = [q for q in queues if q in self._limited]
+        keyed = [q for q in locked if q in self._keyed]
         # The arrays go as array literals (strings): psycopg's list dumper took
         # an eighth of a draining worker's main thread.
         params = {
@@ -85,24 +87,33 @@ class Claiming:
             "fences": "{" + ",".join([str(f) for _, f, _ in items]) + "}",
             "results": text_array(r.decode() for _, _, r in items),
             "queues": text_array(queues), "worker": worker_id, "locked": text_array(locked),
+            "keyed": text_array(keyed),
             "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl,
             "channel": self.db.channel}  # fmt: skip
         name = "complete_and_claim_limited" if locked else "complete_and_claim"
+        if keyed:
+            name = "complete_and_claim_keyed"
+        params["skip"] = None
         if skip_tasks and limit:
             name += "_skipping"
             params["skip"] = text_array(skip_tasks)
         # One prepared statement, with a plan that knows its limit, per limit a
         # worker uses (see queries.sql).
         query = self.q.limited(name, limit)
-        if locked:
+        if keyed:
+            rows = await self._keyed_cycle_fetch(query, params, locked, limit)
+        elif locked:
             rows = await self._locked_cycle_fetch(query, params, locked)
         else:
             rows = await self._cycle_fetch(query, params)
         jobs = [step_from_row(r[1:]) for r in rows if r[0]]
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
+        # Each queue with a limit: 1 if it was held back for want of its lock,
+        # plus 2 if it has keys (see gate).
         limited = {r[1]: r[FENCE] for r in rows if r[0] == 0}
         self._limited = (self._limited - set(queues)) | set(limited)
-        held_back = [q for q, unlocked in limited.items() if unlocked]
+        self._keyed = (self._keyed - set(queues)) | {q for q, v in limited.items() if v & 2}
+        held_back = [q for q, v in limited.items() if v & 1]
         if held_back and len(jobs) < limit:  # a limit this backend did not know of yet
             more = await self.complete_and_claim(
                 (), worker_id, held_back, limit - len(jobs), skip_tasks=skip_tasks
@@ -154,6 +165,24 @@ class Claiming:
                 params = {**params, "queues": "{}"}
             await conn.execute(self.q["lock_queues"], {"queues": locked, "idle": IDLE_MS})
             return await self._execute(conn, query, params)
+
+    async def _keyed_cycle_fetch(
+        self, query: bytes, params: dict[str, Any], locked: list[str], limit: int
+    ) -> list[Any]:
+        """_locked_cycle_fetch, for queues with keys among them (the cycle walks
+        their keys: queries.sql), its transaction sent in one pipeline: one
+        round trip. The cycle's snapshot is taken once the lock is held."""
+        async with self.db.conn() as conn, conn.pipeline():
+            async with conn.transaction():
+                if self.liveness.seems_lost(params["worker"]):  # as in _cycle_fetch
+                    params = {**params, "queues": "{}"}
+                lock = self.q.limited("lock_keyed_queues", limit)
+                await conn.execute(lock, {"queues": locked, "keyed": params["keyed"],
+                                          "idle": IDLE_MS})  # fmt: skip
+                raw, names = self.q.positional(query)
+                cur = psycopg.AsyncRawCursor(conn)
+                await cur.execute(raw, [params[n] for n in names], prepare=True)
+            return await cur.fetchall()
 
     async def _execute(
         self, conn: psycopg.AsyncConnection[Any], query: bytes, params: dict[str, Any]

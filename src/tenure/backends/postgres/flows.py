@@ -31,7 +31,7 @@ from tenure.core.workflows import (
     spawn_ord,
 )
 from tenure.errors import InvalidInput, JobNotFound, LeaseLost
-from tenure.job import Attempt, Job, in_flow
+from tenure.job import Attempt, Job, in_flow, keyed
 
 COLUMNS = len(JOB_COLUMNS)  # a step's row: the job's columns, then flow_columns'
 CANCEL_TRIES = 50  # a cancel of a workflow gives way to workers' cycles this often
@@ -39,10 +39,10 @@ CANCEL_TRIES = 50  # a cancel of a workflow gives way to workers' cycles this of
 
 def step_from_row(row: Sequence[Any], history: tuple[Attempt, ...] = ()) -> Job:
     """A job from a row of job_columns then flow_columns (a plain job's are NULL)."""
-    job = job_from_row(row[:COLUMNS], history)
+    job = keyed(job_from_row(row[:COLUMNS], history), row[-1])
     if row[COLUMNS] is None:  # a plain job, as most are: nothing more to read
         return job
-    workflow, upstream, may_fail, cancel_reason = row[COLUMNS:]
+    workflow, upstream, may_fail, cancel_reason, _ = row[COLUMNS:]
     return in_flow(job, workflow, upstream or (), may_fail, cancel_reason)
 
 
@@ -96,7 +96,8 @@ class Flows:
     def _steps(self, spec: WorkflowSpec) -> dict[str, Any]:
         jobs = orjson.dumps([
             [s.spec.id, s.spec.queue, s.spec.task, s.spec.priority, s.spec.delay, s.spec.run_at,
-             s.spec.max_attempts, s.spec.timeout, s.spec.traceparent, len(s.upstream), s.may_fail]
+             s.spec.max_attempts, s.spec.timeout, s.spec.traceparent, len(s.upstream), s.may_fail,
+             s.spec.concurrency_key]
             for s in spec.steps
         ]).decode()  # fmt: skip
         args = text_array(s.spec.args.decode() for s in spec.steps)

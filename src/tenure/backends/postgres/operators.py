@@ -26,6 +26,7 @@ from tenure.backends.postgres.steps import run_steps
 from tenure.backends.rows import attempt_from_row
 from tenure.config import QueuePolicy
 from tenure.core.events import RetriedBy
+from tenure.core.limits import KeyCount
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.states import TERMINAL, DeadReason, State
 from tenure.core.workflows import WorkflowState
@@ -139,6 +140,11 @@ class Operators:
         check_name("queue", queue)
         found = dict(await self.db.rows("counts", {"queue": queue}))
         return {s: found.get(s.value, 0) for s in State}
+
+    async def key_counts(self, queue: str, limit: int) -> builtins.list[KeyCount]:
+        check_listing(queue, None, limit)
+        rows = await self.db.rows("key_counts", {"queue": queue, "limit": limit})
+        return [KeyCount(*row) for row in rows]
 
     async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
         check_name("queue", queue)

@@ -12,13 +12,15 @@
 -- inserts nothing, nor does an id already stored (a retried enqueue).
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 input AS (  -- %(jobs)s: a JSON array of [id, queue, task, priority, delay, run_at,
-            -- key, max_attempts, timeout, traceparent] (one parse, no per-row arrays); %(args)s:
+            -- key, max_attempts, timeout, traceparent, concurrency_key, debounce,
+            -- unique_for] (one parse, no per-row arrays); %(args)s:
             -- their arguments, a text array in the same order (apart: ->> on a JSON
             -- value that holds \u0000 anywhere fails)
     SELECT e.j->>0 AS id, e.j->>1 AS queue, e.j->>2 AS task, a.args::json AS args,
            (e.j->>3)::int AS priority, (e.j->>4)::float8 AS delay,
            (e.j->>5)::float8 AS run_at, e.j->>6 AS key, (e.j->>7)::int AS max_attempts,
-           (e.j->>8)::float8 AS timeout, e.j->>9 AS traceparent, e.ord
+           (e.j->>8)::float8 AS timeout, e.j->>9 AS traceparent, e.j->>10 AS concurrency_key,
+           (e.j->>11)::float8 AS debounce, (e.j->>12)::float8 AS unique_for, e.ord
     FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS e(j, ord)
     JOIN unnest(%(args)s::text[]) WITH ORDINALITY AS a(args, ord) ON a.ord = e.ord
 ),
@@ -28,11 +30,12 @@ ensured AS (
 ),
 inserted AS (
     INSERT INTO {schema}.jobs AS j (id, queue, task, args, state, priority, run_at,
-                                    created_at, key, max_attempts, timeout, traceparent)
+                                    created_at, key, max_attempts, timeout, traceparent,
+                                    concurrency_key, debounce, unique_for)
     SELECT id, queue, task, args,
            CASE WHEN coalesce(run_at, now + delay) > now THEN 'scheduled' ELSE 'queued' END,
            priority, coalesce(run_at, now + delay), now, key, max_attempts, timeout,
-           traceparent
+           traceparent, concurrency_key, debounce, unique_for
     FROM input, clock
     ORDER BY ord
     ON CONFLICT DO NOTHING
@@ -80,7 +83,7 @@ SELECT count(*) FROM recorded
 -- Rows in COPY's text format, in order (seq follows it); a third less of the
 -- server's time per job than insert_jobs.
 COPY {schema}.jobs (id, queue, task, args, state, priority, run_at, created_at,
-                    max_attempts, timeout, traceparent) FROM STDIN
+                    max_attempts, timeout, traceparent, concurrency_key) FROM STDIN
 
 -- name: end_attempt
 -- (A part of the statements that end attempts, written into them.) The history
@@ -139,12 +142,42 @@ SELECT s.queue, s.name, s.tick, s.job_id FROM {schema}.schedules AS s
 WHERE (s.queue, s.name) IN (SELECT * FROM unnest(%(queues)s::text[], %(names)s::text[]))
 
 -- name: find_unfinished_by_keys
-SELECT {job_columns} FROM {schema}.jobs
-WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
-  AND state IN ('scheduled', 'queued', 'active')
+-- The jobs that hold their key= (jobs_key: a debounced job that started holds
+-- none); with a window (%(windows)s, seconds: unique_for), those of the key
+-- enqueued with unique_for that finished less than that ago
+-- (jobs_key_finished). Of a key's, the one to return comes last: the
+-- unfinished one, else the one finished last. The last column is not the job's.
+SELECT * FROM (
+    SELECT {job_columns}, {flow_columns}, 0 AS finished FROM {schema}.jobs
+    WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
+      AND state IN ('scheduled', 'queued', 'active') AND (state <> 'active' OR debounce IS NULL)
+    UNION ALL
+    SELECT {job_columns}, {flow_columns}, 1 FROM {schema}.jobs
+    JOIN unnest(%(queues)s::text[], %(keys)s::text[], %(windows)s::float8[]) AS t(q, k, w)
+        ON jobs.queue = t.q AND jobs.key = t.k
+    WHERE t.w IS NOT NULL AND jobs.finished_at > extract(epoch FROM now())::float8 - t.w
+      AND unique_for IS NOT NULL AND state IN ('completed', 'cancelled', 'dead')
+) AS found
+ORDER BY finished DESC, finished_at NULLS FIRST
+
+-- name: debounce_jobs
+-- A debounced enqueue, for each key (%(queues)s, %(keys)s) with a job not
+-- started (through jobs_key): its args become %(args)s, it starts %(delays)s
+-- seconds from now. Returns those jobs.
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+done AS (
+    UPDATE {schema}.jobs AS j
+    SET args = t.args::json, run_at = clock.now + t.delay, state = 'scheduled'
+    FROM unnest(%(queues)s::text[], %(keys)s::text[], %(args)s::text[], %(delays)s::float8[])
+        AS t(queue, key, args, delay), clock
+    WHERE j.queue = t.queue AND j.key = t.key AND j.state IN ('scheduled', 'queued')
+      AND (j.state <> 'active' OR j.debounce IS NULL)
+    RETURNING j.*
+)
+SELECT {job_columns}, {flow_columns} FROM done
 
 -- name: find_by_ids
-SELECT {job_columns} FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[])
+SELECT {job_columns}, {flow_columns} FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[])
 
 -- name: notify
 SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[])) AS d(q)
@@ -225,7 +258,7 @@ freed AS (  -- a queue with max_active has room again, or got a released step: i
     SELECT count(pg_notify(%(channel)s, d.queue))
     FROM (SELECT d.queue FROM (SELECT DISTINCT queue FROM done) AS d
           JOIN {schema}.queues AS p ON p.name = d.queue
-          WHERE p.policy->>'max_active' IS NOT NULL
+          WHERE p.policy->>'max_active' IS NOT NULL OR p.policy->>'max_active_per_key' IS NOT NULL
           UNION
           {flow_queues}) AS d
 ),
@@ -240,7 +273,7 @@ recorded_input AS (
 {record_events}
 SELECT rank, {job_columns}, {flow_columns} FROM claimed, freed  -- freed: one row, always
 UNION ALL
-SELECT rank, {done_columns}, NULL, NULL, NULL, NULL FROM freed,
+SELECT rank, {done_columns}, NULL, NULL, NULL, NULL, NULL FROM freed,
     (SELECT NULL::int, id, fence FROM done
      UNION ALL
      SELECT 0, name, unlocked::int FROM gate WHERE limited) AS d(rank, id, fence)
@@ -249,12 +282,13 @@ ORDER BY 1 NULLS LAST
 -- name: gate
 -- (A part of complete_and_claim, written into it.) Each queue's share of the
 -- claim and its lease's TTL (NULL: at-most-once): {limit}, or none while it
--- is paused or has a fleet-wide limit (max_active, rate_limit). Those queues
--- are reported (rank 0, unlocked), and the backend claims from them with
--- complete_and_claim_limited, under their rows' lock. Kept short: psycopg
--- converts a statement of more than 4 KiB again at every execution.
+-- is paused or has a fleet-wide limit (max_active, rate_limit) or keys
+-- (policy.keyed). Those queues are reported (rank 0, unlocked: 1, plus 2 if
+-- keyed), and the backend claims from them with complete_and_claim_limited
+-- (or _keyed), under their rows' lock. Kept short: psycopg converts a
+-- statement of more than 4 KiB again at every execution.
 gate AS (
-    SELECT q.name, l.limited, l.limited AS unlocked, l.ttl,
+    SELECT q.name, l.limited, l.limited::int + 2 * l.keyed::int AS unlocked, l.ttl,
            CASE WHEN l.limited OR (p.policy->>'paused')::boolean THEN 0 ELSE {limit} END AS share
     FROM unnest(%(queues)s::text[]) AS q(name)
     LEFT JOIN {schema}.queues AS p ON p.name = q.name,
@@ -262,13 +296,17 @@ gate AS (
 )
 
 -- name: lease
--- (A part of both gates.) Whether the queue has a fleet-wide limit, and its
--- lease's TTL.
-LATERAL (SELECT p.policy->>'max_active' IS NOT NULL OR p.policy->>'rate_limit' IS NOT NULL,
+-- (A part of both gates.) Whether the queue has a fleet-wide limit (or keys:
+-- QueuePolicy.keyed), and its lease's TTL.
+LATERAL (SELECT k.keyed OR p.policy->>'max_active' IS NOT NULL
+                OR p.policy->>'rate_limit' IS NOT NULL,
                 CASE WHEN coalesce(p.policy->>'delivery', %(delivery)s) <> 'at-most-once'
                      THEN coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END,
-                (p.policy->>'max_active')::int, (p.policy->>'rate_limit')::float8
-) AS l(limited, ttl, most, rate)
+                (p.policy->>'max_active')::int, (p.policy->>'rate_limit')::float8, k.keyed
+         FROM (SELECT p.policy->>'max_active_per_key' IS NOT NULL
+                      OR p.policy->>'rate_limit_per_key' IS NOT NULL
+                      OR coalesce((p.policy->>'fair')::boolean, false)) AS k(keyed)
+) AS l(limited, ttl, most, rate, keyed)
 
 -- name: gate_limited
 -- (A part of complete_and_claim_limited, written into it.) Each queue's share
@@ -279,23 +317,28 @@ LATERAL (SELECT p.policy->>'max_active' IS NOT NULL OR p.policy->>'rate_limit' I
 -- in this transaction, took it, so this statement's snapshot holds every
 -- claim of the queue committed before). A claim without the lock takes
 -- nothing from such a queue; it is reported (rank 0, unlocked) and the
--- backend claims again with the lock.
+-- backend claims again with the lock. A queue with keys (%(keyed)s: those
+-- complete_and_claim_keyed picked from) is claimed from its picks, within
+-- its `room` (shared_keyed), none of its candidates (share 0); one keyed
+-- now that was not picked from is reported unlocked too.
 gate AS (
-    SELECT q.name, l.limited, u.unlocked, l.ttl, u.tokens,
-           CASE WHEN (p.policy->>'paused')::boolean OR u.unlocked THEN 0
+    SELECT q.name, l.limited, u.unlocked::int + 2 * l.keyed::int AS unlocked, l.ttl,
+           u.tokens, l.keyed, CASE WHEN l.keyed THEN 0 ELSE r.room END AS share, r.room
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    LEFT JOIN {schema}.queues AS p ON p.name = q.name, clock,
+    {lease},
+    LATERAL (SELECT l.limited AND (q.name <> ALL(%(locked)s::text[])
+                                   OR l.keyed AND q.name <> ALL(%(keyed)s::text[])),
+                    least(l.rate, coalesce(p.rate_tokens + greatest(clock.now - p.rate_at, 0)
+                                           * l.rate / (p.policy->>'rate_interval')::float8,
+                                           l.rate))) AS u(unlocked, tokens),
+    LATERAL (SELECT CASE WHEN (p.policy->>'paused')::boolean OR u.unlocked THEN 0
                 ELSE greatest(0, least({limit}, floor(u.tokens + 1e-9)::int,
                     l.most - (SELECT count(*) FROM (
                         SELECT FROM {schema}.jobs AS a
                         WHERE l.most > 0 AND a.state = 'active' AND a.queue = q.name
                           AND a.id NOT IN (SELECT id FROM done) LIMIT l.most) AS n)))
-           END AS share
-    FROM unnest(%(queues)s::text[]) AS q(name)
-    LEFT JOIN {schema}.queues AS p ON p.name = q.name, clock,
-    {lease},
-    LATERAL (SELECT l.limited AND q.name <> ALL(%(locked)s::text[]),
-                    least(l.rate, coalesce(p.rate_tokens + greatest(clock.now - p.rate_at, 0)
-                                           * l.rate / (p.policy->>'rate_interval')::float8,
-                                           l.rate))) AS u(unlocked, tokens)
+           END) AS r(room)
 )
 
 -- name: shared_limited
@@ -675,7 +718,10 @@ SELECT name, policy::text FROM {schema}.queues
 -- delete tests state and finished_at again, so a job that a retry from the
 -- DLQ changed meanwhile is tested as it now is, and left alone. {limit} is
 -- written in (an integer): a generic plan that does not know it reads every
--- finished job (250 ms at 200,000, against 30). Returns how many jobs.
+-- finished job (250 ms at 200,000, against 30). A job enqueued with
+-- unique_for is kept until that window closes too (its enqueue returns it
+-- until then). Key buckets refilled go too (of the first {limit} rows).
+-- Returns how many jobs.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 victims AS (
     SELECT v.id, r.state, clock.now - r.keep AS cutoff
@@ -687,6 +733,7 @@ victims AS (
         WHERE queue = r.queue AND state = r.state
           AND state IN ('completed', 'cancelled', 'dead')
           AND finished_at <= clock.now - r.keep
+          AND (unique_for IS NULL OR finished_at <= clock.now - unique_for)
         ORDER BY finished_at
         LIMIT {limit}
     ) AS v
@@ -699,6 +746,24 @@ pruned AS (
 ),
 history AS (
     DELETE FROM {schema}.attempts AS a USING pruned WHERE a.job_id = pruned.id
+),
+full_buckets AS (  -- buckets of keys refilled: as if never stored (up to {limit})
+    SELECT b.queue, b.key FROM {schema}.key_buckets AS b
+    JOIN {schema}.queues AS q ON q.name = b.queue, clock,
+    LATERAL (SELECT (q.policy->>'rate_limit_per_key')::float8,
+                    (q.policy->>'rate_interval_per_key')::float8) AS r(rate, every)
+    WHERE r.rate IS NULL OR b.tokens + greatest(clock.now - b.at, 0) * r.rate / r.every >= r.rate
+    LIMIT {limit}
+),
+buckets AS (  -- tokens taken since are seen: the delete tests the row as it now is
+    DELETE FROM {schema}.key_buckets AS b
+    USING full_buckets AS f, {schema}.queues AS q, clock
+    WHERE b.queue = f.queue AND b.key = f.key AND q.name = b.queue
+      AND (q.policy->>'rate_limit_per_key' IS NULL
+           OR b.tokens + greatest(clock.now - b.at, 0)
+              * (q.policy->>'rate_limit_per_key')::float8
+              / (q.policy->>'rate_interval_per_key')::float8
+              >= (q.policy->>'rate_limit_per_key')::float8)
 ),
 {flow_pruned}
 SELECT count(*) FROM pruned
@@ -724,7 +789,8 @@ SELECT count(*) FROM pruned
 SELECT count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'active'
 
 -- name: delete_queue
-WITH events AS (DELETE FROM {schema}.events WHERE queue = %(queue)s)
+WITH events AS (DELETE FROM {schema}.events WHERE queue = %(queue)s),
+buckets AS (DELETE FROM {schema}.key_buckets WHERE queue = %(queue)s)
 DELETE FROM {schema}.queues WHERE name = %(queue)s
 
 -- name: get_job
@@ -940,9 +1006,10 @@ LISTEN {channel}
 -- (A part of the statements that read jobs, after their job_columns.) A
 -- step's workflow, the ids of the steps it waits for (in ord order), whether
 -- its dependents run if it fails, why it was cancelled; NULLs for a plain job.
+-- Then its concurrency key (NULL: none).
 workflow, CASE WHEN workflow IS NOT NULL THEN ARRAY(
     SELECT e.upstream FROM {schema}.edges AS e WHERE e.dependent = id ORDER BY e.ord) END,
-may_fail, cancel_reason
+may_fail, cancel_reason, concurrency_key
 
 -- name: flow_data
 -- (A part of events' data.) A step's events name its workflow.
@@ -1117,7 +1184,7 @@ flows_pruned AS (
 -- workflow the steps go to, if they go.) Steps in one statement, as
 -- insert_jobs stores jobs: %(jobs)s a JSON array of [id, queue, task,
 -- priority, delay, run_at, max_attempts, timeout, traceparent, pending,
--- may_fail], %(args)s their arguments; %(edges)s a JSON array of [upstream,
+-- may_fail, concurrency_key], %(args)s their arguments; %(edges)s a JSON array of [upstream,
 -- dependent, ord]; %(grow)s of [dependent, edges added]: the dependents (steps
 -- or the workflow) that wait for more than they did, locked in id order (see
 -- flow_counted). A step that waits for none is queued or scheduled (by its
@@ -1129,7 +1196,7 @@ input AS (
            (e.j->>3)::int AS priority, (e.j->>4)::float8 AS delay,
            (e.j->>5)::float8 AS run_at, (e.j->>6)::int AS max_attempts,
            (e.j->>7)::float8 AS timeout, e.j->>8 AS traceparent, (e.j->>9)::int AS pending,
-           (e.j->>10)::boolean AS may_fail, e.ord
+           (e.j->>10)::boolean AS may_fail, e.j->>11 AS concurrency_key, e.ord
     FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS e(j, ord)
     JOIN unnest(%(args)s::text[]) WITH ORDINALITY AS a(args, ord) ON a.ord = e.ord
     WHERE EXISTS (SELECT FROM made)
@@ -1141,14 +1208,14 @@ ensured AS (
 inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, args, state, priority, run_at, created_at,
                                max_attempts, timeout, traceparent, workflow, may_fail,
-                               pending, blocked, release_delay)
+                               pending, blocked, release_delay, concurrency_key)
     SELECT id, queue, task, args,
            CASE WHEN pending > 0 THEN 'waiting'
                 WHEN coalesce(run_at, now + delay) > now THEN 'scheduled' ELSE 'queued' END,
            priority,
            CASE WHEN pending > 0 THEN coalesce(run_at, now) ELSE coalesce(run_at, now + delay) END,
            now, max_attempts, timeout, traceparent, %(workflow)s, may_fail, pending, 0,
-           CASE WHEN pending > 0 AND delay > 0 THEN delay END
+           CASE WHEN pending > 0 AND delay > 0 THEN delay END, concurrency_key
     FROM input, clock
     ORDER BY ord
     RETURNING id, queue, task, state, seq
@@ -1344,3 +1411,255 @@ recorded_input AS (
 ),
 {record_events}
 SELECT id FROM stepped WHERE was = 'cancelled' AND state = 'waiting'
+
+
+-- Concurrency keys (issue 39; tenure.core.limits). A queue whose policy is
+-- keyed (a per-key limit, or fair) is claimed under its row's lock, as one
+-- with a fleet-wide limit is: lock_keyed_queues, then, in the same
+-- transaction, complete_and_claim_keyed, which walks its keys (keyed_walk)
+-- and claims what the walk picked. A key's active jobs are counted through
+-- jobs_key_active (an ended attempt frees its place in the statement that
+-- ends it); its rate bucket is a row of key_buckets. Jobs without a key
+-- (NULL) are one key of their own, placed as chr(1): before every key in
+-- byte order (a key holds no control character).
+
+-- name: lock_keyed_queues
+-- lock_queues, for queues with keys; and their due scheduled jobs queued
+-- (some, oldest first), so that the walk, which reads queued jobs only,
+-- finds them.
+WITH idle AS (SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true)),
+locked AS (
+    SELECT name FROM {schema}.queues, idle WHERE name = ANY(%(queues)s::text[])
+    ORDER BY name FOR NO KEY UPDATE OF queues
+),
+promoted AS (
+    UPDATE {schema}.jobs SET state = 'queued'
+    WHERE id IN (SELECT d.id FROM unnest(%(keyed)s::text[]) AS q(name)
+                 CROSS JOIN LATERAL (
+                     SELECT id FROM {schema}.jobs
+                     WHERE state = 'scheduled' AND queue = q.name
+                       AND run_at <= extract(epoch FROM now())::float8
+                     ORDER BY run_at LIMIT 4 * {limit} FOR UPDATE SKIP LOCKED) AS d)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted)
+
+-- name: gate_keyed
+-- (A part of complete_and_claim_keyed, written into it.) gate_limited's
+-- gate, and the picks of the keyed walk.
+{gate_limited},
+{keyed_walk}
+
+-- name: keyed_walk
+-- (A part of gate_keyed.) The jobs the claim takes from each queue of
+-- %(keyed)s (`keyed_picks`: queue, id, ord), best first, at most {limit} a
+-- queue, each within its key's room (key_room). Without fair, the queue's
+-- next 2 x {limit} jobs in its order (`heads`, through jobs_ready) that
+-- their keys have room for; when those are fewer than {limit} (keys at their
+-- limit ahead: no head-of-line blocking), the walk adds jobs of other keys.
+-- The walk visits the keys with queued jobs in byte order from the queue's
+-- key_cursor (the key the last claim served), around once, an index seek
+-- per key (jobs_key_ready), and stops once {limit} keys have room; jobs
+-- without a key are one key, visited after the last, with room for those of
+-- them among the queue's next 256 (through jobs_ready). It visits at most
+-- {limit} + 64 keys: a claim never reads every key, and the next goes on
+-- from where this one served. fair: round robin over the keys the walk
+-- visits (each key's best job, then each key's second, ...) in its order;
+-- else by priority, run_at.
+policy AS (
+    SELECT q.name AS queue, coalesce(q.key_cursor, chr(1)) AS cursor,
+           (q.policy->>'max_active_per_key')::int AS most,
+           (q.policy->>'rate_limit_per_key')::float8 AS rate,
+           (q.policy->>'rate_interval_per_key')::float8 AS every,
+           coalesce((q.policy->>'fair')::boolean, false) AS fair
+    FROM {schema}.queues AS q
+    WHERE q.name = ANY(%(keyed)s::text[]) AND NOT coalesce((q.policy->>'paused')::boolean, false)
+),
+heads AS (
+    SELECT p.queue, h.* FROM policy AS p
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
+        WHERE state = 'queued' AND queue = p.queue {skip}
+        ORDER BY priority DESC, run_at, seq LIMIT 2 * {limit}
+    ) AS h
+    WHERE NOT p.fair
+),
+head_picks AS (
+    SELECT h.* FROM (
+        SELECT h.*, row_number() OVER (PARTITION BY h.queue, h.concurrency_key
+                                       ORDER BY h.priority DESC, h.run_at, h.seq) AS nth
+        FROM heads AS h
+    ) AS h
+    LEFT JOIN (
+        SELECT k.queue, k.key, {key_room} AS room
+        FROM (SELECT DISTINCT queue, concurrency_key FROM heads
+              WHERE concurrency_key IS NOT NULL) AS k(queue, key)
+        JOIN policy AS p ON p.queue = k.queue CROSS JOIN clock
+    ) AS r ON r.queue = h.queue AND r.key = h.concurrency_key
+    WHERE h.concurrency_key IS NULL OR h.nth <= r.room
+),
+short AS (  -- the queues whose heads leave room: the walk goes on
+    SELECT p.*, p.fair OR (SELECT count(*) FROM head_picks AS h WHERE h.queue = p.queue)
+                          < {limit} AS short
+    FROM policy AS p
+),
+walk AS (
+    WITH RECURSIVE w(queue, key, wrapped, n, found, room) AS (
+        SELECT queue, cursor, false, 0, 0, 0 FROM short WHERE short
+        UNION ALL
+        SELECT w.queue, s.key, s.wrapped, w.n + 1, w.found + (r.room > 0)::int, r.room
+        FROM w
+        JOIN short AS p ON p.queue = w.queue
+        CROSS JOIN clock
+        CROSS JOIN LATERAL (
+            SELECT (SELECT j.concurrency_key FROM {schema}.jobs AS j
+                    WHERE j.state = 'queued' AND j.concurrency_key IS NOT NULL
+                      AND j.queue = w.queue AND j.concurrency_key > w.key
+                    ORDER BY j.concurrency_key LIMIT 1) OFFSET 0
+        ) AS x(next)
+        CROSS JOIN LATERAL (SELECT coalesce(x.next, chr(1)), w.wrapped OR x.next IS NULL OFFSET 0)
+            AS s(key, wrapped)
+        CROSS JOIN LATERAL (SELECT w.queue, s.key OFFSET 0) AS k(queue, key)
+        CROSS JOIN LATERAL (SELECT CASE
+            WHEN s.key = chr(1) THEN (
+                SELECT count(*)::int FROM (
+                    SELECT FROM (SELECT h.id, h.concurrency_key FROM {schema}.jobs AS h
+                                 WHERE h.state = 'queued' AND h.queue = w.queue
+                                 ORDER BY h.priority DESC, h.run_at, h.seq LIMIT 256) AS h
+                    WHERE h.concurrency_key IS NULL AND h.id NOT IN (SELECT id FROM heads)
+                    LIMIT {limit}) AS h)
+            WHEN NOT p.fair AND EXISTS (SELECT FROM heads AS h
+                                        WHERE h.queue = w.queue AND h.concurrency_key = s.key)
+                THEN 0
+            ELSE {key_room} END OFFSET 0) AS r(room)
+        WHERE w.n < {limit} + 64 AND w.found < {limit} AND (p.fair OR p.short)
+          AND NOT (w.wrapped AND x.next IS NULL) AND NOT (s.wrapped AND s.key > p.cursor)
+    )
+    SELECT * FROM w
+),
+visits AS (
+    SELECT w.queue, w.key, w.n, p.fair,
+           CASE WHEN p.fair THEN least(w.room, greatest({limit} + 1 - count(*) OVER q, 1))
+                ELSE w.room END AS quota
+    FROM walk AS w JOIN policy AS p ON p.queue = w.queue
+    WHERE w.n > 0 AND w.room > 0
+    WINDOW q AS (PARTITION BY w.queue)
+),
+picks AS (
+    SELECT v.queue, v.n, v.fair, c.*,
+           row_number() OVER (PARTITION BY v.queue, v.n ORDER BY c.priority DESC, c.run_at, c.seq)
+               AS turn
+    FROM visits AS v
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at, seq FROM {schema}.jobs
+        WHERE state = 'queued' AND concurrency_key IS NOT NULL AND queue = v.queue
+          AND concurrency_key = v.key {skip}
+        ORDER BY priority DESC, run_at, seq LIMIT v.quota
+    ) AS c
+    WHERE v.key <> chr(1)
+    UNION ALL
+    SELECT v.queue, v.n, v.fair, c.id, c.priority, c.run_at, c.seq,
+           row_number() OVER (PARTITION BY v.queue ORDER BY c.priority DESC, c.run_at, c.seq)
+    FROM visits AS v
+    CROSS JOIN LATERAL (
+        SELECT * FROM (SELECT id, priority, run_at, seq, concurrency_key, task
+                       FROM {schema}.jobs WHERE state = 'queued' AND queue = v.queue
+                       ORDER BY priority DESC, run_at, seq LIMIT 256) AS h
+        WHERE concurrency_key IS NULL AND id NOT IN (SELECT id FROM heads) {skip}
+        LIMIT v.quota
+    ) AS c
+    WHERE v.key = chr(1)
+    UNION ALL
+    SELECT queue, 0, false, id, priority, run_at, seq, nth FROM head_picks
+),
+keyed_picks AS (
+    SELECT * FROM (
+        SELECT queue, id, row_number() OVER (
+            PARTITION BY queue ORDER BY CASE WHEN fair THEN turn END, CASE WHEN fair THEN n END,
+                                        priority DESC, run_at, seq) AS ord
+        FROM picks
+    ) AS o
+    WHERE ord <= {limit}
+)
+
+-- name: key_room
+-- (A part of keyed_walk.) How many jobs of key k.key of queue k.queue
+-- (policy p) the claim may take: max_active_per_key less its active jobs
+-- (but for those this cycle completes), and its bucket's whole tokens.
+greatest(0, least({limit},
+    CASE WHEN p.most IS NOT NULL THEN p.most - (SELECT count(*)::int FROM (
+        SELECT FROM {schema}.jobs AS a
+        WHERE a.state = 'active' AND a.concurrency_key IS NOT NULL
+          AND a.queue = k.queue AND a.concurrency_key = k.key
+          AND a.id NOT IN (SELECT id FROM done)
+        LIMIT p.most) AS a) END,
+    CASE WHEN p.rate IS NOT NULL THEN floor(least(p.rate, coalesce(
+        (SELECT b.tokens + greatest(clock.now - b.at, 0) * p.rate / p.every
+         FROM {schema}.key_buckets AS b WHERE b.queue = k.queue AND b.key = k.key),
+        p.rate)) + 1e-9)::int END))
+
+-- name: shared_keyed
+-- (A part of complete_and_claim_keyed, written into it.) The candidates of
+-- the queues without keys, within their share, and the picks of those with
+-- (keyed_picks, in order), within their room; a pick no longer queued, or
+-- locked by another transaction (a cancel), is passed over.
+(SELECT *, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, seq) AS nth,
+        false AS keyed
+ FROM candidates
+ UNION ALL
+ SELECT k.id, k.queue, k.priority, k.run_at, k.seq,
+        row_number() OVER (PARTITION BY k.queue ORDER BY k.ord), true
+ FROM (SELECT j.id, j.queue, j.priority, j.run_at, j.seq, p.ord
+       FROM keyed_picks AS p JOIN {schema}.jobs AS j ON j.id = p.id
+       WHERE j.state = 'queued'
+       FOR UPDATE OF j SKIP LOCKED) AS k) AS c
+JOIN gate AS g ON g.name = c.queue AND c.keyed = g.keyed
+    AND c.nth <= CASE WHEN g.keyed THEN g.room ELSE g.share END
+
+-- name: bucket_keyed
+-- (A part of complete_and_claim_keyed, written into it.) bucket's, and the
+-- key the queue's claim served last (its cursor: the key of its last pick
+-- claimed), in one write of the queue's row; each start of a key takes a
+-- token of its bucket.
+keyed_claims AS (
+    SELECT c.queue, c.concurrency_key, p.ord
+    FROM claimed AS c JOIN keyed_picks AS p ON p.id = c.id
+),
+bucket AS (
+    UPDATE {schema}.queues AS p
+    SET rate_tokens = CASE WHEN g.tokens IS NOT NULL THEN g.tokens - n.c ELSE p.rate_tokens END,
+        rate_at = CASE WHEN g.tokens IS NOT NULL THEN clock.now ELSE p.rate_at END,
+        key_cursor = coalesce(n.cursor, p.key_cursor)
+    FROM gate AS g, clock,
+         (SELECT c.queue, count(*), (SELECT coalesce(l.concurrency_key, chr(1))
+                                    FROM keyed_claims AS l WHERE l.queue = c.queue
+                                    ORDER BY l.ord DESC LIMIT 1)
+          FROM claimed AS c GROUP BY 1) AS n(queue, c, cursor)
+    WHERE p.name = g.name AND n.queue = g.name AND (g.tokens IS NOT NULL OR n.cursor IS NOT NULL)
+),
+key_bucket AS (
+    INSERT INTO {schema}.key_buckets AS b (queue, key, tokens, at)
+    SELECT k.queue, k.key, least(r.rate, coalesce(o.tokens + greatest(clock.now - o.at, 0)
+                                                  * r.rate / r.every, r.rate)) - k.n, clock.now
+    FROM (SELECT queue, concurrency_key, count(*) FROM keyed_claims
+          WHERE concurrency_key IS NOT NULL GROUP BY 1, 2) AS k(queue, key, n)
+    CROSS JOIN clock
+    JOIN {schema}.queues AS q ON q.name = k.queue
+    CROSS JOIN LATERAL (SELECT (q.policy->>'rate_limit_per_key')::float8,
+                               (q.policy->>'rate_interval_per_key')::float8) AS r(rate, every)
+    LEFT JOIN {schema}.key_buckets AS o ON o.queue = k.queue AND o.key = k.key
+    WHERE r.rate IS NOT NULL
+    ON CONFLICT (queue, key) DO UPDATE SET tokens = excluded.tokens, at = excluded.at
+),
+
+-- name: key_counts
+-- The keys of the queue's queued and active jobs (jobs without a key: NULL),
+-- most first, then by key: its queued jobs through jobs_ready, its active
+-- ones through jobs_lease.
+SELECT concurrency_key, count(*) FILTER (WHERE state = 'queued'),
+       count(*) FILTER (WHERE state = 'active')
+FROM {schema}.jobs
+WHERE queue = %(queue)s AND (state = 'queued' OR state = 'active')
+GROUP BY concurrency_key
+ORDER BY count(*) DESC, concurrency_key NULLS FIRST
+LIMIT %(limit)s

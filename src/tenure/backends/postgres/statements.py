@@ -52,6 +52,8 @@ _CYCLES = {
     "complete_and_claim": {"gate": "gate", "shared": "shared", "bucket": "no_bucket"},
     "complete_and_claim_limited": {
         "gate": "gate_limited", "shared": "shared_limited", "bucket": "bucket"},
+    "complete_and_claim_keyed": {
+        "gate": "gate_keyed", "shared": "shared_keyed", "bucket": "bucket_keyed"},
 }  # fmt: skip
 COMPOSED = {
     name + suffix: ("cycle", {**binds, "skip": skip})
