@@ -104,6 +104,13 @@ def workers_table(workers: Iterable[WorkerInfo], now: float) -> Table:
     return _table(columns, rows)
 
 
+def keys_table(keys: Iterable[dict[str, Any]]) -> Table:
+    """A queue's concurrency keys (``tenure.formats.keys_dict``'s), with their
+    queued and active jobs; "(no key)" for the jobs without one."""
+    rows = [("(no key)" if k["key"] is None else k["key"], k["queued"], k["active"]) for k in keys]
+    return _table(["key", "queued", "active"], rows)
+
+
 def jobs_table(jobs: Iterable[Job]) -> Table:
     columns = ["id", "task", "queue", "state", "attempts", "created", "run at", "error"]
     rows = [
