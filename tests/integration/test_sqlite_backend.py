@@ -34,13 +34,13 @@ from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import JobSpec
 
 EXPECTED_TABLES = {
-    "queues": ["name", "policy", "rate_tokens", "rate_at"],
+    "queues": ["name", "policy", "rate_tokens", "rate_at", "key_cursor"],
     "jobs": [
         "seq", "id", "queue", "task", "args", "state", "priority", "run_at", "created_at",
         "key", "attempts", "stalls", "max_attempts", "timeout", "fence", "worker", "lease_ttl",
         "lease_expires_at", "result", "error", "dead_reason", "progress", "finished_at",
         "started_at", "recovered_from", "cancel_requested", "traceparent", "budget_from",
-        "workflow",
+        "workflow", "concurrency_key", "debounce", "unique_for",
     ],
     "attempts": [
         "job_id", "fence", "attempt", "worker", "started_at", "ended_at", "outcome", "error",
@@ -58,11 +58,24 @@ EXPECTED_TABLES = {
         "spawned_by", "spawn_seq",
     ],
     "edges": ["dependent", "ord", "upstream", "state"],
+    "key_buckets": ["queue", "key", "tokens", "at"],
 }  # fmt: skip
 EXPECTED_INDEXES = {
     "jobs_key", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_worker", "jobs_queue_state",
     "jobs_finished", "jobs_workflow", "workflows_key", "steps_spawned", "edges_upstream",
+    "jobs_keyed_ready", "jobs_keyed_active", "jobs_key_debounced", "jobs_key_finished",
 }  # fmt: skip
+# Migration 13 (concurrency keys) undone, but for its jobs_key: applied to an
+# older database so that this tenure's enqueue may write to it, then taken
+# away before the upgrade applies it again.
+KEYS_UNDONE = """
+    DROP INDEX jobs_keyed_ready; DROP INDEX jobs_keyed_active; DROP INDEX jobs_key_debounced;
+    DROP INDEX jobs_key_finished; DROP INDEX jobs_key; DROP TABLE key_buckets;
+    ALTER TABLE jobs DROP COLUMN concurrency_key; ALTER TABLE jobs DROP COLUMN debounce;
+    ALTER TABLE jobs DROP COLUMN unique_for; ALTER TABLE queues DROP COLUMN key_cursor;
+    CREATE UNIQUE INDEX jobs_key ON jobs (queue, key)
+        WHERE key IS NOT NULL AND state IN ('scheduled', 'queued', 'active');
+"""
 
 
 @pytest.fixture
@@ -125,6 +138,34 @@ def test_a_workflows_move__reads_only_its_rows_through_indexes(
     scans = [step for step in plan if step.startswith("SCAN") and "json_each" not in step
              and not step.startswith("SCAN t ")]  # fmt: skip
     assert scans == [], plan
+
+
+# A keyed claim's statements and the enqueue's by key, each with its index.
+KEYED_READS = {
+    "keys_after": ["jobs_keyed_ready", "jobs_keyed_ready", "jobs_keyed_active"],
+    "key_jobs": ["jobs_keyed_ready"],
+    "active_of_keys": ["jobs_keyed_active"],
+    "keyed_window": ["jobs_ready"],
+    "find_unfinished_by_key": ["jobs_key", "jobs_key_debounced"],
+    "find_finished_by_key": ["jobs_key_finished"],
+}
+
+
+@pytest.mark.parametrize("name", KEYED_READS)
+def test_a_keyed_claim_and_a_keyed_enqueue__read_through_their_indexes(
+    sqlite_url, open_backend, tmp_path, name
+):
+    """Seeks, never a scan of a key's or a queue's jobs: claims cost the same
+    at any backlog, however many keys."""
+    open_backend(sqlite_url)
+    db = sqlite3.connect(tmp_path / "tenure.db")
+    db.execute("ANALYZE")
+    sql = Q[name]
+    params = ["[]"] * (len(set(re.findall(r"\?(\d+)", sql))) or sql.count("?"))
+    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, params)]
+    used = [re.search(r"USING INDEX (\w+)", s).group(1) for s in plan if "USING INDEX" in s]
+    assert used == KEYED_READS[name], plan
+    assert not [s for s in plan if s.startswith("SCAN jobs")], plan
 
 
 def test_reopening__applies_nothing_twice(sqlite_url, open_backend, tmp_path):
@@ -272,14 +313,14 @@ def test_upgrading_with_attempts_running__keeps_their_history_and_they_end_once(
 
     monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:1])
     old = open_backend(sqlite_url)
-    written = ("events", "job_trace_context", "event_kinds")
+    written = ("events", "job_trace_context", "event_kinds", "concurrency_keys")
     newer = [text for _, name, text in MIGRATIONS if name in written]
     with sqlite3.connect(tmp_path / "tenure.db") as db:  # what this tenure's enqueue writes to
         db.executescript("".join(newer))
     first, second = old.enqueue([JobSpec.create("t"), JobSpec.create("t")])
     with sqlite3.connect(tmp_path / "tenure.db") as db:
         db.executescript("DROP TABLE events; ALTER TABLE queues DROP COLUMN events;"
-                         " ALTER TABLE jobs DROP COLUMN traceparent")  # fmt: skip
+                         " ALTER TABLE jobs DROP COLUMN traceparent;" + KEYS_UNDONE)  # fmt: skip
     claimed = (
         "UPDATE jobs SET state = 'active', fence = 1, attempts = 1, worker = 'w',"
         " lease_ttl = 30, lease_expires_at = 1e10 WHERE id = '{id}';"
@@ -311,11 +352,16 @@ def test_upgrading_to_workflows__keeps_every_job_and_its_history(
     its number and its attempts are kept, and attempts still go with their job."""
     import tenure.backends.sqlite.opening as module
 
-    monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:-1])
+    before = [m for m in MIGRATIONS if m[0] < 12]
+    monkeypatch.setattr(module, "MIGRATIONS", before)
     old = open_backend(sqlite_url)
+    [keys] = [text for _, name, text in MIGRATIONS if name == "concurrency_keys"]
+    with sqlite3.connect(tmp_path / "tenure.db") as db:  # what this tenure's enqueue writes to
+        db.executescript(keys)
     done, running, queued = old.enqueue([JobSpec.create("t", {"n": n}) for n in range(3)])
-    columns = ", ".join(EXPECTED_TABLES["jobs"][:-1])
+    columns = ", ".join(EXPECTED_TABLES["jobs"][: EXPECTED_TABLES["jobs"].index("workflow")])
     with sqlite3.connect(tmp_path / "tenure.db") as db:
+        db.executescript(KEYS_UNDONE)
         db.executescript(f"""
             UPDATE jobs SET state = 'completed', fence = 1, attempts = 1, result = '1',
                             finished_at = 5 WHERE id = '{done.id}';

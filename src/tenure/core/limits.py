@@ -21,13 +21,23 @@ if TYPE_CHECKING:
 EPSILON = 1e-9
 
 
-def refilled(policy: QueuePolicy, tokens: float | None, at: float | None, now: float) -> float:
-    """The bucket's tokens at ``now`` (only for a queue with a ``rate_limit``)."""
-    assert policy.rate_limit is not None
+def refilled(
+    policy: QueuePolicy,
+    tokens: float | None,
+    at: float | None,
+    now: float,
+    *,
+    per_key: bool = False,
+) -> float:
+    """The bucket's tokens at ``now``: the queue's (only for a queue with a
+    ``rate_limit``), or a key's (``per_key``: with a ``rate_limit_per_key``)."""
+    rate = policy.rate_limit_per_key if per_key else policy.rate_limit
+    interval = policy.rate_interval_per_key if per_key else policy.rate_interval
+    assert rate is not None
     if tokens is None or at is None:
-        return float(policy.rate_limit)
-    gained = max(now - at, 0.0) * policy.rate_limit / policy.rate_interval
-    return min(float(policy.rate_limit), tokens + gained)
+        return float(rate)
+    gained = max(now - at, 0.0) * rate / interval
+    return min(float(rate), tokens + gained)
 
 
 def allowance(policy: QueuePolicy, limit: int, active: int, tokens: float | None) -> int:
@@ -39,6 +49,17 @@ def allowance(policy: QueuePolicy, limit: int, active: int, tokens: float | None
     if policy.max_active is not None:
         limit = min(limit, policy.max_active - active)
     if policy.rate_limit is not None and tokens is not None:
+        limit = min(limit, math.floor(tokens + EPSILON))
+    return max(limit, 0)
+
+
+def key_allowance(policy: QueuePolicy, limit: int, active: int, tokens: float | None) -> int:
+    """How many of ``limit`` jobs of one concurrency key a claim may take now:
+    none beyond ``max_active_per_key`` (``active`` counted), none beyond the
+    key's bucket's whole ``tokens``."""
+    if policy.max_active_per_key is not None:
+        limit = min(limit, policy.max_active_per_key - active)
+    if policy.rate_limit_per_key is not None and tokens is not None:
         limit = min(limit, math.floor(tokens + EPSILON))
     return max(limit, 0)
 

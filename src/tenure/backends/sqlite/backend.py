@@ -59,6 +59,7 @@ from tenure.backends.sqlite.within import CallerTransactions, HandlerTransaction
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
 from tenure.core.clock import SYSTEM_CLOCK, Clock
 from tenure.core.events import Event, RetriedBy
+from tenure.core.limits import KeyCount
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.payload import encode
 from tenure.core.retry import Decision
@@ -70,6 +71,7 @@ from tenure.job import Job, JobSpec, check_specs
 __all__ = ["SQLiteBackend"]
 
 MAX_SPAWNS = 2**31  # a spawn's seq: numbered from 1, per job
+MAX_KEY_COUNTS = 100_000  # key_counts' rows at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +317,11 @@ class SQLiteBackend(DerivedVerbs):
     async def counts(self, queue: str) -> dict[State, int]:
         check_name("queue", queue)
         return await self.db.run(self.parts.operators.counts, queue)
+
+    async def key_counts(self, queue: str, limit: int = 1000) -> builtins.list[KeyCount]:
+        check_name("queue", queue)
+        check_integer("limit", limit, 1, MAX_KEY_COUNTS)
+        return await self.db.run(self.parts.operators.key_counts, queue, limit)
 
     async def workflow_counts(self) -> dict[WorkflowState, int]:
         return await self.db.run(self.parts.operators.workflow_counts)

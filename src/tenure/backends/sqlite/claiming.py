@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import sqlite3
 from collections.abc import Collection, Sequence
 from typing import Any, NoReturn
@@ -16,8 +17,7 @@ import orjson
 
 from tenure.backends.base import LeaseRef
 from tenure.backends.checks import claim_limit
-from tenure.backends.rows import JOB_COLUMNS, job_from_row
-from tenure.backends.sqlite import workflows
+from tenure.backends.sqlite import keys, workflows
 from tenure.backends.sqlite.database import Busy, Database
 from tenure.backends.sqlite.events import Pending, record_job
 from tenure.backends.sqlite.queries import Q
@@ -34,7 +34,7 @@ from tenure.job import Job
 # write lock again on the loop's thread; then it waits for it on the backend's
 # thread (SQLite's own busy handler sleeps 1 ms, then longer, per attempt).
 FAST_PATH_PAUSES = (0.0, 0.0002, 0.0005, 0.001)
-SEQ = len(JOB_COLUMNS)  # where take_leases returns a job's seq, after its columns
+SEQ = keys.N + 1  # where take_leases returns a job's seq, after its columns and key
 
 
 @functools.lru_cache(maxsize=64)
@@ -56,7 +56,9 @@ def _claimable(n: int, skipping: bool) -> str:
 _policy_of = functools.lru_cache(maxsize=256)(QueuePolicy.from_json)
 
 
-def read_policies(conn: sqlite3.Connection, queues: Collection[str]) -> dict[str, QueuePolicy]:
+def read_policies(
+    conn: sqlite3.Connection | sqlite3.Cursor, queues: Collection[str]
+) -> dict[str, QueuePolicy]:
     """The policies of ``queues``, the defaults for a queue that has none stored."""
     queues = tuple(dict.fromkeys(queues))
     found = dict(conn.execute(_for_queues("policies", len(queues)), queues).fetchall())
@@ -71,8 +73,8 @@ class Claiming:
         self.db = db
         self.clock = clock
         self._events_off: set[str] = set()  # queues whose last claim found events off
-        # Queues whose last claim found a max_active: a completion there may let
-        # an idle worker claim, so it rings the doorbells.
+        # Queues whose last claim found a max_active (or max_active_per_key): a
+        # completion there may let an idle worker claim, so it rings the doorbells.
         self._limited: set[str] = set()
 
     async def complete_and_claim(
@@ -168,13 +170,12 @@ class Claiming:
             return []
         policies = read_policies(conn, queues)
         if self._limited:
-            self._limited -= {q for q, p in policies.items() if p.max_active is None}
+            self._limited -= {q for q, p in policies.items() if not _counts_active(p)}
+        gates: list[keys.Gate] = []
         if any(p.paused or p.limited for p in policies.values()):
-            shares = self._shares(conn, policies, limit, now)  # then the claim again, within them
-            if not shares:
+            rows, gates = self._within_limits(conn, policies, limit, skip, now)
+            if not rows:
                 return []
-            params = [x for q, n in shares.items() for x in (q, *skip, n)]
-            rows = conn.execute(_claimable(len(shares), bool(skip)), (*params, limit)).fetchall()
         leases = []
         for seq, queue in rows:
             policy = policies[queue]
@@ -182,13 +183,16 @@ class Claiming:
         taken = conn.execute(Q["take_leases"], (worker_id, now, orjson.dumps(leases))).fetchall()
         rank = {seq: i for i, (seq, _) in enumerate(rows)}  # back in claim order
         taken.sort(key=lambda row: rank[row[SEQ]])
-        jobs = [job_from_row(row[:SEQ]) for row in taken]
+        jobs = [keys.job_of_row(row) for row in taken]
         steps = {
             j.id: (j, row[-1]) for j, row in zip(jobs, taken, strict=True) if row[-1] is not None
         }
         if steps:  # a workflow's: with its upstream, for get_many
             workflows.in_flows(conn, steps)
         _took_from_buckets(conn, policies, jobs, now)
+        for gate in gates:
+            ranked = {p[0]: p for p in gate.picks}
+            gate.took([ranked[row[SEQ]] for row in taken if row[SEQ] in ranked])
         off = {q for q, p in policies.items() if not p.events}
         self._events_off = (self._events_off - policies.keys()) | off
         if len(off) < len(policies):
@@ -198,6 +202,30 @@ class Claiming:
                 (j.queue, kind, j.id, {"attempt": j.attempts, "worker": worker_id}) for j in jobs
             ]
         return jobs
+
+    def _within_limits(
+        self,
+        conn: sqlite3.Connection,
+        policies: dict[str, QueuePolicy],
+        limit: int,
+        skip: tuple[str, ...],
+        now: float,
+    ) -> tuple[list[tuple[int, str]], list[keys.Gate]]:
+        """The claim again, within each queue's share (``_shares``): the rows
+        (seq, queue) to take, and the gates of the keyed queues among them."""
+        shares = self._shares(conn, policies, limit, now)
+        plain = {q: n for q, n in shares.items() if not policies[q].keyed}
+        rows = []
+        if plain:
+            params = [x for q, n in plain.items() for x in (q, *skip, n)]
+            rows = conn.execute(_claimable(len(plain), bool(skip)), (*params, limit)).fetchall()
+        if len(plain) == len(shares):
+            return rows, []
+        # keyed queues: key by key (keys.py)
+        gates = [
+            keys.Gate(conn, q, policies[q], n, now) for q, n in shares.items() if q not in plain
+        ]
+        return _merged(rows, gates, skip[0] if skip else keys.NO_SKIP, limit), gates
 
     def _shares(
         self, conn: sqlite3.Connection, policies: dict[str, QueuePolicy], limit: int, now: float
@@ -218,7 +246,7 @@ class Claiming:
                 share = limits.allowance(policy, limit, active, tokens)
             if share > 0:
                 shares[queue] = share
-            if policy.max_active is not None:
+            if _counts_active(policy):
                 self._limited.add(queue)
         return shares
 
@@ -278,6 +306,21 @@ class Claiming:
                 end_steps(self.db, conn, now, [job_id])
             if sql is Q["release"] or sql is Q["requeue"]:  # queued again: wake the idle
                 self.db.ring(conn)
+
+
+def _counts_active(policy: QueuePolicy) -> bool:
+    """Whether a completion in a queue with ``policy`` may let a claim take more."""
+    return policy.max_active is not None or policy.max_active_per_key is not None
+
+
+def _merged(
+    rows: list[tuple[int, str]], gates: list[keys.Gate], skip: str, limit: int
+) -> list[tuple[int, str]]:
+    """The plain queues' ``rows`` (seq, queue) and what each keyed queue's
+    ``gates`` pick, in turns, up to ``limit``."""
+    each = [rows] + [[(p[0], g.queue) for p in keys.pick(g, skip)] for g in gates]
+    turns = (r[i] for i in range(limit) for r in each if i < len(r))
+    return list(itertools.islice(turns, limit))
 
 
 def _took_from_buckets(

@@ -10,14 +10,37 @@ from typing import Any
 import orjson
 
 from tenure.backends.base import Tick
-from tenure.backends.rows import job_from_row
+from tenure.backends.sqlite.claiming import read_policies
 from tenure.backends.sqlite.database import Database
 from tenure.backends.sqlite.events import record
+from tenure.backends.sqlite.keys import job_of_row, stored_key
 from tenure.backends.sqlite.queries import Q
 from tenure.core.clock import Clock
 from tenure.core.events import EventKind
 from tenure.core.states import State
 from tenure.job import Job, JobSpec
+
+
+def _by_key(db: sqlite3.Connection | sqlite3.Cursor, spec: JobSpec, now: float) -> Job | None:
+    """The job an enqueue with ``key=`` returns instead of a new one, if any:
+    the key's unfinished job (with ``debounce``: the one not started yet, its
+    args replaced and its start moved), or with ``unique_for`` the one that
+    finished within that window."""
+    rows = db.execute(Q["find_unfinished_by_key"], (spec.queue, spec.key)).fetchall()
+    found = [(job_of_row(r), r[-1]) for r in rows]
+    if spec.debounce is not None:
+        for job, seq in found:
+            if job.state in (State.SCHEDULED, State.QUEUED) and job.attempts == 0:
+                moved = (spec.args, now + spec.debounce, seq)
+                return job_of_row(db.execute(Q["debounce_job"], moved).fetchone())
+        return None  # started: a new job, which the next enqueues debounce
+    if found:
+        return found[0][0]
+    if spec.unique_for is not None:
+        since = (spec.queue, spec.key, now - spec.unique_for)
+        row = db.execute(Q["find_finished_by_key"], since).fetchone()
+        return None if row is None else job_of_row(row)
+    return None
 
 
 class Enqueue:
@@ -41,27 +64,31 @@ class Enqueue:
         now = self.clock.now()
         jobs: list[Job] = []
         new: list[tuple[str, str, str, dict[str, Any] | None]] = []
-        for queue in {s.queue for s in specs}:
+        queues = {s.queue for s in specs}
+        for queue in queues:
             db.execute(Q["ensure_queue"], (queue,))
+        policies = read_policies(db, queues)  # keyed queues store their unkeyed jobs under ''
         for spec in specs:
             if spec.key is not None:
-                row = db.execute(Q["find_unfinished_by_key"], (spec.queue, spec.key)).fetchone()
-                if row is not None:
-                    jobs.append(job_from_row(row))
+                found = _by_key(db, spec, now)
+                if found is not None:
+                    jobs.append(found)
                     continue
-            run_at = spec.run_at if spec.run_at is not None else now + spec.delay
+            run_at = spec.run_at if spec.run_at is not None else now + (spec.debounce or spec.delay)
             state = State.SCHEDULED if run_at > now else State.QUEUED
+            key = stored_key(policies[spec.queue], spec.concurrency_key)
             cur = db.execute(
                 Q["insert_job"],
                 (spec.id, spec.queue, spec.task, spec.args, state, spec.priority, run_at, now,
-                 spec.key, spec.max_attempts, spec.timeout, spec.traceparent),
+                 spec.key, spec.max_attempts, spec.timeout, spec.traceparent, key,
+                 spec.debounce, spec.unique_for),
             )  # fmt: skip
             if cur.rowcount:
                 jobs.append(spec.stored(state, run_at, now))
                 new.append((spec.queue, EventKind.ENQUEUED, spec.id,
                             {"task": spec.task, "state": state}))  # fmt: skip
             else:  # its id is stored already: that job
-                jobs.append(job_from_row(db.execute(Q["get_job"], (spec.id,)).fetchone()))
+                jobs.append(job_of_row(db.execute(Q["get_job"], (spec.id,)).fetchone()))
         record(db, now, new)
         return jobs
 

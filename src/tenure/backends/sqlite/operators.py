@@ -13,8 +13,8 @@ import orjson
 
 from tenure.backends.base import Page
 from tenure.backends.checks import not_cancellable, queue_busy
-from tenure.backends.rows import attempt_from_row, job_from_row
-from tenure.backends.sqlite import workflows
+from tenure.backends.rows import attempt_from_row
+from tenure.backends.sqlite import keys, workflows
 from tenure.backends.sqlite.claiming import end_steps
 from tenure.backends.sqlite.database import Database
 from tenure.backends.sqlite.events import Pending, Row, record_job
@@ -22,6 +22,7 @@ from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
 from tenure.core.clock import Clock
 from tenure.core.events import EventKind
+from tenure.core.limits import KeyCount
 from tenure.core.states import DeadReason, State
 from tenure.core.workflows import WorkflowState
 from tenure.errors import JobNotFound
@@ -99,7 +100,7 @@ class Operators:
         if row is None:
             raise JobNotFound(f"no job with id {job_id!r}")
         history = tuple(attempt_from_row(r) for r in conn.execute(Q["get_history"], (job_id,)))
-        job = job_from_row(row[:-1], history)
+        job = keys.job_of_row(row, history)
         if row[-1] is not None:
             workflows.in_flows(conn, {job_id: (job, row[-1])})
         return job
@@ -121,6 +122,9 @@ class Operators:
         jobs = workflows.jobs_of(self.db.conn, [r[1:] for r in rows[:limit]])
         cursor = str(rows[limit - 1][0]) if len(rows) > limit else None
         return Page(jobs, cursor)
+
+    def key_counts(self, queue: str, limit: int) -> builtins.list[KeyCount]:
+        return keys.key_counts(self.db.conn, queue, limit)
 
     def counts(self, queue: str) -> dict[State, int]:
         found = dict(self.db.conn.execute(Q["counts"], (queue,)).fetchall())
@@ -149,12 +153,19 @@ class Operators:
     def set_policy(self, queue: str, data: str) -> None:
         """Store the queue's policy, ``data`` its JSON."""
         with self.db.tx() as conn:
+            was = self._policy(conn, queue)
             conn.execute(Q["set_policy"], (queue, data))
+            keys.became_keyed(conn, queue, was, QueuePolicy.from_json(data))
+
+    def _policy(self, conn: sqlite3.Connection, queue: str) -> QueuePolicy:
+        row = conn.execute(Q["get_policy"], (queue,)).fetchone()
+        return QueuePolicy.from_json(None if row is None else row[0])
 
     def change_policy(self, queue: str, changes: Mapping[str, Any]) -> QueuePolicy:
         with self.db.tx() as conn:  # the write lock, from the read to the write
-            row = conn.execute(Q["get_policy"], (queue,)).fetchone()
-            policy = QueuePolicy.from_json(None if row is None else row[0]).replace(**changes)
+            was = self._policy(conn, queue)
+            policy = was.replace(**changes)
             conn.execute(Q["set_policy"], (queue, orjson.dumps(policy.to_dict()).decode()))
+            keys.became_keyed(conn, queue, was, policy)
             self.db.ring(conn)  # it may let idle workers claim (a resume)
         return policy

@@ -5,14 +5,33 @@
 id, task, queue, args, state, priority, run_at, created_at, attempts, stalls,
 max_attempts, timeout, fence, key, worker, lease_expires_at, result, error,
 dead_reason, progress, finished_at, traceparent, cancel_requested, recovered_from,
-budget_from
+budget_from, concurrency_key
 
 -- name: ensure_queue
 INSERT OR IGNORE INTO queues (name, policy) VALUES (?, NULL)
 
 -- name: find_unfinished_by_key
+-- Each with its seq, through jobs_key and jobs_key_debounced (each names its
+-- index's predicate, so that the planner may use it).
+SELECT {job_columns}, seq FROM jobs
+WHERE queue = ?1 AND key = ?2 AND state IN ('scheduled', 'queued', 'active') AND debounce IS NULL
+UNION ALL
+SELECT {job_columns}, seq FROM jobs
+WHERE queue = ?1 AND key = ?2 AND state IN ('scheduled', 'queued', 'active')
+  AND debounce IS NOT NULL
+
+-- name: find_finished_by_key
+-- unique_for=: the job of the key that finished last, after ?3 (through
+-- jobs_key_finished).
 SELECT {job_columns} FROM jobs
-WHERE queue = ? AND key = ? AND state IN ('scheduled', 'queued', 'active')
+WHERE queue = ?1 AND key = ?2 AND finished_at > ?3
+ORDER BY finished_at DESC LIMIT 1
+
+-- name: debounce_job
+-- debounce=: a job of the key not started yet takes the new args and starts
+-- at ?2.
+UPDATE jobs SET args = ?1, run_at = ?2, state = 'scheduled' WHERE seq = ?3
+RETURNING {job_columns}
 
 -- name: advance_tick
 -- A schedule's last tick moves to ? (with its job's id) only forward: no row
@@ -29,8 +48,8 @@ JOIN json_each(?) AS e ON s.queue = e.value ->> 0 AND s.name = e.value ->> 1
 -- name: insert_job
 -- Nothing if the id is stored already (a retried enqueue).
 INSERT INTO jobs (id, queue, task, args, state, priority, run_at, created_at, key,
-                  max_attempts, timeout, traceparent)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  max_attempts, timeout, traceparent, concurrency_key, debounce, unique_for)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO NOTHING
 
 -- name: promote_due
@@ -67,6 +86,76 @@ SELECT rate_tokens, rate_at FROM queues WHERE name = ?
 
 -- name: take_from_bucket
 UPDATE queues SET rate_tokens = ?, rate_at = ? WHERE name = ?
+
+-- Concurrency keys (keys.py): a keyed queue's claim reads its keys' due jobs
+-- through jobs_keyed_ready and counts their places through jobs_keyed_active.
+-- In a keyed queue, a job without a key is stored under the key '' (no key is
+-- empty): one key of its own, in those indexes too.
+
+-- name: keyed_window
+-- The queue's next due jobs in claim order (through jobs_ready), each with its
+-- key, passing over the tasks the JSON array ?2 lists.
+SELECT seq, concurrency_key, priority, run_at FROM jobs
+WHERE state = 'queued' AND queue = ?1 AND task NOT IN (SELECT value FROM json_each(?2))
+ORDER BY priority DESC, run_at, seq LIMIT ?3
+
+-- name: key_jobs
+-- keyed_window, of key ?2 only (through jobs_keyed_ready).
+SELECT seq, concurrency_key, priority, run_at FROM jobs
+WHERE state = 'queued' AND queue = ?1 AND concurrency_key = ?2
+  AND task NOT IN (SELECT value FROM json_each(?3))
+ORDER BY priority DESC, run_at, seq LIMIT ?4
+
+-- name: keys_after
+-- Up to ?3 keys of the queue with due jobs after key ?2, in order, each with
+-- its active jobs: a seek or two each, however many jobs a key has.
+WITH RECURSIVE walk(key) AS (
+    SELECT (SELECT concurrency_key FROM jobs
+            WHERE state = 'queued' AND queue = ?1 AND concurrency_key > ?2
+            ORDER BY concurrency_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT concurrency_key FROM jobs
+            WHERE state = 'queued' AND queue = ?1 AND concurrency_key > walk.key
+            ORDER BY concurrency_key LIMIT 1)
+    FROM walk WHERE walk.key IS NOT NULL
+    LIMIT ?3
+)
+SELECT key, (SELECT count(*) FROM jobs
+             WHERE state = 'active' AND queue = ?1 AND concurrency_key = walk.key)
+FROM walk WHERE key IS NOT NULL
+
+-- name: active_of_keys
+-- The active jobs of each key the JSON array ?2 lists that has any.
+SELECT concurrency_key, count(*) FROM jobs
+WHERE state = 'active' AND queue = ?1 AND concurrency_key IN (SELECT value FROM json_each(?2))
+GROUP BY concurrency_key
+
+-- name: key_buckets
+-- The stored buckets of the keys the JSON array ?2 lists.
+SELECT key, tokens, at FROM key_buckets
+WHERE queue = ?1 AND key IN (SELECT value FROM json_each(?2))
+
+-- name: take_from_key_bucket
+INSERT INTO key_buckets (queue, key, tokens, at) VALUES (?, ?, ?, ?)
+ON CONFLICT (queue, key) DO UPDATE SET tokens = excluded.tokens, at = excluded.at
+
+-- name: key_cursor
+SELECT key_cursor FROM queues WHERE name = ?
+
+-- name: set_key_cursor
+UPDATE queues SET key_cursor = ? WHERE name = ?
+
+-- name: key_the_unkeyed
+-- The queue became keyed: its jobs without a key that may yet run take the
+-- key '' (once, through jobs_queue_state).
+UPDATE jobs SET concurrency_key = ''
+WHERE queue = ? AND concurrency_key IS NULL
+  AND state IN ('waiting', 'scheduled', 'queued', 'active', 'dead')
+
+-- name: key_counts
+-- Jobs queued and active by key ('' and NULL: without one).
+SELECT concurrency_key, sum(state = 'queued'), sum(state = 'active') FROM jobs
+WHERE queue = ? AND state IN ('queued', 'active') GROUP BY concurrency_key
 
 -- name: take_leases
 -- queued -> active for the jobs ?3 lists (a JSON array of [seq, lease_ttl]), in
@@ -185,12 +274,13 @@ SELECT name, policy FROM queues
 -- name: prune
 -- Retention: up to ?4 jobs of queue ?1 in finished state ?2 that finished at
 -- or before ?3, oldest first, through jobs_finished (the IN names its
--- predicate, so that the planner may use it); their attempts go by the
+-- predicate, so that the planner may use it), but not within the unique_for
+-- window that began as it finished (?5: now); their attempts go by the
 -- foreign key's cascade.
 DELETE FROM jobs WHERE seq IN (
     SELECT seq FROM jobs
     WHERE queue = ?1 AND state = ?2 AND state IN ('completed', 'cancelled', 'dead')
-      AND finished_at <= ?3
+      AND finished_at <= ?3 AND (unique_for IS NULL OR finished_at + unique_for <= ?5)
     ORDER BY finished_at LIMIT ?4
 )
 
@@ -426,8 +516,8 @@ VALUES (?, ?, 'running', ?, ?, ?)
 -- name: insert_step_job
 -- A step's job (its id must be new: a step is never a job stored already).
 INSERT INTO jobs (id, queue, task, args, state, priority, run_at, created_at,
-                  max_attempts, timeout, traceparent, workflow)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  max_attempts, timeout, traceparent, workflow, concurrency_key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: insert_step
 INSERT INTO steps (job_id, may_fail, pending, delay, spawned_by, spawn_seq)

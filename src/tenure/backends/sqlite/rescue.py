@@ -10,10 +10,10 @@ import time
 
 from tenure.backends.base import Rescued, RescueReport
 from tenure.backends.checks import last_proof
-from tenure.backends.rows import job_from_row
 from tenure.backends.sqlite.claiming import end_steps, failure, listed, read_policies
 from tenure.backends.sqlite.database import SETTLE, Database
 from tenure.backends.sqlite.events import EventReader, record_job
+from tenure.backends.sqlite.keys import job_of_row
 from tenure.backends.sqlite.liveness import Workers
 from tenure.backends.sqlite.queries import Q
 from tenure.config import QueuePolicy
@@ -63,7 +63,7 @@ class Rescue:
                     continue
                 params = () if outcome is Outcome.CRASHED else (judged,)
                 rows = conn.execute(Q[query], params).fetchall()
-                found = [(job_from_row(r[:-1]), r[-1]) for r in rows]
+                found = [(job_of_row(r), r[-1]) for r in rows]
                 policies = read_policies(conn, {j.queue for j, _ in found}) if found else {}
                 for job, renewed in found:
                     proven = last_proof(outcome, renewed, last_seen.get(job.worker or ""))
@@ -92,7 +92,7 @@ class Rescue:
                 found = conn.execute(Q["all_policies"])
                 policies = {q: QueuePolicy.from_json(p) for q, p in found}
                 for queue, state, keep in retention.rules(policies):
-                    left -= conn.execute(Q["prune"], (queue, state, now - keep, left)).rowcount
+                    left -= conn.execute(Q["prune"], (queue, state, now - keep, left, now)).rowcount
                     if left == 0:
                         break
             pruned += want - left

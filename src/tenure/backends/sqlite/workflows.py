@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from tenure.backends.rows import job_from_row
 from tenure.backends.sqlite.events import Pending
+from tenure.backends.sqlite.keys import job_of_row
 from tenure.backends.sqlite.queries import Q
 from tenure.core.events import EventKind
 from tenure.core.states import State
@@ -156,7 +156,7 @@ def jobs_of(db: Db, rows: Iterable[Sequence[Any]]) -> list[Job]:
     jobs = []
     steps: dict[str, tuple[Job, str]] = {}
     for row in rows:
-        job = job_from_row(row[:-1])
+        job = job_of_row(row)
         jobs.append(job)
         if row[-1] is not None:
             steps[job.id] = (job, row[-1])
