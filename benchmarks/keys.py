@@ -10,13 +10,14 @@
   runs, once, with the last arguments, >= 1 s after the last enqueue;
 * cost: drains of ``--jobs`` no-op jobs by one burst worker, alternating:
   no per-key field set (and, with ``--baseline-src``, the same under another
-  checkout's ``src``, e.g. main's: "today's"), jobs on 1,000 keys without a
-  per-key limit, and with ``max_active_per_key=1``; jobs per second, median
-  and spread of ``--rounds`` rounds.
+  checkout's ``src``, e.g. main's: "today's", on storage of its own:
+  ``--baseline-url`` with ``--url``), jobs on 1,000 keys without a per-key
+  limit, and with ``max_active_per_key=1``; jobs per second, median and
+  spread of ``--rounds`` rounds.
 
     .venv/bin/python benchmarks/keys.py [--backend sqlite | --url URL]
         [--only fairness,debounce,cost] [--backlog 100000] [--jobs 20000]
-        [--rounds 3] [--baseline-src /path/to/main/src]
+        [--rounds 3] [--baseline-src /path/to/main/src [--baseline-url URL]]
 
 Each measurement uses queues of its own (``keys.<random>``), so one storage
 serves them all; ``--backend`` starts throwaway servers as the other
@@ -54,11 +55,11 @@ def _queue() -> str:
 
 
 @contextlib.contextmanager
-def worker(url: str, queue: str, *, burst: bool = False, src: str | None = None,
+def worker(url: str, queue: str, *, burst: bool = False,
            starts: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:  # fmt: skip
     """One ``tenure worker keys_tasks:app`` at its defaults, serving ``queue``
-    (under ``src``'s tenure when given); stopped (SIGTERM, a drain) at the end."""
-    path = [str(HERE), *([src] if src else []), *sys.path]
+    (under this process's tenure); stopped (SIGTERM, a drain) at the end."""
+    path = [str(HERE), *sys.path]  # sys.path: a --baseline-src's first, as in this process
     env = {**os.environ, "BENCH_URL": url, "PYTHONPATH": os.pathsep.join(path)}
     if starts is not None:
         env["BENCH_STARTS"] = str(starts)
@@ -91,18 +92,24 @@ def _until(what: str, ready: Callable[[], bool], cap: float = 600.0) -> None:
         time.sleep(0.02)
 
 
-def _enqueue(app: tenure.App, task: str, queue: str, n: int, **options: object) -> None:
+def _enqueue(app: tenure.App, task: str, queue: str, n: int,
+             **options: object) -> list[tenure.Job]:  # fmt: skip
+    jobs = []
     for first in range(0, n, BATCH):
         count = min(BATCH, n - first)
         args = [{"key": str(options.get("concurrency_key")), "i": first + i}
                 for i in range(count)] if task == "stamp" else [{}] * count  # fmt: skip
-        app.enqueue_many(task, args, queue=queue, **options)
+        jobs += app.enqueue_many(task, args, queue=queue, **options)
+    return jobs
 
 
 def b_wait(url: str, app: tenure.App, *, fair: bool, backlog: int, patience: int,
            tmp: Path) -> dict[str, float]:  # fmt: skip
     """B's wait behind A's ``backlog`` (0: an empty queue), and how many of A's
-    jobs started from B's enqueue to B's last start (or to ``patience`` of them)."""
+    jobs started from B's enqueue to B's last start (or to ``patience`` of them).
+    From the moment storage stored B's jobs (their ``created_at``): on SQLite the
+    enqueue may first wait for the busy worker's write lock, which is no claim's
+    doing (``enqueue ms``: the call's time)."""
     queue, starts = _queue(), tmp / f"starts.{uuid.uuid4().hex[:6]}"
     app.queue(queue).set_policy(fair=fair)
     _enqueue(app, "stamp", queue, backlog, concurrency_key="A")
@@ -111,8 +118,10 @@ def b_wait(url: str, app: tenure.App, *, fair: bool, backlog: int, patience: int
             _until("A's warm-up", lambda: len(_starts(starts)) >= A_WARMUP)
         else:  # the worker up and idle: B's wait is the pickup alone
             time.sleep(2.0)
-        began = time.time()
-        _enqueue(app, "stamp", queue, B_JOBS, concurrency_key="B")
+        called = time.time()
+        b_jobs = _enqueue(app, "stamp", queue, B_JOBS, concurrency_key="B")
+        enqueue_ms = (time.time() - called) * 1000
+        began = min(j.created_at for j in b_jobs)
 
         def b_done_or_patience_out() -> bool:
             seen = [(t, k) for t, k in _starts(starts) if t >= began]
@@ -128,7 +137,8 @@ def b_wait(url: str, app: tenure.App, *, fair: bool, backlog: int, patience: int
     with contextlib.suppress(tenure.TenureError):
         app.queue(queue).delete()
     return {"wait s": float("nan") if last_b is None else last_b - began,
-            "A starts meanwhile": a_during, "B started": len(b_times)}  # fmt: skip
+            "A starts meanwhile": a_during, "B started": len(b_times),
+            "enqueue ms": enqueue_ms}  # fmt: skip
 
 
 def fairness(url: str, args: argparse.Namespace) -> None:
@@ -143,7 +153,8 @@ def fairness(url: str, args: argparse.Namespace) -> None:
                 print(f"  fair={fair}: B's 10 started in {got['wait s'] * 1000:.1f} ms "
                       f"({got['wait s'] / empty['wait s']:.1f}x its wait on an empty queue), "
                       f"while {got['A starts meanwhile']:.0f} of A's started ({verdict} "
-                      f"{FAIR_BOUND})", flush=True)  # fmt: skip
+                      f"{FAIR_BOUND}); the enqueue call took {got['enqueue ms']:.0f} ms",
+                      flush=True)  # fmt: skip
             else:
                 print(f"  fair={fair}: {got['B started']:.0f} of B's 10 started while "
                       f"{got['A starts meanwhile']:.0f} of A's did (A's backlog first: "
@@ -174,7 +185,16 @@ def debounce(url: str, args: argparse.Namespace) -> None:
 
 
 def drain_rate(url: str, app: tenure.App, mode: str, jobs: int, src: str | None) -> float:
-    """Jobs per second of one burst worker draining ``jobs`` no-op jobs."""
+    """Jobs per second of one burst worker draining ``jobs`` no-op jobs; under
+    ``src``'s tenure (today's), enqueued and drained by a process of its own,
+    on storage of its own (``url``): a newer schema is refused by older code."""
+    if src is not None:
+        path = os.pathsep.join([src, str(HERE), *sys.path])
+        done = subprocess.run(
+            [sys.executable, __file__, "--url", url, "--drain-once", mode, "--jobs", str(jobs)],
+            env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return float(done.stdout.split()[-1])
     queue = _queue()
     if mode == "limited":
         app.queue(queue).set_policy(max_active_per_key=1)
@@ -185,7 +205,7 @@ def drain_rate(url: str, app: tenure.App, mode: str, jobs: int, src: str | None)
     else:
         _enqueue(app, "noop", queue, jobs)
     began = time.perf_counter()
-    with worker(url, queue, burst=True, src=src) as proc:
+    with worker(url, queue, burst=True) as proc:
         proc.wait(1800)
     took = time.perf_counter() - began
     counts = app.queue(queue).counts()
@@ -194,15 +214,17 @@ def drain_rate(url: str, app: tenure.App, mode: str, jobs: int, src: str | None)
     return jobs / took
 
 
-def cost(url: str, args: argparse.Namespace) -> None:
-    modes = {"plain": None, "unlimited": None, "limited": None}
-    if args.baseline_src:
+def cost(url: str, args: argparse.Namespace, today_url: str | None = None) -> None:
+    modes: dict[str, str | None] = {"plain": None, "unlimited": None, "limited": None}
+    if args.baseline_src and today_url:
         modes = {"today": args.baseline_src, **modes}
     rates: dict[str, list[float]] = {m: [] for m in modes}
     with tenure.App(url) as app:
         for _ in range(args.rounds):
             for mode, src in modes.items():  # alternating: the machine's load hits all
-                rates[mode].append(drain_rate(url, app, mode, args.jobs, src))
+                where = url if src is None else today_url
+                assert where is not None
+                rates[mode].append(drain_rate(where, app, mode, args.jobs, src))
     for mode, got in rates.items():
         print(f"  {mode}: {statistics.median(got):,.0f} jobs/s (rounds "
               f"{', '.join(f'{r:,.0f}' for r in got)})", flush=True)  # fmt: skip
@@ -222,8 +244,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline-src", help="another checkout's src/, for today's drain")
+    parser.add_argument("--baseline-url", help="with --url: storage for today's drain")
+    parser.add_argument("--drain-once", help=argparse.SUPPRESS)  # cost's own subprocess
     args = parser.parse_args()
-    parts = {"fairness": fairness, "debounce": debounce, "cost": cost}
+    if args.drain_once:
+        with tenure.App(args.url) as app:
+            print(drain_rate(args.url, app, args.drain_once, args.jobs, None))
+        return
     wanted = [p.strip() for p in args.only.split(",")]
     places = [(args.url, args.url)] if args.url else [
         (b, None) for b in args.backend or ["sqlite", "postgres", "redis"]]  # fmt: skip
@@ -232,7 +259,13 @@ def main() -> None:
             url = given or stack.enter_context(throwaway_url(name, "keys"))
             for part in wanted:
                 print(f"{name} {part}:", flush=True)
-                parts[part](url, args)
+                if part == "cost":
+                    today = args.baseline_url if given else (
+                        stack.enter_context(throwaway_url(name, "keys-today"))
+                        if args.baseline_src else None)  # fmt: skip
+                    cost(url, args, today)
+                else:
+                    {"fairness": fairness, "debounce": debounce}[part](url, args)
 
 
 if __name__ == "__main__":
