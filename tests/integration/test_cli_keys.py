@@ -32,6 +32,7 @@ LIMITS = {"max_active_per_key": None, "rate_limit_per_key": None, "rate_interval
 def test_enqueue_with_a_concurrency_key__stores_it_on_the_job(tenure: Any) -> None:
     job_id = enqueue(tenure, "report", "--concurrency-key", "customer-42", "--queue", "q")
     assert as_json(tenure("job", job_id, "--json"))["concurrency_key"] == "customer-42"
+    assert "concurrency key  customer-42" in ok(tenure("job", job_id)).stdout
     plain = enqueue(tenure, "report", "--queue", "q")
     assert as_json(tenure("job", plain, "--json"))["concurrency_key"] is None
 

@@ -21,6 +21,9 @@ def test_enqueue__takes_a_concurrency_key_debounce_and_unique_for(api: httpx.Cli
     assert made.status_code == 201, made.text
     assert made.json()["concurrency_key"] == "customer-42"
     assert api.get(f"/api/jobs/{made.json()['id']}").json()["concurrency_key"] == "customer-42"
+    page = api.get(f"/jobs/{made.json()['id']}").text
+    assert "<dt>concurrency key</dt>" in page
+    assert 'policy#keys">customer-42</a>' in page
     body = {"task": "reindex", "key": "tenant-7", "debounce": 60, "args": {"n": 1}}
     first = api.post("/api/jobs", json=body).json()
     again = api.post("/api/jobs", json={**body, "args": {"n": 2}}).json()

@@ -177,6 +177,8 @@ def job_fields(job: Job, policy: QueuePolicy) -> Table:
         ("lease expires", when(job.lease_expires_at)),
         ("args", to_json(job.args)),
     ]
+    if job.concurrency_key is not None:
+        fields.insert(9, ("concurrency key", job.concurrency_key))
     if job.workflow is not None:
         fields[3] = ("state", step_state(job))
         more = f", ... ({len(job.upstream)} steps)" if len(job.upstream) > 3 else ""
