@@ -12,7 +12,7 @@
   no per-key field set (and, with ``--baseline-src``, the same under another
   checkout's ``src``, e.g. main's: "today's", on storage of its own:
   ``--baseline-url`` with ``--url``), jobs on 1,000 keys without a per-key
-  limit, and with ``max_active_per_key=1``; jobs per second, median and
+  limit, and with ``max_active_per_key=--per-key`` (1); jobs per second, median and
   spread of ``--rounds`` rounds.
 
     .venv/bin/python benchmarks/keys.py [--backend sqlite | --url URL]
@@ -184,7 +184,8 @@ def debounce(url: str, args: argparse.Namespace) -> None:
         assert ran[0][2] == "99" and after >= 1.0
 
 
-def drain_rate(url: str, app: tenure.App, mode: str, jobs: int, src: str | None) -> float:
+def drain_rate(url: str, app: tenure.App, mode: str, jobs: int, src: str | None, *,
+               per_key: int = 1) -> float:  # fmt: skip
     """Jobs per second of one burst worker draining ``jobs`` no-op jobs; under
     ``src``'s tenure (today's), enqueued and drained by a process of its own,
     on storage of its own (``url``): a newer schema is refused by older code."""
@@ -197,7 +198,7 @@ def drain_rate(url: str, app: tenure.App, mode: str, jobs: int, src: str | None)
         return float(done.stdout.split()[-1])
     queue = _queue()
     if mode == "limited":
-        app.queue(queue).set_policy(max_active_per_key=1)
+        app.queue(queue).set_policy(max_active_per_key=per_key)
     if mode in ("limited", "unlimited"):
         for k in range(1000):  # 1,000 keys, the jobs spread evenly
             app.enqueue_many("noop", [{}] * (jobs // 1000), queue=queue,
@@ -224,12 +225,14 @@ def cost(url: str, args: argparse.Namespace, today_url: str | None = None) -> No
             for mode, src in modes.items():  # alternating: the machine's load hits all
                 where = url if src is None else today_url
                 assert where is not None
-                rates[mode].append(drain_rate(where, app, mode, args.jobs, src))
+                rates[mode].append(
+                    drain_rate(where, app, mode, args.jobs, src, per_key=args.per_key)
+                )
     for mode, got in rates.items():
         print(f"  {mode}: {statistics.median(got):,.0f} jobs/s (rounds "
               f"{', '.join(f'{r:,.0f}' for r in got)})", flush=True)  # fmt: skip
     ratio = statistics.median(rates["limited"]) / statistics.median(rates["unlimited"])
-    print(f"  max_active_per_key=1 on 1,000 keys: {ratio:.2f}x of unlimited (>= 0.7)")
+    print(f"  max_active_per_key={args.per_key} on 1,000 keys: {ratio:.2f}x of unlimited (>= 0.7)")
 
 
 def main() -> None:
@@ -243,6 +246,7 @@ def main() -> None:
                         help="fair=False: stop after this many of A's starts")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--per-key", type=int, default=1, help="cost: max_active_per_key")
     parser.add_argument("--baseline-src", help="another checkout's src/, for today's drain")
     parser.add_argument("--baseline-url", help="with --url: storage for today's drain")
     parser.add_argument("--drain-once", help=argparse.SUPPRESS)  # cost's own subprocess
