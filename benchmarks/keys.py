@@ -116,8 +116,10 @@ def b_wait(url: str, app: tenure.App, *, fair: bool, backlog: int, patience: int
     with worker(url, queue, starts=starts):
         if backlog:
             _until("A's warm-up", lambda: len(_starts(starts)) >= A_WARMUP)
-        else:  # the worker up and idle: B's wait is the pickup alone
-            time.sleep(2.0)
+        else:  # the worker up (a first job ran) and idle: B's wait is the pickup alone
+            _enqueue(app, "stamp", queue, 1, concurrency_key="W")
+            _until("the worker's first job", lambda: bool(_starts(starts)))
+            time.sleep(1.0)
         called = time.time()
         b_jobs = _enqueue(app, "stamp", queue, B_JOBS, concurrency_key="B")
         enqueue_ms = (time.time() - called) * 1000
