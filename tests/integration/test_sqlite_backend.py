@@ -70,6 +70,7 @@ EXPECTED_INDEXES = {
 # away before the upgrade applies it again.
 KEYS_UNDONE = """
     DROP INDEX jobs_keyed; DROP INDEX jobs_by_key; DROP INDEX jobs_key; DROP TABLE key_buckets;
+    ALTER TABLE jobs DROP COLUMN key_state;
     ALTER TABLE jobs DROP COLUMN concurrency_key; ALTER TABLE jobs DROP COLUMN debounce;
     ALTER TABLE jobs DROP COLUMN unique_for; ALTER TABLE queues DROP COLUMN key_cursor;
     ALTER TABLE queues DROP COLUMN keyed;

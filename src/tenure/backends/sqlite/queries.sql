@@ -88,10 +88,9 @@ SELECT rate_tokens, rate_at FROM queues WHERE name = ?
 UPDATE queues SET rate_tokens = ?, rate_at = ? WHERE name = ?
 
 -- Concurrency keys (keys.py): a keyed queue's claim reads its keys' due jobs
--- and counts their places through jobs_keyed (each statement names its
--- predicate, so that the planner may use it). In a keyed queue, a job
--- without a key is stored under the key '' (no key is empty): one key of its
--- own, in that index too.
+-- and counts their places through jobs_keyed (by key_state). In a keyed
+-- queue, a job without a key is stored under the key '' (no key is empty):
+-- one key of its own, in that index too.
 
 -- name: keyed_window
 -- The queue's next due jobs in claim order (through jobs_ready), each with its
@@ -103,7 +102,7 @@ ORDER BY priority DESC, run_at, seq LIMIT ?3
 -- name: key_jobs
 -- keyed_window, of key ?2 only.
 SELECT seq, concurrency_key, priority, run_at FROM jobs
-WHERE state = 'queued' AND state IN ('queued', 'active') AND queue = ?1 AND concurrency_key = ?2
+WHERE key_state = 'queued' AND queue = ?1 AND concurrency_key = ?2
   AND task NOT IN (SELECT value FROM json_each(?3))
 ORDER BY priority DESC, run_at, seq LIMIT ?4
 
@@ -113,32 +112,28 @@ ORDER BY priority DESC, run_at, seq LIMIT ?4
 -- ?4 lists (NULL: none but those): a few seeks each, however many jobs a key has.
 WITH RECURSIVE walk(key) AS (
     SELECT (SELECT concurrency_key FROM jobs
-            WHERE state IN ('queued', 'active') AND queue = ?1 AND concurrency_key > ?2
-              AND state = 'queued'
+            WHERE key_state = 'queued' AND queue = ?1 AND concurrency_key > ?2
             ORDER BY concurrency_key LIMIT 1)
     UNION ALL
     SELECT (SELECT concurrency_key FROM jobs
-            WHERE state IN ('queued', 'active') AND queue = ?1 AND concurrency_key > walk.key
-              AND state = 'queued'
+            WHERE key_state = 'queued' AND queue = ?1 AND concurrency_key > walk.key
             ORDER BY concurrency_key LIMIT 1)
     FROM walk WHERE walk.key IS NOT NULL
     LIMIT ?3
 )
 SELECT key,
        (SELECT count(*) FROM jobs
-        WHERE state IN ('queued', 'active') AND queue = ?1 AND concurrency_key = walk.key
-          AND state = 'active'),
+        WHERE key_state = 'active' AND queue = ?1 AND concurrency_key = walk.key),
        (SELECT seq FROM jobs
-        WHERE state IN ('queued', 'active') AND queue = ?1 AND concurrency_key = walk.key
-          AND state = 'queued' AND task NOT IN (SELECT value FROM json_each(?4))
+        WHERE key_state = 'queued' AND queue = ?1 AND concurrency_key = walk.key
+          AND task NOT IN (SELECT value FROM json_each(?4))
         ORDER BY priority DESC, run_at, seq LIMIT 1)
 FROM walk WHERE key IS NOT NULL
 
 -- name: active_of_keys
 -- The active jobs of each key the JSON array ?2 lists that has any.
 SELECT concurrency_key, count(*) FROM jobs
-WHERE state IN ('queued', 'active') AND queue = ?1
-  AND concurrency_key IN (SELECT value FROM json_each(?2)) AND state = 'active'
+WHERE key_state = 'active' AND queue = ?1 AND concurrency_key IN (SELECT value FROM json_each(?2))
 GROUP BY concurrency_key
 
 -- name: key_buckets

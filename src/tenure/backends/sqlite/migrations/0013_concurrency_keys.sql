@@ -13,13 +13,20 @@ ALTER TABLE queues ADD COLUMN key_cursor TEXT;
 -- are stored under '' (the insert reads it, not the policy's JSON).
 ALTER TABLE queues ADD COLUMN keyed INTEGER NOT NULL DEFAULT 0;
 
+-- A keyed job's state while queued or active (NULL else): a statement that
+-- names one value reads that value's rows of jobs_keyed (with "state IN
+-- ('queued', 'active')" in its predicate, the planner read both, and a key's
+-- active jobs were counted through all its queued ones).
+ALTER TABLE jobs ADD COLUMN key_state TEXT GENERATED ALWAYS AS (
+    CASE WHEN concurrency_key IS NOT NULL AND state IN ('queued', 'active') THEN state END
+) VIRTUAL;
 -- A key's due jobs in claim order, and its active ones: a claim reads a key's
 -- next jobs and counts its places through it. Jobs without a key are not in
 -- it (nor in jobs_by_key): a queue without per-key fields pays for neither
 -- but a false predicate per change of a job's state (one index, not one per
 -- use: each index on state costs every claim and completion that much).
-CREATE INDEX jobs_keyed ON jobs (queue, concurrency_key, state, priority DESC, run_at, seq)
-    WHERE concurrency_key IS NOT NULL AND state IN ('queued', 'active');
+CREATE INDEX jobs_keyed ON jobs (queue, concurrency_key, key_state, priority DESC, run_at, seq)
+    WHERE key_state IS NOT NULL;
 
 -- key= stays idempotent while the first job is unfinished, but a debounced
 -- job that started leaves its key to the next debounced one (the enqueue
