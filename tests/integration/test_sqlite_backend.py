@@ -34,7 +34,7 @@ from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import JobSpec
 
 EXPECTED_TABLES = {
-    "queues": ["name", "policy", "rate_tokens", "rate_at", "key_cursor"],
+    "queues": ["name", "policy", "rate_tokens", "rate_at", "key_cursor", "keyed"],
     "jobs": [
         "seq", "id", "queue", "task", "args", "state", "priority", "run_at", "created_at",
         "key", "attempts", "stalls", "max_attempts", "timeout", "fence", "worker", "lease_ttl",
@@ -63,16 +63,17 @@ EXPECTED_TABLES = {
 EXPECTED_INDEXES = {
     "jobs_key", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_worker", "jobs_queue_state",
     "jobs_finished", "jobs_workflow", "workflows_key", "steps_spawned", "edges_upstream",
-    "jobs_keyed_ready", "jobs_keyed_active", "jobs_key_debounced", "jobs_key_finished",
+    "jobs_keyed", "jobs_by_key",
 }  # fmt: skip
 # Migration 13 (concurrency keys) undone, but for its jobs_key: applied to an
 # older database so that this tenure's enqueue may write to it, then taken
 # away before the upgrade applies it again.
 KEYS_UNDONE = """
-    DROP INDEX jobs_keyed_ready; DROP INDEX jobs_keyed_active; DROP INDEX jobs_key_debounced;
-    DROP INDEX jobs_key_finished; DROP INDEX jobs_key; DROP TABLE key_buckets;
+    DROP INDEX jobs_keyed; DROP INDEX jobs_by_key; DROP INDEX jobs_key; DROP TABLE key_buckets;
+    ALTER TABLE jobs DROP COLUMN key_state;
     ALTER TABLE jobs DROP COLUMN concurrency_key; ALTER TABLE jobs DROP COLUMN debounce;
     ALTER TABLE jobs DROP COLUMN unique_for; ALTER TABLE queues DROP COLUMN key_cursor;
+    ALTER TABLE queues DROP COLUMN keyed;
     CREATE UNIQUE INDEX jobs_key ON jobs (queue, key)
         WHERE key IS NOT NULL AND state IN ('scheduled', 'queued', 'active');
 """
@@ -142,12 +143,12 @@ def test_a_workflows_move__reads_only_its_rows_through_indexes(
 
 # A keyed claim's statements and the enqueue's by key, each with its index.
 KEYED_READS = {
-    "keys_after": ["jobs_keyed_ready", "jobs_keyed_ready", "jobs_keyed_active"],
-    "key_jobs": ["jobs_keyed_ready"],
-    "active_of_keys": ["jobs_keyed_active"],
+    "keys_after": ["jobs_keyed", "jobs_keyed", "jobs_keyed", "jobs_keyed"],
+    "key_jobs": ["jobs_keyed"],
+    "active_of_keys": ["jobs_keyed"],
     "keyed_window": ["jobs_ready"],
-    "find_unfinished_by_key": ["jobs_key", "jobs_key_debounced"],
-    "find_finished_by_key": ["jobs_key_finished"],
+    "find_unfinished_by_key": ["jobs_by_key"],
+    "find_finished_by_key": ["jobs_by_key"],
 }
 
 
@@ -163,7 +164,7 @@ def test_a_keyed_claim_and_a_keyed_enqueue__read_through_their_indexes(
     sql = Q[name]
     params = ["[]"] * (len(set(re.findall(r"\?(\d+)", sql))) or sql.count("?"))
     plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, params)]
-    used = [re.search(r"USING INDEX (\w+)", s).group(1) for s in plan if "USING INDEX" in s]
+    used = [m.group(1) for s in plan if (m := re.search(r"USING (?:COVERING )?INDEX (\w+)", s))]
     assert used == KEYED_READS[name], plan
     assert not [s for s in plan if s.startswith("SCAN jobs")], plan
 

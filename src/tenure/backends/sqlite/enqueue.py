@@ -10,10 +10,9 @@ from typing import Any
 import orjson
 
 from tenure.backends.base import Tick
-from tenure.backends.sqlite.claiming import read_policies
 from tenure.backends.sqlite.database import Database
 from tenure.backends.sqlite.events import record
-from tenure.backends.sqlite.keys import job_of_row, stored_key
+from tenure.backends.sqlite.keys import job_of_row
 from tenure.backends.sqlite.queries import Q
 from tenure.core.clock import Clock
 from tenure.core.events import EventKind
@@ -64,10 +63,8 @@ class Enqueue:
         now = self.clock.now()
         jobs: list[Job] = []
         new: list[tuple[str, str, str, dict[str, Any] | None]] = []
-        queues = {s.queue for s in specs}
-        for queue in queues:
+        for queue in {s.queue for s in specs}:
             db.execute(Q["ensure_queue"], (queue,))
-        policies = read_policies(db, queues)  # keyed queues store their unkeyed jobs under ''
         for spec in specs:
             if spec.key is not None:
                 found = _by_key(db, spec, now)
@@ -76,11 +73,10 @@ class Enqueue:
                     continue
             run_at = spec.run_at if spec.run_at is not None else now + (spec.debounce or spec.delay)
             state = State.SCHEDULED if run_at > now else State.QUEUED
-            key = stored_key(policies[spec.queue], spec.concurrency_key)
             cur = db.execute(
                 Q["insert_job"],
                 (spec.id, spec.queue, spec.task, spec.args, state, spec.priority, run_at, now,
-                 spec.key, spec.max_attempts, spec.timeout, spec.traceparent, key,
+                 spec.key, spec.max_attempts, spec.timeout, spec.traceparent, spec.concurrency_key,
                  spec.debounce, spec.unique_for),
             )  # fmt: skip
             if cur.rowcount:

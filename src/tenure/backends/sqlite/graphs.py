@@ -13,10 +13,9 @@ from typing import Any
 import orjson
 
 from tenure.backends.sqlite import workflows
-from tenure.backends.sqlite.claiming import read_policies, refused
+from tenure.backends.sqlite.claiming import refused
 from tenure.backends.sqlite.database import Database
 from tenure.backends.sqlite.events import Pending
-from tenure.backends.sqlite.keys import stored_key
 from tenure.backends.sqlite.queries import Q
 from tenure.backends.sqlite.workflows import Db
 from tenure.core.clock import Clock
@@ -149,10 +148,8 @@ def _insert_steps(
     id and seq, if not None) with their edges between them; returns their
     jobs, in order. Steps that wait for none are queued (or scheduled)."""
     ids = [s.spec.id for s in steps]
-    queues = {s.spec.queue for s in steps}
-    for queue in queues:
+    for queue in {s.spec.queue for s in steps}:
         db.execute(Q["ensure_queue"], (queue,))
-    policies = read_policies(db, queues)
     spawned_by, seq = spawn if spawn is not None else (None, None)
     jobs, rows, step_rows, edges = [], [], [], []
     for step in steps:
@@ -165,8 +162,7 @@ def _insert_steps(
             run_at = s.run_at if s.run_at is not None else now + s.delay
             state = State.SCHEDULED if run_at > now else State.QUEUED
         rows.append((s.id, s.queue, s.task, s.args, state, s.priority, run_at, now,
-                     s.max_attempts, s.timeout, s.traceparent, wf,
-                     stored_key(policies[s.queue], s.concurrency_key)))  # fmt: skip
+                     s.max_attempts, s.timeout, s.traceparent, wf, s.concurrency_key))  # fmt: skip
         step_rows.append((s.id, step.may_fail, len(step.upstream), delay, spawned_by, seq))
         edges += [(s.id, edge_ord(p), ids[u]) for p, u in enumerate(step.upstream)]
         upstream = [ids[u] for u in step.upstream]

@@ -6,13 +6,12 @@ queue's) through indexes only:
 
 - not fair: the queue's next jobs in claim order (a window of them, through
   jobs_ready), each taken unless its key is held (at ``max_active_per_key``,
-  or out of tokens). When held keys fill the window, the claim looks past
-  them key by key (keys_after: a seek per key with due jobs) and takes the
-  best jobs of the keys that may start: a held key never holds back others.
+  or out of tokens). When held keys fill the window, the keys that may start
+  take turns as in a fair claim: a held key never holds back others.
 - fair: the keys in turn after the queue's cursor (the last key served), a
   job each per round, a key's own jobs by priority then run_at.
 
-A key's active jobs are counted through jobs_keyed_active (at most its
+A key's active jobs are counted through jobs_keyed (at most its
 limit, unless the limit came down), so an ended attempt frees its place as
 its state changes, in the transaction that ends it. Its rate bucket is a row
 of key_buckets. In a keyed queue a job without a key is stored under ''
@@ -49,16 +48,15 @@ def job_of_row(row: Sequence[Any], history: tuple[Attempt, ...] = ()) -> Job:
     return keyed(job_from_row(row[:N], history), row[N] or None)
 
 
-def stored_key(policy: QueuePolicy, key: str | None) -> str | None:
-    """The key a job is stored under in a queue with ``policy``."""
-    return UNKEYED if key is None and policy.keyed else key
-
-
-def became_keyed(conn: sqlite3.Connection, queue: str, was: QueuePolicy, now: QueuePolicy) -> None:
+def policy_changed(
+    conn: sqlite3.Connection, queue: str, was: QueuePolicy, now: QueuePolicy
+) -> None:
     """A queue's policy changed: if it became keyed, its jobs without a key
-    are stored under UNKEYED from now on."""
-    if now.keyed and not was.keyed:
-        conn.execute(Q["key_the_unkeyed"], (queue,))
+    are stored under UNKEYED from now on (and those to come: queues.keyed)."""
+    if now.keyed != was.keyed:
+        conn.execute(Q["set_keyed"], (now.keyed, queue))
+        if now.keyed:
+            conn.execute(Q["key_the_unkeyed"], (queue,))
 
 
 class Gate:
@@ -70,7 +68,9 @@ class Gate:
         self.conn, self.queue, self.policy, self.share, self.now = conn, queue, policy, share, now
         self.left: dict[str, int] = {}
         self.tokens: dict[str, float] = {}
+        self.heads: dict[str, int | None] = {}  # each walked key's next due job (seq)
         self.picks: list[Pick] = []
+        self.turns = policy.fair  # whether its keys took turns (the cursor moves)
 
     def left_for(self, key: str | None) -> int:
         """How many jobs of ``key`` (counted) this claim may take."""
@@ -103,35 +103,45 @@ class Gate:
         """The next ``n`` due jobs of ``key``."""
         return self.conn.execute(Q["key_jobs"], (self.queue, key, skip, n)).fetchall()
 
-    def cycle(self, after: str | None) -> Iterator[str]:
+    def cycle(self, after: str | None, skip: str) -> Iterator[str]:
         """Each key with due jobs once, counted, in turn after key ``after``
         (None: from the first): UNKEYED, then the others in order, round."""
         if after is None:
             yield UNKEYED
-            yield from self._walk(UNKEYED, None)
+            yield from self._walk(UNKEYED, None, skip)
             return
-        yield from self._walk(after, None)
+        yield from self._walk(after, None, skip)
         yield UNKEYED
         if after != UNKEYED:
-            yield from self._walk(UNKEYED, after)
+            yield from self._walk(UNKEYED, after, skip)
 
-    def _walk(self, after: str, upto: str | None) -> Iterator[str]:
+    def _walk(self, after: str, upto: str | None, skip: str) -> Iterator[str]:
         """The keys with due jobs after ``after``, up to ``upto`` (None: all)."""
+        size = min(self.share + 1, WALK)  # a fair claim's keys, most often
         while True:
-            rows = self.conn.execute(Q["keys_after"], (self.queue, after, WALK)).fetchall()
-            self.count([k for k, _ in rows], dict(rows))
-            for key, _ in rows:
+            rows = self.conn.execute(Q["keys_after"], (self.queue, after, size, skip)).fetchall()
+            self.count([k for k, _, _ in rows], {k: n for k, n, _ in rows})
+            self.heads.update((k, head) for k, _, head in rows)
+            for key, _, _ in rows:
                 if upto is not None and key > upto:
                     return
                 yield key
-            if len(rows) < WALK:
+            if len(rows) < size:
                 return
             after = rows[-1][0]
+            size = WALK
+
+    def head(self, key: str, skip: str) -> list[Pick]:
+        """The next due job of ``key``, as its walk found it."""
+        if key not in self.heads:  # UNKEYED: no walk reads it
+            return self.jobs(key, skip, 1)
+        seq = self.heads[key]
+        return [] if seq is None else [(seq, key, 0, 0.0)]
 
     def took(self, taken: Sequence[Pick]) -> None:
         """The claim took ``taken`` (of its picks, in claim order): each key's
-        bucket pays a token per start; a fair queue's cursor moves to the
-        last key served."""
+        bucket pays a token per start; if keys took turns, the cursor moves to
+        the last key served."""
         if not taken:
             return
         if self.policy.rate_limit_per_key is not None:
@@ -140,7 +150,7 @@ class Gate:
                 Q["take_from_key_bucket"],
                 [(self.queue, k, self.tokens[k] - n, self.now) for k, n in started.items()],
             )
-        if self.policy.fair:
+        if self.turns:
             self.conn.execute(Q["set_key_cursor"], (taken[-1][1], self.queue))
 
 
@@ -154,27 +164,28 @@ def _in_order(gate: Gate, skip: str) -> list[Pick]:
     """The next jobs in claim order whose keys may start."""
     share = gate.share
     window = 4 * share + 32
-    rows = gate.conn.execute(Q["keyed_window"], (gate.queue, skip, window)).fetchall()
-    gate.count(r[1] for r in rows)
+    cursor = gate.conn.execute(Q["keyed_window"], (gate.queue, skip, window))
     taken: Counter[str] = Counter()
-    picks = []
-    for row in rows:
-        key = row[1]
-        if taken[key] < gate.left_for(key):
-            taken[key] += 1
-            picks.append(row)
-            if len(picks) == share:
-                return picks
-    if len(rows) < window:
+    picks: list[Pick] = []
+    read = 0
+    while rows := cursor.fetchmany(share):  # counted a share at a time: most claims need one
+        read += len(rows)
+        gate.count(r[1] for r in rows)
+        for row in rows:
+            key = row[1]
+            if taken[key] < gate.left_for(key):
+                taken[key] += 1
+                picks.append(row)
+                if len(picks) == share:
+                    cursor.close()
+                    return picks
+    if read < window:
         return picks
-    # Held keys filled the window: the best jobs of each key that may start.
-    heads: list[Pick] = []
-    for key in gate.cycle(None):
-        n = gate.left_for(key)
-        if n:
-            heads += gate.jobs(key, skip, min(n, share))
-    heads.sort(key=lambda p: (-p[2], p[3], p[0]))
-    return heads[:share]
+    # Held keys filled the window: the keys that may start take turns, after
+    # the last one served so, past the held ones (a walk of those, not of
+    # every key: a key is held by its active jobs, or its empty bucket).
+    gate.turns = True
+    return _fair(gate, skip)
 
 
 def _fair(gate: Gate, skip: str) -> list[Pick]:
@@ -182,10 +193,10 @@ def _fair(gate: Gate, skip: str) -> list[Pick]:
     share = gate.share
     (cursor,) = gate.conn.execute(Q["key_cursor"], (gate.queue,)).fetchone() or (None,)
     turns: list[tuple[str, int, list[Pick]]] = []  # key, its places, its next jobs
-    for key in gate.cycle(cursor):
+    for key in gate.cycle(cursor, skip):
         n = gate.left_for(key)
         if n:
-            first = gate.jobs(key, skip, 1)
+            first = gate.head(key, skip)
             if first:
                 turns.append((key, n, first))
                 if len(turns) == share:

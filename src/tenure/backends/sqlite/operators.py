@@ -155,7 +155,7 @@ class Operators:
         with self.db.tx() as conn:
             was = self._policy(conn, queue)
             conn.execute(Q["set_policy"], (queue, data))
-            keys.became_keyed(conn, queue, was, QueuePolicy.from_json(data))
+            keys.policy_changed(conn, queue, was, QueuePolicy.from_json(data))
 
     def _policy(self, conn: sqlite3.Connection, queue: str) -> QueuePolicy:
         row = conn.execute(Q["get_policy"], (queue,)).fetchone()
@@ -166,6 +166,6 @@ class Operators:
             was = self._policy(conn, queue)
             policy = was.replace(**changes)
             conn.execute(Q["set_policy"], (queue, orjson.dumps(policy.to_dict()).decode()))
-            keys.became_keyed(conn, queue, was, policy)
+            keys.policy_changed(conn, queue, was, policy)
             self.db.ring(conn)  # it may let idle workers claim (a resume)
         return policy

@@ -11,18 +11,13 @@ budget_from, concurrency_key
 INSERT OR IGNORE INTO queues (name, policy) VALUES (?, NULL)
 
 -- name: find_unfinished_by_key
--- Each with its seq, through jobs_key and jobs_key_debounced (each names its
--- index's predicate, so that the planner may use it).
+-- Each with its seq, through jobs_by_key (an unfinished job has no finished_at).
 SELECT {job_columns}, seq FROM jobs
-WHERE queue = ?1 AND key = ?2 AND state IN ('scheduled', 'queued', 'active') AND debounce IS NULL
-UNION ALL
-SELECT {job_columns}, seq FROM jobs
-WHERE queue = ?1 AND key = ?2 AND state IN ('scheduled', 'queued', 'active')
-  AND debounce IS NOT NULL
+WHERE queue = ?1 AND key = ?2 AND finished_at IS NULL AND state IN ('scheduled', 'queued', 'active')
 
 -- name: find_finished_by_key
 -- unique_for=: the job of the key that finished last, after ?3 (through
--- jobs_key_finished).
+-- jobs_by_key).
 SELECT {job_columns} FROM jobs
 WHERE queue = ?1 AND key = ?2 AND finished_at > ?3
 ORDER BY finished_at DESC LIMIT 1
@@ -46,11 +41,16 @@ SELECT s.queue, s.name, s.tick, s.job_id FROM schedules AS s
 JOIN json_each(?) AS e ON s.queue = e.value ->> 0 AND s.name = e.value ->> 1
 
 -- name: insert_job
--- Nothing if the id is stored already (a retried enqueue).
+-- Nothing if the id is stored already (a retried enqueue). Without a key, in
+-- a keyed queue: the key '' ({stored_key}).
 INSERT INTO jobs (id, queue, task, args, state, priority, run_at, created_at, key,
                   max_attempts, timeout, traceparent, concurrency_key, debounce, unique_for)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, {stored_key}, ?14, ?15)
 ON CONFLICT (id) DO NOTHING
+
+-- name: stored_key
+-- The key ?13 a job of queue ?2 is stored under.
+coalesce(?13, (SELECT '' FROM queues WHERE name = ?2 AND keyed))
 
 -- name: promote_due
 -- scheduled -> queued for jobs whose run_at has passed (cost: the jobs promoted).
@@ -88,9 +88,9 @@ SELECT rate_tokens, rate_at FROM queues WHERE name = ?
 UPDATE queues SET rate_tokens = ?, rate_at = ? WHERE name = ?
 
 -- Concurrency keys (keys.py): a keyed queue's claim reads its keys' due jobs
--- through jobs_keyed_ready and counts their places through jobs_keyed_active.
--- In a keyed queue, a job without a key is stored under the key '' (no key is
--- empty): one key of its own, in those indexes too.
+-- and counts their places through jobs_keyed (by key_state). In a keyed
+-- queue, a job without a key is stored under the key '' (no key is empty):
+-- one key of its own, in that index too.
 
 -- name: keyed_window
 -- The queue's next due jobs in claim order (through jobs_ready), each with its
@@ -100,34 +100,40 @@ WHERE state = 'queued' AND queue = ?1 AND task NOT IN (SELECT value FROM json_ea
 ORDER BY priority DESC, run_at, seq LIMIT ?3
 
 -- name: key_jobs
--- keyed_window, of key ?2 only (through jobs_keyed_ready).
+-- keyed_window, of key ?2 only.
 SELECT seq, concurrency_key, priority, run_at FROM jobs
-WHERE state = 'queued' AND queue = ?1 AND concurrency_key = ?2
+WHERE key_state = 'queued' AND queue = ?1 AND concurrency_key = ?2
   AND task NOT IN (SELECT value FROM json_each(?3))
 ORDER BY priority DESC, run_at, seq LIMIT ?4
 
 -- name: keys_after
 -- Up to ?3 keys of the queue with due jobs after key ?2, in order, each with
--- its active jobs: a seek or two each, however many jobs a key has.
+-- its active jobs and its next due job passing over the tasks the JSON array
+-- ?4 lists (NULL: none but those): a few seeks each, however many jobs a key has.
 WITH RECURSIVE walk(key) AS (
     SELECT (SELECT concurrency_key FROM jobs
-            WHERE state = 'queued' AND queue = ?1 AND concurrency_key > ?2
+            WHERE key_state = 'queued' AND queue = ?1 AND concurrency_key > ?2
             ORDER BY concurrency_key LIMIT 1)
     UNION ALL
     SELECT (SELECT concurrency_key FROM jobs
-            WHERE state = 'queued' AND queue = ?1 AND concurrency_key > walk.key
+            WHERE key_state = 'queued' AND queue = ?1 AND concurrency_key > walk.key
             ORDER BY concurrency_key LIMIT 1)
     FROM walk WHERE walk.key IS NOT NULL
     LIMIT ?3
 )
-SELECT key, (SELECT count(*) FROM jobs
-             WHERE state = 'active' AND queue = ?1 AND concurrency_key = walk.key)
+SELECT key,
+       (SELECT count(*) FROM jobs
+        WHERE key_state = 'active' AND queue = ?1 AND concurrency_key = walk.key),
+       (SELECT seq FROM jobs
+        WHERE key_state = 'queued' AND queue = ?1 AND concurrency_key = walk.key
+          AND task NOT IN (SELECT value FROM json_each(?4))
+        ORDER BY priority DESC, run_at, seq LIMIT 1)
 FROM walk WHERE key IS NOT NULL
 
 -- name: active_of_keys
 -- The active jobs of each key the JSON array ?2 lists that has any.
 SELECT concurrency_key, count(*) FROM jobs
-WHERE state = 'active' AND queue = ?1 AND concurrency_key IN (SELECT value FROM json_each(?2))
+WHERE key_state = 'active' AND queue = ?1 AND concurrency_key IN (SELECT value FROM json_each(?2))
 GROUP BY concurrency_key
 
 -- name: key_buckets
@@ -138,6 +144,13 @@ WHERE queue = ?1 AND key IN (SELECT value FROM json_each(?2))
 -- name: take_from_key_bucket
 INSERT INTO key_buckets (queue, key, tokens, at) VALUES (?, ?, ?, ?)
 ON CONFLICT (queue, key) DO UPDATE SET tokens = excluded.tokens, at = excluded.at
+
+-- name: trim_key_buckets
+-- The sweep's: a bucket last taken from rate_interval_per_key ago or more is
+-- full again, as good as none (a key seen once leaves no row for ever).
+DELETE FROM key_buckets
+WHERE at < ?1 - coalesce((SELECT policy ->> '$.rate_interval_per_key' FROM queues
+                          WHERE name = key_buckets.queue), 1.0)
 
 -- name: key_cursor
 SELECT key_cursor FROM queues WHERE name = ?
@@ -151,6 +164,9 @@ UPDATE queues SET key_cursor = ? WHERE name = ?
 UPDATE jobs SET concurrency_key = ''
 WHERE queue = ? AND concurrency_key IS NULL
   AND state IN ('waiting', 'scheduled', 'queued', 'active', 'dead')
+
+-- name: set_keyed
+UPDATE queues SET keyed = ? WHERE name = ?
 
 -- name: key_counts
 -- Jobs queued and active by key ('' and NULL: without one).
@@ -517,7 +533,7 @@ VALUES (?, ?, 'running', ?, ?, ?)
 -- A step's job (its id must be new: a step is never a job stored already).
 INSERT INTO jobs (id, queue, task, args, state, priority, run_at, created_at,
                   max_attempts, timeout, traceparent, workflow, concurrency_key)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, {stored_key})
 
 -- name: insert_step
 INSERT INTO steps (job_id, may_fail, pending, delay, spawned_by, spawn_seq)

@@ -72,6 +72,7 @@ class Rescue:
                         _recover(self.db, conn, job, outcome, policy, now=now, proven=proven)
                     )
             promoted = conn.execute(Q["promote_due"], (now,)).rowcount
+            conn.execute(Q["trim_key_buckets"], (now,))
             if promoted or rescued:
                 self.db.ring(conn)
             self.events.trim(conn, now)
