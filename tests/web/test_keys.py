@@ -35,6 +35,15 @@ def test_enqueue__takes_a_concurrency_key_debounce_and_unique_for(api: httpx.Cli
     )
 
 
+def test_a_workflows_step__takes_a_concurrency_key(api: httpx.Client) -> None:
+    step = {"task": "t", "queue": "q", "concurrency_key": "tenant-1"}
+    made = api.post("/api/workflows", json={"flow": {"chain": [step, {"task": "t"}]}})
+    assert made.status_code == 201, made.text
+    assert [j["concurrency_key"] for j in made.json()["jobs"]] == ["tenant-1", None]
+    refused = api.post("/api/workflows", json={"flow": {**step, "debounce": 1}})
+    assert refused.status_code == 400
+
+
 def test_enqueue_with_bad_key_options__is_a_400_and_stores_nothing(
     api: httpx.Client, web_app: App
 ) -> None:

@@ -149,8 +149,8 @@ NEW_JOB_FIELDS = {
     "debounce": {"type": ["number", "null"], "exclusiveMinimum": 0},
     "unique_for": {"type": ["number", "null"], "exclusiveMinimum": 0},
 }  # fmt: skip
-# What a workflow's step does not take (tenure.flows.STEP_FIELDS): a key's.
-_NOT_IN_STEPS = ("key", "concurrency_key", "debounce", "unique_for")
+# What a workflow's step does not take (tenure.flows.STEP_FIELDS): a key's windows.
+_NOT_IN_STEPS = ("key", "debounce", "unique_for")
 KEY_ROW = closed_object(
     key={"type": ["string", "null"]},
     queued={"type": "integer", "minimum": 0},
