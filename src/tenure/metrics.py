@@ -256,7 +256,10 @@ async def read_queues(backend: Backend, queues: Sequence[str] | None = None) -> 
 
 async def read_storage(backend: Backend, queues: Sequence[str] | None = None) -> StorageReading:
     read = await read_queues(backend, queues)
-    keys = {r.queue: await backend.key_counts(r.queue, KEYS_READ) for r in read}
+    # Only where keys matter: counting them scans the queue's queued jobs
+    # (240 ms a scrape for 100,000 on SQLite), which every other scrape is spared.
+    keys = {r.queue: await backend.key_counts(r.queue, KEYS_READ) for r in read
+            if (await backend.get_policy(r.queue)).keyed}  # fmt: skip
     return StorageReading(read, await backend.workflow_counts(), keys)
 
 
@@ -307,7 +310,8 @@ class StorageGauges(Collector):
 
 def _key_histograms(keys: dict[str, list[KeyCount]]) -> Iterator[Metric]:
     """How many jobs each concurrency key has, as a histogram across the
-    busiest KEYS_READ keys of each queue (jobs without a key left out)."""
+    busiest KEYS_READ keys of each queue with a per-key field or ``fair`` set
+    (jobs without a key left out)."""
     active, waiting = Histogram(KEY_BUCKETS), Histogram(KEY_BUCKETS)
     for queue, counts in keys.items():
         for c in counts:

@@ -108,9 +108,13 @@ def test_metrics__jobs_per_key_as_histograms_never_a_series_per_key(
     for i in range(30):
         keyed(web_app, f"customer-{i}", 1 + i % 3)
     keyed(web_app, None, 5)
+    keyed(web_app, "customer-0", 2, queue="unlimited")
     claim_one(backend, register(backend, "w-1", ("q",)), ("q",))
+    assert "tenure_key_waiting_count" not in api.get("/metrics").text  # no per-key field: no scan
+    web_app.queue("q").set_policy(max_active_per_key=5)
     text = api.get("/metrics").text
     assert "customer-" not in text  # no label of a key
+    assert 'queue="unlimited"' in text and 'tenure_key_waiting_count{queue="unlimited"}' not in text
     waiting = dict(re.findall(r'tenure_key_waiting_bucket\{le="([^"]+)",queue="q"\} (\S+)', text))
     # 30 keys: 10 with 1 job queued, 10 with 2, 10 with 3 (one of them claimed: 0 left).
     assert float(waiting["0.0"]) == 1  # customer-0: its one job claimed
