@@ -124,7 +124,8 @@ def command_section(command: click.Command, ctx: click.Context) -> list[str]:
     if records:
         lines += ["| option | what it does |", "| --- | --- |"]
         for opts, text in records:
-            cells = (f"`{opts}`", " ".join(text.split()))
+            # "[default: ...] [1<=x<=9]" would read as a reference link: escaped.
+            cells = (f"`{opts}`", " ".join(text.split()).replace("[", "\\["))
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         lines.append("")
     if isinstance(command, click.Group):

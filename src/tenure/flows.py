@@ -102,7 +102,7 @@ async def wait_workflow(backend: Backend, workflow_id: str, timeout: float | Non
 # -- a flow as JSON: the HTTP API's, and a spawn's through an executor's pipe ----
 
 STEP_FIELDS = frozenset({"task", "args", "queue", "delay", "run_at", "priority",
-                         "max_attempts", "timeout", "may_fail"})  # fmt: skip
+                         "max_attempts", "timeout", "may_fail", "concurrency_key"})  # fmt: skip
 
 
 def flow_to_json(flow: Flow) -> Any:
@@ -113,7 +113,7 @@ def flow_to_json(flow: Flow) -> Any:
     return {"task": spec.task, "args": orjson.loads(spec.args), "queue": spec.queue,
             "delay": spec.delay, "run_at": spec.run_at, "priority": spec.priority,
             "max_attempts": spec.max_attempts, "timeout": spec.timeout,
-            "may_fail": flow.may_fail}  # fmt: skip
+            "may_fail": flow.may_fail, "concurrency_key": spec.concurrency_key}  # fmt: skip
 
 
 def flow_from_json(

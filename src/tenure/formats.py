@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from tenure.config import QueuePolicy
+from tenure.core.limits import KeyCount
 from tenure.core.workflows import Workflow
 from tenure.job import Job
 
@@ -56,6 +58,20 @@ def summary(error: str | None) -> str:
 
 def job_dict(job: Job) -> dict[str, Any]:
     return dataclasses.asdict(job)
+
+
+# The policy's fields that concern concurrency keys, as a queue's keys are shown with them.
+KEY_LIMITS = ("max_active_per_key", "rate_limit_per_key", "rate_interval_per_key", "fair")
+
+
+def keys_dict(queue: str, policy: QueuePolicy, counts: Iterable[KeyCount]) -> dict[str, Any]:
+    """A queue's concurrency keys with their queued and active jobs, and the
+    per-key limits of its policy: ``tenure queue keys --json`` and the API's."""
+    return {
+        "queue": queue,
+        "limits": {name: getattr(policy, name) for name in KEY_LIMITS},
+        "keys": [dataclasses.asdict(c) for c in counts],
+    }
 
 
 def workflow_dict(workflow: Workflow) -> dict[str, Any]:

@@ -10,7 +10,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from tenure.backends.base import Page
+from tenure.backends.checks import check_listing
 from tenure.config import QueuePolicy
+from tenure.core.limits import KeyCount
 from tenure.core.names import check_job_ids, check_name
 from tenure.core.states import State
 
@@ -61,6 +63,15 @@ class Queue:
 
     async def aresume(self) -> QueuePolicy:
         return await self.aset_policy(paused=False)
+
+    def key_counts(self, limit: int = 1000) -> list[KeyCount]:
+        """The concurrency keys with queued or active jobs (None: the jobs
+        without one), busiest first: at most ``limit``, within [1, 10000]."""
+        return self.app.call(self.akey_counts(limit))
+
+    async def akey_counts(self, limit: int = 1000) -> list[KeyCount]:
+        check_listing(self.name, None, limit)
+        return await (await self.app.abackend()).key_counts(self.name, limit)
 
     def delete(self) -> int:
         """Delete this queue: its jobs in every state with their history, its

@@ -14,7 +14,7 @@ must-be-zero row is zero. Run it on a kept run directory with
 ``python -m tests.fault.history RUN_DIR`` (it reads ``jobs.jsonl``, what
 storage held at the end, and ``stored_workflows.jsonl``, or else storage at
 the URL in ``manifest.json``); it exits 1 when a must-be-zero row is not zero.
-The workflow rules: ``flow_history.py``.
+The workflow rules: ``flow_history.py``; the per-key rule: ``key_history.py``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from tests.fault.flow_history import (
     stored_workflows,
     workflow_ids,
 )
+from tests.fault.key_history import KeyRules
 
 SLACK = 0.1  # seconds between clocks that are the same clock read at different moments
 # Storage's stamps and a worker's acts are this far apart on a loaded server: a
@@ -78,6 +79,7 @@ class Request:
     delay: float = 0.0
     key: str | None = None
     bulk: bool = False
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class Run:
     events: list[Event] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     deliveries: dict[str, str] = field(default_factory=dict)  # queue -> delivery
+    key_limits: dict[str, int] = field(default_factory=dict)  # queue -> max_active_per_key
     unreadable: int = 0  # side-channel lines cut short (a process killed mid-write)
     wall_minus_mono: float | None = None  # the machine's clocks, to place handlers' ends
     workflows: list[WorkflowRequest] = field(default_factory=list)
@@ -272,6 +275,7 @@ class Checker:
         self._keys()
         rows += [self.f.row(name) for name in MUST_BE_ZERO]
         rows += FlowRules(self).rows(self.f.row, Row)
+        rows += KeyRules(self).rows(self.f.row, Row)
         for kind, count in sorted(Counter(f.kind for f in self.run.faults).items()):
             rows.append(Row(f"faults: {kind}", count))
             if kind in ("term", "kill-server"):  # how long the drain, or the outage, took
@@ -456,6 +460,7 @@ def load(directory: Path) -> Run:
     run = Run()
     manifest = orjson.loads((directory / "manifest.json").read_bytes())
     run.deliveries = dict(manifest["deliveries"])
+    run.key_limits = dict(manifest.get("key_limits", {}))
     run.wall_minus_mono = manifest.get("wall_minus_mono")
     for line in _lines(directory / "requests.jsonl", run):
         run.requests.append(Request(**line))

@@ -32,6 +32,12 @@ from tests.fault.nemesis import Fleet, Nemesis, Netns, Slot, can_skew, server_fo
 
 WORKFLOW_SHARE = 1 / 15  # of the producer's requests
 CANCEL_SHARE = 0.1  # of the workflows acknowledged, cancelled within 2 s
+# Most jobs carry one of a few concurrency keys, and every queue limits each key:
+# with 3 workers of 3 slots and long jobs among them, the limit binds
+# (key_history.py judges it).
+KEYS = ("customer-0", "customer-1", "customer-2", "customer-3")
+KEY_SHARE = 0.7
+MAX_ACTIVE_PER_KEY = 2
 
 
 @dataclass
@@ -137,46 +143,53 @@ class Producer(threading.Thread):
         queue = self.queues["gil" if "gil" in args else delivery]
         choice = self.rng.random()
         if choice < 0.05:  # keyed: the second enqueue must return the first job
-            key = f"k{self.serial}"
-            first = self._enqueue(task, kind, args, queue, delay=0.5, key=key)
-            self._enqueue(task, kind, args, queue, delay=0.5, key=key, dedup=first)
+            key, ckey = f"k{self.serial}", self._key()
+            first = self._enqueue(task, kind, args, queue, delay=0.5, key=key, ckey=ckey)
+            self._enqueue(task, kind, args, queue, delay=0.5, key=key, ckey=ckey, dedup=first)
         elif choice < 0.25:
             self._bulk(task, kind, args, queue, delay=delay, n=self.rng.randint(5, 20))
         else:
-            self._enqueue(task, kind, args, queue, delay=delay, key=None)
+            self._enqueue(task, kind, args, queue, delay=delay, key=None, ckey=self._key())
 
     def _tag(self) -> str:
         self.serial += 1
         return f"t{self.serial}"
+
+    def _key(self) -> str | None:
+        return self.rng.choice(KEYS) if self.rng.random() < KEY_SHARE else None
 
     def _write(self, request: history.Request) -> None:
         self.file.write(orjson.dumps(asdict(request)) + b"\n")
         self.file.flush()
 
     def _enqueue(self, task: str, kind: str, args: dict[str, Any], queue: str, *, delay: float,
-                 key: str | None, dedup: str | None = None) -> str | None:  # fmt: skip
+                 key: str | None, ckey: str | None, dedup: str | None = None,
+                 ) -> str | None:  # fmt: skip
         tag, called = self._tag(), time.monotonic()
         job_id = None
         with contextlib.suppress(Exception):  # not acknowledged: the checker knows
-            job_id = self.app.enqueue(task, {"tag": tag, "kind": kind, **args}, queue=queue,
-                                      delay=delay, key=key).id  # fmt: skip
+            # enqueue_many: App.enqueue does not name concurrency_key.
+            [job] = self.app.enqueue_many(task, [{"tag": tag, "kind": kind, **args}], queue=queue,
+                                          delay=delay, key=key, concurrency_key=ckey)  # fmt: skip
+            job_id = job.id
         # A keyed enqueue answered with the first job created nothing: no delay of its own.
         own_delay = 0.0 if dedup is not None else delay
         self._write(history.Request(tag, kind, queue, job_id, called, _acked(job_id), own_delay,
-                                    key))  # fmt: skip
+                                    key, concurrency_key=ckey))  # fmt: skip
         return job_id
 
     def _bulk(self, task: str, kind: str, args: dict[str, Any], queue: str, *, delay: float,
               n: int) -> None:  # fmt: skip
-        tags, called = [self._tag() for _ in range(n)], time.monotonic()
+        tags, called, ckey = [self._tag() for _ in range(n)], time.monotonic(), self._key()
         ids: list[str | None] = [None] * n
         with contextlib.suppress(Exception):
             jobs = self.app.enqueue_many(task, [{"tag": t, "kind": kind, **args} for t in tags],
-                                         queue=queue, delay=delay)  # fmt: skip
+                                         queue=queue, delay=delay,
+                                         concurrency_key=ckey)  # fmt: skip
             ids = [j.id for j in jobs]
         for tag, job_id in zip(tags, ids, strict=True):
             self._write(history.Request(tag, kind, queue, job_id, called, _acked(job_id), delay,
-                                        None, bulk=True))  # fmt: skip
+                                        None, bulk=True, concurrency_key=ckey))  # fmt: skip
 
     def _workflow(self) -> None:
         """One workflow (see ``_flow_plan``), each step on the main queue or the other."""
@@ -188,10 +201,11 @@ class Producer(threading.Thread):
                       in enumerate(zip(plans, tags, ups, strict=True)))  # fmt: skip
         queues = [self.queues[self.main if self.rng.random() < 0.8 else _other(self.main)]
                   for _ in plans]  # fmt: skip
-        steps = [Step(JobSpec.create(task, {"tag": tag, "kind": kind, **args}, queue=queue),
-                      may_fail)
-                 for (task, kind, args, may_fail), tag, queue
-                 in zip(plans, tags, queues, strict=True)]  # fmt: skip
+        ckeys = [self._key() for _ in plans]
+        steps = [Step(JobSpec.create(task, {"tag": tag, "kind": kind, **args}, queue=queue,
+                                     concurrency_key=ckey), may_fail)
+                 for (task, kind, args, may_fail), tag, queue, ckey
+                 in zip(plans, tags, queues, ckeys, strict=True)]  # fmt: skip
         called, wf_id, ids = time.monotonic(), None, [None] * n
         with contextlib.suppress(Exception):  # not acknowledged: the checker knows
             workflow = self.app.workflow(chain(steps[0], group(*steps[1:-1]), steps[-1]))
@@ -199,9 +213,9 @@ class Producer(threading.Thread):
             self.workflows.append(wf_id)
             if self.rng.random() < CANCEL_SHARE:
                 self.to_cancel.append((called + self.rng.uniform(0.0, 2.0), wf_id))
-        for step, queue, job_id in zip(asked, queues, ids, strict=True):
+        for step, queue, job_id, ckey in zip(asked, queues, ids, ckeys, strict=True):
             self._write(history.Request(step.tag, step.kind, queue, job_id, called,
-                                        _acked(job_id)))  # fmt: skip
+                                        _acked(job_id), concurrency_key=ckey))  # fmt: skip
         request = WorkflowRequest(wf_id, called, asked, _acked(wf_id))
         self.flows.write(orjson.dumps(asdict(request)) + b"\n")
         self.flows.flush()
@@ -263,9 +277,11 @@ def soak(config: SoakConfig, directory: Path) -> SoakResult:
                 app.queue(queue).set_policy(
                     lease_ttl=config.lease_ttl, heartbeat_interval=config.heartbeat_interval,
                     sweep_interval=config.sweep_interval, max_attempts=3, max_stalls=3,
-                    backoff_base=0.2, backoff_max=1.0, delivery=delivery)  # fmt: skip
+                    backoff_base=0.2, backoff_max=1.0, delivery=delivery,
+                    max_active_per_key=MAX_ACTIVE_PER_KEY)  # fmt: skip
         manifest = {"url": url, "deliveries": deliveries, "config": asdict(config),
-                    "wall_minus_mono": time.time() - time.monotonic()}  # fmt: skip
+                    "wall_minus_mono": time.time() - time.monotonic(),
+                    "key_limits": dict.fromkeys(deliveries, MAX_ACTIVE_PER_KEY)}  # fmt: skip
         (directory / "manifest.json").write_bytes(orjson.dumps(manifest))
         nemesis = Nemesis(directory, rng, lease_ttl=config.lease_ttl,
                           sweep=config.sweep_interval, server=server)  # fmt: skip

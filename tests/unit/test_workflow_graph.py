@@ -90,10 +90,13 @@ def test_a_flow_as_json__comes_back_the_same(app: App) -> None:
     def t(x: int) -> int:
         return x
 
-    flow = chain(t.step(1), group(t.with_options(may_fail=True).step(2), t.step(3)))
+    flow = chain(t.step(1), group(t.with_options(may_fail=True).step(2),
+                                  t.with_options(concurrency_key="tenant-1").step(3)))  # fmt: skip
     again = flow_from_json(flow_to_json(flow))
     assert flow_to_json(again) == flow_to_json(flow)
     assert again.parts[1].parts[0].may_fail  # type: ignore[union-attr]
+    # A step spawned in an executor process crosses its pipe so: its key with it.
+    assert again.parts[1].parts[1].spec.concurrency_key == "tenant-1"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

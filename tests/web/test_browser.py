@@ -5,7 +5,8 @@ the recent past (a worker's death recovered before the page opened), sees the
 feed name tasks and keep progress events apart, follows a queue's count to
 its jobs, filters and cancels some, follows a job's progress and death on its
 page and retries it there, and edits a policy whose fields are checked in the
-page and by the server. Stored text with invisible characters shows them as
+page and by the server; a queue's page counts its busiest concurrency keys.
+Stored text with invisible characters shows them as
 escapes. A workflow's page draws its steps by depth, coloured by state and
 joined by edges, follows them live and links them to their job pages. ``make screenshots`` keeps
 
@@ -118,6 +119,7 @@ def test_dashboard__history_feed_jobs_browser_and_policy_editor(
         the_jobs_browser_filters_and_cancels(board)
         a_job_page_follows_its_job_then_retries_it(board, recovered)
         a_policy_is_edited(board)
+        a_queue_page_shows_its_busiest_keys(board)
         board.open("/workers")
         expect(page.locator("td", has_text="live\\u202eevil")).to_be_visible()  # escaped
         board.shoot("workers")
@@ -256,6 +258,31 @@ def a_policy_is_edited(board: Dashboard) -> None:
     assert (policy.lease_ttl, policy.timeout, policy.paused) == (30, None, False)
     assert saves == ["PUT"] * 3  # the refused in the page never went out
     board.shoot("policy")
+
+
+def a_queue_page_shows_its_busiest_keys(board: Dashboard) -> None:
+    """The per-key fields are edited as any other; the keys' table counts
+    each key's queued and active jobs, the busiest first."""
+    for key, n in (("customer-42", 3), ("tenant-<7>", 1), (None, 2)):
+        board.app.enqueue_many("report", [{"i": i} for i in range(n)], queue="reports",
+                               concurrency_key=key)  # fmt: skip
+    claimed = claim_one(board.worker, "worker-1", ("reports",))
+    assert claimed.concurrency_key == "customer-42"
+    page = board.open("/queues/reports/policy")
+    rows = page.locator("#key-counts tbody tr")
+    expect(rows).to_have_count(3)
+    expect(rows.first.locator("td")).to_have_text(["customer-42", "2", "1"])
+    expect(page.locator("#key-counts td code", has_text="tenant-<7>")).to_be_visible()  # text
+    expect(page.locator("#key-counts td", has_text="(no key)")).to_be_visible()
+    page.fill("#f-max_active_per_key", "2")
+    page.check("#f-fair")
+    page.click("form#policy button")
+    done(page, "saved")
+    policy = board.app.queue("reports").policy()
+    assert (policy.max_active_per_key, policy.fair) == (2, True)
+    expect(page.locator("#keys + p")).to_contain_text("max_active_per_key (2)")
+    expect(page.locator("#keys + p")).to_contain_text("fair (on)")
+    board.shoot("keys")
 
 
 def test_a_workflow_page__draws_its_steps_follows_them_live_and_links_them(

@@ -54,6 +54,25 @@ LIMIT = click.IntRange(1, 10_000)
 )
 @click.option("--timeout", type=float, help="Deadline of one attempt, in seconds.")
 @click.option(
+    "--concurrency-key",
+    metavar="KEY",
+    help="The key the queue's per-key limits (max_active_per_key, rate_limit_per_key) "
+    "and fair turns count the job under, e.g. a customer's id.",
+)
+@click.option(
+    "--debounce",
+    type=float,
+    metavar="SECONDS",
+    help="With --key: while the key's job has not started, enqueueing again replaces its "
+    "arguments and moves its start to SECONDS from now (the same job).",
+)
+@click.option(
+    "--unique-for",
+    type=float,
+    metavar="SECONDS",
+    help="With --key: return the key's job while unfinished or finished less than SECONDS ago.",
+)
+@click.option(
     "--any-task",
     is_flag=True,
     help="With --app: enqueue TASK even if the App does not define it (for a newer deploy).",
@@ -64,7 +83,8 @@ def enqueue(task: str, args: dict[str, Any], any_task: bool, **options: Any) -> 
     loaded = cli_state().loaded()
     if loaded is not None and not any_task and task not in loaded.tasks:
         raise CliError(unknown_task(task, loaded.tasks, cli_state().app_path))
-    job = open_app(create=True).enqueue(task, args, **options)
+    # enqueue_many takes every option a Task's with_options does (enqueue names fewer).
+    [job] = open_app(create=True).enqueue_many(task, [args], **options)
     click.echo(f"{job.id} {job.state}")
 
 

@@ -9,9 +9,10 @@ import time
 import click
 
 from tenure.cli.common import CliError, json_option, open_app
-from tenure.cli.output import print_json, print_policy, show, workers_table
+from tenure.cli.output import keys_table, print_json, print_policy, show, workers_table
 from tenure.config import QueuePolicy
 from tenure.errors import TenureError
+from tenure.formats import keys_dict
 
 QUEUE = click.argument("queue")
 
@@ -41,7 +42,7 @@ def workers(as_json: bool) -> None:
 
 @click.group()
 def queue() -> None:
-    """Pause, resume or delete a queue, for the whole fleet."""
+    """Pause, resume or delete a queue, for the whole fleet; list its keys."""
 
 
 @queue.command()
@@ -69,6 +70,34 @@ def delete(queue: str, yes: bool) -> None:
         raise CliError(f"deleting queue {queue!r} deletes all its jobs for good: pass --yes")
     deleted = open_app(write=True).queue(queue).delete()
     click.echo(f"deleted queue {queue!r} and its {deleted} job(s)")
+
+
+@queue.command()
+@QUEUE
+@click.option(
+    "--limit",
+    "-n",
+    type=click.IntRange(1, 10_000),
+    default=50,
+    show_default=True,
+    help="At most this many keys, the busiest first.",
+)
+@json_option
+def keys(queue: str, limit: int, as_json: bool) -> None:
+    """List QUEUE's concurrency keys with queued or active jobs, the busiest
+    first, with its per-key limits (max_active_per_key, rate_limit_per_key,
+    fair). "(no key)": its jobs enqueued without one."""
+    handle = open_app().queue(queue)
+    found = keys_dict(queue, handle.policy(), handle.key_counts(limit))
+    if as_json:
+        print_json(found)
+        return
+    limits = ", ".join(f"{k}={'none' if v is None else v}" for k, v in found["limits"].items())
+    click.echo(f"keys of queue {queue!r} ({limits})")
+    if not found["keys"]:
+        click.echo("no queued or active jobs")
+        return
+    show(keys_table(found["keys"]))
 
 
 @click.command()

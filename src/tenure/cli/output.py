@@ -104,6 +104,13 @@ def workers_table(workers: Iterable[WorkerInfo], now: float) -> Table:
     return _table(columns, rows)
 
 
+def keys_table(keys: Iterable[dict[str, Any]]) -> Table:
+    """A queue's concurrency keys (``tenure.formats.keys_dict``'s), with their
+    queued and active jobs; "(no key)" for the jobs without one."""
+    rows = [("(no key)" if k["key"] is None else k["key"], k["queued"], k["active"]) for k in keys]
+    return _table(["key", "queued", "active"], rows)
+
+
 def jobs_table(jobs: Iterable[Job]) -> Table:
     columns = ["id", "task", "queue", "state", "attempts", "created", "run at", "error"]
     rows = [
@@ -170,6 +177,8 @@ def job_fields(job: Job, policy: QueuePolicy) -> Table:
         ("lease expires", when(job.lease_expires_at)),
         ("args", to_json(job.args)),
     ]
+    if job.concurrency_key is not None:
+        fields.insert(9, ("concurrency key", job.concurrency_key))
     if job.workflow is not None:
         fields[3] = ("state", step_state(job))
         more = f", ... ({len(job.upstream)} steps)" if len(job.upstream) > 3 else ""

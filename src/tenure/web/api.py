@@ -29,16 +29,15 @@ from tenure.core.urls import redacted
 from tenure.core.workflows import compile_flow
 from tenure.errors import InvalidInput
 from tenure.flows import flow_from_json
-from tenure.formats import job_dict, workflow_dict
+from tenure.formats import job_dict, keys_dict, workflow_dict
 from tenure.job import Job
 from tenure.metrics import app_registry, read_queues
 from tenure.web.endpoints import ENDPOINTS
 from tenure.web.responses import JSON, json_object
 from tenure.web.sse import EventStream
 
-ENQUEUE_OPTIONS = frozenset(
-    {"queue", "delay", "run_at", "priority", "key", "max_attempts", "timeout"}
-)
+ENQUEUE_OPTIONS = frozenset({"queue", "delay", "run_at", "priority", "key", "max_attempts",
+                             "timeout", "concurrency_key", "debounce", "unique_for"})  # fmt: skip
 BODY_MARGIN = 64 * 1024  # what a body holds besides a job's arguments
 # A workflow's body: its steps' arguments together (each within max_payload).
 WORKFLOW_BODY = 16 * 1024 * 1024
@@ -82,6 +81,13 @@ class Api:
         policy = await (await self.backend()).change_policy(queue, changes)
         return JSON(policy.to_dict())
 
+    async def keys(self, request: Request) -> JSON:
+        """The queue's concurrency keys with queued or active jobs, busiest
+        first, and its per-key limits, as ``tenure queue keys --json``."""
+        queue = self.app.queue(check_name("queue", request.path_params["queue"]))
+        counts = await queue.akey_counts(_limit(request))
+        return JSON(keys_dict(queue.name, await queue.apolicy(), counts))
+
     # -- jobs ----------------------------------------------------------------
 
     async def jobs(self, request: Request) -> JSON:
@@ -103,7 +109,9 @@ class Api:
             )
         task = check_name("task", body.get("task"))
         options = {k: v for k, v in body.items() if k in ENQUEUE_OPTIONS}
-        job = await self.app.aenqueue(task, body.get("args"), **options)
+        args: Any = body.get("args")  # JobSpec checks it is an object (or null)
+        # enqueue_many takes every option a Task's with_options does (enqueue names fewer).
+        [job] = await self.app.aenqueue_many(task, [args], **options)
         return JSON(job_dict(job), 201)
 
     async def cancel(self, request: Request) -> JSON:

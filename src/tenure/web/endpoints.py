@@ -18,6 +18,7 @@ from tenure.core.states import State
 from tenure.web.schemas import (
     COUNTS,
     JOB_ID,
+    KEYS,
     NAME,
     QUEUE_ROW,
     SELECTION,
@@ -125,6 +126,14 @@ ENDPOINTS = (
         "Change fields of a queue's policy; the others stay",
         json_response(ref("Policy"), "the policy stored"), errors=WITH_BODY,
         body=policy_schema(required=False),
+    ),
+    Endpoint(
+        "GET", "/api/queues/{queue}/keys", "keys",
+        "A queue's concurrency keys with queued or active jobs, busiest first (key null: "
+        "its jobs without one), and its per-key limits",
+        json_response(KEYS, "the keys"),
+        parameters=[query("limit", {"type": "integer", "minimum": 1, "maximum": LIST_LIMIT},
+                          "at most this many keys (default 50)")],
     ),
     Endpoint(
         "GET", "/api/queues/{queue}/dead", "dead",

@@ -82,6 +82,7 @@ ARGS_SHOWN = 80  # characters of a job's arguments in a listing
 # A workflow's page draws this many of its steps at most (and is live only if
 # it draws them all): a browser's page of 100,000 boxes is of no use to anyone.
 STEPS_SHOWN = 2000
+KEYS_SHOWN = 20  # a queue's busiest concurrency keys on its page
 
 
 def shortened(value: Any) -> str:
@@ -187,10 +188,12 @@ class Pages:
         return render(request, "dead.html", queue=queue, page=page, reasons=reasons)
 
     async def policy(self, request: Request) -> HTMLResponse:
-        queue = check_name("queue", request.path_params["queue"])
-        policy = await (await self.backend()).get_policy(queue)
+        """The queue's page: its policy's editor, and its busiest concurrency keys."""
+        queue = self.app.queue(check_name("queue", request.path_params["queue"]))
+        policy = await queue.apolicy()
         fields = [(f, getattr(policy, f.name)) for f in policy_fields()]
-        return render(request, "policy.html", queue=queue, fields=fields)
+        return render(request, "policy.html", queue=queue.name, fields=fields, limits=policy,
+                      keys=await queue.akey_counts(KEYS_SHOWN), keys_shown=KEYS_SHOWN)  # fmt: skip
 
     async def workers(self, request: Request) -> HTMLResponse:
         return render(request, "workers.html", workers=await (await self.backend()).workers())

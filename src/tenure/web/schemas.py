@@ -16,9 +16,15 @@ from typing import Any
 from tenure.backends.base import WorkerInfo
 from tenure.config import POLICY_BOUNDS, QueuePolicy, policy_fields
 from tenure.core.events import Event, EventKind
-from tenure.core.names import DOT_SEGMENTS, JOB_ID_MAX_LENGTH, NAME_PATTERN
+from tenure.core.names import (
+    CONCURRENCY_KEY_MAX_LENGTH,
+    DOT_SEGMENTS,
+    JOB_ID_MAX_LENGTH,
+    NAME_PATTERN,
+)
 from tenure.core.states import State
 from tenure.core.workflows import Workflow
+from tenure.formats import KEY_LIMITS
 from tenure.job import Attempt, Job
 
 _SCALARS: dict[Any, dict[str, Any]] = {
@@ -138,13 +144,30 @@ NEW_JOB_FIELDS = {
     "key": {"type": ["string", "null"]},
     "max_attempts": {"type": ["integer", "null"], "minimum": 1},
     "timeout": {"type": ["number", "null"], "exclusiveMinimum": 0},
-}
+    "concurrency_key": {"type": ["string", "null"], "minLength": 1,
+                        "maxLength": CONCURRENCY_KEY_MAX_LENGTH},
+    "debounce": {"type": ["number", "null"], "exclusiveMinimum": 0},
+    "unique_for": {"type": ["number", "null"], "exclusiveMinimum": 0},
+}  # fmt: skip
+# What a workflow's step does not take (tenure.flows.STEP_FIELDS): a key's windows.
+_NOT_IN_STEPS = ("key", "debounce", "unique_for")
+KEY_ROW = closed_object(
+    key={"type": ["string", "null"]},
+    queued={"type": "integer", "minimum": 0},
+    active={"type": "integer", "minimum": 0},
+)
+KEYS = closed_object(
+    queue={"type": "string"},
+    limits=closed_object(**{name: policy_schema(required=True)["properties"][name]
+                            for name in KEY_LIMITS}),
+    keys={"type": "array", "items": KEY_ROW},
+)  # fmt: skip
 
 
 def _flow_schemas() -> dict[str, Any]:
     """A flow as ``tenure.flows.flow_from_json`` reads it: a step (a job's
     fields without key, and may_fail), a chain or a group of flows."""
-    step_fields = {k: v for k, v in NEW_JOB_FIELDS.items() if k != "key"}
+    step_fields = {k: v for k, v in NEW_JOB_FIELDS.items() if k not in _NOT_IN_STEPS}
     parts = {"type": "array", "minItems": 1, "items": ref("Flow")}
     return {
         "FlowStep": {
@@ -192,6 +215,7 @@ def components() -> dict[str, Any]:
 __all__ = [
     "COUNTS",
     "JOB_ID",
+    "KEYS",
     "NAME",
     "QUEUE_ROW",
     "SELECTION",
