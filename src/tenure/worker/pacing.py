@@ -10,9 +10,8 @@ a short job need not wait for one; on storage in the worker's own process
 (SQLite), where the cycle is the worker's own work, it is BATCH_HORIZON, so
 that one transaction carries many jobs. A job claimed ahead waits for a slot
 under its lease; its deadline counts from its start. Long jobs and queues
-with ``max_active`` or ``max_active_per_key`` (a job waiting here holds one
-of the queue's or its key's places, which a free slot elsewhere could use)
-get no claims ahead. At-most-once
+with ``max_active`` (a job waiting here holds one of the queue's places,
+which a free slot elsewhere could use) get no claims ahead. At-most-once
 queues do: a worker killed with jobs claimed ahead loses them as it loses
 the ones it runs (dead, ``crashed``), and a drain hands them back unrun.
 

@@ -39,15 +39,13 @@ class Policies:
         return min(p.sweep_interval for p in self.by_queue.values())
 
     def limit_claims_ahead(self) -> bool:
-        """Whether a queue forbids claims ahead: ``max_active`` or
-        ``max_active_per_key`` (a job waiting here holds one of its places,
-        which a free slot elsewhere could use). At-most-once queues do not:
-        their claim is their one delivery, whether the job begins at once or
-        a few milliseconds later."""
-        return any(
-            p.max_active is not None or p.max_active_per_key is not None
-            for p in self.by_queue.values()
-        )
+        """Whether a queue forbids claims ahead: ``max_active`` (a job waiting
+        here holds one of its places, which a free slot elsewhere could use).
+        ``max_active_per_key`` does not: a job claimed ahead holds its key's
+        place, and the other workers take the other keys' jobs meanwhile.
+        At-most-once queues do not: their claim is their one delivery,
+        whether the job begins at once or a few milliseconds later."""
+        return any(p.max_active is not None for p in self.by_queue.values())
 
     async def refresh_forever(
         self, stop: asyncio.Event, faults: StorageFaults, refreshed: Callable[[], None]
