@@ -171,7 +171,10 @@ SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[]
 -- their jobs by id; their state is compared with a value the planner cannot
 -- match to the predicate of the index of active jobs (jobs_lease): through
 -- it, the generic plan read an entry for every job claimed since the last
--- vacuum, each cycle (a bitmap scan never marks an entry dead).
+-- vacuum, each cycle (a bitmap scan never marks an entry dead). A claim
+-- updates the row version it locked by its ctid, without a second descent of
+-- the primary key (a version another transaction wrote after this statement's
+-- snapshot is not seen: that job stays for another claim).
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 input AS (
     SELECT * FROM unnest(%(ids)s::text[], %(fences)s::bigint[], %(results)s::text[])
@@ -190,7 +193,7 @@ done AS (
 candidates AS (
     SELECT c.* FROM gate AS q
     CROSS JOIN LATERAL (
-        SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
+        SELECT ctid, id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'queued' AND queue = q.name {skip}
         ORDER BY priority DESC, run_at, seq
         LIMIT {limit} FOR UPDATE SKIP LOCKED
@@ -199,7 +202,7 @@ candidates AS (
     UNION ALL
     SELECT d.* FROM gate AS q, clock
     CROSS JOIN LATERAL (
-        SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
+        SELECT ctid, id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now {skip}
         ORDER BY run_at
         LIMIT {limit} FOR UPDATE SKIP LOCKED
@@ -207,7 +210,7 @@ candidates AS (
     WHERE q.share > 0
 ),
 picked AS (
-    SELECT c.id, g.ttl, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
+    SELECT c.ctid, g.ttl, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
     FROM {shared}
     ORDER BY c.priority DESC, c.run_at, c.seq
     LIMIT {limit}
@@ -218,7 +221,7 @@ claimed AS (
         worker = %(worker)s, lease_ttl = picked.ttl,
         lease_expires_at = clock.now + picked.ttl, progress = NULL, started_at = clock.now
     FROM picked, clock
-    WHERE j.id = picked.id
+    WHERE j.ctid = picked.ctid
     RETURNING j.*, picked.rank
 ),
 {bucket}
