@@ -167,14 +167,14 @@ def statements(server: PostgresServer, trees: list[Tree]) -> None:
     for tree in trees:
         with psycopg.connect(tree.url, autocommit=True) as conn:
             rows = conn.execute(
-                "SELECT calls, total_exec_time, wal_bytes, rows, left(regexp_replace("
-                "query, '\\s+', ' ', 'g'), 70) FROM pg_stat_statements "
+                "SELECT calls, total_exec_time, wal_bytes, rows, shared_blks_hit, "
+                "left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_statements "
                 "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
                 " ORDER BY total_exec_time DESC LIMIT 6"
             ).fetchall()
-        print(f"{tree.name}: calls, exec ms, WAL bytes, rows, statement")
-        for calls, ms, wal, n, query in rows:
-            print(f"  {calls:7d} {ms:9.1f} {int(wal):11d} {n:8d}  {query}")
+        print(f"{tree.name}: calls, exec ms, WAL bytes, rows, buffers hit, statement")
+        for calls, ms, wal, n, hit, query in rows:
+            print(f"  {calls:7d} {ms:9.1f} {int(wal):11d} {n:8d} {hit:9d}  {query}")
 
 
 def main() -> None:
