@@ -112,14 +112,17 @@ SELECT queue FROM done
 -- name: record_events
 -- (A part of statements, written into them.) The events of `recorded_input`
 -- (queue, kind, job_id, data; in the order of ord) for the queues that record
--- them, a row per kind and queue. No NOTIFY: readers poll (events.py says why).
+-- them (a queue this statement records has the defaults), a row per kind and
+-- queue. No NOTIFY: readers poll (events.py says why). The aggregates take
+-- their rows in the order of the subquery's one sort, which no join follows:
+-- json_agg(... ORDER BY ord) sorted each row's events again, twice.
 recorded AS (
     INSERT INTO {schema}.events (queue, kind, jobs, data)
-    SELECT r.queue, r.kind, json_agg(r.job_id ORDER BY r.ord),
-           CASE WHEN bool_or(r.data IS NOT NULL) THEN json_agg(r.data ORDER BY r.ord) END
-    FROM recorded_input AS r LEFT JOIN {schema}.queues AS q ON q.name = r.queue
-    WHERE coalesce(q.events, true)  -- a queue this statement records has the defaults
+    SELECT r.queue, r.kind, json_agg(r.job_id),
+           CASE WHEN bool_or(r.data IS NOT NULL) THEN json_agg(r.data) END
+    FROM (SELECT * FROM recorded_input ORDER BY queue, kind, ord) AS r
     GROUP BY r.queue, r.kind
+    HAVING coalesce((SELECT q.events FROM {schema}.queues AS q WHERE q.name = r.queue), true)
     ORDER BY min(r.ord)
     RETURNING 1
 )
