@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -188,6 +189,25 @@ def test_complete_many_and_complete_and_claim__release_too(backend: Any, worker:
     c = take(backend, worker, "c")
     assert backend.complete_many([(c.id, c.fence, b"2")]) == set()
     assert state(backend, jobs["d"]) == State.QUEUED
+
+
+def test_a_step_completed_by_another_backend_than_its_claimer__releases_too(
+    backend: Any, worker: str, backend_url: str, open_killable: Callable[[str], Any]
+) -> None:
+    """A backend may complete a step it did not claim (PostgreSQL's cycle
+    leaves out the parts that release steps for jobs it claimed plain)."""
+    _, jobs = run(backend, chain(step("a"), step("b")))
+    a = take(backend, worker, "a")
+    plain = enqueue_one(backend)
+    other = open_killable(backend_url)
+    register(other, "worker-2")
+    [mine] = other.claim("worker-2", ["default"], 1)
+    assert mine.id == plain.id
+    lost, _ = other.complete_and_claim(
+        [(mine.id, mine.fence, b"1"), (a.id, a.fence, b"2")], "worker-2", ["default"], 0
+    )
+    assert lost == set()
+    assert state(backend, jobs["b"]) == State.QUEUED
 
 
 def test_a_big_group__releases_its_callback_once(backend: Any, worker: str) -> None:

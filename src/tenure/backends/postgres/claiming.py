@@ -22,7 +22,7 @@ from tenure.backends.postgres.database import IDLE_MS, UNREACHABLE, Database
 from tenure.backends.postgres.flows import step_from_row
 from tenure.backends.postgres.liveness import Liveness
 from tenure.backends.postgres.pool import hung_up
-from tenure.backends.postgres.statements import text_array
+from tenure.backends.postgres.statements import RELEASING, text_array
 from tenure.backends.rows import JOB_COLUMNS
 from tenure.config import QueuePolicy
 from tenure.core.events import EventKind, failure_events
@@ -37,6 +37,7 @@ HELD_FOR_CYCLES = 3  # a worker has up to 3 cycles in flight
 DEFAULTS = QueuePolicy()
 # The writes that end an attempt and refuse a job whose cancel was requested.
 ENDINGS = frozenset({"requeue", "bury", "release"})
+PLAIN_KEPT = 100_000  # ids of plain jobs claimed and not yet ended, at most (see _plain)
 
 
 class Claiming:
@@ -56,6 +57,11 @@ class Claiming:
         # most HELD_FOR_CYCLES and never more than a third of the pool.
         self._held: list[psycopg.AsyncConnection[Any]] = []
         self._hold_at_most = min(HELD_FOR_CYCLES, (pool_size - 1) // 2)
+        # The jobs claimed here that are no workflow's step, until they end: a
+        # cycle that completes only such jobs leaves out the parts that release
+        # steps (queries.sql, no_release). A job not known here (claimed by
+        # another process, or forgotten at PLAIN_KEPT) completes as a step would.
+        self._plain: set[str] = set()
 
     async def close(self) -> None:
         """Give the connections held for cycles back to the pool (before it closes)."""
@@ -80,10 +86,13 @@ class Claiming:
         queues = list(dict.fromkeys(queues)) if limit else []
         locked = [q for q in queues if q in self._limited]
         keyed = [q for q in locked if q in self._keyed]
+        ids = [i for i, _, _ in items]
+        releasing = not self._plain.issuperset(ids)
+        self._plain.difference_update(ids)
         # The arrays go as array literals (strings): psycopg's list dumper took
         # an eighth of a draining worker's main thread.
         params = {
-            "ids": text_array(i for i, _, _ in items),
+            "ids": text_array(ids),
             "fences": "{" + ",".join([str(f) for _, f, _ in items]) + "}",
             "results": text_array(r.decode() for _, _, r in items),
             "queues": text_array(queues), "worker": worker_id, "locked": text_array(locked),
@@ -97,6 +106,8 @@ class Claiming:
         if skip_tasks and limit:
             name += "_skipping"
             params["skip"] = text_array(skip_tasks)
+        if releasing:
+            name += RELEASING
         # One prepared statement, with a plan that knows its limit, per limit a
         # worker uses (see queries.sql).
         query = self.q.limited(name, limit)
@@ -107,6 +118,9 @@ class Claiming:
         else:
             rows = await self._cycle_fetch(query, params)
         jobs = [step_from_row(r[1:]) for r in rows if r[0]]
+        if len(self._plain) > PLAIN_KEPT:  # lost leases' jobs never end here
+            self._plain.clear()
+        self._plain.update([j.id for j in jobs if j.workflow is None])
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
         # Each queue with a limit: 1 if it was held back for want of its lock,
         # plus 2 if it has keys (see gate).
@@ -217,6 +231,8 @@ class Claiming:
         A job queued again wakes the idle workers of its queue (and a step
         released, those of its own: the statement does)."""
         params["channel"] = self.db.channel
+        if name != "progress":
+            self._plain.discard(params["id"])
         async with self.db.conn() as conn:
             cur = await conn.execute(self.q[name], params)
             row = await cur.fetchone()

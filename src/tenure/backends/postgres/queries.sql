@@ -115,14 +115,17 @@ SELECT queue FROM done
 -- name: record_events
 -- (A part of statements, written into them.) The events of `recorded_input`
 -- (queue, kind, job_id, data; in the order of ord) for the queues that record
--- them, a row per kind and queue. No NOTIFY: readers poll (events.py says why).
+-- them (a queue this statement records has the defaults), a row per kind and
+-- queue. No NOTIFY: readers poll (events.py says why). The aggregates take
+-- their rows in the order of the subquery's one sort, which no join follows:
+-- json_agg(... ORDER BY ord) sorted each row's events again, twice.
 recorded AS (
     INSERT INTO {schema}.events (queue, kind, jobs, data)
-    SELECT r.queue, r.kind, json_agg(r.job_id ORDER BY r.ord),
-           CASE WHEN bool_or(r.data IS NOT NULL) THEN json_agg(r.data ORDER BY r.ord) END
-    FROM recorded_input AS r LEFT JOIN {schema}.queues AS q ON q.name = r.queue
-    WHERE coalesce(q.events, true)  -- a queue this statement records has the defaults
+    SELECT r.queue, r.kind, json_agg(r.job_id),
+           CASE WHEN bool_or(r.data IS NOT NULL) THEN json_agg(r.data) END
+    FROM (SELECT * FROM recorded_input ORDER BY queue, kind, ord) AS r
     GROUP BY r.queue, r.kind
+    HAVING coalesce((SELECT q.events FROM {schema}.queues AS q WHERE q.name = r.queue), true)
     ORDER BY min(r.ord)
     RETURNING 1
 )
@@ -185,7 +188,9 @@ SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[]
 -- name: cycle
 -- (Composed into complete_and_claim and complete_and_claim_limited, with
 -- their gate, shared and bucket, and into their _skipping twins, which pass
--- over the jobs of some tasks: statements.COMPOSED.)
+-- over the jobs of some tasks; each of the four as is, to complete jobs that
+-- are no workflow's step, and _releasing, with the parts that release steps:
+-- statements.COMPOSED.)
 -- The worker's cycle in one statement, one transaction: complete the presented
 -- leases still held (%(ids)s, %(fences)s, %(results)s; empty arrays for none),
 -- then claim up to LIMIT due jobs of the given queues, best first (0 for
@@ -202,7 +207,10 @@ SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[]
 -- their jobs by id; their state is compared with a value the planner cannot
 -- match to the predicate of the index of active jobs (jobs_lease): through
 -- it, the generic plan read an entry for every job claimed since the last
--- vacuum, each cycle (a bitmap scan never marks an entry dead).
+-- vacuum, each cycle (a bitmap scan never marks an entry dead). A claim
+-- updates the row version it locked by its ctid, without a second descent of
+-- the primary key (a version another transaction wrote after this statement's
+-- snapshot is not seen: that job stays for another claim).
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 input AS (
     SELECT * FROM unnest(%(ids)s::text[], %(fences)s::bigint[], %(results)s::text[])
@@ -221,7 +229,7 @@ done AS (
 candidates AS (
     SELECT c.* FROM gate AS q
     CROSS JOIN LATERAL (
-        SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
+        SELECT ctid, id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'queued' AND queue = q.name {skip}
         ORDER BY priority DESC, run_at, seq
         LIMIT {limit} FOR UPDATE SKIP LOCKED
@@ -230,7 +238,7 @@ candidates AS (
     UNION ALL
     SELECT d.* FROM gate AS q, clock
     CROSS JOIN LATERAL (
-        SELECT id, queue, priority, run_at, seq FROM {schema}.jobs
+        SELECT ctid, id, queue, priority, run_at, seq FROM {schema}.jobs
         WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now {skip}
         ORDER BY run_at
         LIMIT {limit} FOR UPDATE SKIP LOCKED
@@ -238,7 +246,7 @@ candidates AS (
     WHERE q.share > 0
 ),
 picked AS (
-    SELECT c.id, g.ttl, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
+    SELECT c.ctid, g.ttl, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
     FROM {shared}
     ORDER BY c.priority DESC, c.run_at, c.seq
     LIMIT {limit}
@@ -249,7 +257,7 @@ claimed AS (
         worker = %(worker)s, lease_ttl = picked.ttl,
         lease_expires_at = clock.now + picked.ttl, progress = NULL, started_at = clock.now
     FROM picked, clock
-    WHERE j.id = picked.id
+    WHERE j.ctid = picked.ctid
     RETURNING j.*, picked.rank
 ),
 {bucket}
@@ -377,6 +385,26 @@ AND coalesce(task <> ALL(%(skip)s::text[]), true)
 -- name: no_skip
 -- (A part of the other cycles, written into them.) Every task: the claim
 -- reads no task name.
+
+-- name: no_release
+-- (A part of the cycles that complete no workflow's step, written into them
+-- for flow_release; Claiming knows which jobs it claimed are plain.) Nothing
+-- to release: the executor starts a third fewer plan nodes per cycle (the
+-- parts that release steps cost a cycle 100 us of the server's CPU, even
+-- reading nothing).
+no_steps AS (SELECT)
+
+-- name: no_queues
+-- (A part of those cycles, for flow_queues.) No queue got a step.
+SELECT NULL::text WHERE false
+
+-- name: no_events
+-- (A part of those cycles, for flow_events.) No step released, no workflow ended.
+SELECT NULL::text, NULL::text, NULL::text, NULL::json, 0 WHERE false
+
+-- name: no_data
+-- (A part of those cycles, for flow_data.) A plain job's events have no data.
+NULL::json
 
 -- name: heartbeat
 -- The leases one worker presents, in one statement; returns those it still

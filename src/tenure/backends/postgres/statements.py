@@ -47,7 +47,9 @@ CODE_PARTS = {
     "done_columns": ", ".join(c if c in ("id", "fence") else "NULL" for c in JOB_COLUMNS),
 }
 # The cycle's statement, for queues without a fleet-wide limit, and with;
-# each also as a _skipping twin, which passes over the jobs of some tasks.
+# each also as a _skipping twin, which passes over the jobs of some tasks; and
+# each of those as is, to complete plain jobs only, and _releasing, to complete
+# workflow steps too (the parts that release their dependents).
 _CYCLES = {
     "complete_and_claim": {"gate": "gate", "shared": "shared", "bucket": "no_bucket"},
     "complete_and_claim_limited": {
@@ -55,10 +57,14 @@ _CYCLES = {
     "complete_and_claim_keyed": {
         "gate": "gate_keyed", "shared": "shared_keyed", "bucket": "bucket_keyed"},
 }  # fmt: skip
+_PLAIN = {"flow_release": "no_release", "flow_queues": "no_queues",
+          "flow_events": "no_events", "flow_data": "no_data"}  # fmt: skip
+RELEASING = "_releasing"
 COMPOSED = {
-    name + suffix: ("cycle", {**binds, "skip": skip})
+    name + suffix + releasing: ("cycle", {**binds, "skip": skip, **plain})
     for name, binds in _CYCLES.items()
     for suffix, skip in (("", "no_skip"), ("_skipping", "skip"))
+    for releasing, plain in (("", _PLAIN), (RELEASING, {}))
 } | {
     "add_workflow": ("add_steps", {"made": "new_workflow"}),
     "add_spawned": ("add_steps", {"made": "spawning"}),
