@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -22,6 +23,8 @@ from redis import exceptions as redis_errors
 
 from tenure.backends.redis.topology import Topology
 from tenure.errors import BackendUnavailable, InvalidTransition, JobNotFound, LeaseLost
+
+log = logging.getLogger("tenure.redis")
 
 Arg = str | bytes | int | float
 
@@ -48,6 +51,11 @@ NAMES = (
 )  # fmt: skip
 
 
+# What ?wait_replicas= makes wait for replicas: the scripts that enqueue or
+# complete (a lost claim or heartbeat is made good by at-least-once).
+WAITED = ("enqueue", "enqueue_tick", "flow_enqueue", "flow_commit", "spawn", "cycle", "complete",
+          "fail")  # fmt: skip
+
 # Scripts made of several files, in order: a guard in front of a transition.
 PARTS = {"enqueue_tick": ("enqueue_tick", "enqueue")}
 
@@ -73,6 +81,7 @@ def _load_sources() -> dict[str, Script]:
 
 
 SCRIPTS = _load_sources()
+WAITED_SHAS = frozenset(SCRIPTS[name].sha for name in WAITED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +112,7 @@ class Runner:
         self.client = topology.client
         self.url = url
         self.reloads = 0  # how many times NOSCRIPT made us load the scripts again
+        self._short = False  # writes go unreplicated (WAIT fell short), said once
 
     async def load(self) -> None:
         """Load every script (SCRIPT LOAD) on every primary, in one round trip."""
@@ -117,11 +127,12 @@ class Runner:
                     ))  # fmt: skip
                 shas = [reply[0] for reply in shas]
             else:
-                async with self.client.pipeline(transaction=False) as pipe:
-                    for script in SCRIPTS.values():
-                        pipe.execute_command("SCRIPT", "LOAD", script.source)
-                    shas = await pipe.execute()
-        except redis_errors.RedisError as exc:
+                loads = [("SCRIPT", "LOAD", s.source) for s in SCRIPTS.values()]
+                shas = await self.topology.transport.pipeline(loads)
+                for sha in shas:
+                    if isinstance(sha, Exception):
+                        raise sha
+        except (redis_errors.RedisError, OSError) as exc:
             raise unavailable(exc, self.url) from exc
         for script, sha in zip(SCRIPTS.values(), shas, strict=True):
             got = sha.decode() if isinstance(sha, bytes) else str(sha)
@@ -135,11 +146,10 @@ class Runner:
         args: Sequence[Arg] = (),
         *,
         repeatable: bool = False,
-        hot: bool = False,
     ) -> Any:
         """Run one script; one round trip (two more after a NOSCRIPT)."""
         call = Call.script(name, keys, args)
-        return (await self.pipeline([call], repeatable=repeatable, hot=hot))[0]
+        return (await self.pipeline([call], repeatable=repeatable))[0]
 
     async def command(self, *args: Arg, repeatable: bool = False) -> Any:
         """Run one plain command."""
@@ -151,7 +161,6 @@ class Runner:
         tolerate: Collection[int] = (),
         *,
         repeatable: bool = False,
-        hot: bool = False,
     ) -> list[Any]:
         """Run commands in order in one round trip; return their replies.
 
@@ -162,31 +171,27 @@ class Runner:
         ``repeatable`` calls (whose second run changes nothing the first did not:
         reads, progress, enqueue by job id) ride out a restart of Redis: they are
         run again for a moment when the connection drops.
-        ``hot`` calls (a worker's cycle, an enqueue of one job) go through the
-        topology's hot transport, the lane where there is one (a standalone
-        Redis, not over TLS): the same commands and errors, without redis-py's
-        per-call costs.
+        Calls go through the topology's transport: the lane where there is one
+        (a standalone Redis, not over TLS), else redis-py's client.
         """
         for delay in (*RETRY_BACKOFF, None) if repeatable else (None,):
             try:
-                return await self._pipeline(calls, tolerate, hot)
+                return await self._pipeline(calls, tolerate)
             except BackendUnavailable as exc:
                 if delay is None or not isinstance(exc.__cause__, TRANSIENT):
                     raise
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _pipeline(
-        self, calls: Sequence[Call], tolerate: Collection[int], hot: bool
-    ) -> list[Any]:
+    async def _pipeline(self, calls: Sequence[Call], tolerate: Collection[int]) -> list[Any]:
         if not calls:
             return []
-        replies = await self._send(calls, hot)
+        replies = await self._send(calls)
         missing = [i for i, r in enumerate(replies) if isinstance(r, redis_errors.NoScriptError)]
         if missing:
             self.reloads += 1
             await self.load()
-            again = await self._send([calls[i] for i in missing], hot)
+            again = await self._send([calls[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
         for i, reply in enumerate(replies):
@@ -194,13 +199,40 @@ class Runner:
                 raise unavailable(reply, self.url) from reply
         return replies
 
-    async def _send(self, calls: Sequence[Call], hot: bool = False) -> list[Any]:
-        """The replies of the calls, error replies as values (ResponseError)."""
-        transport = self.topology.hot if hot else self.topology.redis_py
+    async def _send(self, calls: Sequence[Call]) -> list[Any]:
+        """The replies of the calls, error replies as values (ResponseError).
+        With ``?wait_replicas=``, a pipeline that enqueues or completes ends with
+        ``WAIT``: its reply comes once replicas have it, or after the timeout."""
+        commands = [c.args for c in calls]
+        wait = self.topology.wait
+        waits = wait is not None and any(
+            c[0] == "EVALSHA" and c[1] in WAITED_SHAS for c in commands
+        )
+        if waits:
+            commands.append(("WAIT", *wait))  # type: ignore[misc]
         try:
-            return await transport.pipeline([c.args for c in calls])
+            replies = await self.topology.transport.pipeline(commands)
         except (redis_errors.RedisError, redis_errors.RedisClusterException, OSError) as exc:
             raise unavailable(exc, self.url) from exc
+        if waits:
+            self._replicated(replies.pop())
+        return replies
+
+    def _replicated(self, reply: Any) -> None:
+        """Say once, until replicas keep up again, that writes were
+        acknowledged without them (WAIT timed out): a failover now loses them."""
+        assert self.topology.wait is not None
+        wanted = self.topology.wait[0]
+        got = -1 if isinstance(reply, Exception) else int(reply)
+        if got >= wanted:
+            self._short = False
+        elif not self._short:
+            self._short = True
+            log.warning(
+                "Redis at %s: writes acknowledged by %s of the %d replicas wait_replicas "
+                "asks for: a failover now may lose them",
+                self.url, reply if got < 0 else got, wanted,
+            )  # fmt: skip
 
 
 def check(code: Any, job_id: str, fence: int | None = None) -> None:
