@@ -310,7 +310,7 @@ QUEUE_KEY = re.compile(
     r"retained:(completed|dead|backfill)|seq|"
     r"keys|held:.+|holders|signal|policy|events)"
 )
-FLEET_KEY = re.compile(r"tenure:\{@\}:(queues|jobs|workers|worker:.+|sweep)")
+FLEET_KEY = re.compile(r"tenure:\{@\}:(queues|jobs|workers|worker:.+|sweep-guard)")
 
 
 def test_every_key__is_one_keys_py_documents_and_a_queue_lives_in_one_slot(

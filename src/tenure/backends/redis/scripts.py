@@ -41,7 +41,7 @@ OK, NOT_FOUND, LEASE_LOST, INVALID_TRANSITION = 0, 1, 2, 3
 NAMES = (
     "enqueue", "enqueue_tick", "claim", "cycle", "heartbeat", "progress", "complete", "fail",
     "release",
-    "sweep_guard", "sweep", "orphans", "recover", "prune",
+    "sweep", "orphans", "recover", "prune",
     "peek", "cancel", "retry_dead", "purge_dead", "delete_queue", "get", "list", "counts",
     "dead_counts",
     "lag",

@@ -95,6 +95,7 @@ for i = 1, n do
 end
 if state == 'queued' then queued = #by_due / 2 end
 
+if state == 'scheduled' and #by_due > 0 then signal_sooner(p, due) end
 local adds = {[state == 'queued' and 'ready' or 'scheduled'] = by_due, all = by_seq,
   ['state:' .. state] = by_seq}
 for set, t in pairs(adds) do
