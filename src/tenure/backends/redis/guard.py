@@ -2,15 +2,14 @@
 
 The guard, ``<prefix>:{@}:sweep-guard``, holds the time of the last sweep by
 Redis's clock, and lives as long as the interval of the process that swept.
-A sweeper asks ``SET guard <now> NX PX <its interval>``: absent (nobody swept
-within their interval), it is set, and this process sweeps (one command);
-present, a ``GET`` says when the last sweep was, so a process whose interval
-is longer than the last sweeper's waits out its own (``retry_in``), and one
-whose interval has passed since sets it in its turn (``SET … XX``) and sweeps
-unless the guard changed in between (another got there first). A forced
-sweep (``min_interval`` 0) marks the time for MARK_MS, so that it counts for
-the others too. (``SET … GET`` would save the ``GET``, but redis-py's parser
-of ``SET`` replies, which both transports apply, drops its value.)
+A sweeper asks ``SET guard <now> NX PX <its interval> GET``, one command:
+absent (nobody swept within their interval), it is set, and this process
+sweeps; present, its value says when the last sweep was, so a process whose
+interval is longer than the last sweeper's waits out its own (``retry_in``),
+and one whose interval has passed since sets it in its turn (``SET … XX
+GET``) and sweeps unless the value it replaced is not the one it judged
+(another got there first). A forced sweep (``min_interval`` 0) marks the time
+for MARK_MS, so that it counts for the others too.
 
 ``<now>`` is Redis's clock as this process estimates it (:class:`ServerClock`:
 the last ``TIME`` it read, carried forward by its monotonic clock), so that an
@@ -24,7 +23,7 @@ import time
 from typing import Any
 
 from tenure.backends.redis.keys import Keys
-from tenure.backends.redis.scripts import Call, Runner
+from tenure.backends.redis.scripts import Runner
 
 MARK_MS = 3_600_000  # how long a forced sweep's mark lives: longer than any interval
 
@@ -63,21 +62,16 @@ class Guard:
             await self.runner.command("SET", self.key, mark, "PX", MARK_MS)
             return None
         ms = max(1, round(min_interval * 1000))
-        if await self.runner.command("SET", self.key, mark, "NX", "PX", ms):
+        last = await self.runner.command("SET", self.key, mark, "NX", "PX", ms, "GET")
+        if last is None:
             return None
-        last = await self.runner.command("GET", self.key)
-        if last is None:  # gone in between: try again at once
-            return 0.001
         left = _time(last) + min_interval - now
         if left > 0:
             return left
         # A forced sweep's long mark, and our interval has passed since: ours
         # unless another replaced it first.
-        replaced = await self.runner.pipeline([
-            Call.command("GET", self.key),
-            Call.command("SET", self.key, mark, "XX", "PX", ms),
-        ])  # fmt: skip
-        return None if replaced[0] == last else min_interval
+        replaced = await self.runner.command("SET", self.key, mark, "XX", "PX", ms, "GET")
+        return None if replaced in (None, last) else min_interval
 
 
 def _time(value: Any) -> float:

@@ -58,16 +58,25 @@ class RedisPyTransport:
     async def pipeline(self, commands: Sequence[Command]) -> list[Any]:
         if len(commands) == 1:
             try:
-                return [await self.client.execute_command(*commands[0])]
+                return [await self.client.execute_command(*commands[0], **options(commands[0]))]
             except redis_errors.ResponseError as exc:
                 return [exc]
         async with self.client.pipeline(transaction=False) as pipe:
             for command in commands:
-                pipe.execute_command(*command)
+                pipe.execute_command(*command, **options(command))
             return list(await pipe.execute(raise_on_error=False))
 
     async def close(self) -> None:
         """Nothing: the client is the topology's, which closes it."""
+
+
+def options(command: Command) -> dict[str, Any]:
+    """What redis-py's parser of a reply needs to know of the command that
+    redis-py's own methods tell it: ``SET … GET`` replies with the old value,
+    which its parser of ``SET`` replies otherwise turns into a boolean."""
+    if str(command[0]).upper() == "SET" and "GET" in command[3:]:
+        return {"get": True}
+    return {}
 
 
 @functools.cache
@@ -100,7 +109,7 @@ class Parsed:
         for i, (name, reply) in enumerate(zip(names, replies, strict=True)):
             parse = self.callbacks.get(name)
             if parse is not None and not isinstance(reply, Exception):
-                replies[i] = parse(reply)
+                replies[i] = parse(reply, **options(commands[i]))
         return replies
 
     async def close(self) -> None:
