@@ -52,9 +52,10 @@ NAMES = (
 
 
 # What ?wait_replicas= makes wait for replicas: the scripts that enqueue or
-# complete (a lost claim or heartbeat is made good by at-least-once).
-WAITED = ("enqueue", "enqueue_tick", "flow_enqueue", "flow_commit", "spawn", "cycle", "complete",
-          "fail")  # fmt: skip
+# complete (a lost claim or heartbeat is made good by at-least-once); a
+# cycle, when it completes jobs.
+WAITED = frozenset({"enqueue", "enqueue_tick", "flow_enqueue", "flow_commit", "spawn", "cycle",
+                    "complete", "fail"})  # fmt: skip
 
 # Scripts made of several files, in order: a guard in front of a transition.
 PARTS = {"enqueue_tick": ("enqueue_tick", "enqueue")}
@@ -81,7 +82,6 @@ def _load_sources() -> dict[str, Script]:
 
 
 SCRIPTS = _load_sources()
-WAITED_SHAS = frozenset(SCRIPTS[name].sha for name in WAITED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +89,14 @@ class Call:
     """One command for :meth:`Runner.pipeline`: a script or a plain command."""
 
     args: tuple[Arg, ...]
+    waits: bool = False  # for replicas, with ?wait_replicas= (WAITED)
 
     @classmethod
     def script(cls, name: str, keys: Sequence[str], args: Sequence[Arg] = ()) -> Call:
-        return cls(("EVALSHA", SCRIPTS[name].sha, len(keys), *keys, *args))
+        # a cycle's KEYS: the queues it claims from (ARGV[7] of them), then
+        # those it completes in
+        waits = name in WAITED and (name != "cycle" or len(keys) > int(args[6]))
+        return cls(("EVALSHA", SCRIPTS[name].sha, len(keys), *keys, *args), waits)
 
     @classmethod
     def command(cls, *args: Arg) -> Call:
@@ -205,9 +209,7 @@ class Runner:
         ``WAIT``: its reply comes once replicas have it, or after the timeout."""
         commands = [c.args for c in calls]
         wait = self.topology.wait
-        waits = wait is not None and any(
-            c[0] == "EVALSHA" and c[1] in WAITED_SHAS for c in commands
-        )
+        waits = wait is not None and any(c.waits for c in calls)
         if waits:
             commands.append(("WAIT", *wait))  # type: ignore[misc]
         try:

@@ -43,7 +43,7 @@ from tenure.backends.redis.transport import Command
 log = logging.getLogger("tenure.redis")
 
 MARGIN = 5.0  # seconds a pop may take beyond its BLPOP timeout before we give up on it
-IDLE_POLL = 30.0  # seconds: an idle worker's safety poll (Capabilities.idle_poll)
+IDLE_POLL = 60.0  # seconds: an idle worker's safety poll (Capabilities.idle_poll)
 HELD_BACK_POLL = 1.0  # seconds: a queue with jobs an idle worker did not claim is looked at again
 
 
