@@ -42,10 +42,8 @@ class Capabilities:
     # while jobs claimed ahead keep its slots busy, it holds completions back
     # for a moment, as it does without round trips.
     costly_cycles: bool
-    # Seconds an idle worker waits on wait_for_jobs before it claims anyway
-    # (its safety poll against a lost wake-up), unless the worker's
-    # idle_poll_max says otherwise: long where wait_for_jobs itself returns
-    # when a job comes due or a held-back queue may have room (Redis).
+    # An idle worker's safety poll (s), unless its idle_poll_max says: long
+    # where wait_for_jobs returns when a job comes due (Redis).
     idle_poll: float = 1.0
 
 
