@@ -31,6 +31,7 @@ class SentinelGroup:
         self.binary = binary
         self.root = Path(tempfile.mkdtemp(prefix="tenure-sentinel-"))
         self.procs: dict[int, subprocess.Popen[bytes]] = {}  # port -> its process
+        self.commands: dict[int, list[str]] = {}  # port -> what started it
         try:
             self.primary = self._redis("primary")
             self.replica = self._redis("replica", "--replicaof", "127.0.0.1", str(self.primary))
@@ -61,6 +62,11 @@ class SentinelGroup:
         proc.kill()
         proc.wait(30)
 
+    def restart(self, port: int) -> None:
+        """Start a killed server again, empty (no persistence): the sentinels
+        make it a replica of the primary they promoted."""
+        self._start(port, self.commands[port])
+
     def close(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -69,6 +75,7 @@ class SentinelGroup:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _start(self, port: int, command: list[str]) -> int:
+        self.commands[port] = command
         self.procs[port] = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )

@@ -51,11 +51,12 @@ NAMES = (
 )  # fmt: skip
 
 
-# What ?wait_replicas= makes wait for replicas: the scripts that enqueue or
-# complete (a lost claim or heartbeat is made good by at-least-once); a
-# cycle, when it completes jobs.
-WAITED = frozenset({"enqueue", "enqueue_tick", "flow_enqueue", "flow_commit", "spawn", "cycle",
-                    "complete", "fail"})  # fmt: skip
+# What ?wait_replicas= makes wait for replicas (a lost claim or heartbeat is
+# made good by at-least-once): enqueues, which fail unless the replicas have
+# them (an acknowledged job is never lost); settles, a cycle's when it
+# completes jobs, which are said unreplicated (lost, the job runs again).
+ENQUEUES = frozenset({"enqueue", "enqueue_tick", "flow_enqueue", "flow_commit", "spawn"})
+SETTLES = frozenset({"cycle", "complete", "fail"})
 
 # Scripts made of several files, in order: a guard in front of a transition.
 PARTS = {"enqueue_tick": ("enqueue_tick", "enqueue")}
@@ -89,13 +90,14 @@ class Call:
     """One command for :meth:`Runner.pipeline`: a script or a plain command."""
 
     args: tuple[Arg, ...]
-    waits: bool = False  # for replicas, with ?wait_replicas= (WAITED)
+    waits: str = ""  # for replicas, with ?wait_replicas=: "enqueue", "settle" or not
 
     @classmethod
     def script(cls, name: str, keys: Sequence[str], args: Sequence[Arg] = ()) -> Call:
         # a cycle's KEYS: the queues it claims from (ARGV[7] of them), then
         # those it completes in
-        waits = name in WAITED and (name != "cycle" or len(keys) > int(args[6]))
+        settles = name in SETTLES and (name != "cycle" or len(keys) > int(args[6]))
+        waits = "enqueue" if name in ENQUEUES else "settle" if settles else ""
         return cls(("EVALSHA", SCRIPTS[name].sha, len(keys), *keys, *args), waits)
 
     @classmethod
@@ -206,10 +208,11 @@ class Runner:
     async def _send(self, calls: Sequence[Call]) -> list[Any]:
         """The replies of the calls, error replies as values (ResponseError).
         With ``?wait_replicas=``, a pipeline that enqueues or completes ends with
-        ``WAIT``: its reply comes once replicas have it, or after the timeout."""
+        ``WAIT``: its reply comes once replicas have it, or after the timeout;
+        BackendUnavailable then for an enqueue."""
         commands = [c.args for c in calls]
         wait = self.topology.wait
-        waits = wait is not None and any(c.waits for c in calls)
+        waits = {c.waits for c in calls} - {""} if wait is not None else set()
         if waits:
             commands.append(("WAIT", *wait))  # type: ignore[misc]
         try:
@@ -217,22 +220,31 @@ class Runner:
         except (redis_errors.RedisError, redis_errors.RedisClusterException, OSError) as exc:
             raise unavailable(exc, self.url) from exc
         if waits:
-            self._replicated(replies.pop())
+            self._replicated(replies.pop(), enqueues="enqueue" in waits)
         return replies
 
-    def _replicated(self, reply: Any) -> None:
-        """Say once, until replicas keep up again, that writes were
-        acknowledged without them (WAIT timed out): a failover now loses them."""
+    def _replicated(self, reply: Any, *, enqueues: bool) -> None:
+        """Fail an enqueue the replicas did not have within the timeout (it is
+        stored on the primary, which a failover may lose); say once, until
+        replicas keep up again, that completions were acknowledged without
+        them: a failover now may lose them, and their jobs run again."""
         assert self.topology.wait is not None
-        wanted = self.topology.wait[0]
+        wanted, ms = self.topology.wait
         got = -1 if isinstance(reply, Exception) else int(reply)
+        if got < wanted and enqueues:
+            raise BackendUnavailable(
+                f"Redis at {self.url}: {max(got, 0)} of the {wanted} replicas wait_replicas "
+                f"asks for had this enqueue within {ms / 1000:g} s: it is stored on the "
+                "primary only, where a failover may lose it; enqueued again, it may be "
+                "stored twice (give it a key= to make that harmless)"
+            )
         if got >= wanted:
             self._short = False
         elif not self._short:
             self._short = True
             log.warning(
-                "Redis at %s: writes acknowledged by %s of the %d replicas wait_replicas "
-                "asks for: a failover now may lose them",
+                "Redis at %s: completions acknowledged by %s of the %d replicas "
+                "wait_replicas asks for: a failover now may lose them (their jobs run again)",
                 self.url, reply if got < 0 else got, wanted,
             )  # fmt: skip
 
