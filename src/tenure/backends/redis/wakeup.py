@@ -8,8 +8,9 @@ it claims within milliseconds of an enqueue instead of polling.
 A pop outlives the wait that started it: when the worker stops waiting (a slot
 freed, its own timeout), the pop stays pending and the next wait picks it up,
 so the connection never has to be dropped mid-command. Errors never escape: a
-wait on a broken Redis just waits out its timeout, like a backend that cannot
-wake anyone, and the claim that follows reports the failure.
+wait on a broken Redis waits out its timeout, or UNREACHABLE_WAIT if that is
+shorter (an idle worker's timeout is long, and a primary that failed over is
+worth looking for again soon), and the claim that follows reports the failure.
 
 A job can also become claimable with no token: a scheduled job comes due (its
 time passes), or a queue an idle worker left with jobs in it (held back by
@@ -44,6 +45,7 @@ log = logging.getLogger("tenure.redis")
 
 MARGIN = 5.0  # seconds a pop may take beyond its BLPOP timeout before we give up on it
 IDLE_POLL = 60.0  # seconds: an idle worker's safety poll (Capabilities.idle_poll)
+UNREACHABLE_WAIT = 1.0  # seconds a wait whose pop failed waits, at most, before it returns
 HELD_BACK_POLL = 1.0  # seconds: a queue with jobs an idle worker did not claim is looked at again
 
 
@@ -126,7 +128,9 @@ class BlockingPop:
             if pop is not None and pop.done():
                 self._pop = None
                 if pop.cancelled() or pop.exception() is not None:
-                    await asyncio.sleep(left)  # Redis is unreachable: just wait
+                    # Redis is unreachable (or failing over): wait a little,
+                    # and let the claim that follows say how it is
+                    await asyncio.sleep(min(left, UNREACHABLE_WAIT))
                     return
                 if pop.result():
                     return
