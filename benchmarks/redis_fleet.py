@@ -168,8 +168,8 @@ def main() -> None:
         server = RedisServer.__new__(RedisServer)  # the group's primary, as drain() reads it
         server.port, server.proc = group.primary, group.procs[group.primary]
         try:
-            for _ in range(args.rounds):
-                for query in ("", "?wait_replicas=1"):
+            for r in range(args.rounds):  # alternating, the order too
+                for query in ("", "?wait_replicas=1")[:: 1 if r % 2 == 0 else -1]:
                     url = f"redis://127.0.0.1:{group.primary}/0{query}"
                     results.setdefault(query or "async", []).append(
                         drain(server, url, 1, args.jobs)
