@@ -393,7 +393,7 @@ class WorkerConfig:
     concurrency: int = 4
     drain_timeout: float = 30.0
     idle_poll_min: float = 0.01
-    idle_poll_max: float = 1.0
+    idle_poll_max: float | None = None  # None: the backend's (Capabilities.idle_poll)
     burst: bool = False  # exit when the queues are empty (tests, demos, batch jobs)
     pool: Pool = "process"  # sync handlers in executor processes, or "thread"
     async_slots: int = 1  # async attempts one executor runs at once
@@ -422,7 +422,8 @@ class WorkerConfig:
         check_integer("concurrency", self.concurrency, 1, most)
         check_seconds("drain_timeout", self.drain_timeout)
         check_seconds("idle_poll_min", self.idle_poll_min, above=True)
-        check_seconds("idle_poll_max", self.idle_poll_max, above=True)
+        if self.idle_poll_max is not None:
+            check_seconds("idle_poll_max", self.idle_poll_max, above=True)
         check_integer("async_slots", self.async_slots, 1, MAX_ASYNC_SLOTS)
         if self.max_jobs_per_executor is not None:
             check_integer("max_jobs_per_executor", self.max_jobs_per_executor, 1, 10**9)
@@ -439,5 +440,5 @@ class WorkerConfig:
                 "(queue names, job counts): serve them on loopback, or say "
                 "--metrics-public (metrics_public=True)"
             )
-        if self.idle_poll_min > self.idle_poll_max:
+        if self.idle_poll_max is not None and self.idle_poll_min > self.idle_poll_max:
             raise InvalidInput("idle_poll_min must not exceed idle_poll_max")

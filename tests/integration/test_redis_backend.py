@@ -234,7 +234,7 @@ def test_rediss_url__speaks_tls(
     server, ca = tls_redis
     url = f"rediss://127.0.0.1:{server.tls_port}/0?ssl_ca_certs={ca}"  # type: ignore[attr-defined]
     b = open_backend(url)
-    assert isinstance(b.inner.runner.topology.hot, RedisPyTransport)  # no lane over TLS
+    assert isinstance(b.inner.runner.topology.transport, RedisPyTransport)  # no lane over TLS
     w = register(b, "tls-worker")
     [job] = b.enqueue([spec()])
     [claimed] = b.claim(w, ["default"], 1)
@@ -311,7 +311,7 @@ QUEUE_KEY = re.compile(
     r"retained:(completed|dead|backfill)|seq|"
     r"keys|held:.+|holders|signal|policy|events)"
 )
-FLEET_KEY = re.compile(r"tenure:\{@\}:(queues|jobs|workers|worker:.+|sweep)")
+FLEET_KEY = re.compile(r"tenure:\{@\}:(queues|jobs|workers|worker:.+|sweep-guard)")
 
 
 def test_every_key__is_one_keys_py_documents_and_a_queue_lives_in_one_slot(
@@ -339,13 +339,13 @@ def test_every_script_call__names_keys_of_one_slot_only(
     seen: list[tuple[str, list[str]]] = []
     send = Runner._send
 
-    async def spy(self: Runner, calls: Any, hot: bool = False) -> Any:
+    async def spy(self: Runner, calls: Any) -> Any:
         for c in calls:
             if c.args[0] == "EVALSHA":
                 sha, n = c.args[1], int(c.args[2])
                 name = next(s.name for s in SCRIPTS.values() if s.sha == sha)
                 seen.append((name, [str(k) for k in c.args[3 : 3 + n]]))
-        return await send(self, calls, hot)
+        return await send(self, calls)
 
     monkeypatch.setattr(Runner, "_send", spy)
     one_lifecycle(open_backend(redis_url))
@@ -488,12 +488,12 @@ def test_bulk_enqueue_of_10000_jobs__goes_in_overlapping_runs_and_honours_keys(
     trips, in_flight = [], [0, 0]  # now, most
     send = Runner._send
 
-    async def count(self: Runner, calls: Any, hot: bool = False) -> Any:
+    async def count(self: Runner, calls: Any) -> Any:
         trips.append(len(calls))
         in_flight[0] += 1
         in_flight[1] = max(in_flight)
         try:
-            return await send(self, calls, hot)
+            return await send(self, calls)
         finally:
             in_flight[0] -= 1
 
@@ -504,7 +504,7 @@ def test_bulk_enqueue_of_10000_jobs__goes_in_overlapping_runs_and_honours_keys(
     # queue), then the index clean-up of key hits; runs overlap on the lane
     runs = 10_000 // ENQUEUE_CHUNK
     assert trips == [3] + [2] * (runs - 1) + [1], trips
-    assert in_flight[1] == (ENQUEUE_WINDOW if b.inner.runner.topology.hot.ordered else 1)
+    assert in_flight[1] == (ENQUEUE_WINDOW if b.inner.runner.topology.transport.ordered else 1)
     assert len(jobs) == 10_000
     assert jobs[7].id == held.id  # the key of an unfinished job: that job
     assert [j.id for j in jobs[5000:]] == [j.id for j in jobs[:5000]]  # within the batch

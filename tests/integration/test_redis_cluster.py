@@ -160,7 +160,7 @@ def test_on_a_cluster__there_is_no_lane_every_call_is_routed_by_redis_py(
     backend: SyncBackend,
 ) -> None:
     """A lane is one connection to one node; a queue's calls go to its slot's node."""
-    assert isinstance(backend.inner.runner.topology.hot, RedisPyTransport)
+    assert isinstance(backend.inner.runner.topology.transport, RedisPyTransport)
 
 
 # -- workflows across hash slots (relay.py) ---------------------------------------

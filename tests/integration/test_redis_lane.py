@@ -1,4 +1,4 @@
-"""The lane (``backends/redis/lane.py``): the connection of a worker's hot calls.
+"""The lane (``backends/redis/lane.py``): the connection of a backend's calls.
 
 On its own: pipelined calls, error replies as redis-py's exception classes, a
 cancelled call. Under the backend: the cycle and one-by-one enqueues go through
@@ -33,7 +33,7 @@ from tenure.backends.redis import topology
 from tenure.backends.redis.lane import Command, Lane, LaneUnavailable, parse_error_of
 from tenure.backends.redis.scripts import SCRIPTS
 from tenure.backends.redis.topology import TIMEOUTS
-from tenure.backends.redis.transport import RedisPyTransport
+from tenure.backends.redis.transport import Parsed, RedisPyTransport
 from tenure.backends.redis.url import TRANSPORT_ENV, Transports
 from tenure.errors import BackendUnavailable, InvalidInput
 from tenure.job import JobSpec
@@ -80,13 +80,15 @@ def lane(redis_url: str, portal: Portal) -> Iterator[Lane]:
 
 @pytest.fixture
 def on_lane(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What goes through any lane: a script's name, or a command's."""
+    """What goes through any lane: a script's name, or a command's (script
+    loads aside: at open, and after NOSCRIPT, all of them go)."""
     seen: list[str] = []
     pipeline = Lane.pipeline
 
     async def spy(self: Lane, commands: list[Command]) -> list[Any]:
         for c in commands:
-            seen.append(SCRIPT_OF_SHA[str(c[1])] if c[0] == "EVALSHA" else str(c[0]))
+            if c[0] != "SCRIPT":
+                seen.append(SCRIPT_OF_SHA[str(c[1])] if c[0] == "EVALSHA" else str(c[0]))
         return await pipeline(self, commands)
 
     monkeypatch.setattr(Lane, "pipeline", spy)
@@ -103,9 +105,9 @@ def spec() -> JobSpec:
 
 
 def lane_of(b: SyncBackend) -> Lane:
-    lane = b.inner.runner.topology.hot
-    assert isinstance(lane, Lane)
-    return lane
+    parsed = b.inner.runner.topology.transport
+    assert isinstance(parsed, Parsed) and isinstance(parsed.lane, Lane)
+    return parsed.lane
 
 
 # -- the lane on its own ---------------------------------------------------------
@@ -309,7 +311,7 @@ def test_without_a_lane__the_backend_falls_back_to_redis_py_and_says_so_once(
         producer, worker = open_backend(redis_url), open_backend(redis_url)
     said = [r.getMessage() for r in caplog.records if "lane is off" in r.getMessage()]
     assert len(said) == 1 and no_lane in said[0] and "slower" in said[0]
-    assert isinstance(worker.inner.runner.topology.hot, RedisPyTransport)
+    assert isinstance(worker.inner.runner.topology.transport, RedisPyTransport)
     [job] = producer.enqueue([spec()])
     [claimed] = worker.claim("w", ["default"], 1)
     assert claimed.id == job.id

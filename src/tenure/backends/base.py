@@ -42,6 +42,9 @@ class Capabilities:
     # while jobs claimed ahead keep its slots busy, it holds completions back
     # for a moment, as it does without round trips.
     costly_cycles: bool
+    # An idle worker's safety poll (s), unless its idle_poll_max says: long
+    # where wait_for_jobs returns when a job comes due (Redis).
+    idle_poll: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,11 @@ from tenure.errors import InvalidInput
 KINDS = {
     "sqlite": (("sqlite",), "tenure.backends.sqlite", "SQLiteBackend"),
     "postgres": (("postgresql", "postgres"), "tenure.backends.postgres", "PostgresBackend"),
-    "redis": (("redis", "rediss", "unix"), "tenure.backends.redis", "RedisBackend"),
+    "redis": (
+        ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel"),
+        "tenure.backends.redis",
+        "RedisBackend",
+    ),
 }
 
 

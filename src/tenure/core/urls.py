@@ -27,8 +27,10 @@ MASK = "***"
 INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
 # The largest max_payload a URL may set: the largest string Redis stores.
 MAX_PAYLOAD = 512 * 1024 * 1024
-# Query options that carry a secret, on any backend: libpq's and redis-py's.
-SECRET_OPTIONS = frozenset({"password", "sslpassword", "ssl_password", "oauth_client_secret"})
+# Query options that carry a secret, on any backend: libpq's, redis-py's, tenure's.
+SECRET_OPTIONS = frozenset(
+    {"password", "sslpassword", "ssl_password", "oauth_client_secret", "sentinel_password"}
+)
 
 
 def redacted(url: str) -> str:

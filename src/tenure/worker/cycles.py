@@ -51,6 +51,8 @@ class Cycles:
         self._claiming = 0  # slots reserved by claims in flight
         self._dry = False  # the last claim found fewer jobs than it asked for
         self._idle_for = self.config.idle_poll_min  # the next idle wait (doubles while idle)
+        # the longest idle wait: the worker's setting, else the backend's
+        self._poll_max = self.config.idle_poll_max or self.backend.capabilities.idle_poll
         self._claim_after = 0.0  # loop time: claims back off while storage fails
         self._loop: asyncio.AbstractEventLoop  # once running
 
@@ -136,7 +138,7 @@ class Cycles:
             self.stop.draining.set()  # burst: the queues are empty, stop
         elif not self.in_flight:
             await self._idle(self._idle_for)
-            self._idle_for = min(self._idle_for * 2, self.config.idle_poll_max)
+            self._idle_for = min(self._idle_for * 2, self._poll_max)
             self._dry = False
         else:
             await self._wait()
@@ -213,5 +215,5 @@ class Cycles:
         """Wake the cycle loop now and then: a lost wake-up costs one idle poll."""
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.config.idle_poll_max)
+                await asyncio.wait_for(stop.wait(), self._poll_max)
             self.wake.set()

@@ -54,7 +54,7 @@ from tenure.backends.redis.rescue import Rescue
 from tenure.backends.redis.scripts import Runner
 from tenure.backends.redis.topology import Topology
 from tenure.backends.redis.url import Options, parse
-from tenure.backends.redis.wakeup import Wakeups
+from tenure.backends.redis.wakeup import IDLE_POLL, Wakeups
 from tenure.config import QueuePolicy
 from tenure.core.events import Event, RetriedBy
 from tenure.core.limits import KeyCount
@@ -119,8 +119,10 @@ class Parts:
 class RedisBackend(DerivedVerbs):
     """Jobs in Redis (keys laid out for Redis Cluster). See the module docstring."""
 
-    # A cycle is one script call: cheap, and it gains more from overlapping than filling.
-    capabilities = Capabilities(remote=True, costly_cycles=False)
+    # A cycle is one script call: cheap, and it gains more from overlapping than
+    # filling. An idle worker's wait returns when a scheduled job comes due
+    # (wakeup.py): its safety poll can be rare.
+    capabilities = Capabilities(remote=True, costly_cycles=False, idle_poll=IDLE_POLL)
     transaction = None  # no database a handler writes to: no exactly-once effects here
     callers = None  # nor a caller's transaction to enqueue in
 

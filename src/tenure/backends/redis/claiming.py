@@ -2,7 +2,7 @@
 lease holder's other fence-checked writes (complete, fail, release, progress).
 
 On a standalone Redis the cycle is one call of ``cycle.lua`` over the keys of
-every queue it touches, through the hot transport (the lane). On Redis Cluster a
+every queue it touches, through the lane where there is one. On Redis Cluster a
 script touches one slot: ``complete.lua`` per queue, and ``claim.lua`` per queue
 after a ``peek.lua`` of each that shares the claim out, in one pipeline.
 """
@@ -85,7 +85,7 @@ class Claiming:
             args: list[str | int | bytes] = [*claim, len(queues)]
             for batch in batches.values():
                 args += [len(batch), *(a for item in batch for a in item)]
-            claimed, statuses, relays = await self.runner.call("cycle", keys, args, hot=True)
+            claimed, statuses, relays = await self.runner.call("cycle", keys, args)
         if relays:  # a workflow's steps completed: their dependents in other slots learn it
             await self.relay.relay(relays)
         for batch, codes in zip(batches.values(), statuses, strict=True):

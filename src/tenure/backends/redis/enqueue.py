@@ -107,11 +107,11 @@ class Enqueue:
         while Redis runs one, the next is sent, and the caller reads the last
         reply meanwhile. Else one at a time: on two pooled connections, a later
         one could run first."""
-        run = functools.partial(self.runner.pipeline, repeatable=True, hot=True)
+        run = functools.partial(self.runner.pipeline, repeatable=True)
         if len(pipelines) == 1:
             yield await run(pipelines[0])
             return
-        window = ENQUEUE_WINDOW if self.runner.topology.hot.ordered else 1
+        window = ENQUEUE_WINDOW if self.runner.topology.transport.ordered else 1
         sent: deque[asyncio.Future[list[Any]]] = deque()
         try:
             for calls in pipelines:

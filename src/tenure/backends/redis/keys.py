@@ -76,7 +76,7 @@ Fleet-wide, under ``<prefix>:{@}:``::
     workflows       HASH    workflow id -> its home queue
     workers         SET     registered worker ids
     worker:<id>     HASH    info (JSON), started_at, last_seen (Redis TIME)
-    sweep           STRING  Redis TIME of the last sweep: the fleet's sweep guard
+    sweep-guard     STRING  Redis TIME of the last sweep, for the sweeper's interval (guard.py)
 
 A registered worker's liveness is a connection named ``<prefix>:worker:<id>``
 (``CLIENT SETNAME``): not a key, it lives only as long as the connection.
@@ -115,7 +115,7 @@ class Keys:
         self.queues = fleet + "queues"
         self.jobs = fleet + "jobs"
         self.workflows = fleet + "workflows"
-        self.sweep = fleet + "sweep"
+        self.sweep_guard = fleet + "sweep-guard"
 
     def queue(self, queue: str) -> str:
         """The prefix of every key of ``queue`` (``KEYS[1]`` of the per-queue scripts)."""

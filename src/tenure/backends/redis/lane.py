@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import redis
@@ -53,6 +53,7 @@ else:
 
 ParseError = Callable[[str], redis_errors.RedisError]
 INCOMPLETE = object()  # what the reader returns until a whole reply has arrived
+READONLY = redis_errors.ReadOnlyError
 
 # Error replies whose class the backend acts on: NOSCRIPT reloads the scripts,
 # LOADING (a ConnectionError) lets a repeatable call ride out a restart, a
@@ -213,7 +214,12 @@ class Lane:
     ordered = True  # one connection: Redis runs calls in the order they were written
 
     def __init__(
-        self, redis_url: str, *, socket_connect_timeout: float, socket_timeout: float
+        self,
+        redis_url: str,
+        *,
+        socket_connect_timeout: float,
+        socket_timeout: float,
+        locate: Callable[[], Awaitable[tuple[str, int]]] | None = None,
     ) -> None:
         if PARSE_ERROR is None:
             raise LaneUnavailable(UNAVAILABLE)
@@ -229,6 +235,8 @@ class Lane:
         self.connect_timeout = float(options["socket_connect_timeout"])
         self.timeout = float(options["socket_timeout"])
         self.handshake = _handshake(options)
+        # Behind Sentinel: where the primary is now, asked at each connect.
+        self.locate = locate
         self._connection: _Connection | None = None
         self._connecting = asyncio.Lock()
         self._closed = False
@@ -253,7 +261,11 @@ class Lane:
         connection = self._connection
         if connection is None or connection.broken:
             connection = await self._connect()
-        return await connection.send(commands)
+        replies = await connection.send(commands)
+        if self.locate is not None and any(isinstance(r, READONLY) for r in replies):
+            # a primary demoted by a failover: the next call asks where the new one is
+            connection.abort(redis_errors.ConnectionError, "the primary became a replica")
+        return replies
 
     async def close(self) -> None:
         """Drop the connection: calls in flight fail, and so do later ones."""
@@ -277,21 +289,25 @@ class Lane:
 
     async def _open(self) -> _Connection:
         loop = asyncio.get_running_loop()
-        where = self.path or f"{self.host}:{self.port}"
+        host, port = self.host, self.port
         timeout, parse_error = self.timeout, self.parse_error
         try:
             async with asyncio.timeout(self.connect_timeout):
+                if self.locate is not None:
+                    host, port = await self.locate()
                 if self.path is not None:
                     _, connection = await loop.create_unix_connection(
                         lambda: _Connection(timeout, parse_error), self.path
                     )
                 else:
                     _, connection = await loop.create_connection(
-                        lambda: _Connection(timeout, parse_error), self.host, self.port
+                        lambda: _Connection(timeout, parse_error), host, port
                     )
         except TimeoutError:
+            where = self.path or f"{host}:{port}"
             raise redis_errors.TimeoutError(f"Timeout connecting to {where}") from None
         except OSError as exc:
+            where = self.path or f"{host}:{port}"
             raise redis_errors.ConnectionError(f"Error connecting to {where}: {exc}") from exc
         try:
             replies = await connection.send(self.handshake) if self.handshake else []

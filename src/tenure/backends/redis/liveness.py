@@ -11,7 +11,9 @@ that the very next ``CLIENT LIST`` no longer shows it.
 Every heartbeat pings the connection (which also keeps an idle-client
 ``timeout`` of the server from closing it): a worker whose connection dropped (a
 Redis restart, a cut) learns it at once, as ``LivenessLost``, and registers
-again under a new identity, because to the fleet it died.
+again under a new identity, because to the fleet it died. A worker holding no
+lease makes that round trip every IDLE_PROOF seconds only: in between, a
+connection the server closed is seen from the socket alone.
 
 Where ACLs forbid ``CLIENT``, there is no named connection: dead workers are
 found by lease expiry alone, and a registry entry is buried once its worker
@@ -28,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
 from collections.abc import Awaitable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +50,10 @@ from tenure.errors import BackendUnavailable, LivenessLost
 log = logging.getLogger("tenure.redis")
 
 STALE_AFTER = 30.0  # a worker without a named connection is buried after this long unseen
+# Seconds between the round trips of a worker that holds no lease: its named
+# connection proves it alive meanwhile, and one closed by the server is seen
+# without a round trip (seems_lost).
+IDLE_PROOF = 10.0
 
 
 class ClientForbidden(Exception):
@@ -67,6 +75,7 @@ class Held:
     # A handler's heartbeat and the lease keeper's may check at once: one
     # command at a time on a connection.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    proven_at: float = -math.inf  # monotonic: the last heartbeat's round trip
 
 
 class Liveness:
@@ -299,8 +308,11 @@ class Workers:
         the worker alive: its named connection answers a PING (at the same time)
         and its registry entry is still there; LivenessLost otherwise."""
         presented = set(leases)
-        here = worker_id in self.liveness.held
-        if not presented and not here:
+        mine = self.liveness.held.get(worker_id)
+        here = mine is not None
+        if not presented and (mine is None or time.monotonic() - mine.proven_at < IDLE_PROOF):
+            if here and self.liveness.seems_lost(worker_id):
+                await self.liveness.lost(worker_id, "its liveness connection was closed")
             return Renewal()
         queue_of = await self.index.queues_of({job_id for job_id, _ in presented})
         by_queue: dict[str, list[str | int]] = {}
@@ -313,6 +325,8 @@ class Workers:
         replies = await self._with_liveness(worker_id, self.runner.pipeline(calls))
         if here and not int(replies.pop()):
             await self.liveness.lost(worker_id, "a sweeper found it gone and buried it")
+        if mine is not None:
+            mine.proven_at = time.monotonic()
         held, cancel_requested = set(), set()
         for reply in replies:
             for i in range(0, len(reply), 3):

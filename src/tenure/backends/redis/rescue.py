@@ -1,7 +1,15 @@
 """The sweeper's work on Redis: the sweep, in phases, so that the retry policy
 stays in Python, and retention (the prune).
 
-1. The guard (``sweep_guard.lua``): one sweep per interval across the fleet.
+1. The guard (``guard.py``): one sweep per interval across the fleet. While no
+   worker holds a lease anywhere (every queue's ``holders`` set is empty: one
+   ``EXISTS``), nothing can need recovering, and a sweep is a whole one only
+   every FULL_EVERY seconds (for promotions no idle worker's wait made, a
+   relay's leftovers, workflows abandoned while pending, registry entries to
+   bury, retention, which the prune after a sweep of nothing skips): an idle
+   fleet costs Redis a few commands a second.
+   Jobs that come due are promoted meanwhile by the claims of the idle
+   workers woken for them (``wakeup.py``).
 2. One pipeline: per queue, ``sweep.lua`` promotes due scheduled jobs and
    returns the expired leases and the workers holding leases; then the
    registry and ``CLIENT LIST``, read after those holders (a holder registered
@@ -28,6 +36,8 @@ serves nobody else while a script runs, nor between the calls of one pipeline.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +48,7 @@ from tenure.backends.base import Rescued, RescueReport
 from tenure.backends.checks import last_proof
 from tenure.backends.redis import codec
 from tenure.backends.redis.events import EventReader
+from tenure.backends.redis.guard import Guard
 from tenure.backends.redis.index import Index
 from tenure.backends.redis.keys import Keys
 from tenure.backends.redis.liveness import Liveness, judge
@@ -51,7 +62,7 @@ from tenure.job import Job
 
 BATCH = 1000  # promotions and candidates per queue and sweep; the rest wait one sweep
 PENDING_MAX = 60.0  # seconds a workflow may stay pending before it is taken for abandoned
-MARK_MS = 3_600_000  # how long the sweep guard's mark lives
+FULL_EVERY = 60.0  # seconds: a whole sweep at least this often, even with no lease held
 SCRIPT_MAX = 250  # jobs per prune.lua call: about a millisecond of Redis (docs/benchmarks.md)
 DEFAULTS = QueuePolicy()
 
@@ -97,9 +108,22 @@ class Rescue:
         self.policy_of = policy_of  # a queue's policy, for its events' retention
         self.relay = relay
         self.drop = drop  # a workflow abandoned while pending, by home queue and id
+        self.guard = Guard(runner, keys)
+        self._swept_at = -math.inf  # monotonic: this process's last whole sweep
+        self._prune_next = True  # False after a sweep that found nothing held (see prune)
 
     async def rescue(self, min_interval: float) -> RescueReport:
-        report, sweeps, relays = await sweep(self.runner, self.keys, self.liveness, min_interval)
+        retry_in = await self.guard.enter(min_interval)
+        if retry_in is not None:
+            return RescueReport(swept=False, retry_in=retry_in)
+        queues = await self.index.queues()
+        whole = min_interval <= 0 or time.monotonic() - self._swept_at >= FULL_EVERY
+        self._prune_next = whole
+        if not whole and not await self._leases_held(queues):
+            return RescueReport(swept=True)  # nothing held: nothing to recover
+        self._swept_at = time.monotonic()
+        report, sweeps, relays, now = await sweep(self.runner, self.keys, self.liveness, queues)
+        self.guard.clock.read(now)
         # Workflows: what a relay that died left in an outbox, and what a
         # producer that died left pending.
         await self.relay.relay([*relays, *(self.keys.queue(s.queue) for s in sweeps if s.outbox)])
@@ -111,24 +135,33 @@ class Rescue:
             await self.events.trim(queues, {q: await self.policy_of(q) for q in queues})
         return report
 
+    async def _leases_held(self, queues: list[str]) -> bool:
+        """Whether any worker holds a lease in any queue (on Cluster, where the
+        queues' keys are in several slots: taken as yes)."""
+        if self.runner.topology.cluster:
+            return True
+        holders = [self.keys.queue(q) + "holders" for q in queues]
+        return bool(holders) and int(await self.runner.command("EXISTS", *holders)) > 0
+
     async def prune(self, limit: int) -> int:
+        """Retention; nothing, without a round trip, just after a sweep that
+        found nothing held: a worker's sweeper prunes after every sweep, and
+        retention (a day by default) waits for the next whole one."""
+        if not self._prune_next:
+            self._prune_next = True
+            return 0
         gone = await prune(self.runner, self.keys, await self.index.queues(), limit, self.relay)
         self.index.forget(gone)
         return len(gone)
 
 
 async def sweep(
-    runner: Runner, keys: Keys, liveness: Liveness, min_interval: float
-) -> tuple[RescueReport, list[QueueSweep], list[bytes]]:
-    """One sweep (see the module docstring); what it found in each queue, and
-    the prefixes whose outboxes its recoveries left messages in."""
-    guard, members = await runner.pipeline([
-        Call.script("sweep_guard", [keys.sweep], [repr(float(min_interval)), MARK_MS]),
-        Call.command("SMEMBERS", keys.queues),
-    ])  # fmt: skip
-    if not isinstance(guard, int):  # the seconds until a sweep is allowed
-        return RescueReport(swept=False, retry_in=float(guard)), [], []
-    queues = sorted(m.decode() for m in members)
+    runner: Runner, keys: Keys, liveness: Liveness, queues: list[str]
+) -> tuple[RescueReport, list[QueueSweep], list[bytes], float]:
+    """One sweep of ``queues`` (see the module docstring); what it found in each
+    queue, the prefixes whose outboxes its recoveries left messages in, and
+    Redis's clock as it read the registry."""
+    queues = sorted(queues)
     calls = [Call.script("sweep", [keys.queue(q)], [BATCH, repr(PENDING_MAX)]) for q in queues]
     calls.append(Call.script("workers", [keys.fleet]))
     if not runner.topology.cluster:  # on Cluster: every node's CLIENT LIST, just after
@@ -153,7 +186,7 @@ async def sweep(
     rescued, relays = await _recover(runner, keys, sweeps, now, last_seen)
     promoted = sum(s.promoted for s in sweeps)
     report = RescueReport(swept=True, rescued=rescued, promoted=promoted, dead_workers=buried)
-    return report, sweeps, relays
+    return report, sweeps, relays, now
 
 
 def _queue_sweep(queue: str, reply: Sequence[Any]) -> QueueSweep:

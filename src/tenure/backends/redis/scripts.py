@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -23,6 +24,8 @@ from redis import exceptions as redis_errors
 
 from tenure.backends.redis.topology import Topology
 from tenure.errors import BackendUnavailable, InvalidTransition, JobNotFound, LeaseLost
+
+log = logging.getLogger("tenure.redis")
 
 Arg = str | bytes | int | float
 
@@ -39,7 +42,7 @@ OK, NOT_FOUND, LEASE_LOST, INVALID_TRANSITION = 0, 1, 2, 3
 NAMES = (
     "enqueue", "enqueue_tick", "claim", "cycle", "heartbeat", "progress", "complete", "fail",
     "release",
-    "sweep_guard", "sweep", "orphans", "recover", "prune",
+    "sweep", "orphans", "recover", "prune",
     "peek", "cancel", "retry_dead", "purge_dead", "delete_queue", "get", "list", "counts",
     "dead_counts",
     "lag",
@@ -48,6 +51,13 @@ NAMES = (
     "register", "deregister", "touch", "workers", "change_policy", "key_counts",
 )  # fmt: skip
 
+
+# What ?wait_replicas= makes wait for replicas (a lost claim or heartbeat is
+# made good by at-least-once): enqueues, which fail unless the replicas have
+# them (an acknowledged job is never lost); settles, a cycle's when it
+# completes jobs, which are said unreplicated (lost, the job runs again).
+ENQUEUES = frozenset({"enqueue", "enqueue_tick", "flow_enqueue", "flow_commit", "spawn"})
+SETTLES = frozenset({"cycle", "complete", "fail"})
 
 # Scripts made of several files, in order: a guard in front of a transition.
 PARTS = {"enqueue_tick": ("enqueue_tick", "enqueue")}
@@ -81,10 +91,15 @@ class Call:
     """One command for :meth:`Runner.pipeline`: a script or a plain command."""
 
     args: tuple[Arg, ...]
+    waits: str = ""  # for replicas, with ?wait_replicas=: "enqueue", "settle" or not
 
     @classmethod
     def script(cls, name: str, keys: Sequence[str], args: Sequence[Arg] = ()) -> Call:
-        return cls(("EVALSHA", SCRIPTS[name].sha, len(keys), *keys, *args))
+        # a cycle's KEYS: the queues it claims from (ARGV[7] of them), then
+        # those it completes in
+        settles = name in SETTLES and (name != "cycle" or len(keys) > int(args[6]))
+        waits = "enqueue" if name in ENQUEUES else "settle" if settles else ""
+        return cls(("EVALSHA", SCRIPTS[name].sha, len(keys), *keys, *args), waits)
 
     @classmethod
     def command(cls, *args: Arg) -> Call:
@@ -104,6 +119,7 @@ class Runner:
         self.client = topology.client
         self.url = url
         self.reloads = 0  # how many times NOSCRIPT made us load the scripts again
+        self._short = False  # writes go unreplicated (WAIT fell short), said once
 
     async def load(self) -> None:
         """Load every script (SCRIPT LOAD) on every primary, in one round trip."""
@@ -118,11 +134,12 @@ class Runner:
                     ))  # fmt: skip
                 shas = [reply[0] for reply in shas]
             else:
-                async with self.client.pipeline(transaction=False) as pipe:
-                    for script in SCRIPTS.values():
-                        pipe.execute_command("SCRIPT", "LOAD", script.source)
-                    shas = await pipe.execute()
-        except redis_errors.RedisError as exc:
+                loads = [("SCRIPT", "LOAD", s.source) for s in SCRIPTS.values()]
+                shas = await self.topology.transport.pipeline(loads)
+                for sha in shas:
+                    if isinstance(sha, Exception):
+                        raise sha
+        except (redis_errors.RedisError, OSError) as exc:
             raise unavailable(exc, self.url) from exc
         for script, sha in zip(SCRIPTS.values(), shas, strict=True):
             got = sha.decode() if isinstance(sha, bytes) else str(sha)
@@ -136,11 +153,10 @@ class Runner:
         args: Sequence[Arg] = (),
         *,
         repeatable: bool = False,
-        hot: bool = False,
     ) -> Any:
         """Run one script; one round trip (two more after a NOSCRIPT)."""
         call = Call.script(name, keys, args)
-        return (await self.pipeline([call], repeatable=repeatable, hot=hot))[0]
+        return (await self.pipeline([call], repeatable=repeatable))[0]
 
     async def command(self, *args: Arg, repeatable: bool = False) -> Any:
         """Run one plain command."""
@@ -152,7 +168,6 @@ class Runner:
         tolerate: Collection[int] = (),
         *,
         repeatable: bool = False,
-        hot: bool = False,
     ) -> list[Any]:
         """Run commands in order in one round trip; return their replies.
 
@@ -163,31 +178,27 @@ class Runner:
         ``repeatable`` calls (whose second run changes nothing the first did not:
         reads, progress, enqueue by job id) ride out a restart of Redis: they are
         run again for a moment when the connection drops.
-        ``hot`` calls (a worker's cycle, an enqueue of one job) go through the
-        topology's hot transport, the lane where there is one (a standalone
-        Redis, not over TLS): the same commands and errors, without redis-py's
-        per-call costs.
+        Calls go through the topology's transport: the lane where there is one
+        (a standalone Redis, not over TLS), else redis-py's client.
         """
         for delay in (*RETRY_BACKOFF, None) if repeatable else (None,):
             try:
-                return await self._pipeline(calls, tolerate, hot)
+                return await self._pipeline(calls, tolerate)
             except BackendUnavailable as exc:
                 if delay is None or not isinstance(exc.__cause__, TRANSIENT):
                     raise
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _pipeline(
-        self, calls: Sequence[Call], tolerate: Collection[int], hot: bool
-    ) -> list[Any]:
+    async def _pipeline(self, calls: Sequence[Call], tolerate: Collection[int]) -> list[Any]:
         if not calls:
             return []
-        replies = await self._send(calls, hot)
+        replies = await self._send(calls)
         missing = [i for i, r in enumerate(replies) if isinstance(r, redis_errors.NoScriptError)]
         if missing:
             self.reloads += 1
             await self.load()
-            again = await self._send([calls[i] for i in missing], hot)
+            again = await self._send([calls[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
         for i, reply in enumerate(replies):
@@ -195,13 +206,48 @@ class Runner:
                 raise unavailable(reply, self.url) from reply
         return replies
 
-    async def _send(self, calls: Sequence[Call], hot: bool = False) -> list[Any]:
-        """The replies of the calls, error replies as values (ResponseError)."""
-        transport = self.topology.hot if hot else self.topology.redis_py
+    async def _send(self, calls: Sequence[Call]) -> list[Any]:
+        """The replies of the calls, error replies as values (ResponseError).
+        With ``?wait_replicas=``, a pipeline that enqueues or completes ends with
+        ``WAIT``: its reply comes once replicas have it, or after the timeout;
+        BackendUnavailable then for an enqueue."""
+        commands = [c.args for c in calls]
+        wait = self.topology.wait
+        waits = {c.waits for c in calls} - {""} if wait is not None else set()
+        if waits:
+            commands.append(("WAIT", *wait))  # type: ignore[misc]
         try:
-            return await transport.pipeline([c.args for c in calls])
+            replies = await self.topology.transport.pipeline(commands)
         except (redis_errors.RedisError, redis_errors.RedisClusterException, OSError) as exc:
             raise unavailable(exc, self.url) from exc
+        if waits:
+            self._replicated(replies.pop(), enqueues="enqueue" in waits)
+        return replies
+
+    def _replicated(self, reply: Any, *, enqueues: bool) -> None:
+        """Fail an enqueue the replicas did not have within the timeout (it is
+        stored on the primary, which a failover may lose); say once, until
+        replicas keep up again, that completions were acknowledged without
+        them: a failover now may lose them, and their jobs run again."""
+        assert self.topology.wait is not None
+        wanted, ms = self.topology.wait
+        got = -1 if isinstance(reply, Exception) else int(reply)
+        if got < wanted and enqueues:
+            raise BackendUnavailable(
+                f"Redis at {self.url}: {max(got, 0)} of the {wanted} replicas wait_replicas "
+                f"asks for had this enqueue within {ms / 1000:g} s: it is stored on the "
+                "primary only, where a failover may lose it; enqueued again, it may be "
+                "stored twice (give it a key= to make that harmless)"
+            )
+        if got >= wanted:
+            self._short = False
+        elif not self._short:
+            self._short = True
+            log.warning(
+                "Redis at %s: completions acknowledged by %s of the %d replicas "
+                "wait_replicas asks for: a failover now may lose them (their jobs run again)",
+                self.url, reply if got < 0 else got, wanted,
+            )  # fmt: skip
 
 
 def check(code: Any, job_id: str, fence: int | None = None) -> None:

@@ -8,8 +8,19 @@ it claims within milliseconds of an enqueue instead of polling.
 A pop outlives the wait that started it: when the worker stops waiting (a slot
 freed, its own timeout), the pop stays pending and the next wait picks it up,
 so the connection never has to be dropped mid-command. Errors never escape: a
-wait on a broken Redis just waits out its timeout, like a backend that cannot
-wake anyone, and the claim that follows reports the failure.
+wait on a broken Redis waits out its timeout, or UNREACHABLE_WAIT if that is
+shorter (an idle worker's timeout is long, and a primary that failed over is
+worth looking for again soon), and the claim that follows reports the failure.
+
+A job can also become claimable with no token: a scheduled job comes due (its
+time passes), or a queue an idle worker left with jobs in it (held back by
+``max_active``, a rate limit, a task it does not know) has room again. Before it
+blocks, a wait reads each queue's earliest scheduled job and whether jobs are
+queued (one round trip), and blocks no longer than until the first comes due,
+or HELD_BACK_POLL for such a queue. A script that makes a job come due sooner
+than the earliest one pushes a token (``signal_sooner`` in ``_lib.lua``), so a
+wait that read the old one wakes to read again. The worker's own safety poll
+(``Capabilities.idle_poll``) is then long.
 
 On Redis Cluster the lists live on several nodes: one pop per queue, and the
 first token wins.
@@ -20,16 +31,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Sequence
 
 from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import RedisError
 
 from tenure.backends.redis.keys import Keys
 from tenure.backends.redis.topology import Topology
+from tenure.backends.redis.transport import Command
 
 log = logging.getLogger("tenure.redis")
 
 MARGIN = 5.0  # seconds a pop may take beyond its BLPOP timeout before we give up on it
+IDLE_POLL = 60.0  # seconds: an idle worker's safety poll (Capabilities.idle_poll)
+UNREACHABLE_WAIT = 1.0  # seconds a wait whose pop failed waits, at most, before it returns
+HELD_BACK_POLL = 1.0  # seconds: a queue with jobs an idle worker did not claim is looked at again
 
 
 class Wakeups:
@@ -45,7 +62,11 @@ class Wakeups:
         """Block on the queues' signal lists (BLPOP) until a token or the timeout."""
         if not queues:
             return
-        lists = tuple(self.keys.signal(q) for q in dict.fromkeys(queues))
+        queues = list(dict.fromkeys(queues))
+        timeout = min(timeout, await self._due_in(queues))
+        if timeout <= 0:
+            return
+        lists = tuple(self.keys.signal(q) for q in queues)
         groups = [(key,) for key in lists] if self.topology.cluster else [lists]
         waits = [asyncio.ensure_future(self._pop(g).wait(g, timeout)) for g in groups]
         try:
@@ -53,6 +74,29 @@ class Wakeups:
         finally:
             for w in waits:
                 w.cancel()  # a pending pop outlives its wait: the next wait picks it up
+
+    async def _due_in(self, queues: Sequence[str]) -> float:
+        """Seconds until one of the queues may hold a claimable job no token
+        announces (see the module docstring); inf if none may, or on an error
+        (the wait then waits out its timeout, as on any error)."""
+        commands: list[Command] = [("TIME",)]
+        for q in queues:
+            prefix = self.keys.queue(q)
+            commands += [("ZRANGE", prefix + "scheduled", 0, 0, "WITHSCORES"),
+                         ("EXISTS", prefix + "ready")]  # fmt: skip
+        try:
+            now, *replies = await self.topology.transport.pipeline(commands)
+        except (RedisError, OSError):
+            return math.inf
+        if any(isinstance(r, Exception) for r in (now, *replies)):
+            return math.inf
+        due_in = math.inf
+        for head, queued in zip(replies[::2], replies[1::2], strict=True):
+            if head:
+                due_in = min(due_in, float(head[1]) - (int(now[0]) + int(now[1]) / 1e6))
+            if int(queued):
+                due_in = min(due_in, HELD_BACK_POLL)
+        return due_in
 
     def _pop(self, lists: tuple[str, ...]) -> BlockingPop:
         if lists not in self._pops:
@@ -84,7 +128,9 @@ class BlockingPop:
             if pop is not None and pop.done():
                 self._pop = None
                 if pop.cancelled() or pop.exception() is not None:
-                    await asyncio.sleep(left)  # Redis is unreachable: just wait
+                    # Redis is unreachable (or failing over): wait a little,
+                    # and let the claim that follows say how it is
+                    await asyncio.sleep(min(left, UNREACHABLE_WAIT))
                     return
                 if pop.result():
                     return

@@ -92,10 +92,19 @@ local function queue_job(p, id, from)
   ck.added(p, f[4], {-tonumber(f[3]), member})
 end
 
+-- Wake an idle worker when the queue's earliest scheduled job will now come
+-- due sooner than before (due is its run_at, before it is added): an idle
+-- worker waits until the earliest one it saw comes due (wakeup.py).
+local function signal_sooner(p, due)
+  local head = redis.call('ZRANGE', p .. 'scheduled', 0, 0, 'WITHSCORES')
+  if not head[2] or due < tonumber(head[2]) then signal(p, 1) end
+end
+
 -- -> scheduled, due at run_at (from active: leave_active took its rank).
 local function schedule_job(p, id, run_at, from)
   local jk = job_key(p, id)
   redis.call('HSET', jk, 'state', 'scheduled', 'run_at', num(run_at))
+  signal_sooner(p, run_at)
   redis.call('ZADD', p .. 'scheduled', run_at, id)
   set_state(p, id, redis.call('HGET', jk, 'seq'), from, 'scheduled')
 end

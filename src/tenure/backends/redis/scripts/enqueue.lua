@@ -144,6 +144,7 @@ if state == 'queued' then
   for k, pairs_of in pairs(by_key) do ck.added(p, k, pairs_of) end
 end
 
+if state == 'scheduled' and #by_due > 0 then signal_sooner(p, due) end
 local adds = {[state == 'queued' and 'ready' or 'scheduled'] = by_due, all = by_seq,
   ['state:' .. state] = by_seq}
 for set, t in pairs(adds) do

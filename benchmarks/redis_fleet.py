@@ -1,0 +1,199 @@
+"""A fleet of `tenure worker` processes on one Redis, measured from the server.
+
+    .venv/bin/python benchmarks/redis_fleet.py idle [--workers 1,10,50] [--window 30]
+    .venv/bin/python benchmarks/redis_fleet.py drain [--workers 1,4,16] [--jobs 20000] [--rounds 3]
+    .venv/bin/python benchmarks/redis_fleet.py wait [--jobs 5000] [--rounds 3]
+
+``idle``: N workers (thread pool, concurrency 1: the server's cost of a
+worker does not depend on its pool) drain 20 jobs each, then idle for
+``--settle`` seconds; over ``--window`` seconds: clients each holds
+(``CLIENT LIST``), commands a second each (``INFO commandstats``, the
+commands scripts run counted, this script's own left out), the server's CPU
+(``/proc``), and then the pickup latency of ten jobs enqueued a second apart
+(enqueue to claim, by Redis's clock).
+
+``drain`` (issue 40, part 7): 20,000 no-op jobs queued beforehand, drained by
+N default workers (``--burst``); the server's CPU per job and the drain rate
+(first to last completion), rounds alternating N.
+
+``wait``: the drain of one default worker against a primary with one
+replica, without and with ``?wait_replicas=1`` (rounds alternating): the
+cost of waiting for the replica.
+
+Each starts its own redis-server (``tests/servers.py``) on a random port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import redis  # noqa: E402
+from tests.servers import RedisServer  # noqa: E402
+
+from tenure import App, State  # noqa: E402
+
+OURS = {"cmdstat_info", "cmdstat_config|resetstat", "cmdstat_client|list"}
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def workers(url: str, queue: str, n: int, *args: str) -> Iterator[list[subprocess.Popen[bytes]]]:
+    env = {**os.environ, "TENURE_URL": url, "PYTHONPATH": str(HERE)}
+    command = [sys.executable, "-m", "tenure.cli", "worker", "fleet_tasks:app",
+               "--queue", queue, "--log-level", "error", *args]  # fmt: skip
+    procs = [subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+def wait(what: str, predicate: Callable[[], bool], timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def idle(server: RedisServer, n: int, settle: float, window: float) -> dict[str, float]:
+    admin = redis.Redis(port=server.port)
+    queue = f"fleet.{uuid.uuid4().hex[:8]}"
+    assert server.proc is not None
+    with App(server.url) as app, workers(server.url, queue, n, "--pool", "thread",
+                                         "--concurrency", "1"):  # fmt: skip
+        wait("the workers", lambda: len(app.call(app.backend.workers())) >= n)
+        app.enqueue_many("fleet.noop", [{}] * (20 * n), queue=queue)
+        wait("the drain", lambda: app.queue(queue).counts()[State.COMPLETED] == 20 * n)
+        app.close()  # the producer's own connection is no part of the fleet
+        time.sleep(settle)
+        clients = len(admin.client_list(_type="normal")) - 1
+        admin.config_resetstat()
+        cpu, began = cpu_seconds(server.proc.pid), time.monotonic()
+        time.sleep(window)
+        stats = admin.info("commandstats")
+        elapsed = time.monotonic() - began
+        cpu = (cpu_seconds(server.proc.pid) - cpu) / elapsed
+        calls = sum(v["calls"] for k, v in stats.items() if k not in OURS)
+        if os.environ.get("FLEET_DETAIL"):
+            print({k[8:]: round(v["calls"] / elapsed, 2) for k, v in stats.items()})
+        pickups = []
+        with App(server.url) as producer:
+            for _ in range(10):
+                time.sleep(1.0)
+                job = producer.enqueue("fleet.noop", {}, queue=queue)
+                wait("a pickup", lambda j=job: producer.get_job(j.id).state is State.COMPLETED)
+                done = producer.get_job(job.id)
+                pickups.append((done.history[0].started_at - done.created_at) * 1000)
+    return {
+        "clients per worker": clients / n,
+        "commands/s per worker": calls / elapsed / n,
+        "server CPU % of a core": cpu * 100,
+        "pickup p50 ms": statistics.median(pickups),
+    }
+
+
+def drain(server: RedisServer, url: str, n: int, jobs: int) -> dict[str, float]:
+    queue = f"fleet.{uuid.uuid4().hex[:8]}"
+    assert server.proc is not None
+    with App(url) as app:
+        for i in range(0, jobs, 10_000):
+            app.enqueue_many("fleet.noop", [{}] * min(10_000, jobs - i), queue=queue)
+        admin = redis.Redis(port=server.port)
+        admin.config_resetstat()
+        cpu = cpu_seconds(server.proc.pid)
+        first = last = None
+        with workers(url, queue, n, "--burst") as procs:
+            while any(p.poll() is None for p in procs):
+                done = app.queue(queue).counts()[State.COMPLETED]
+                now = time.monotonic()
+                if done and first is None:
+                    first = (now, done)
+                if done < jobs:
+                    last = (now, done)
+                time.sleep(0.05)
+        cpu = cpu_seconds(server.proc.pid) - cpu
+        assert app.queue(queue).counts()[State.COMPLETED] == jobs
+        app.queue(queue).delete()
+    assert first is not None and last is not None
+    rate = (last[1] - first[1]) / max(last[0] - first[0], 1e-3)
+    return {"server CPU ms per job": cpu / jobs * 1000, "drain jobs/s": rate}
+
+
+def report(title: str, results: dict[str, list[dict[str, float]]]) -> None:
+    print(f"\n{title}: median [range] of {len(next(iter(results.values())))} round(s)")
+    for n, rounds in results.items():
+        cells = []
+        for key in rounds[0]:
+            values = [r[key] for r in rounds]
+            cells.append(f"{key} {statistics.median(values):.3g} "
+                         f"[{min(values):.3g}-{max(values):.3g}]")  # fmt: skip
+        print(f"  {n}: " + "; ".join(cells))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("what", choices=["idle", "drain", "wait"])
+    parser.add_argument("--workers", default="")
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--settle", type=float, default=20.0)
+    parser.add_argument("--window", type=float, default=30.0)
+    args = parser.parse_args()
+    results: dict[str, list[dict[str, float]]] = {}
+    if args.what == "wait":
+        from tests.servers_sentinel import SentinelGroup
+
+        group = SentinelGroup()
+        server = RedisServer.__new__(RedisServer)  # the group's primary, as drain() reads it
+        server.port, server.proc = group.primary, group.procs[group.primary]
+        try:
+            for r in range(args.rounds):  # alternating, the order too
+                for query in ("", "?wait_replicas=1")[:: 1 if r % 2 == 0 else -1]:
+                    url = f"redis://127.0.0.1:{group.primary}/0{query}"
+                    results.setdefault(query or "async", []).append(
+                        drain(server, url, 1, args.jobs)
+                    )
+        finally:
+            group.close()
+        report("one worker against a primary and a replica", results)
+        return
+    server = RedisServer()
+    try:
+        ns = [int(n) for n in (args.workers or ("1,10,50" if args.what == "idle" else "1,4,16"))
+              .split(",")]  # fmt: skip
+        for _ in range(args.rounds):
+            for n in ns:
+                if args.what == "idle":
+                    figures = idle(server, n, args.settle, args.window)
+                else:
+                    figures = drain(server, server.url, n, args.jobs)
+                print(f"{n} workers: {figures}", flush=True)
+                results.setdefault(f"{n} workers", []).append(figures)
+    finally:
+        server.close()
+    report(args.what, results)
+
+
+if __name__ == "__main__":
+    main()
