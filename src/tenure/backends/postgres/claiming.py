@@ -78,8 +78,8 @@ class Claiming:
         *,
         skip_tasks: Collection[str] = (),
     ) -> tuple[set[LeaseRef], list[Job]]:
-        """One statement, one transaction (see queries.sql); a queue with a
-        fleet-wide limit is claimed from under its row's lock, taken first."""
+        """One statement, one transaction (queries.sql); a queue with a fleet-wide
+        limit or keys is claimed from under its row's lock, taken first."""
         limit = claim_limit(queues, limit)
         if not items and not limit:
             return set(), []
@@ -99,18 +99,12 @@ class Claiming:
             "keyed": text_array(keyed),
             "delivery": DEFAULTS.delivery, "lease_ttl": DEFAULTS.lease_ttl,
             "channel": self.db.channel}  # fmt: skip
-        name = "complete_and_claim_limited" if locked else "complete_and_claim"
-        if keyed:
-            name = "complete_and_claim_keyed"
-        params["skip"] = None
-        if skip_tasks and limit:
-            name += "_skipping"
-            params["skip"] = text_array(skip_tasks)
-        if releasing:
-            name += RELEASING
-        # One prepared statement, with a plan that knows its limit, per limit a
-        # worker uses (see queries.sql).
-        query = self.q.limited(name, limit)
+        skipping = bool(skip_tasks and limit)
+        params["skip"] = text_array(skip_tasks) if skipping else None
+        name = ("complete_and_claim_keyed" if keyed else "complete_and_claim_limited"
+                if locked else "complete_and_claim")  # fmt: skip
+        name += ("_skipping" if skipping else "") + (RELEASING if releasing else "")
+        query = self.q.limited(name, limit)  # prepared, with a plan for its limit
         if keyed:
             rows = await self._keyed_cycle_fetch(query, params, locked, limit)
         elif locked:
