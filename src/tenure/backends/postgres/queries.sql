@@ -1635,9 +1635,9 @@ greatest(0, least({limit},
         false AS keyed
  FROM candidates
  UNION ALL
- SELECT k.id, k.queue, k.priority, k.run_at, k.seq,
+ SELECT k.ctid, k.id, k.queue, k.priority, k.run_at, k.seq,
         row_number() OVER (PARTITION BY k.queue ORDER BY k.ord), true
- FROM (SELECT j.id, j.queue, j.priority, j.run_at, j.seq, p.ord
+ FROM (SELECT j.ctid, j.id, j.queue, j.priority, j.run_at, j.seq, p.ord
        FROM keyed_picks AS p JOIN {schema}.jobs AS j ON j.id = p.id
        WHERE j.state = 'queued'
        FOR UPDATE OF j SKIP LOCKED) AS k) AS c
