@@ -601,6 +601,31 @@ def test_a_worker_whose_liveness_connection_dropped__never_claims_under_that_ide
     assert len(b.claim("w-back", ["default"], 2)) == 2
 
 
+def test_concurrent_checks_of_a_dropped_liveness_connection__never_connect_it_again(
+    redis_url: str, open_backend: Callable[[str], Any], portal: Portal
+) -> None:
+    """Two checks of one worker's connection (the lease keeper's and a handler's
+    heartbeat) meet it dropped: the second must not connect it again (redis-py
+    connects a closed connection on its next command). Connected again, it was
+    then killed by its old id, which a restarted server had given another
+    client: another worker's liveness connection, its healthy attempts recorded
+    crashed."""
+    b = open_backend(redis_url)
+    register(b, "w-twice")
+    [victim] = [c for c in clients(redis_url) if c["name"].endswith("w-twice")]
+    admin(redis_url, "CLIENT", "KILL", "ID", victim["id"])
+
+    async def both() -> list[Any]:
+        checks = [b.inner.liveness.check("w-twice") for _ in range(2)]
+        return await asyncio.gather(*checks, return_exceptions=True)
+
+    outcomes = asyncio.run_coroutine_threadsafe(both(), portal.loop).result(30)
+    assert [type(o) for o in outcomes] == [LivenessLost, LivenessLost]
+    assert not [c for c in clients(redis_url) if c["name"].endswith("w-twice")]
+    held = b.inner.liveness.held.get("w-twice")
+    assert held is None
+
+
 def test_a_buried_worker__learns_it_from_its_heartbeat(
     redis_url: str, open_backend: Callable[[str], Any]
 ) -> None:

@@ -155,13 +155,17 @@ class Liveness:
         if held is None or held.conn is None:
             return
         async with held.lock:
-            try:
-                await held.conn.send_command("PING")
-                await held.conn.read_response()
-            except (redis_errors.RedisError, OSError) as exc:
-                failure: Exception | None = exc
+            failure: Exception | None = None
+            if not held.conn.is_connected:
+                # Dropped (by a check at the same time): a command would connect
+                # it again, and its name would tell sweepers a dead worker lives.
+                failure = redis_errors.ConnectionError("closed after it dropped")
             else:
-                failure = None
+                try:
+                    await held.conn.send_command("PING")
+                    await held.conn.read_response()
+                except (redis_errors.RedisError, OSError) as exc:
+                    failure = exc
         if failure is not None:
             await self.lost(worker_id, f"its liveness connection dropped ({failure})")
 
