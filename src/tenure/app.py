@@ -27,7 +27,7 @@ from collections.abc import (
 )
 from datetime import timedelta
 from functools import partial
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, Unpack, overload
 
 from tenure.backends.base import Backend, CallerTransactions, Page, Tick, WorkerInfo
 from tenure.backends.factory import check_shared, from_url, resolve_url
@@ -51,7 +51,7 @@ from tenure.hooks import Hooks
 from tenure.job import Job, JobSpec, id_prefix
 from tenure.queue import Queue
 from tenure.results import check_timeout, wait_result
-from tenure.task import Task
+from tenure.task import EnqueueOptions, Task
 
 __all__ = ["App", "Queue", "Task"]
 
@@ -190,6 +190,10 @@ class App:
     def _specs(
         self, task: str, args_list: Iterable[dict[str, Any] | None], options: dict[str, Any]
     ) -> list[JobSpec]:
+        names = EnqueueOptions.__optional_keys__
+        if unknown := sorted(set(options) - names):
+            raise InvalidInput(f"unknown option(s) {', '.join(unknown)}; known: "
+                               f"{', '.join(sorted(names))}")  # fmt: skip
         known = self.tasks.get(task)
         if known is not None:
             return known.specs(args_list, **options)
@@ -203,22 +207,16 @@ class App:
         task: str,
         args: dict[str, Any] | None = None,
         *,
-        queue: str | None = None,
-        delay: float | None = None,
-        run_at: float | None = None,
-        priority: int | None = None,
-        key: str | None = None,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
         conn: Any = None,
+        **options: Unpack[EnqueueOptions],
     ) -> Job:
-        """Enqueue one job of ``task`` (registered here or not) with ``args``.
+        """Enqueue one job of ``task`` (registered here or not) with ``args`` and
+        ``options`` (queue, delay, run_at, priority, key, max_attempts, timeout,
+        concurrency_key, debounce, unique_for: see ``Task.with_options``).
         With ``conn``, a connection of the caller's to this App's database (a
         psycopg ``Connection``, a ``sqlite3.Connection``), in its transaction:
         the job exists if and only if the caller commits."""
-        options = {"queue": queue, "delay": delay, "run_at": run_at, "priority": priority,
-                   "key": key, "max_attempts": max_attempts, "timeout": timeout}  # fmt: skip
-        [job] = self.store(self._specs(task, [args], options), conn)
+        [job] = self.store(self._specs(task, [args], dict(options)), conn)
         return job
 
     async def aenqueue(
@@ -226,20 +224,12 @@ class App:
         task: str,
         args: dict[str, Any] | None = None,
         *,
-        queue: str | None = None,
-        delay: float | None = None,
-        run_at: float | None = None,
-        priority: int | None = None,
-        key: str | None = None,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
         conn: Any = None,
+        **options: Unpack[EnqueueOptions],
     ) -> Job:
         """``enqueue`` on the running event loop; ``conn``: a psycopg
         ``AsyncConnection`` (or a ``sqlite3.Connection``)."""
-        options = {"queue": queue, "delay": delay, "run_at": run_at, "priority": priority,
-                   "key": key, "max_attempts": max_attempts, "timeout": timeout}  # fmt: skip
-        [job] = await self.astore(self._specs(task, [args], options), conn)
+        [job] = await self.astore(self._specs(task, [args], dict(options)), conn)
         return job
 
     def enqueue_many(

@@ -18,7 +18,7 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar
 
 from tenure.config import QueuePolicy
 from tenure.core.workflows import Step
@@ -35,6 +35,22 @@ R = TypeVar("R")
 OPTIONS = ("delay", "run_at", "priority", "key", "queue", "timeout", "max_attempts", "conn",
            "may_fail", "concurrency_key", "debounce", "unique_for")  # fmt: skip
 _PLAIN = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """A job's options, as ``App.enqueue`` takes them by name (see
+    ``Task.with_options``); None, or absent: the task's, else the queue's."""
+
+    queue: str | None
+    delay: float | None
+    run_at: float | None
+    priority: int | None
+    key: str | None
+    max_attempts: int | None
+    timeout: float | None
+    concurrency_key: str | None
+    debounce: float | None
+    unique_for: float | None
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,17 @@ def test_enqueue_by_name_without_the_handler(app):
     assert app.enqueue("elsewhere.task", {"n": 2}, queue="q1", key="k1").id == job.id
 
 
+def test_enqueue_by_name__takes_the_concurrency_options_and_refuses_unknown_ones(app):
+    job = app.enqueue("sync", {"n": 1}, concurrency_key="tenant-7", key="t7", debounce=30)
+    assert (job.concurrency_key, job.state) == ("tenant-7", State.SCHEDULED)
+    again = app.enqueue("sync", {"n": 2}, concurrency_key="tenant-7", key="t7", debounce=30)
+    assert again.id == job.id and app.get_job(job.id).args == {"n": 2}
+    with pytest.raises(InvalidInput, match="unknown option.*bogus"):
+        app.enqueue("sync", {}, bogus=1)  # type: ignore[call-arg]
+    with pytest.raises(InvalidInput, match="debounce needs a key"):
+        app.enqueue("sync", {}, debounce=1.0)
+
+
 def test_enqueue_many__returns_jobs_in_order(app):
     @app.task
     def t(i: int) -> None: ...
