@@ -66,7 +66,7 @@ def test_enqueue_by_name__takes_the_concurrency_options_and_refuses_unknown_ones
     assert (job.concurrency_key, job.state) == ("tenant-7", State.SCHEDULED)
     again = app.enqueue("sync", {"n": 2}, concurrency_key="tenant-7", key="t7", debounce=30)
     assert again.id == job.id and app.get_job(job.id).args == {"n": 2}
-    with pytest.raises(InvalidInput, match="unknown option.*bogus"):
+    with pytest.raises(InvalidInput, match=r"unknown option.*bogus"):
         app.enqueue("sync", {}, bogus=1)  # type: ignore[call-arg]
     with pytest.raises(InvalidInput, match="debounce needs a key"):
         app.enqueue("sync", {}, debounce=1.0)
