@@ -71,3 +71,19 @@ def test_a_workers_eight_threads__run_at_most_two_jobs_of_a_key_at_once(app: App
     assert drained.completed == 36
     assert set(most) == {"a", "b", "c"}
     assert max(most.values()) <= 2, most
+
+
+def test_one_burst_worker__drains_a_keyed_queue_without_stopping_early(app: App) -> None:
+    """A claim that comes back short in the cycle whose completions freed the
+    keys is no sign of empty queues (a burst worker stopped with jobs queued)."""
+    from tenure.config import WorkerConfig
+    from tenure.testing import _burst
+
+    @app.task(queue="keyed")
+    def noop(i: int) -> None: ...
+
+    app.queue("keyed").set_policy(max_active_per_key=1)
+    for key in "abcd":
+        noop.with_options(concurrency_key=key).enqueue_many([{"i": i} for i in range(50)])
+    _burst(app, WorkerConfig(queues=("keyed",), concurrency=4, pool="thread", burst=True))
+    assert app.queue("keyed").counts()[tenure.State.COMPLETED] == 200

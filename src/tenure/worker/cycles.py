@@ -178,11 +178,15 @@ class Cycles:
                           extra=attempt_fields(job, worker_id))  # fmt: skip
         for job in jobs:
             self.attempts.start(job)
-        if slots or batch.releases:
-            # Not dry after completing workflow steps: a step they released
-            # may be claimable only from the next cycle on (PostgreSQL's cycle
-            # is one statement, of one snapshot).
-            self._dry = len(jobs) < slots and not batch.releases
+        # Not dry after completing workflow steps: a step they released may be
+        # claimable only from the next cycle on (PostgreSQL's cycle is one
+        # statement, of one snapshot); nor after completing jobs of a keyed
+        # queue: the keys they freed may have counted as held in the same claim,
+        # or in none (a cycle that claimed nothing: a burst worker stopped with
+        # jobs queued).
+        freed = batch.releases or (bool(batch.items) and self.policies.keyed())
+        if slots or freed:
+            self._dry = len(jobs) < slots and not freed
         if jobs:  # the idle wait backs off from its shortest again only now
             self._idle_for = self.config.idle_poll_min
         self.wake.set()
