@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Callable
@@ -45,6 +46,29 @@ def enqueue_one(
     jobs: list[Job] = backend.enqueue([spec(task, args, **kw)])
     assert len(jobs) == 1
     return jobs[0]
+
+
+CLAIMERS = 6  # backends claiming at once, as many workers would
+
+
+def claimers(backend_url: str, open_backend: Callable[[str], Any]) -> list[tuple[Any, str]]:
+    """Backends on the same storage, each with a worker registered for queue q."""
+    found = []
+    for i in range(CLAIMERS):
+        b = open_backend(backend_url)
+        found.append((b, register(b, f"claimer-{i}", ("q",))))
+    return found
+
+
+def claim_at_once(portal: Any, claiming: list[tuple[Any, str]], limit: int) -> list[Any]:
+    """Every claimer claims up to ``limit`` jobs of q twice, all at the same time
+    (each on its own connection); the jobs they got."""
+
+    async def all_at_once() -> list[list[Any]]:
+        claims = [b.inner.claim(w, ["q"], limit) for b, w in claiming for _ in range(2)]
+        return await asyncio.gather(*claims)
+
+    return [job for jobs in portal.run(all_at_once()) for job in jobs]
 
 
 def register(backend: Any, worker_id: str, queues: tuple[str, ...] = ("default",)) -> str:

@@ -25,7 +25,6 @@ The contract, beyond what ``QueuePolicy`` and ``JobSpec`` say of their fields:
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
 import time
@@ -42,15 +41,15 @@ from tenure.core.workflows import Step, chain, compile_flow
 from tenure.errors import InvalidInput
 from tests.conformance.helpers import (
     SHORT_LEASE,
+    claim_at_once,
     claim_one,
+    claimers,
     decision_for,
     register,
     rescue_until,
     spec,
     wait_for,
 )
-
-CLAIMERS = 4
 
 
 def keyed(key: str | None, n: int, **kw: Any) -> list[Any]:
@@ -108,32 +107,16 @@ def test_bad_per_key_policy__is_refused_and_stores_nothing(
 # -- max_active_per_key -------------------------------------------------------
 
 
-def _claimers(backend_url: str, open_backend: Callable[[str], Any]) -> list[tuple[Any, str]]:
-    found = []
-    for i in range(CLAIMERS):
-        b = open_backend(backend_url)
-        found.append((b, register(b, f"claimer-{i}", ("q",))))
-    return found
-
-
-def _claim_at_once(portal: Any, claimers: list[tuple[Any, str]], limit: int) -> list[Any]:
-    async def all_at_once() -> list[list[Any]]:
-        claims = [b.inner.claim(w, ["q"], limit) for b, w in claimers for _ in range(2)]
-        return await asyncio.gather(*claims)
-
-    return [job for jobs in portal.run(all_at_once()) for job in jobs]
-
-
 def test_max_active_per_key__concurrent_claimers_never_hold_more_of_a_key(
     backend: Any, backend_url: str, open_backend: Callable[[str], Any], portal: Any
 ) -> None:
     backend.set_policy("q", QueuePolicy(max_active_per_key=2))
     backend.enqueue(keyed("a", 8) + keyed("b", 8) + keyed(None, 4))
-    claimers = _claimers(backend_url, open_backend)
+    fleet = claimers(backend_url, open_backend)
     held: list[Any] = []
     finished = 0
     while finished < 20:
-        held += _claim_at_once(portal, claimers, 3)
+        held += claim_at_once(portal, fleet, 3)
         counted = by_key(held)
         assert counted["a"] <= 2 and counted["b"] <= 2, counted
         assert active_by_key(backend) == Counter({k: n for k, n in counted.items() if n})

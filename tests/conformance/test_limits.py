@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -11,29 +10,7 @@ import pytest
 
 from tenure.config import QueuePolicy
 from tenure.core.states import State
-from tests.conformance.helpers import register, spec, wait_for
-
-CLAIMERS = 6  # backends claiming at once, as many workers would
-
-
-def _claimers(backend_url: str, open_backend: Callable[[str], Any]) -> list[tuple[Any, str]]:
-    """Backends on the same storage, each with a registered worker."""
-    found = []
-    for i in range(CLAIMERS):
-        b = open_backend(backend_url)
-        found.append((b, register(b, f"claimer-{i}", ("q",))))
-    return found
-
-
-def _claim_at_once(portal: Any, claimers: list[tuple[Any, str]], limit: int) -> list[Any]:
-    """Every claimer claims up to ``limit`` jobs of q, all at the same time
-    (each on its own connection); the jobs they got."""
-
-    async def all_at_once() -> list[list[Any]]:
-        claims = [b.inner.claim(w, ["q"], limit) for b, w in claimers for _ in range(2)]
-        return await asyncio.gather(*claims)
-
-    return [job for jobs in portal.run(all_at_once()) for job in jobs]
+from tests.conformance.helpers import claim_at_once, claimers, register, spec, wait_for
 
 
 def test_max_active__concurrent_claimers_never_hold_more_than_it(
@@ -41,11 +18,11 @@ def test_max_active__concurrent_claimers_never_hold_more_than_it(
 ) -> None:
     backend.set_policy("q", QueuePolicy(max_active=3))
     backend.enqueue([spec(queue="q") for _ in range(24)])
-    claimers = _claimers(backend_url, open_backend)
+    fleet = claimers(backend_url, open_backend)
     held: list[Any] = []
     finished = 0
     while finished < 24:
-        held += _claim_at_once(portal, claimers, 4)
+        held += claim_at_once(portal, fleet, 4)
         assert len(held) <= 3
         assert backend.counts("q")[State.ACTIVE] == len(held)
         job = held.pop(0)  # one finishes; its slot is free for the next round
@@ -78,9 +55,9 @@ def test_rate_limit__concurrent_claimers_start_only_the_bucket(
 ) -> None:
     backend.set_policy("q", QueuePolicy(rate_limit=5, rate_interval=3600.0))
     backend.enqueue([spec(queue="q") for _ in range(20)])
-    claimers = _claimers(backend_url, open_backend)
-    assert len(_claim_at_once(portal, claimers, 3)) == 5
-    assert _claim_at_once(portal, claimers, 3) == []  # a token comes back in 12 minutes
+    fleet = claimers(backend_url, open_backend)
+    assert len(claim_at_once(portal, fleet, 3)) == 5
+    assert claim_at_once(portal, fleet, 3) == []  # a token comes back in 12 minutes
 
 
 def test_rate_limit__the_bucket_refills_at_its_rate(backend: Any, worker: str) -> None:
