@@ -21,6 +21,8 @@ import time
 import uuid
 from pathlib import Path
 
+from tenure.chaos.lab import process_gone
+
 
 class ServerUnavailable(Exception):
     """The binaries are missing or the server would not start."""
@@ -52,15 +54,6 @@ def children(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(p) for p in text.split()]
-
-
-def process_gone(pid: int) -> bool:
-    """Whether ``pid`` has exited (a zombie nobody here reaps counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
 
 
 class PostgresServer:
