@@ -115,3 +115,37 @@ def test_a_worker_on_an_absolute_sqlite_url__does_not_warn(tmp_path: Path) -> No
     [started] = [line for line in stderr.splitlines() if " started on " in line]
     assert f"started on sqlite:///{tmp_path / 'jobs.db'}, queues" in started
     assert "WARNING" not in stderr, stderr  # the worker has exited: its log is complete
+
+
+VANISHING = """
+import sqlite3
+import tenure
+app = tenure.App({url!r})
+
+@app.task
+def vanishes() -> None:  # as a job does that was lost with a failed-over primary
+    with sqlite3.connect({path!r}) as db:
+        db.execute("DELETE FROM jobs WHERE id = ?", (tenure.current_job().id,))
+    raise ValueError("settled by a fail, which finds no job")
+"""
+
+
+def test_a_job_gone_from_storage_while_it_ran__is_said_in_one_line_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "gone.db"
+    url = f"sqlite:///{path}"
+    (tmp_path / "vanishing_tasks.py").write_text(VANISHING.format(url=url, path=str(path)))
+    with App(url) as app:
+        job = app.enqueue("vanishes")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("TENURE_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "tenure.cli", "worker", "vanishing_tasks:app", "--burst",
+         "--pool", "thread"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    about = [line for line in done.stderr.splitlines() if job.id in line]
+    assert any("WARNING" in line and "no longer in storage" in line for line in about), done.stderr
+    assert "Traceback" not in done.stderr

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import click
 import orjson
 
 from tenure.app import App
+from tenure.backends.checks import LIST_LIMIT
 from tenure.backends.factory import resolve_url
 from tenure.config import DEFAULT_MAX_PAYLOAD, DEFAULT_URL
 from tenure.errors import InvalidInput
@@ -131,3 +133,18 @@ def parse_value(raw: str) -> Any:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def limit_option(help: str = "Page size.") -> Callable[[F], F]:
+    """``--limit/-n``: at most this many rows, 50 unless told."""
+    return click.option(
+        "--limit",
+        "-n",
+        type=click.IntRange(1, LIST_LIMIT),
+        default=50,
+        show_default=True,
+        help=help,
+    )

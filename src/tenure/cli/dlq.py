@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import click
 
 from tenure.app import App
-from tenure.cli.common import CliError, json_option, open_app
+from tenure.cli.common import CliError, json_option, limit_option, open_app
 from tenure.cli.jobs import list_jobs
 from tenure.cli.output import print_job, print_json
 from tenure.core.states import State
@@ -23,14 +23,7 @@ def dlq() -> None:
 
 @dlq.command("list")
 @click.option("--queue", "-q", help=QUEUE_HELP)
-@click.option(
-    "--limit",
-    "-n",
-    type=click.IntRange(1, 10_000),
-    default=50,
-    show_default=True,
-    help="Page size.",
-)
+@limit_option()
 @click.option("--after", metavar="CURSOR", help="The next cursor a previous page printed.")
 @json_option
 def list_(queue: str | None, limit: int, after: str | None, as_json: bool) -> None:

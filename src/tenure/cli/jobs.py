@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tenure.cli.common import CliError, cli_state, json_object, json_option, open_app
+from tenure.cli.common import CliError, cli_state, json_object, json_option, limit_option, open_app
 from tenure.cli.output import (
     counts_table,
     print_job,
@@ -22,7 +22,6 @@ from tenure.formats import job_dict
 from tenure.job import Job
 
 STATES = click.Choice([s.value for s in State])
-LIMIT = click.IntRange(1, 10_000)
 
 
 @click.command()
@@ -124,7 +123,7 @@ def status(as_json: bool) -> None:
 @click.command()
 @click.option("--queue", "-q", help="Only this queue (default: every queue).")
 @click.option("--state", "-s", type=STATES, help="Only jobs in this state.")
-@click.option("--limit", "-n", type=LIMIT, default=50, show_default=True, help="Page size.")
+@limit_option()
 @click.option("--after", metavar="CURSOR", help="The next cursor a previous page printed.")
 @json_option
 def jobs(

@@ -8,7 +8,7 @@ import time
 
 import click
 
-from tenure.cli.common import CliError, json_option, open_app
+from tenure.cli.common import CliError, json_option, limit_option, open_app
 from tenure.cli.output import keys_table, print_json, print_policy, show, workers_table
 from tenure.config import QueuePolicy
 from tenure.errors import TenureError
@@ -74,14 +74,7 @@ def delete(queue: str, yes: bool) -> None:
 
 @queue.command()
 @QUEUE
-@click.option(
-    "--limit",
-    "-n",
-    type=click.IntRange(1, 10_000),
-    default=50,
-    show_default=True,
-    help="At most this many keys, the busiest first.",
-)
+@limit_option("At most this many keys, the busiest first.")
 @json_option
 def keys(queue: str, limit: int, as_json: bool) -> None:
     """List QUEUE's concurrency keys with queued or active jobs, the busiest

@@ -28,7 +28,7 @@ from tenure.backends.base import LeaseRef
 from tenure.config import QueuePolicy
 from tenure.core.retry import Decision
 from tenure.core.states import State
-from tenure.errors import BackendUnavailable, LeaseLost, StorageLost, TenureError
+from tenure.errors import BackendUnavailable, JobNotFound, LeaseLost, StorageLost, TenureError
 from tenure.job import Job
 from tenure.worker.attempt import Attempt, Stage
 from tenure.worker.executors.base import AttemptResult, Cancelled, Returned, Settled
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("tenure.worker")
 
 SETTLE_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 5.0, 5.0)
+# A job deleted while it ran, or gone with a primary that failed over before it
+# replicated the job: nothing is left to settle, and no traceback would help.
+GONE = "job %s: no longer in storage; attempt %d is not recorded"
 NOT_BEGUN = Cancelled("it had not begun")  # claimed ahead, cancelled before a slot freed
 
 
@@ -210,6 +213,8 @@ class Attempts:
                           extra=attempt_fields(job))  # fmt: skip
         elif isinstance(error, LeaseLost):
             log.warning("job %s: %s", job.id, error, extra=attempt_fields(job))
+        elif isinstance(error, JobNotFound):
+            log.warning(GONE, job.id, job.attempts, extra=attempt_fields(job))
         elif not isinstance(error, StorageLost):  # that one is said once, by the cycle
             log.error("job %s: could not settle attempt %d", job.id, job.attempts, exc_info=error,
                       extra=attempt_fields(job))  # fmt: skip
@@ -222,6 +227,8 @@ class Attempts:
             await self._settle(attempt, result)
         except LeaseLost as exc:
             log.warning("job %s: %s", job.id, exc)
+        except JobNotFound:
+            log.warning(GONE, job.id, job.attempts)
         except Exception:
             log.exception("job %s: could not settle attempt %d", job.id, job.attempts)
         finally:
@@ -262,7 +269,7 @@ class Attempts:
             await self.backend.release(job.id, job.fence)
             log.info("job %s: handed back (claimed, not begun)", job.id,
                      extra=attempt_fields(job))  # fmt: skip
-        except LeaseLost:
+        except (LeaseLost, JobNotFound):
             pass
         except Exception:
             log.exception("job %s: could not hand it back; its lease will expire", job.id)
