@@ -112,6 +112,8 @@ def test_asynchronous_replication__a_failover_loses_what_the_standby_lacked(tmp_
     # What the standby lacked is lost: the measure sees it (else it could not fail).
     assert lost.lost_enqueues and lost.lost_completions, report.table()
     assert_only_the_lag_lost(report)
+    # A claim the standby lacked is made again there under a fence of its own.
+    assert report.reused_fences == [] and report.stale_settles == [], report.table()
     assert_resumed(report)
 
 
@@ -129,6 +131,7 @@ def test_failovers_one_after_another(synchronous, lag, tmp_path, capsys):
         assert_nothing_acknowledged_lost(report)
     else:
         assert_only_the_lag_lost(report)
+        assert report.reused_fences == [] and report.stale_settles == [], report.table()
     assert_resumed(report)
 
 

@@ -210,8 +210,15 @@ SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[]
 -- vacuum, each cycle (a bitmap scan never marks an entry dead). A claim
 -- updates the row version it locked by its ctid, without a second descent of
 -- the primary key (a version another transaction wrote after this statement's
--- snapshot is not seen: that job stays for another claim).
-WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+-- snapshot is not seen: that job stays for another claim). A claim's fence is
+-- above every fence of earlier timelines: a standby promoted before it received
+-- a claim must not hand the same fence to a second attempt (the first may still
+-- run and present it downstream); the WAL's timeline counts promotions.
+WITH clock AS (
+    SELECT extract(epoch FROM now())::float8 AS now,
+           (('x' || left(pg_walfile_name(pg_current_wal_insert_lsn()), 8))::bit(32)::bigint - 1)
+               << 32 AS fences_from
+),
 input AS (
     SELECT * FROM unnest(%(ids)s::text[], %(fences)s::bigint[], %(results)s::text[])
         AS t(id, fence, result)
@@ -253,7 +260,7 @@ picked AS (
 ),
 claimed AS (
     UPDATE {schema}.jobs AS j
-    SET state = 'active', fence = j.fence + 1, attempts = j.attempts + 1,
+    SET state = 'active', fence = greatest(j.fence + 1, clock.fences_from + 1), attempts = j.attempts + 1,
         worker = %(worker)s, lease_ttl = picked.ttl,
         lease_expires_at = clock.now + picked.ttl, progress = NULL, started_at = clock.now
     FROM picked, clock
