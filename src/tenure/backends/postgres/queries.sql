@@ -846,16 +846,38 @@ WHERE id = %(id)s AND state IN ('active', 'completed') AND started_at IS NOT NUL
 ORDER BY fence
 
 -- name: list_jobs
--- Newest first. The indexes by insertion leave active jobs out (migration
--- 5): those are read apart, through jobs_lease. The part the state asked for
--- cannot hold never runs (a one-time filter; folded away where the listing is
--- planned for its values: finished states, see PostgresBackend.list).
+-- Newest first, each part through its own index (no index by insertion holds
+-- every job: a claim and a completion would each write an entry into it).
+-- Jobs not started, through jobs_seq; finished ones through jobs_queue_state,
+-- each queue's and state's newest first, merged (migration 20: 3 index probes
+-- a queue); active ones through jobs_lease (migration 5). A part the state
+-- asked for cannot hold never runs (a one-time filter).
 SELECT * FROM (
     (SELECT seq, {job_columns}, {flow_columns} FROM {schema}.jobs
-     WHERE %(state)s::text IS DISTINCT FROM 'active' AND state <> 'active'
+     WHERE coalesce(%(state)s::text, 'queued') IN ('scheduled', 'queued', 'waiting')
+       AND state IN ('scheduled', 'queued', 'waiting')
        AND (%(queue)s::text IS NULL OR queue = %(queue)s)
        AND (%(state)s::text IS NULL OR state = %(state)s)
        AND (%(after)s::bigint IS NULL OR seq < %(after)s)
+     ORDER BY seq DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT seq, {job_columns}, {flow_columns} FROM {schema}.jobs
+     WHERE coalesce(%(state)s::text, 'dead') IN ('completed', 'cancelled', 'dead')
+       AND ctid = ANY(ARRAY(
+           SELECT f.ctid FROM {schema}.queues AS q
+           CROSS JOIN unnest(ARRAY['completed', 'cancelled', 'dead']) AS s(finished)
+           CROSS JOIN LATERAL (
+               SELECT ctid, seq FROM {schema}.jobs
+               WHERE queue = q.name AND state = s.finished
+                 AND state IN ('completed', 'cancelled', 'dead')
+                 AND (%(after)s::bigint IS NULL OR seq < %(after)s)
+               ORDER BY seq DESC
+               LIMIT %(limit)s) AS f
+           WHERE (%(queue)s::text IS NULL OR q.name = %(queue)s)
+             AND (%(state)s::text IS NULL OR s.finished = %(state)s)
+           ORDER BY f.seq DESC
+           LIMIT %(limit)s))
      ORDER BY seq DESC
      LIMIT %(limit)s)
     UNION ALL
