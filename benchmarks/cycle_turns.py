@@ -5,12 +5,14 @@ last claim, claim the next), taken in turns; each database's CPU is the
 ``/proc`` ticks of its backends.
 
     python benchmarks/cycle_turns.py --base /tmp/base/src [--jobs 30000]
-        [--batch 37] [--rounds 3]
+        [--batch 37] [--rounds 3] [--ddl SQL]
 
 ``--base`` is a directory holding another tree's ``tenure`` package (an
 export: ``git archive REV src``); only its ``queries.sql`` and its
 statements' composition are taken, every other part of the client is this
-tree's, so the figure is the statements' alone. Cycles in turns see the same
+tree's, so the figure is the statements' alone. ``--ddl`` is run on this
+tree's database once its schema is made (``{schema}`` for the schema): a
+change of indexes or tables, measured before it is a migration. Cycles in turns see the same
 moments of a shared machine: a tree against itself gives 0.98-1.00 at a
 load average of 15-25 (a tick of /proc is 10 ms: 1-2% of a round), where
 drains one after the other vary by 2x. The default
@@ -37,9 +39,10 @@ from tenure.backends.base import WorkerInfo
 from tenure.backends.postgres import statements
 from tenure.backends.postgres.backend import PostgresBackend
 from tenure.job import JobSpec
+from tenure.worker.identity import new_worker_id
 
 TICK = os.sysconf("SC_CLK_TCK")
-WORKER = "turns"
+WORKER = new_worker_id()  # as long as a real one: events carry it
 
 
 def base_templates(src: Path) -> dict[str, str]:
@@ -59,15 +62,20 @@ def ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-async def filled(server: PostgresServer, jobs: int, templates: Any) -> tuple[PostgresBackend, str]:
+async def filled(
+    server: PostgresServer, jobs: int, templates: Any, ddl: str | None = None
+) -> tuple[PostgresBackend, str]:
     """A backend on a new database of ``jobs`` queued jobs, and the database's
-    name; its cycles run ``templates`` (None: this tree's)."""
+    name; its cycles run ``templates`` (None: this tree's), on its schema
+    changed by ``ddl``."""
     url = server.new_database()
     backend = PostgresBackend.from_url(url)
     if templates is not None:
         identifiers = {"schema": "tenure", "channel": "tenure.tenure"}
         backend.parts.claiming.q = statements.Statements(identifiers, templates)
     await backend.open()
+    if ddl:
+        server.psql(ddl.replace("{schema}", "tenure"), url.rsplit("/", 1)[1])
     await backend.register_worker(WorkerInfo(WORKER, "host", 0, ()))
     for first in range(0, jobs, 1000):
         batch = range(first, min(first + 1000, jobs))
@@ -77,7 +85,7 @@ async def filled(server: PostgresServer, jobs: int, templates: Any) -> tuple[Pos
 
 async def one_round(server: PostgresServer, args: Any, templates: Any) -> dict[str, float]:
     made = {"base": await filled(server, args.jobs, templates),
-            "this": await filled(server, args.jobs, None)}  # fmt: skip
+            "this": await filled(server, args.jobs, None, args.ddl)}  # fmt: skip
     sides = {side: backend for side, (backend, _) in made.items()}
     items: dict[str, list[tuple[str, int, bytes]]] = {k: [] for k in sides}
     done = dict.fromkeys(sides, 0)
@@ -114,6 +122,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=30000)
     parser.add_argument("--batch", type=int, default=37)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ddl", help="SQL run on this tree's database before it fills")
     args = parser.parse_args()
     templates = base_templates(args.base)
     server = PostgresServer()

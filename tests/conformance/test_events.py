@@ -140,6 +140,13 @@ def test_a_large_batch__records_each_job_enqueued_in_order_with_its_task_and_sta
         found = [(e.job_id, e.kind, e.data) for e in events(backend, queue)]
         assert found == [(j.id, "enqueued", {"task": j.task, "state": str(j.state)})
                          for j in jobs if j.queue == queue]  # fmt: skip
+    # One queue's jobs of one task and state (PostgreSQL stores their data once),
+    # and a queue with events off: none.
+    backend.change_policy("off", {"events": False})
+    alike = backend.enqueue([spec("c", queue=q) for q in ["q3"] * 150 + ["off"] * 150])
+    found = [(e.job_id, e.kind, e.data) for e in events(backend, "q3")]
+    assert found == [(j.id, "enqueued", {"task": "c", "state": "queued"}) for j in alike[:150]]
+    assert events(backend, "off") == []
 
 
 def test_release_cancel_retry_and_purge__record_their_events(backend: Any, worker: str) -> None:

@@ -451,6 +451,50 @@ def test_the_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, portal
         portal.run(b.close())
 
 
+def _on_one_connection(pg_url, portal, work):
+    """``work(backend)``'s result, on a backend of one connection (one cache of
+    prepared statements), within a minute."""
+    import asyncio
+
+    b = PostgresBackend.from_url(pg_url + "?pool_size=1")
+    portal.run(b.open())
+    try:
+        return portal.run(asyncio.wait_for(work(b), 60))
+    finally:
+        portal.run(b.close())
+
+
+def test_a_listing_reads_finished_jobs_through_their_queues_index(pg_url, portal):
+    """jobs_seq leaves finished jobs out (a completion writes no entry into it):
+    the listings, across queues and states too, read them through
+    jobs_queue_state, each queue's and state's newest first, generic plans."""
+
+    async def plans(b):
+        async with b.db.conn() as conn:
+            await conn.execute(
+                "INSERT INTO tenure.queues (name) VALUES ('a'), ('b');"
+                "INSERT INTO tenure.jobs (id, queue, task, args, state, run_at, created_at,"
+                " finished_at) SELECT md5(g::text), CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END,"
+                " 't', '{}', CASE WHEN g % 3 = 0 THEN 'queued' ELSE 'completed' END, g, 0, g"
+                " FROM generate_series(1, 20000) AS g;"
+                "ANALYZE tenure.jobs"
+            )
+            out = {}
+            for state in (None, "completed"):
+                params = {"queue": None, "state": state, "after": None, "limit": 51}
+                cur = await conn.execute(b"EXPLAIN " + b.q["list_jobs"], params)
+                out[state] = "\n".join(r[0] for r in await cur.fetchall())
+        return out, await b.list(limit=5)
+
+    found, page = _on_one_connection(pg_url, portal, plans)
+    for state, plan in found.items():
+        assert "Seq Scan on jobs" not in plan, plan
+        assert "jobs_queue_state" in plan, (state, plan)
+    assert [j.state for j in page.jobs] == [State.COMPLETED, State.COMPLETED, State.QUEUED,
+                                            State.COMPLETED, State.COMPLETED]  # fmt: skip
+    assert [j.queue for j in page.jobs] == ["a", "b", "a", "b", "a"]
+
+
 def test_every_statement__is_short_enough_for_psycopgs_cache_of_conversions():
     """psycopg converts a statement of more than 4 KiB again at every execution
     (the cycle's, with its comments, cost a seventh of a draining worker)."""

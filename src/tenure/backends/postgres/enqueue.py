@@ -153,10 +153,7 @@ class Enqueue:
                     await copy.write(_copy_rows(chunk, made))
                     jobs += made
             await self.db.notify(conn, {j.queue for j in jobs if j.state is State.QUEUED})
-            await conn.execute(q["record_enqueued"], {
-                "ids": [j.id for j in jobs], "queues": [j.queue for j in jobs],
-                "tasks": [j.task for j in jobs], "states": [j.state.value for j in jobs],
-            })  # fmt: skip
+            await conn.execute(q["record_enqueued"], _enqueued_rows(jobs))
         return jobs
 
     def _holders(self, specs: Sequence[JobSpec]) -> Steps[dict[tuple[str, str | None], Job]]:
@@ -179,6 +176,21 @@ class Enqueue:
             rows = yield self.q["find_by_ids"], {"ids": ids}
             found |= {j.id: j for j in map(step_from_row, rows)}
         return found
+
+
+def _enqueued_rows(jobs: Sequence[Job]) -> dict[str, str]:
+    """The parameters of record_enqueued: per queue, its jobs' ids and their
+    events' data, once for all when they share it (a batch usually does)."""
+    by_queue: dict[str, list[Job]] = {}
+    for j in jobs:
+        by_queue.setdefault(j.queue, []).append(j)
+    data = []
+    for run in by_queue.values():
+        each = [{"task": j.task, "state": j.state.value} for j in run]
+        data.append(orjson.dumps({"all": each[0]} if each.count(each[0]) == len(each) else each))
+    ids = [orjson.dumps([j.id for j in run]).decode() for run in by_queue.values()]
+    return {"queues": text_array(by_queue), "jobs": text_array(ids),
+            "data": text_array(d.decode() for d in data)}  # fmt: skip
 
 
 def _copy_rows(specs: Sequence[JobSpec], jobs: Sequence[Job]) -> bytes:

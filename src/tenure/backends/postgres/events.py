@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import orjson
 
@@ -54,6 +55,20 @@ def parse_event_id(after: str | None) -> Cursor:
                 and int(xid) < 2**64 and int(n) <= MAX_ID and int(k) <= MAX_ID):  # fmt: skip
             return xid, int(n), int(k)
     raise InvalidInput(f"bad event id {shown(after)}: pass back an event's id")
+
+
+def row_data(data: Any, n: int) -> list[Any]:
+    """The data of each of a row's ``n`` events, stored as a list (one per
+    event), as none (NULL), or in the shared form ``{"all": {...}, "each":
+    {field: [one per event]}}``: every event has the fields of "all" (a
+    batch's enqueued events, built once by the client; a cycle's started
+    events, one worker) and its own of "each" (each started job's attempt)."""
+    if not isinstance(data, dict):
+        return data or [None] * n
+    shared, each = data["all"], data.get("each")
+    if not each:
+        return [shared] * n
+    return [shared | {f: values[k] for f, values in each.items()} for k in range(n)]
 
 
 class EventReader:
@@ -110,12 +125,12 @@ class EventReader:
         for x, i, q, kind, jobs, at, data, _ in rows:
             if x is None:
                 continue
-            each = orjson.loads(data) if data else None
-            for k, job_id in enumerate(orjson.loads(jobs)):
+            ids = orjson.loads(jobs)
+            each = row_data(orjson.loads(data) if data else None, len(ids))
+            for k, job_id in enumerate(ids):
                 if (x, i) == (xid, n) and k <= skip:
                     continue
-                found = each[k] if each else None
-                events.append(Event(f"{x}-{i}.{k}", kind, job_id, q, at, found or {}))
+                events.append(Event(f"{x}-{i}.{k}", kind, job_id, q, at, each[k] or {}))
                 if len(events) == limit:
                     return events, False
         return events, bool(rows and rows[0][-1])

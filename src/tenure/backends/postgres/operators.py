@@ -28,7 +28,7 @@ from tenure.config import QueuePolicy
 from tenure.core.events import RetriedBy
 from tenure.core.limits import KeyCount
 from tenure.core.names import check_job_id, check_job_ids, check_name
-from tenure.core.states import TERMINAL, DeadReason, State
+from tenure.core.states import DeadReason, State
 from tenure.core.workflows import WorkflowState
 from tenure.errors import JobNotFound
 from tenure.job import Job
@@ -121,18 +121,7 @@ class Operators:
         params = {"queue": queue, "state": None if state is None else state.value,
                   "after": None if after is None else cursor_seq(after),
                   "limit": limit + 1}  # fmt: skip
-        if state in TERMINAL:
-            # Planned for its values, to read jobs_queue_state: its generic plan
-            # (the session forces generic plans, even for a statement sent
-            # unprepared: see database._configure) walks every job newer than
-            # the page. Not for the other states: with statistics that have not
-            # seen a backlog, a custom plan sorted a queue's 200,000 queued jobs.
-            async with self.db.tx() as conn:
-                await conn.execute(b"SET LOCAL plan_cache_mode = force_custom_plan")
-                cur = await conn.execute(self.q["list_jobs"], params, prepare=False)
-                rows = await cur.fetchall()
-        else:
-            rows = await self.db.rows("list_jobs", params)
+        rows = await self.db.rows("list_jobs", params)
         jobs = [step_from_row(r[1:]) for r in rows[:limit]]
         return Page(jobs, str(rows[limit - 1][0]) if len(rows) > limit else None)
 
