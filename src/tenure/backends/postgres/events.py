@@ -59,16 +59,11 @@ def parse_event_id(after: str | None) -> Cursor:
 
 def row_data(data: Any, n: int) -> list[Any]:
     """The data of each of a row's ``n`` events, stored as a list (one per
-    event), as none (NULL), or in the shared form ``{"all": {...}, "each":
-    {field: [one per event]}}``: every event has the fields of "all" (a
-    batch's enqueued events, built once by the client; a cycle's started
-    events, one worker) and its own of "each" (each started job's attempt)."""
-    if not isinstance(data, dict):
-        return data or [None] * n
-    shared, each = data["all"], data.get("each")
-    if not each:
-        return [shared] * n
-    return [shared | {f: values[k] for f, values in each.items()} for k in range(n)]
+    event), as none (NULL), or in the shared form ``{"all": {...}}``: every
+    event has that data (a batch's enqueued events, built once by the client)."""
+    if isinstance(data, dict):
+        return [data["all"]] * n
+    return data or [None] * n
 
 
 class EventReader:

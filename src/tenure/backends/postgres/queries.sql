@@ -123,26 +123,14 @@ SELECT queue FROM done
 -- json_agg(... ORDER BY ord) sorted each row's events again, twice.
 recorded AS (
     INSERT INTO {schema}.events (queue, kind, jobs, data)
-    SELECT r.queue, r.kind, json_agg(r.job_id), {event_data}
+    SELECT r.queue, r.kind, json_agg(r.job_id),
+           CASE WHEN bool_or(r.data IS NOT NULL) THEN json_agg(r.data) END
     FROM (SELECT * FROM recorded_input ORDER BY queue, kind, ord) AS r
     GROUP BY r.queue, r.kind
     HAVING coalesce((SELECT q.events FROM {schema}.queues AS q WHERE q.name = r.queue), true)
     ORDER BY min(r.ord)
     RETURNING 1
 )
-
--- name: event_data
--- (A part of record_events.) A row's data: each event's, or none.
-CASE WHEN bool_or(r.data IS NOT NULL) THEN json_agg(r.data) END
-
--- name: started_data
--- (A part of the cycles' record_events, for event_data.) A row of started
--- events in the shared form (events.py): the worker once, each job's attempt
--- (its data, a number). An object per job was 3% of the cycle's server CPU.
-CASE WHEN r.kind = 'started'
-     THEN json_build_object('all', json_build_object('worker', %(worker)s::text),
-                            'each', json_build_object('attempt', json_agg(r.data)))
-     WHEN bool_or(r.data IS NOT NULL) THEN json_agg(r.data) END
 
 -- name: advance_tick
 -- A schedule's last tick moves to %(tick)s (with its job's id) only forward:
@@ -294,7 +282,7 @@ freed AS (  -- a queue with max_active has room again, or got a released step: i
 recorded_input AS (
     SELECT queue, 'completed' AS kind, id AS job_id, {flow_data} AS data, 0 AS ord FROM done
     UNION ALL
-    SELECT queue, 'started', id, to_json(attempts), rank
+    SELECT queue, 'started', id, json_build_object('attempt', attempts, 'worker', worker), rank
     FROM claimed
     UNION ALL
     {flow_events}

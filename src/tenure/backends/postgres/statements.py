@@ -61,10 +61,7 @@ _PLAIN = {"flow_release": "no_release", "flow_queues": "no_queues",
           "flow_events": "no_events", "flow_data": "no_data"}  # fmt: skip
 RELEASING = "_releasing"
 COMPOSED = {
-    name + suffix + releasing: (
-        "cycle",
-        {**binds, "skip": skip, **plain, "event_data": "started_data"},
-    )
+    name + suffix + releasing: ("cycle", {**binds, "skip": skip, **plain})
     for name, binds in _CYCLES.items()
     for suffix, skip in (("", "no_skip"), ("_skipping", "skip"))
     for releasing, plain in (("", _PLAIN), (RELEASING, {}))
