@@ -31,7 +31,7 @@ from tenure.backends.factory import from_url
 from tenure.config import WorkerConfig
 from tenure.core.urls import redacted
 from tenure.core.workflows import Flow, compile_flow
-from tenure.errors import BackendUnavailable, InvalidInput, TenureError
+from tenure.errors import BackendUnavailable, InvalidInput, ServerFull, TenureError
 from tenure.flows import values_of
 from tenure.job import Job
 from tenure.loader import path_of
@@ -198,7 +198,9 @@ class Supervisor:
 
     async def _patiently(self, step: Callable[[], Awaitable[None]], what: str) -> None:
         """A step of the start, retried while storage does not answer, for up to
-        START_PATIENCE seconds (said once, as any storage fault)."""
+        START_PATIENCE seconds, and for as long as a full server refuses a
+        connection: the worker starts when one frees (said once, as any
+        storage fault; the backend gave back what it held)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_PATIENCE
         while True:
@@ -206,7 +208,9 @@ class Supervisor:
                 await step()
             except BackendUnavailable as exc:
                 pause = self.faults.failed(what, exc)
-                if loop.time() + pause >= deadline:
+                if isinstance(exc, ServerFull):
+                    deadline = loop.time() + START_PATIENCE
+                elif loop.time() + pause >= deadline:
                     raise
                 await asyncio.sleep(pause)
             else:
@@ -279,6 +283,7 @@ class Supervisor:
         info = WorkerInfo(self.worker_id, socket.gethostname(), os.getpid(), self.config.queues)
         await self.backend.register_worker(info)
         self.identity.registered.set()
+        self.wake.set()  # the cycle loop waits for nothing else to claim again
 
     async def _deregister(self) -> None:
         try:

@@ -25,7 +25,7 @@ from tenure.backends.postgres.database import Database
 from tenure.backends.postgres.session import Session
 from tenure.core.names import check_name
 from tenure.core.urls import one_line
-from tenure.errors import LivenessLost
+from tenure.errors import LivenessLost, ServerFull
 
 
 class Workers:
@@ -41,7 +41,10 @@ class Workers:
         try:  # the lock before the row: a registered worker always has its lock
             await self.liveness.hold(info.id, lock_no)
         except psycopg.OperationalError as exc:
-            raise self.db.unavailable("cannot open the liveness connection", exc) from exc
+            error = self.db.unavailable("cannot open the liveness connection", exc)
+            if isinstance(error, ServerFull):  # the caller waits: holding nothing
+                await self.db.opened().shed()
+            raise error from exc
         async with self.db.tx() as conn:
             await conn.execute(self.db.q["register_worker"], {
                 "id": info.id, "lock_no": lock_no, "hostname": info.hostname, "pid": info.pid,

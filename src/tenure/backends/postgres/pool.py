@@ -95,12 +95,16 @@ class Pool:
         while len(self._idle) > 1 and self._idle[0][1] < now - IDLE_KEPT:  # the oldest
             await self._discard(self._idle.popleft()[0])
 
+    async def shed(self) -> None:
+        """Close the idle connections: the server has none to spare."""
+        while self._idle:
+            await self._discard(self._idle.pop()[0])
+
     async def close(self) -> None:
         """Close the idle connections; those in use close when given back, and
         callers waiting for one fail."""
         self._closed = True
-        while self._idle:
-            await self._discard(self._idle.pop()[0])
+        await self.shed()
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
