@@ -11,12 +11,14 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tenure.chaos.lab import Lab
+from tenure.core import waiting
 from tests.conftest import server_or_skip
 from tests.servers import PostgresServer
 
@@ -70,6 +72,7 @@ def small_server() -> Iterator[PostgresServer]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_more_workers_than_the_server_admits__they_run_in_turn_none_exits(small_server):
     """10 connections, 6 workers of 2 each and the lab's own: some wait,
     saying so once, holding nothing, and start as the others stop."""
@@ -79,10 +82,18 @@ def test_more_workers_than_the_server_admits__they_run_in_turn_none_exits(small_
         workers = [lab.worker("--pool", "thread", "--log-level", "warning") for _ in range(6)]
         lab.wait("every job done", lambda: all(
             lab.job(j.id).state.value == "completed" for j in jobs), 90)  # fmt: skip
+        logs = lab.logs.glob
         refused = lab.wait("a worker to say it was refused", lambda: [
-            p for p in lab.logs.glob("worker-*.log") if "too many clients" in p.read_text()])  # fmt: skip
+            p for p in logs("worker-*.log") if "too many clients" in p.read_text()])  # fmt: skip
         said = [line for p in refused for line in p.read_text().splitlines() if "clients" in line]
         assert all(len(p.read_text().splitlines()) < 10 for p in refused), said  # said once
+        pids = {w.pid for w in workers}
+        found = lab.wait("tenure health to see a waiting worker", lambda: [
+            r for pid, r in waiting.waiting().items() if pid in pids])  # fmt: skip
+        assert "too many clients" in found[0]
+        probe = [sys.executable, "-m", "tenure.cli", "--url", url, "health", "--host", "none"]
+        health = subprocess.run(probe, check=False, capture_output=True, text=True)
+        assert "wait for a connection" in health.stderr or "too many" in health.stderr, health
         started = set()
         while len(started) < len(workers):  # stop those that run: the others start
             running = lab.wait("a worker running", lambda: [

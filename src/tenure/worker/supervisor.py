@@ -29,6 +29,7 @@ from tenure.app import App
 from tenure.backends.base import Backend, WorkerInfo
 from tenure.backends.factory import from_url
 from tenure.config import WorkerConfig
+from tenure.core import waiting
 from tenure.core.urls import redacted
 from tenure.core.workflows import Flow, compile_flow
 from tenure.errors import BackendUnavailable, InvalidInput, ServerFull, TenureError
@@ -210,11 +211,14 @@ class Supervisor:
                 pause = self.faults.failed(what, exc)
                 if isinstance(exc, ServerFull):
                     deadline = loop.time() + START_PATIENCE
+                    waiting.mark(f"{what}: {exc}")  # for tenure health
                 elif loop.time() + pause >= deadline:
+                    waiting.clear()
                     raise
                 await asyncio.sleep(pause)
             else:
                 self.faults.succeeded(what)
+                waiting.clear()
                 return
 
     async def _register_at_start(self) -> None:

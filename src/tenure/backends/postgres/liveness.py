@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Collection
 from typing import Any
 
@@ -27,6 +28,11 @@ from tenure.core.names import check_name
 from tenure.core.urls import one_line
 from tenure.errors import LivenessLost, ServerFull
 
+# Seconds an idle worker's heartbeat (no lease held) may go without a round
+# trip: its liveness session's socket tells a goodbye at once (seems_lost); the
+# round trip proves it against a silent loss, and marks the worker seen.
+IDLE_PROOF = 5.0
+
 
 class Workers:
     """Registered workers: each one's row, and its lock held by ``liveness``."""
@@ -34,6 +40,7 @@ class Workers:
     def __init__(self, db: Database, liveness: Liveness) -> None:
         self.db = db
         self.liveness = liveness
+        self._proven: dict[str, float] = {}  # worker id -> when its session last answered
 
     async def register(self, info: WorkerInfo) -> None:
         check_name("worker", info.id)
@@ -54,6 +61,7 @@ class Workers:
         async with self.db.tx() as conn:
             await conn.execute(self.db.q["deregister_worker"], {"id": worker_id})
         await self.liveness.release(worker_id)
+        self._proven.pop(worker_id, None)
 
     async def workers(self) -> list[WorkerInfo]:
         return [
@@ -65,8 +73,14 @@ class Workers:
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
         """One statement, on the worker's liveness session when it has one: its
-        answer is also the proof that the session lives (one transaction)."""
+        answer is also the proof that the session lives (one transaction). A
+        worker that holds no lease, proven within IDLE_PROOF, is answered from
+        its session's socket (``seems_lost``), without a round trip."""
         held = list(leases)
+        now = time.monotonic()
+        recent = now - self._proven.get(worker_id, -IDLE_PROOF) < IDLE_PROOF
+        if not held and recent and not self.liveness.seems_lost(worker_id):
+            return Renewal(frozenset(), frozenset())
         params = {"worker": worker_id, "ids": [i for i, _ in held], "fences": [f for _, f in held]}
         try:
             rows = await self.liveness.prove(worker_id, self.db.q["heartbeat"], params)
@@ -74,6 +88,8 @@ class Workers:
             raise self.db.unavailable("PostgreSQL is unavailable", exc) from exc
         if rows is None:  # not registered here
             rows = await self.db.rows("heartbeat", params)
+        else:
+            self._proven[worker_id] = now
         lost = set(held) - {(i, f) for i, f, _ in rows}
         return Renewal(frozenset(lost), frozenset((i, f) for i, f, cancel in rows if cancel))
 
