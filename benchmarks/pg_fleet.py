@@ -25,7 +25,7 @@ import time
 import uuid
 from collections import Counter
 
-from redis_fleet import cpu_seconds, report, wait, workers
+from redis_fleet import cpu_seconds, pickups, report, wait, workers
 from tests.servers import PostgresServer, children
 
 from tenure import App, State
@@ -76,20 +76,13 @@ def idle(server: PostgresServer, n: int, settle: float, window: float) -> dict[s
         tx = transactions(server, database) - tx - OUR_QUERIES
         elapsed = time.monotonic() - began
         cpu = (server_cpu(server) - cpu) / elapsed
-        pickups = []
-        with App(url) as producer:
-            for _ in range(10):
-                time.sleep(1.0)
-                job = producer.enqueue("fleet.noop", {}, queue=queue)
-                wait("a pickup", lambda j=job: producer.get_job(j.id).state is State.COMPLETED)
-                done = producer.get_job(job.id)
-                pickups.append((done.history[0].started_at - done.created_at) * 1000)
+        picked = pickups(url, queue)
     print(f"  connections by application_name: {dict(held)}")
     return {
         "connections per worker": sum(held.values()) / n,
         "transactions/s per worker": tx / elapsed / n,
         "server CPU % of a core": cpu * 100,
-        "pickup p50 ms": statistics.median(pickups),
+        "pickup p50 ms": statistics.median(picked),
     }
 
 
