@@ -129,8 +129,9 @@ class PostgresBackend(DerivedVerbs):
     def from_url(cls, url: str) -> PostgresBackend:
         """A backend (not open yet) for ``postgresql://user[:password]@host[:port]/db``.
         tenure's options: ``schema`` (default ``tenure``), ``max_payload`` (bytes
-        of JSON), ``pool_size`` (connections); libpq's (``sslmode``,
-        ``connect_timeout``, default 5 s…) go to libpq, which must know them."""
+        of JSON), ``pool_size`` (the work pool's connections, default 2);
+        libpq's (``sslmode``, ``connect_timeout``, default 5 s…) go to libpq,
+        which must know them."""
         options = parse(url)
         return cls(
             options.conninfo,

@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 from psycopg.errors import Diagnostic
-from psycopg.pq import ConnStatus
+from psycopg.pq import ConnStatus, TransactionStatus
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -78,13 +78,15 @@ class Session:
 
     async def execute(self, query: str | bytes, params: Any = None) -> list[Any]:
         """The rows of one statement on the session; psycopg's error if it fails
-        (the session is then lost if its connection broke)."""
+        (the session is then lost unless the connection is as before: closed,
+        or left inside a statement by a cancellation, it holds locks no more
+        or in a state nobody knows)."""
         async with self._turn() as conn:
             try:
                 cur = await conn.execute(query, params)
                 return await cur.fetchall() if cur.description else []
-            except psycopg.Error:
-                if conn.closed:  # broken: what was not closed cleanly
+            except BaseException:
+                if conn.closed or conn.pgconn.transaction_status != TransactionStatus.IDLE:
                     self._set_lost()
                 raise
 
