@@ -77,10 +77,10 @@ class Session:
         self.on_gap()  # nothing sent before this LISTEN was heard
 
     async def execute(self, query: str | bytes, params: Any = None) -> list[Any]:
-        """The rows of one statement on the session; psycopg's error if it fails
-        (the session is then lost unless the connection is as before: closed,
-        or left inside a statement by a cancellation, it holds locks no more
-        or in a state nobody knows)."""
+        """The rows of one statement on the session; psycopg's error if it fails.
+        The session is then lost unless its connection is idle again (the
+        statement's own error): closed, or left inside the statement by a
+        cancellation, nobody knows which locks it holds."""
         async with self._turn() as conn:
             try:
                 cur = await conn.execute(query, params)
