@@ -76,6 +76,20 @@ def wait(what: str, predicate: Callable[[], bool], timeout: float = 600.0) -> No
         time.sleep(0.05)
 
 
+def pickups(url: str, queue: str) -> list[float]:
+    """Milliseconds from enqueue to start of ten jobs enqueued a second apart
+    (storage's clock), for idle workers of ``queue``."""
+    found = []
+    with App(url) as producer:
+        for _ in range(10):
+            time.sleep(1.0)
+            job = producer.enqueue("fleet.noop", {}, queue=queue)
+            wait("a pickup", lambda j=job: producer.get_job(j.id).state is State.COMPLETED)
+            done = producer.get_job(job.id)
+            found.append((done.history[0].started_at - done.created_at) * 1000)
+    return found
+
+
 def idle(server: RedisServer, n: int, settle: float, window: float) -> dict[str, float]:
     admin = redis.Redis(port=server.port)
     queue = f"fleet.{uuid.uuid4().hex[:8]}"
@@ -97,19 +111,12 @@ def idle(server: RedisServer, n: int, settle: float, window: float) -> dict[str,
         calls = sum(v["calls"] for k, v in stats.items() if k not in OURS)
         if os.environ.get("FLEET_DETAIL"):
             print({k[8:]: round(v["calls"] / elapsed, 2) for k, v in stats.items()})
-        pickups = []
-        with App(server.url) as producer:
-            for _ in range(10):
-                time.sleep(1.0)
-                job = producer.enqueue("fleet.noop", {}, queue=queue)
-                wait("a pickup", lambda j=job: producer.get_job(j.id).state is State.COMPLETED)
-                done = producer.get_job(job.id)
-                pickups.append((done.history[0].started_at - done.created_at) * 1000)
+        picked = pickups(server.url, queue)
     return {
         "clients per worker": clients / n,
         "commands/s per worker": calls / elapsed / n,
         "server CPU % of a core": cpu * 100,
-        "pickup p50 ms": statistics.median(pickups),
+        "pickup p50 ms": statistics.median(picked),
     }
 
 

@@ -62,9 +62,14 @@ class PostgresServer:
     clients reach it at the first of them, ``host``."""
 
     def __init__(
-        self, *, listen: tuple[str, ...] = ("127.0.0.1",), port: int | None = None
+        self,
+        *,
+        listen: tuple[str, ...] = ("127.0.0.1",),
+        port: int | None = None,
+        max_connections: int = 300,
     ) -> None:
         self.listen = listen
+        self.max_connections = max_connections
         self.host = listen[0]
         pg_ctl = postgres_bin("pg_ctl")
         if not postgres_bin("initdb") or not pg_ctl:
@@ -101,7 +106,7 @@ class PostgresServer:
     def start(self) -> None:
         options = " ".join([
             f"-p {self.port} -k {self.root} -c listen_addresses={','.join(self.listen)}",
-            "-c fsync=off -c full_page_writes=off -c max_connections=300",
+            f"-c fsync=off -c full_page_writes=off -c max_connections={self.max_connections}",
         ])  # fmt: skip
         self._run([self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-o", options,
                    "-w", "-t", "60", "start"])  # fmt: skip

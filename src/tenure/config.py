@@ -153,7 +153,10 @@ class QueuePolicy:
     at most half of ``lease_ttl``, so that one late heartbeat loses nothing."""
     sweep_interval: float = 1.0
     """How often the fleet sweeps (one sweep per interval across all workers):
-    the longest a dead worker's jobs wait to be recovered."""
+    the longest a dead worker's jobs wait to be recovered (on PostgreSQL, if
+    the dead worker was the one sweeping, the others take over at random
+    times, about four tries per interval across the fleet: a quarter of an
+    interval more, on average)."""
     max_attempts: int = 3
     """Attempts a job may make before it is dead; a failed one retries after a
     backoff."""

@@ -29,6 +29,7 @@ __all__ = [
     "LeaseLost",
     "LivenessLost",
     "Retry",
+    "ServerFull",
     "StorageLost",
     "TenureError",
 ]
@@ -104,6 +105,12 @@ class LeaseLost(TenureError):
 
 class BackendUnavailable(TenureError):
     """Storage cannot be reached, opened or written."""
+
+
+class ServerFull(BackendUnavailable):
+    """The storage server refused a connection: it has all it admits
+    (PostgreSQL's ``max_connections``). A starting worker gives back what it
+    holds and waits for one to free, however long, rather than exit."""
 
 
 class LivenessLost(BackendUnavailable):

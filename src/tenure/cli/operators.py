@@ -11,6 +11,7 @@ import click
 from tenure.cli.common import CliError, json_option, limit_option, open_app
 from tenure.cli.output import keys_table, print_json, print_policy, show, workers_table
 from tenure.config import QueuePolicy
+from tenure.core import waiting
 from tenure.errors import TenureError
 from tenure.formats import keys_dict
 
@@ -121,13 +122,13 @@ def health(storage_only: bool, max_age: float | None, host: str | None) -> None:
     try:
         found = app.workers()
     except TenureError as exc:
-        raise CliError(f"unhealthy: storage does not answer: {exc}") from None
+        raise CliError(f"unhealthy: storage does not answer: {exc}{_waiting()}") from None
     if storage_only:
         click.echo("healthy: storage answers")
         return
     here = [w for w in found if w.hostname == host]
     if not here:
-        raise CliError(f"unhealthy: no worker registered on host {host!r}")
+        raise CliError(f"unhealthy: no worker registered on host {host!r}{_waiting()}")
     alive = [w for w in here if w.alive]
     if not alive:
         raise CliError(
@@ -154,3 +155,13 @@ def health(storage_only: bool, max_age: float | None, host: str | None) -> None:
         f"healthy: {len(alive)} worker(s) alive on {host}, last heartbeat "
         f"{max(min(fresh), 0):.1f} s ago"
     )
+
+
+def _waiting() -> str:
+    """What this host's workers that wait for a storage connection say (each
+    keeps a file while it waits: ``tenure.core.waiting``)."""
+    found = waiting.waiting()
+    if not found:
+        return ""
+    pid, reason = min(found.items())
+    return f"; {len(found)} worker(s) here wait for a connection (pid {pid}: {reason})"

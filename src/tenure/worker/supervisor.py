@@ -29,9 +29,10 @@ from tenure.app import App
 from tenure.backends.base import Backend, WorkerInfo
 from tenure.backends.factory import from_url
 from tenure.config import WorkerConfig
+from tenure.core import waiting
 from tenure.core.urls import redacted
 from tenure.core.workflows import Flow, compile_flow
-from tenure.errors import BackendUnavailable, InvalidInput, TenureError
+from tenure.errors import BackendUnavailable, InvalidInput, ServerFull, TenureError
 from tenure.flows import values_of
 from tenure.job import Job
 from tenure.loader import path_of
@@ -198,7 +199,9 @@ class Supervisor:
 
     async def _patiently(self, step: Callable[[], Awaitable[None]], what: str) -> None:
         """A step of the start, retried while storage does not answer, for up to
-        START_PATIENCE seconds (said once, as any storage fault)."""
+        START_PATIENCE seconds, and for as long as a full server refuses a
+        connection: the worker starts when one frees (said once, as any
+        storage fault; the backend gave back what it held)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_PATIENCE
         while True:
@@ -206,11 +209,16 @@ class Supervisor:
                 await step()
             except BackendUnavailable as exc:
                 pause = self.faults.failed(what, exc)
-                if loop.time() + pause >= deadline:
+                if isinstance(exc, ServerFull):
+                    deadline = loop.time() + START_PATIENCE
+                    waiting.mark(f"{what}: {exc}")  # for tenure health
+                elif loop.time() + pause >= deadline:
+                    waiting.clear()
                     raise
                 await asyncio.sleep(pause)
             else:
                 self.faults.succeeded(what)
+                waiting.clear()
                 return
 
     async def _register_at_start(self) -> None:
@@ -279,6 +287,7 @@ class Supervisor:
         info = WorkerInfo(self.worker_id, socket.gethostname(), os.getpid(), self.config.queues)
         await self.backend.register_worker(info)
         self.identity.registered.set()
+        self.wake.set()  # the cycle loop waits for nothing else to claim again
 
     async def _deregister(self) -> None:
         try:

@@ -76,12 +76,13 @@ class Sweeper:
 
     def _wait_after(self, report: RescueReport) -> float:
         """After a sweep, an interval; after one the guard refused, until one is
-        allowed: if the fleet's last sweep was a worker's that died then, its
-        jobs are recovered within an interval of it (waiting a whole interval
-        from a refusal took up to twice that)."""
+        allowed (``retry_in``, which a backend may spread over its fleet): if
+        the fleet's last sweep was a worker's that died then, its jobs are
+        recovered soon after the interval (waiting a whole interval from a
+        refusal took up to twice that)."""
         wait = self.interval
         if not report.swept:
-            wait = min(wait, report.retry_in + RETRY_PAST_GUARD)
+            wait = report.retry_in + RETRY_PAST_GUARD
         self._due = time.monotonic() + wait
         return wait
 

@@ -4,7 +4,8 @@ A connection pool (psycopg 3) serves the verbs; each verb is one transaction,
 most of them one statement. Claims take rows with ``FOR UPDATE SKIP LOCKED``;
 every settle is fence-checked in SQL; rescue is guarded fleet-wide by
 ``pg_try_advisory_xact_lock``. Liveness is a session advisory lock per worker
-(see ``liveness.py``); idle workers are woken by LISTEN/NOTIFY (``wakeup.py``).
+(see ``liveness.py``); idle workers are woken by LISTEN/NOTIFY (``wakeup.py``),
+on the same session (``session.py``).
 
 This class is the protocol's verbs, each handed to the part that does its
 work (``Parts``, as on Redis). It opens and migrates the database, and closes
@@ -39,8 +40,9 @@ from tenure.backends.postgres.flows import Flows
 from tenure.backends.postgres.liveness import Liveness, Workers
 from tenure.backends.postgres.operators import Operators
 from tenure.backends.postgres.rescue import Rescue
+from tenure.backends.postgres.session import Session
 from tenure.backends.postgres.url import POOL_SIZE, check_schema, parse
-from tenure.backends.postgres.wakeup import Wakeups
+from tenure.backends.postgres.wakeup import HELD_BACK_POLL, IDLE_POLL, Wakeups
 from tenure.backends.postgres.within import CallerTransactions, HandlerTransactions
 from tenure.backends.sqlfile import latest_version, load_migrations
 from tenure.config import DEFAULT_MAX_PAYLOAD, QueuePolicy
@@ -92,8 +94,10 @@ class Parts:
 class PostgresBackend(DerivedVerbs):
     """Jobs in PostgreSQL, under their own schema (default ``tenure``)."""
 
-    # Fuller cycles cost its server less CPU per job (docs/design.md).
-    capabilities = Capabilities(remote=True, costly_cycles=True)
+    # Fuller cycles cost its server less CPU per job (docs/design.md). Idle
+    # workers are woken by NOTIFY, due scheduled jobs by the sweep's: the
+    # safety poll is long (wait_for_jobs returns sooner for limited queues).
+    capabilities = Capabilities(remote=True, costly_cycles=True, idle_poll=IDLE_POLL)
 
     def __init__(
         self,
@@ -112,8 +116,12 @@ class PostgresBackend(DerivedVerbs):
         self.db = db = Database(conninfo, schema)
         self.namespace = db.namespace
         self.q = db.q
-        self.liveness = Liveness(conninfo, db.namespace)
-        self.wakeups = Wakeups(conninfo, db.q["listen"])
+        # The liveness session (its locks and LISTEN) and the pool are two parts,
+        # each with its conninfo.
+        self.wakeups = Wakeups()
+        session = Session(conninfo, db.q["listen"], self.wakeups.signal, self.wakeups.gap)
+        self.liveness = Liveness(session, db.namespace)
+        self.wakeups.listen = self.liveness.listen
         self.parts = Parts.of(db, self.liveness, pool_size=pool_size, max_payload=max_payload)
         self.callers = self.parts.callers
 
@@ -121,8 +129,9 @@ class PostgresBackend(DerivedVerbs):
     def from_url(cls, url: str) -> PostgresBackend:
         """A backend (not open yet) for ``postgresql://user[:password]@host[:port]/db``.
         tenure's options: ``schema`` (default ``tenure``), ``max_payload`` (bytes
-        of JSON), ``pool_size`` (connections); libpq's (``sslmode``,
-        ``connect_timeout``, default 5 s…) go to libpq, which must know them."""
+        of JSON), ``pool_size`` (the work pool's connections, default 2);
+        libpq's (``sslmode``, ``connect_timeout``, default 5 s…) go to libpq,
+        which must know them."""
         options = parse(url)
         return cls(
             options.conninfo,
@@ -166,7 +175,6 @@ class PostgresBackend(DerivedVerbs):
 
     async def close(self) -> None:
         self.parts.effects.close()
-        await self.wakeups.close()
         await self.liveness.close()
         await self.parts.claiming.close()
         await self.db.close()
@@ -200,6 +208,8 @@ class PostgresBackend(DerivedVerbs):
         return await self.parts.flows.get_many(job_ids)
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+        if self.parts.claiming.held_back(queues):  # room comes back without a NOTIFY
+            timeout = min(timeout, HELD_BACK_POLL)
         await self.wakeups.wait(queues, timeout)
 
     # -- lease holders -----------------------------------------------------

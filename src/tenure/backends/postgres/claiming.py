@@ -54,14 +54,18 @@ class Claiming:
         self._limited: set[str] = set()  # queues whose last claim found a fleet-wide limit
         self._keyed: set[str] = set()  # of those, the ones with keys (QueuePolicy.keyed)
         # Connections kept out of the pool for the cycle (see _cycle_fetch), at
-        # most HELD_FOR_CYCLES and never more than a third of the pool.
+        # most HELD_FOR_CYCLES, and one at least left in it for other calls.
         self._held: list[psycopg.AsyncConnection[Any]] = []
-        self._hold_at_most = min(HELD_FOR_CYCLES, (pool_size - 1) // 2)
+        self._hold_at_most = min(HELD_FOR_CYCLES, pool_size - 1)
         # The jobs claimed here that are no workflow's step, until they end: a
         # cycle that completes only such jobs leaves out the parts that release
         # steps (queries.sql, no_release). A job not known here (claimed by
         # another process, or forgotten at PLAIN_KEPT) completes as a step would.
         self._plain: set[str] = set()
+
+    def held_back(self, queues: Sequence[str]) -> bool:
+        """Whether the last claim of one of ``queues`` found a fleet-wide limit."""
+        return not self._limited.isdisjoint(queues)
 
     async def close(self) -> None:
         """Give the connections held for cycles back to the pool (before it closes)."""
@@ -132,7 +136,9 @@ class Claiming:
     async def _cycle_fetch(self, query: bytes, params: dict[str, Any]) -> list[Any]:
         """The rows of the cycle's statement, on a connection held out of the
         pool between cycles: taking one from the pool and giving it back cost
-        more than the statement's own client side. A held connection the server
+        more than the statement's own client side. A cycle that found nothing
+        to do gives it back: an idle worker holds none out of its pool (which
+        keeps one idle connection). A held connection the server
         hung up on, one that failed, or one whose call was cancelled goes back
         to the pool, which disposes of it."""
         pool = self.db.opened()
@@ -156,7 +162,7 @@ class Claiming:
             if isinstance(exc, UNREACHABLE):
                 raise self.db.unavailable("PostgreSQL is unavailable", exc) from exc
             raise
-        if len(self._held) < self._hold_at_most:
+        if rows and len(self._held) < self._hold_at_most:  # a dry cycle: idle
             self._held.append(conn)
         else:
             await pool.putconn(conn)

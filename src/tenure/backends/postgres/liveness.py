@@ -1,11 +1,12 @@
 """Workers on PostgreSQL: their registration, heartbeats and proof of life.
 
 Each registered worker holds the session advisory lock ``(namespace,
-lock_no)`` on a connection of its own (``Liveness``). PostgreSQL drops the lock
-the moment that session ends (the process died, the connection was cut or
-terminated), and ``pg_locks`` shows the sweeper of any other worker that it is
-gone. Every heartbeat checks the connection, so a worker whose connection
-dropped learns it at once and re-registers under a new identity. ``Workers``
+lock_no)`` on its backend's liveness session (``Liveness``, ``session.py``).
+PostgreSQL drops the lock the moment that session ends (the process died, the
+connection was cut or terminated), and ``pg_locks`` shows the sweeper of any
+other worker that it is gone. Every heartbeat runs on that session, so a
+worker whose connection dropped learns it at once and re-registers under a
+new identity. ``Workers``
 is the protocol's verbs on them: register, deregister, list, heartbeat.
 """
 
@@ -13,16 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Collection
+from typing import Any
 
 import orjson
 import psycopg
 
 from tenure.backends.base import LeaseRef, Renewal, WorkerInfo
 from tenure.backends.postgres.database import Database
-from tenure.backends.postgres.pool import hung_up
+from tenure.backends.postgres.session import Session
 from tenure.core.names import check_name
-from tenure.errors import LivenessLost
+from tenure.core.urls import one_line
+from tenure.errors import LivenessLost, ServerFull
+
+# Seconds an idle worker's heartbeat (no lease held) may go without a round
+# trip: its liveness session's socket tells a goodbye at once (seems_lost); the
+# round trip proves it against a silent loss, and marks the worker seen.
+IDLE_PROOF = 5.0
 
 
 class Workers:
@@ -31,6 +40,7 @@ class Workers:
     def __init__(self, db: Database, liveness: Liveness) -> None:
         self.db = db
         self.liveness = liveness
+        self._proven: dict[str, float] = {}  # worker id -> when its session last answered
 
     async def register(self, info: WorkerInfo) -> None:
         check_name("worker", info.id)
@@ -38,7 +48,10 @@ class Workers:
         try:  # the lock before the row: a registered worker always has its lock
             await self.liveness.hold(info.id, lock_no)
         except psycopg.OperationalError as exc:
-            raise self.db.unavailable("cannot open the liveness connection", exc) from exc
+            error = self.db.unavailable("cannot open the liveness connection", exc)
+            if isinstance(error, ServerFull):  # the caller waits: holding nothing
+                await self.db.opened().shed()
+            raise error from exc
         async with self.db.tx() as conn:
             await conn.execute(self.db.q["register_worker"], {
                 "id": info.id, "lock_no": lock_no, "hostname": info.hostname, "pid": info.pid,
@@ -48,6 +61,7 @@ class Workers:
         async with self.db.tx() as conn:
             await conn.execute(self.db.q["deregister_worker"], {"id": worker_id})
         await self.liveness.release(worker_id)
+        self._proven.pop(worker_id, None)
 
     async def workers(self) -> list[WorkerInfo]:
         return [
@@ -58,64 +72,88 @@ class Workers:
         ]
 
     async def heartbeat(self, worker_id: str, leases: Collection[LeaseRef]) -> Renewal:
-        await self.liveness.check(worker_id)
+        """One statement, on the worker's liveness session when it has one: its
+        answer is also the proof that the session lives (one transaction). A
+        worker that holds no lease, proven within IDLE_PROOF, is answered from
+        its session's socket (``seems_lost``), without a round trip."""
         held = list(leases)
+        now = time.monotonic()
+        recent = now - self._proven.get(worker_id, -IDLE_PROOF) < IDLE_PROOF
+        if not held and recent and not self.liveness.seems_lost(worker_id):
+            return Renewal(frozenset(), frozenset())
         params = {"worker": worker_id, "ids": [i for i, _ in held], "fences": [f for _, f in held]}
-        rows = await self.db.rows("heartbeat", params)
+        try:
+            rows = await self.liveness.prove(worker_id, self.db.q["heartbeat"], params)
+        except psycopg.Error as exc:
+            raise self.db.unavailable("PostgreSQL is unavailable", exc) from exc
+        if rows is None:  # not registered here
+            rows = await self.db.rows("heartbeat", params)
+        else:
+            self._proven[worker_id] = now
         lost = set(held) - {(i, f) for i, f, _ in rows}
         return Renewal(frozenset(lost), frozenset((i, f) for i, f, cancel in rows if cancel))
 
 
 class Liveness:
-    """The advisory locks of the workers registered through this backend, on one session."""
+    """The advisory locks of the workers registered through this backend, on
+    its liveness session (``session.py``), which also listens for wake-ups."""
 
-    def __init__(self, conninfo: str, namespace: int) -> None:
-        self.conninfo = conninfo
+    def __init__(self, session: Session, namespace: int) -> None:
+        self.session = session
         self.namespace = namespace
-        self._conn: psycopg.AsyncConnection[tuple[object, ...]] | None = None
         self._locks: dict[str, int] = {}  # worker id -> lock_no
         self._retired: set[str] = set()  # ids this backend held and no longer does
-        self._lost = False
         self._lock = asyncio.Lock()
 
     async def hold(self, worker_id: str, lock_no: int) -> None:
-        """Take the worker's lock, on the liveness connection, until release or close."""
+        """Take the worker's lock, on the session, until release or close; a
+        session lost is made again first, and the ids it held are retired."""
         async with self._lock:
-            if self._conn is None or self._conn.closed or self._lost or hung_up(self._conn):
+            if self.session.gone():
                 await self._reconnect()
-            assert self._conn is not None
-            await self._conn.execute("SELECT pg_advisory_lock(%s, %s)", (self.namespace, lock_no))
+            await self.session.execute("SELECT pg_advisory_lock(%s, %s)", (self.namespace, lock_no))
             self._locks[worker_id] = lock_no
 
     async def _reconnect(self) -> None:
-        if self._conn is not None:
-            await self._conn.close()
-        self._conn = await psycopg.AsyncConnection.connect(
-            self.conninfo, autocommit=True, application_name="tenure-liveness"
-        )
         self._retired.update(self._locks)
         self._locks.clear()
-        self._lost = False
+        await self.session.connect()
 
-    async def check(self, worker_id: str) -> None:
-        """Raise LivenessLost unless ``worker_id``'s lock is still held by a live session."""
-        if worker_id not in self._locks:
-            return  # not registered here: nothing to prove
+    async def listen(self) -> bool:
+        """Whether the session listens for wake-ups, made if there is none and
+        it would hold no worker's lock: a worker whose session was lost
+        registers again, which makes the new one, and until then claims
+        nothing."""
+        if not self.session.gone():
+            return True
+        if self._locks:
+            return False
         async with self._lock:
-            try:
-                assert self._conn is not None
-                # A goodbye already here is taken as such, without a query: while
-                # the query is out, seems_lost cannot poll, and claims would go on
-                # under this identity until its answer.
-                if hung_up(self._conn):
-                    raise psycopg.OperationalError("the server closed the connection")
-                await self._conn.execute("SELECT 1")
-            except (psycopg.Error, AssertionError) as exc:
-                self._lost = True
-                raise LivenessLost(
-                    f"the liveness connection of worker {worker_id} dropped ({exc}); "
-                    "its leases may be recovered by others at any moment"
-                ) from exc
+            if self.session.gone() and not self._locks:
+                with contextlib.suppress(psycopg.Error):
+                    await self._reconnect()
+        return not self.session.gone()
+
+    async def prove(self, worker_id: str, query: bytes, params: dict[str, Any]) -> list[Any] | None:
+        """The rows of ``query`` run on the session of ``worker_id``'s lock, which
+        its answer proves alive; LivenessLost if that session is gone; None if
+        the worker is not registered here (nothing to prove)."""
+        if worker_id not in self._locks:
+            return None
+        try:
+            # A goodbye already here is taken as such, without a query: while
+            # the query is out, seems_lost cannot read the socket, and claims
+            # would go on under this identity until its answer.
+            if self.session.gone():
+                raise psycopg.OperationalError("the server closed the connection")
+            return await self.session.execute(query, params)
+        except psycopg.Error as exc:
+            if not self.session.gone():
+                raise  # the statement failed, not the session
+            raise LivenessLost(
+                f"the liveness connection of worker {worker_id} dropped ({one_line(str(exc))}); "
+                "its leases may be recovered by others at any moment"
+            ) from exc
 
     def seems_lost(self, worker_id: str) -> bool:
         """Without a round trip: whether ``worker_id``'s session is known to be
@@ -126,24 +164,20 @@ class Liveness:
             return True
         if worker_id not in self._locks:
             return False
-        if self._lost or self._conn is None or self._conn.closed:
-            return True
-        return not self._lock.locked() and hung_up(self._conn)
+        return self.session.gone()
 
     async def release(self, worker_id: str) -> None:
         async with self._lock:
             lock_no = self._locks.pop(worker_id, None)
             self._retired.add(worker_id)
-            if lock_no is not None and self._conn is not None and not self._conn.closed:
+            if lock_no is not None and not self.session.gone():
                 with contextlib.suppress(psycopg.Error):
-                    await self._conn.execute(
+                    await self.session.execute(
                         "SELECT pg_advisory_unlock(%s, %s)", (self.namespace, lock_no)
                     )
 
     async def close(self) -> None:
         """End the session: every lock it held is released, as at a kill -9."""
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+        await self.session.close()
         self._retired.update(self._locks)
         self._locks.clear()

@@ -8,7 +8,8 @@ used on a caller's loop and never closed left them there: ``asyncio.run``, which
 ends by cancelling every task of its loop and waiting for them, waited for ever.
 Here the call that needs a connection makes it, in its own task, so a cancelled
 call ends at once; what the pool holds is its idle connections, which
-``close()`` closes.
+``close()`` closes. Of those, all but one close once unused for IDLE_KEPT:
+a worker that drained a queue goes back to what an idle one holds.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from psycopg.pq import TransactionStatus
 __all__ = ["Pool", "PoolTimeout", "hung_up"]
 
 Connection = psycopg.AsyncConnection[Any]
+IDLE_KEPT = 5.0  # seconds an idle connection beyond the first stays open unused
 
 
 class PoolTimeout(psycopg.OperationalError):
@@ -50,7 +52,7 @@ class Pool:
         self.size = size
         self.wait = wait
         self._configure = configure
-        self._idle: collections.deque[Connection] = collections.deque()
+        self._idle: collections.deque[tuple[Connection, float]] = collections.deque()
         self._count = 0  # connections open (idle or in use) or being made
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed = False
@@ -72,7 +74,7 @@ class Pool:
             if self._closed:
                 raise psycopg.OperationalError("the connection pool is closed")
             if self._idle:
-                conn = self._idle.pop()
+                conn, _ = self._idle.pop()
                 if await self._usable(conn):
                     return conn
             elif self._count < self.size:
@@ -87,15 +89,22 @@ class Pool:
         if self._closed or conn.closed or conn.pgconn.transaction_status != TransactionStatus.IDLE:
             await self._discard(conn)
             return
-        self._idle.append(conn)
+        now = asyncio.get_running_loop().time()
+        self._idle.append((conn, now))
         self._wake_one()
+        while len(self._idle) > 1 and self._idle[0][1] < now - IDLE_KEPT:  # the oldest
+            await self._discard(self._idle.popleft()[0])
+
+    async def shed(self) -> None:
+        """Close the idle connections: the server has none to spare."""
+        while self._idle:
+            await self._discard(self._idle.pop()[0])
 
     async def close(self) -> None:
         """Close the idle connections; those in use close when given back, and
         callers waiting for one fail."""
         self._closed = True
-        while self._idle:
-            await self._discard(self._idle.pop())
+        await self.shed()
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():

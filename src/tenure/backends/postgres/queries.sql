@@ -567,7 +567,8 @@ SELECT 1 FROM {schema}.jobs WHERE id = %(id)s
 -- running now); and the transaction's clock, the sweep's. The sweep's
 -- transaction spans several statements: a worker frozen inside it would keep
 -- every other sweep out, so the server ends its session once it idles
--- %(idle)s ms (set_config local: this transaction only).
+-- %(idle)s ms (set_config local: this transaction only). Last, the number
+-- of registered workers, over whom the refused spread their next tries.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now,
                       set_config('idle_in_transaction_session_timeout', %(idle)s, true)),
 marked AS (
@@ -577,7 +578,8 @@ marked AS (
     RETURNING last_at
 )
 SELECT EXISTS (SELECT 1 FROM marked),
-       greatest(%(interval)s - (clock.now - s.last_at), 0), clock.now
+       greatest(%(interval)s - (clock.now - s.last_at), 0), clock.now,
+       (SELECT count(*) FROM {schema}.workers)
 FROM clock, {schema}.sweeps AS s WHERE s.id = 1
 
 -- name: dead_workers

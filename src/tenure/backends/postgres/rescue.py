@@ -1,7 +1,8 @@
 """The sweeper's work on PostgreSQL: rescue, and retention (prune, events' trim).
 
 A sweep runs in one transaction, guarded fleet-wide by
-``pg_try_advisory_xact_lock`` (``sweep_guard``): it recovers the attempts of
+``pg_try_advisory_xact_lock`` (``sweep_guard``; a refused sweeper tries again
+at a random time spread over the fleet: ``_spread``): it recovers the attempts of
 workers gone (their advisory lock dropped) and of leases expired, each by the
 same fence-checked write a worker's failure makes, promotes due scheduled
 jobs, wakes their queues, and trims events once per ``TRIM_INTERVAL``.
@@ -9,6 +10,7 @@ jobs, wakes their queues, and trims events once per ``TRIM_INTERVAL``.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Collection
 from typing import Any
@@ -27,10 +29,20 @@ from tenure.core.states import Outcome
 from tenure.job import Job
 
 TRIM_INTERVAL = 60.0  # seconds between two retention passes of one sweeper
+# A sweeper refused waits past the guard's window for a random share of the
+# fleet's intervals: the fleet tries about SPREAD times per interval, however
+# many workers it has, and the first try after the window sweeps.
+SPREAD = 4
 DEFAULTS = QueuePolicy()
 
 Connection = psycopg.AsyncConnection[Any]
 Found = list[tuple[Job, float | None]]  # jobs whose lease the sweep found, and its renewal
+
+
+def _spread(interval: float, workers: int) -> float:
+    """A refused sweeper's wait past the guard's window (see SPREAD): each
+    refused try is a transaction, and an idle fleet makes mostly those."""
+    return random.random() * interval * max(workers - 1, 0) / SPREAD
 
 
 class Rescue:
@@ -49,9 +61,9 @@ class Rescue:
             )
             row = await cur.fetchone()
             assert row is not None
-            swept, retry_in, now = row
+            swept, retry_in, now, workers = row
             if not swept:
-                return RescueReport(swept=False, retry_in=retry_in)
+                return RescueReport(swept=False, retry_in=retry_in + _spread(min_interval, workers))
             cur = await conn.execute(self.q["dead_workers"], {"namespace": self.db.namespace})
             last_seen: dict[str, float] = dict(await cur.fetchall())
             rescued: list[Rescued] = []

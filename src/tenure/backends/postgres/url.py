@@ -27,7 +27,9 @@ URL_OPTIONS = {"schema", "max_payload", "pool_size"}
 LIBPQ_OPTIONS = frozenset(o.keyword.decode() for o in pq.Conninfo.get_defaults())
 CONNECT_TIMEOUT = 5  # seconds; libpq's own default is to wait as long as TCP does
 MAX_CONNECT_TIMEOUT = 3600
-POOL_SIZE = 8
+# The work pool's connections at most: an idle worker keeps one of them, a
+# busy one uses both (with its liveness session: 2 and 3 connections).
+POOL_SIZE = 2
 MAX_POOL_SIZE = 1000
 # Wake-ups are NOTIFY on the channel tenure.<schema>, an identifier: 63 bytes at most.
 MAX_SCHEMA_LENGTH = 63 - len("tenure.")

@@ -1,48 +1,49 @@
 """Wake-ups on PostgreSQL: idle workers LISTEN; writers NOTIFY.
 
-One LISTEN connection per backend object, on the channel ``tenure.<schema>``;
-enqueues, requeues, resumes and releases of workflow steps NOTIFY the
-queue's name (never a payload bigger than a name), which PostgreSQL delivers
-when their transaction commits (``Database.notify``, or ``pg_notify`` within
-a statement). A lost LISTEN connection wakes every waiter, so nothing
-sent meanwhile is missed, and is made again.
+The liveness session (``session.py``) listens on the channel
+``tenure.<schema>``; enqueues, requeues, resumes and releases of workflow
+steps NOTIFY the queue's name (never a payload bigger than a name), which
+PostgreSQL delivers when their transaction commits (``Database.notify``, or
+``pg_notify`` within a statement); a sweep that promotes due scheduled jobs
+notifies their queues. A gap in listening (the session lost, or new) wakes
+every waiter, and the next wait returns at once, so nothing sent meanwhile
+is missed. While nothing listens, a wait lasts at most DEAF_WAIT.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
-import psycopg
-
-from tenure.core.urls import one_line
-
-log = logging.getLogger("tenure.postgres")
+DEAF_WAIT = 1.0  # seconds a wait lasts at most while no session listens
+# seconds: an idle worker's safety poll (Capabilities.idle_poll); NOTIFY wakes it.
+IDLE_POLL = 10.0
+# seconds: an idle worker serving a queue with a fleet-wide limit looks again
+# this often: a job held back by it gets no NOTIFY when room comes back.
+HELD_BACK_POLL = 1.0
 
 
 class Wakeups:
-    """LISTEN for the queues' channel; tell waiting workers which queue got a job."""
+    """Tell waiting workers which queue got a job. ``listen`` makes the session
+    listen if it can, and says whether it does (``Liveness.listen``)."""
 
-    def __init__(self, conninfo: str, listen: bytes) -> None:
-        self.conninfo = conninfo
-        self.listen = listen  # the LISTEN statement of the channel (statements.py)
+    def __init__(self) -> None:
+        self.listen: Callable[[], Awaitable[bool]] | None = None  # set by the backend
         self._pending: set[str] = set()
         self._waiters: list[tuple[frozenset[str], asyncio.Event]] = []
-        self._task: asyncio.Task[None] | None = None
-        self._listening = asyncio.Event()
+        self._gap = True  # nothing heard yet: the first wait returns at once
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
-        if self._task is None:
+        assert self.listen is not None
+        listening = await self.listen()
+        if listening and self._gap:
             # A job committed between the caller's last claim and the LISTEN
-            # sent no NOTIFY this connection hears: once it listens, the
-            # caller claims again, as after a LISTEN connection lost.
-            self._task = asyncio.create_task(self._listen(), name="tenure-postgres-listen")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await self._listening.wait()
+            # sent no NOTIFY this session heard: the caller claims again.
+            self._gap = False
             return
+        if not listening:
+            timeout = min(timeout, DEAF_WAIT)
         wanted = frozenset(queues)
         if self._pending & wanted:  # a job came while nobody was waiting
             self._pending -= wanted
@@ -58,46 +59,14 @@ class Wakeups:
             self._waiters.remove(waiter)
         self._pending -= wanted
 
-    async def _listen(self) -> None:
-        delay = 0.1
-        lost = False  # said once, until it listens again
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self.conninfo, autocommit=True, application_name="tenure-listen"
-                )
-                async with conn:
-                    await conn.execute(self.listen)
-                    self._listening.set()
-                    delay = 0.1
-                    if lost:
-                        log.info("LISTEN connection back: idle workers are woken again")
-                        lost = False
-                    async for notice in conn.notifies():
-                        self._signal(notice.payload)
-            except psycopg.Error as exc:
-                cause = one_line(str(exc))
-                log.log(logging.DEBUG if lost else logging.WARNING,
-                        "LISTEN connection lost (%s); reconnecting", cause)  # fmt: skip
-                lost = True
-            self._listening.clear()
-            self._signal_all()  # what was missed meanwhile: let workers look
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-    def _signal(self, queue: str) -> None:
+    def signal(self, queue: str) -> None:
         self._pending.add(queue)
         for wanted, event in self._waiters:
             if queue in wanted:
                 event.set()
 
-    def _signal_all(self) -> None:
+    def gap(self) -> None:
+        """Listening began or ended: what was sent meanwhile went unheard."""
+        self._gap = True
         for _, event in self._waiters:
             event.set()
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None

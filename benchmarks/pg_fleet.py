@@ -1,0 +1,110 @@
+"""A fleet of idle `tenure worker` processes on one PostgreSQL, measured from the server.
+
+    .venv/bin/python benchmarks/pg_fleet.py [--workers 1,16,100] [--settle 20] [--window 30]
+
+N default workers (thread pool, default concurrency) drain 20 jobs each,
+then idle for ``--settle`` seconds; over ``--window`` seconds: the
+connections each holds (``pg_stat_activity``, by ``application_name``), the
+server's transactions a second per worker (``pg_stat_database``:
+``xact_commit + xact_rollback``, this script's own few left out), the CPU of
+the server's processes (``/proc`` ticks of the postmaster and its children),
+and then the pickup latency of ten jobs enqueued a second apart (enqueue to
+start, by the server's clock). Issue 40, parts 1 and 2; the figures are in
+docs/benchmarks.md.
+
+It starts its own PostgreSQL (``tests/servers.py``) on a random port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import time
+import uuid
+from collections import Counter
+
+from redis_fleet import cpu_seconds, pickups, report, wait, workers
+from tests.servers import PostgresServer, children
+
+from tenure import App, State
+
+OUR_QUERIES = 3  # the transactions of one reading of the counters below
+
+
+def transactions(server: PostgresServer, database: str) -> int:
+    return int(server.psql(
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+        f"WHERE datname = '{database}'"
+    ))  # fmt: skip
+
+
+def server_cpu(server: PostgresServer) -> float:
+    """The CPU seconds of the postmaster, of its children that ended (which it
+    reaped: cutime, cstime) and of those that run (psql's own come and go)."""
+    with open(f"/proc/{server.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    total = sum(int(t) for t in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    for pid in children(server.pid):
+        with contextlib.suppress(FileNotFoundError):  # ended meanwhile: counted above
+            total += cpu_seconds(pid)
+    return total
+
+
+def connections(server: PostgresServer, database: str) -> Counter[str]:
+    rows = server.psql(
+        "SELECT application_name, count(*) FROM pg_stat_activity "
+        f"WHERE datname = '{database}' AND pid <> pg_backend_pid() GROUP BY 1"
+    )
+    return Counter({name: int(n) for name, _, n in (r.rpartition("|") for r in rows.splitlines())})
+
+
+def idle(server: PostgresServer, n: int, settle: float, window: float) -> dict[str, float]:
+    url = server.new_database()
+    database = url.rsplit("/", 1)[1]
+    queue = f"fleet.{uuid.uuid4().hex[:8]}"
+    with App(url) as app, workers(url, queue, n, "--pool", "thread"):
+        wait("the workers", lambda: len(app.workers()) >= n)
+        app.enqueue_many("fleet.noop", [{}] * (20 * n), queue=queue)
+        wait("the drain", lambda: app.queue(queue).counts()[State.COMPLETED] == 20 * n)
+        app.close()  # the producer's own connections are no part of the fleet
+        time.sleep(settle)
+        held = connections(server, database)
+        cpu, tx, began = server_cpu(server), transactions(server, database), time.monotonic()
+        time.sleep(window)
+        tx = transactions(server, database) - tx - OUR_QUERIES
+        elapsed = time.monotonic() - began
+        cpu = (server_cpu(server) - cpu) / elapsed
+        picked = pickups(url, queue)
+    print(f"  connections by application_name: {dict(held)}")
+    return {
+        "connections per worker": sum(held.values()) / n,
+        "transactions/s per worker": tx / elapsed / n,
+        "server CPU % of a core": cpu * 100,
+        "pickup p50 ms": statistics.median(picked),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--workers", default="1,16,100")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--settle", type=float, default=20.0)
+    parser.add_argument("--window", type=float, default=30.0)
+    args = parser.parse_args()
+    results: dict[str, list[dict[str, float]]] = {}
+    server = PostgresServer()
+    try:
+        for _ in range(args.rounds):
+            for n in [int(n) for n in args.workers.split(",")]:
+                figures = idle(server, n, args.settle, args.window)
+                print(f"{n} workers: {figures}", flush=True)
+                results.setdefault(f"{n} workers", []).append(figures)
+    finally:
+        server.close()
+    report("idle", results)
+
+
+if __name__ == "__main__":
+    main()
