@@ -887,6 +887,22 @@ SELECT 'waiting', count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state 
 -- name: workflow_counts
 SELECT state, count(*) FROM {schema}.workflows GROUP BY state
 
+-- name: workflow_outcomes
+-- Workflows ended, by outcome, ever (migration 21): the ends appended since
+-- the last read are folded into the totals, outcomes in order (concurrent
+-- reads lock the totals' rows in the same order), and the totals returned.
+WITH gone AS (DELETE FROM {schema}.workflow_ends RETURNING outcome),
+folded AS (
+    INSERT INTO {schema}.workflow_outcomes AS o (outcome, n)
+    SELECT outcome, count(*) FROM gone GROUP BY outcome ORDER BY outcome
+    ON CONFLICT (outcome) DO UPDATE SET n = o.n + excluded.n
+    RETURNING outcome, n
+)
+SELECT outcome, n FROM folded
+UNION ALL
+SELECT outcome, n FROM {schema}.workflow_outcomes
+WHERE outcome NOT IN (SELECT outcome FROM folded)
+
 -- name: dead_counts
 SELECT dead_reason, count(*) FROM {schema}.jobs
 WHERE queue = %(queue)s AND state = 'dead' GROUP BY dead_reason

@@ -32,11 +32,13 @@ local function wf_key(p, id) return p .. 'wf:' .. id end
 
 -- The home queue's count of its workflows by state (workflow_counts): a
 -- record's state left ``from`` and entered ``to`` (nil: none; a pending or
--- dropped record is no workflow yet, and is not counted).
+-- dropped record is no workflow yet, and is not counted). An end also
+-- counts in wfended, by outcome, for good (workflow_outcomes).
 local COUNTED = {running = true, completed = true, failed = true, cancelled = true}
 local function wf_counted(p, from, to)
   if from and COUNTED[from] then redis.call('HINCRBY', p .. 'wfcount', from, -1) end
   if to and COUNTED[to] then redis.call('HINCRBY', p .. 'wfcount', to, 1) end
+  if to and to ~= 'running' and COUNTED[to] then redis.call('HINCRBY', p .. 'wfended', to, 1) end
 end
 local function is_wf(id) return string.sub(id, 1, 3) == 'wf-' end
 
