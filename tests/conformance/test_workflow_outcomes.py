@@ -1,14 +1,18 @@
 """Workflows ended, by outcome (``Backend.workflow_outcomes``: the counter
-``tenure_workflows_total``): each end counts once, for good."""
+``tenure_workflows_total``): each end counts once, for good; and a large
+workflow's store answers what a read finds."""
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from typing import Any
 
 import pytest
 
 from tenure.config import QueuePolicy
-from tenure.core.workflows import WorkflowState, chain, group
+from tenure.core.states import State
+from tenure.core.workflows import WorkflowState, chain, compile_flow, group
 from tenure.errors import JobNotFound
 from tests.conformance.aging import age
 from tests.conformance.helpers import register
@@ -49,3 +53,16 @@ def test_workflow_outcomes__count_each_end_and_outlive_pruning(backend: Any, wor
     with pytest.raises(JobNotFound):
         backend.get_workflow(done.id)
     assert backend.workflow_outcomes() == outcomes(2, 1, 1)
+
+
+def test_a_large_workflow_s_answer__is_what_a_read_finds(backend: Any) -> None:
+    """The answer of a store is storage's own (its clock, its states), as a
+    read finds it: a group of more steps than one call writes, in two
+    queues, sources delayed, due later or due already, and a callback."""
+    now = time.time()
+    sources = [step(f"s{i}", "default" if i % 3 else "other") for i in range(1200)]
+    timed = [step("later", delay=60.0), step("due", run_at=now - 5), step("at", run_at=now + 60)]
+    stored = backend.enqueue_workflow(compile_flow(chain(group(*sources, *timed), step("cb"))))
+    assert stored == backend.get_workflow(stored.id)
+    states = Counter(j.state for j in stored.jobs)
+    assert states == {State.QUEUED: 1201, State.SCHEDULED: 2, State.WAITING: 1}
