@@ -62,7 +62,8 @@ def test_a_large_workflow_s_answer__is_what_a_read_finds(backend: Any) -> None:
     now = time.time()
     sources = [step(f"s{i}", "default" if i % 3 else "other") for i in range(1200)]
     timed = [step("later", delay=60.0), step("due", run_at=now - 5), step("at", run_at=now + 60)]
-    stored = backend.enqueue_workflow(compile_flow(chain(group(*sources, *timed), step("cb"))))
+    callback = step("cb", run_at=now + 30)  # waits: due at its run_at once released
+    stored = backend.enqueue_workflow(compile_flow(chain(group(*sources, *timed), callback)))
     assert stored == backend.get_workflow(stored.id)
     states = Counter(j.state for j in stored.jobs)
     assert states == {State.QUEUED: 1201, State.SCHEDULED: 2, State.WAITING: 1}

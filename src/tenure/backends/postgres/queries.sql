@@ -1233,6 +1233,7 @@ flows_pruned AS (
 -- or the workflow) that wait for more than they did, locked in id order (see
 -- flow_counted). A step that waits for none is queued or scheduled (by its
 -- delay from now); the others wait, their delay counted from their release.
+-- Returns whether the steps went, how many queues were woken, and the clock.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 {made},
 input AS (
@@ -1297,7 +1298,7 @@ recorded_input AS (
     FROM inserted AS i
 ),
 {record_events}
-SELECT (SELECT count(*) FROM made), (SELECT count(*) FROM woken)
+SELECT (SELECT count(*) FROM made), (SELECT count(*) FROM woken), (SELECT now FROM clock)
 
 -- name: new_workflow
 -- (A part of add_workflow.) The workflow's record: nothing while one with

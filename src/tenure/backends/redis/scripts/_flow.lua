@@ -68,11 +68,25 @@ end
 -- Start a batch; true if this call started it (and so flushes it).
 local function flow_batching()
   if flow_batch then return false end
-  flow_batch = {events = {}, order = {}, signals = {}}
+  flow_batch = {events = {}, order = {}, signals = {}, sets = {}, set_order = {}}
   return true
 end
 
+-- ZADD key score member, now or (batching) at the flush: only for a sorted
+-- set the rest of the call neither reads nor changes.
+local function flow_zadd(key, score, member)
+  if not flow_batch then return redis.call('ZADD', key, score, member) end
+  local pairs_ = flow_batch.sets[key]
+  if not pairs_ then
+    pairs_ = {}
+    flow_batch.sets[key] = pairs_
+    flow_batch.set_order[#flow_batch.set_order + 1] = key
+  end
+  pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = score, member
+end
+
 local function flow_flush()
+  for _, key in ipairs(flow_batch.set_order) do call_with('ZADD', key, flow_batch.sets[key]) end
   for _, k in ipairs(flow_batch.order) do
     local e = flow_batch.events[k]
     append_events(e.p, e.kind, e.ids, e.data)
@@ -155,8 +169,10 @@ end
 -- at: a source released as of its workflow's store (created_at), as a job
 -- enqueued then: due at its run_at, else at + its delay (what the store's
 -- answer says, and the SQL backends do).
-local function flow_release(p, id, jk, now, event, at)
-  local f = redis.call('HMGET', jk, 'wdelay', 'wat', 'wf', 'seq', 'priority', 'ck')
+local RELEASE_FIELDS = {'wdelay', 'wat', 'wf', 'seq', 'priority', 'ck'}
+local ready_data = {}  -- a ready event's data, by workflow
+local function flow_release(p, id, jk, now, event, at, f)
+  f = f or redis.call('HMGET', jk, unpack(RELEASE_FIELDS))
   local due
   if at then
     due, now = tonumber(f[2]) or at + (tonumber(f[1]) or 0), at
@@ -171,13 +187,17 @@ local function flow_release(p, id, jk, now, event, at)
     queue_job(p, id, 'waiting', {due, f[4], f[5], f[6]})
     flow_signal(p)
   end
-  if event then flow_event(p, 'ready', id, flow_data(f[3])) end
+  if event then
+    ready_data[f[3]] = ready_data[f[3]] or flow_data(f[3])
+    flow_event(p, 'ready', id, ready_data[f[3]])
+  end
 end
 
 -- A dependent job after its counters moved: released, cancelled (upstream
 -- failed), or waiting again. at: see flow_release.
 local function flow_settle_job(p, id, jk, now, at)
-  local f = redis.call('HMGET', jk, 'state', 'pending', 'blocked', 'cancel_reason', 'wf', 'seq')
+  local f = redis.call('HMGET', jk, 'state', 'pending', 'blocked', 'cancel_reason', 'wf', 'seq',
+    'wdelay', 'wat', 'priority', 'ck')
   local pending, blocked = tonumber(f[2]) or 0, tonumber(f[3]) or 0
   if f[1] == 'waiting' and blocked > 0 then
     redis.call('HSET', jk, 'state', 'cancelled', 'cancel_reason', 'upstream_failed',
@@ -187,7 +207,7 @@ local function flow_settle_job(p, id, jk, now, at)
     record_event(p, 'cancelled', id, flow_data(f[5], {reason = 'upstream_failed'}))
     flow_moved(p, id, jk, failed_edge(jk))
   elseif f[1] == 'waiting' and pending == 0 then
-    flow_release(p, id, jk, now, true, at)
+    flow_release(p, id, jk, now, true, at, {f[7], f[8], f[5], f[6], f[9], f[10]})
   elseif f[1] == 'cancelled' and f[4] == 'upstream_failed' and blocked == 0 then
     redis.call('HSET', jk, 'state', 'waiting')
     redis.call('HDEL', jk, 'cancel_reason', 'finished_at')
@@ -277,19 +297,39 @@ end
 -- start, one without upstream is released at once (no ready event). Edges a
 -- message moved before the step was written (a spawn's, from another queue)
 -- count as they stand.
+local OPTIONAL = {'max_attempts', 'timeout', 'traceparent', 'wat', 'ck'}
+local enqueued_data = {}  -- an enqueued event's data by workflow, task and state
+
+-- A step's edges in, all open: none moved before it was written (no in:
+-- hash yet), as for every step of a new workflow. One HSET for them all.
+local function flow_write_in(ik, edges, up)
+  local pairs_ = {}
+  for i, e in ipairs(edges) do
+    pairs_[2 * i - 1], pairs_[2 * i], up[i] = e[1], 'open 0 ' .. e[2], e[1]
+  end
+  call_with('HSET', ik, pairs_)
+end
+
 local function flow_write(p, queue, wf, home, s, start, now, last)
   local jk = job_key(p, s.id)
   local seq = int(last)
+  -- run_at: the one it was given (wat), else now, until its release sets it
+  local run_at = (s.wat or '') ~= '' and s.wat or num(now)
   local fields = {'id', s.id, 'task', s.task, 'queue', queue, 'args', s.args,
-    'priority', s.priority, 'run_at', num(now), 'created_at', num(now), 'seq', seq,
+    'priority', s.priority, 'run_at', run_at, 'created_at', num(now), 'seq', seq,
     'fence', 0, 'attempts', 0, 'stalls', 0, 'state', 'waiting', 'wf', wf, 'home', home,
     'wdelay', s.delay}
-  for _, name in ipairs({'max_attempts', 'timeout', 'traceparent', 'wat', 'ck'}) do
+  for _, name in ipairs(OPTIONAL) do
     if (s[name] or '') ~= '' then fields[#fields + 1], fields[#fields + 2] = name, s[name] end
   end
   if s.may_fail then fields[#fields + 1], fields[#fields + 2] = 'may_fail', '1' end
   local ik, up, pending, blocked, early = in_key(p, s.id), {}, 0, 0, false
-  for i, e in ipairs(s['in']) do
+  local ins = s['in']
+  if #ins > 0 and redis.call('EXISTS', ik) == 0 then
+    flow_write_in(ik, ins, up)
+    pending, ins = #ins, {}
+  end
+  for i, e in ipairs(ins) do
     local cur = redis.call('HGET', ik, e[1])
     local state, version = 'open', '0'
     if cur then
@@ -306,8 +346,13 @@ local function flow_write(p, queue, wf, home, s, start, now, last)
   fields[#fields + 1], fields[#fields + 2] = 'pending', pending
   fields[#fields + 1], fields[#fields + 2] = 'blocked', blocked
   redis.call('HSET', jk, unpack(fields))
-  redis.call('ZADD', p .. 'all', seq, s.id)
-  set_state(p, s.id, seq, nil, 'waiting')
+  if start then
+    redis.call('ZADD', p .. 'all', seq, s.id)
+    set_state(p, s.id, seq, nil, 'waiting')
+  else  -- nothing in this call moves it: in the batch's ZADDs, if one is on
+    flow_zadd(p .. 'all', seq, s.id)
+    flow_zadd(state_key(p, 'waiting'), seq, s.id)
+  end
   local ok = out_key(p, s.id)
   for _, e in ipairs(s.out) do redis.call('HSET', ok, e[2] .. ' ' .. e[1], 'open ' .. e[3]) end
   if start and #s['in'] == 0 then
@@ -316,7 +361,10 @@ local function flow_write(p, queue, wf, home, s, start, now, last)
     flow_settle_job(p, s.id, jk, now)
   end
   local state = start and redis.call('HGET', jk, 'state') or 'waiting'
-  flow_event(p, 'enqueued', s.id, flow_data(wf, {task = s.task, state = state}))
+  local key = wf .. ' ' .. s.task .. ' ' .. state
+  local data = enqueued_data[key] or flow_data(wf, {task = s.task, state = state})
+  enqueued_data[key] = data
+  flow_event(p, 'enqueued', s.id, data)
 end
 
 -- The steps a spawn in another queue made in this one (once per spawn).
