@@ -10,11 +10,14 @@ and at most FLOW_CHUNK, is one script (``flow_enqueue.lua``). Otherwise: the
 home queue's script writes the record ``pending`` (and checks its key) with
 its first steps, one script per other queue and piece of FLOW_CHUNK steps
 writes the others (all waiting), then ``flow_commit.lua`` makes it
-``running`` and releases the steps without upstream, by messages relayed a
-batch at a time. A producer that dies midway leaves a pending workflow, which
-readers take for absent and the sweeper deletes after ``rescue.PENDING_MAX``
-seconds (:meth:`Flows.drop`). A workflow's ``key`` is held in its home queue,
-as a job's is in its queue.
+``running`` and releases the steps without upstream, by messages (one per
+queue and 500 of them) relayed a batch at a time. A producer that dies
+midway leaves a pending workflow, which readers take for absent and the
+sweeper deletes after ``rescue.PENDING_MAX`` seconds (:meth:`Flows.drop`). A
+workflow's ``key`` is held in its home queue, as a job's is in its queue.
+Every call stores with the home queue's call's clock, and the sources are
+released as of it: the answer is what a read would find (``stored_workflow``),
+without reading it.
 
 A spawn writes the steps of the spawner's queue in its script and sends those
 of other queues a message each (``spawn.lua``).
