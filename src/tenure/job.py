@@ -354,13 +354,18 @@ def keyed(job: Job, concurrency_key: str | None) -> Job:
 
 def stored_workflow(spec: WorkflowSpec, now: float) -> Workflow:
     """The workflow ``spec`` as storage makes it at ``now``: running, its
-    first steps queued (or scheduled), the others waiting."""
+    first steps queued (or scheduled), the others waiting (their run_at the
+    one they were given, else ``now``)."""
     ids = [s.spec.id for s in spec.steps]
-    jobs = tuple(in_flow(s.spec.stored(State.WAITING, now, now) if s.upstream
+    jobs = tuple(in_flow(s.spec.stored(State.WAITING, _or(s.spec.run_at, now), now) if s.upstream
                          else s.spec.stored_at(now), spec.id,
                          [ids[u] for u in s.upstream], s.may_fail) for s in spec.steps)  # fmt: skip
     sinks = tuple(ids[k] for k in spec.sinks)
     return Workflow(spec.id, WorkflowState.RUNNING, now, None, spec.key, spec.many, sinks, jobs)
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def _built(cls: type[_T], items: Any) -> _T:

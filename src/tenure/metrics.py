@@ -10,11 +10,11 @@ extra). Two kinds, each its own collector:
   server's thread, copies them (a copy of a dict is atomic under the GIL) and
   turns them into metric families.
 * What storage holds (:class:`StorageGauges`): jobs by state, queue lag,
-  workflows by state and jobs per concurrency key (histograms across keys),
-  read at each scrape by a function it is given. The worker's calls into its
-  own event loop and waits up to ``SCRAPE_TIMEOUT`` (no cache: a scrape sees
-  storage as it is); ``app_registry`` builds the same over an App, for
-  ``tenure serve``.
+  workflows by state, workflows ended by outcome and jobs per concurrency
+  key (histograms across keys), read at each scrape by a function it is
+  given. The worker's calls into its own event loop and waits up to
+  ``SCRAPE_TIMEOUT`` (no cache: a scrape sees storage as it is);
+  ``app_registry`` builds the same over an App, for ``tenure serve``.
 
 Labels are bounded: a queue's name, a state, an outcome, a detector, a verb.
 Never a job id.
@@ -241,10 +241,12 @@ class QueueReading:
 
 @dataclass(frozen=True, slots=True)
 class StorageReading:
-    """What a scrape reads of storage: its queues, and its workflows by state."""
+    """What a scrape reads of storage: its queues, its workflows by state and
+    the workflows ended ever, by outcome."""
 
     queues: list[QueueReading]
     workflows: dict[WorkflowState, int]
+    ended: dict[WorkflowState, int]
     keys: dict[str, list[KeyCount]] = field(default_factory=dict)  # the busiest, by queue
 
 
@@ -260,7 +262,8 @@ async def read_storage(backend: Backend, queues: Sequence[str] | None = None) ->
     # (240 ms a scrape for 100,000 on SQLite), which every other scrape is spared.
     keys = {r.queue: await backend.key_counts(r.queue, KEYS_READ) for r in read
             if (await backend.get_policy(r.queue)).keyed}  # fmt: skip
-    return StorageReading(read, await backend.workflow_counts(), keys)
+    workflows, ended = await backend.workflow_counts(), await backend.workflow_outcomes()
+    return StorageReading(read, workflows, ended, keys)
 
 
 class StorageGauges(Collector):
@@ -305,6 +308,9 @@ class StorageGauges(Collector):
         for name, n in reading.workflows.items():
             workflows.add_metric([name.value], n)
         yield workflows
+        yield _counter("tenure_workflows", "Workflows that ended, by outcome, since storage "
+                       "began (every queue's: the same from every worker).", ["outcome"],
+                       {state.value: n for state, n in reading.ended.items()})  # fmt: skip
         yield from _key_histograms(reading.keys)
 
 

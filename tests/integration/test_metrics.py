@@ -99,6 +99,8 @@ def test_a_worker_s_metrics__time_a_workflow_s_fan_in(tmp_path: Path) -> None:
         step = Step(JobSpec.create("chaos.sleep", {"seconds": 0}, queue=lab.queue))
         wf = lab.app.workflow(chain(group(step, step), step, step))
         lab.app.result(wf.id, timeout=30)
+        later = Step(JobSpec.create("chaos.sleep", {"seconds": 0}, queue=lab.queue, delay=3600))
+        lab.app.cancel(lab.app.workflow(chain(later, step)).id)
 
         def observed() -> str | None:
             text = scrape(port)
@@ -111,6 +113,11 @@ def test_a_worker_s_metrics__time_a_workflow_s_fan_in(tmp_path: Path) -> None:
     latency = value(text, "tenure_fan_in_seconds_sum", queue=lab.queue)
     assert latency is not None and 0 <= latency < 2.0  # a wake-up and a claim, each
     assert value(text, "tenure_workflows", state="completed") == 1
+    # the counter of ended workflows: a TYPE of its own, beside the gauge
+    assert value(text, "tenure_workflows_total", outcome="completed") == 1
+    assert value(text, "tenure_workflows_total", outcome="cancelled") == 1
+    assert value(text, "tenure_workflows_total", outcome="failed") == 0
+    assert "# TYPE tenure_workflows_total counter" in text
 
 
 def test_app_registry__reads_jobs_by_state_and_lag_from_storage(tmp_path: Path) -> None:

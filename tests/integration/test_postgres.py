@@ -59,7 +59,8 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
         " WHERE table_schema = 'tenure'", db)  # fmt: skip
     assert tables.split(",") == [
         "attempts", "edges", "events", "jobs", "key_buckets", "queues", "schedules",
-        "schema_migrations", "spawns", "sweeps", "workers", "workflows",
+        "schema_migrations", "spawns", "sweeps", "workers", "workflow_ends",
+        "workflow_outcomes", "workflows",
     ]  # fmt: skip
     query = "SELECT string_agg(indexname, ',') FROM pg_indexes WHERE schemaname = 'tenure'"
     indexes = postgres_server.psql(query, db)
@@ -69,7 +70,7 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
         "schema_migrations_pkey", "events_pkey", "schedules_pkey", "jobs_workflow",
         "jobs_waiting", "workflows_pkey", "workflows_key", "edges_pkey", "edges_dependent",
         "spawns_pkey", "jobs_key_ready", "jobs_key_active", "jobs_key_finished",
-        "key_buckets_pkey",
+        "key_buckets_pkey", "workflow_outcomes_pkey",
     }  # fmt: skip
     versions = postgres_server.psql("SELECT count(*) FROM tenure.schema_migrations", db)
     assert int(versions) == len(MIGRATIONS)

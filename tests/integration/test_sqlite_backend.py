@@ -59,6 +59,7 @@ EXPECTED_TABLES = {
     ],
     "edges": ["dependent", "ord", "upstream", "state"],
     "key_buckets": ["queue", "key", "tokens", "at"],
+    "workflow_outcomes": ["outcome", "n"],
 }  # fmt: skip
 EXPECTED_INDEXES = {
     "jobs_key", "jobs_ready", "jobs_scheduled", "jobs_lease", "jobs_worker", "jobs_queue_state",

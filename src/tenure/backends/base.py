@@ -393,6 +393,16 @@ class Backend(Protocol):
         records (SQL), never over their steps; Redis: each home queue's count,
         kept by the scripts that set a record's state."""
 
+    async def workflow_outcomes(self) -> dict[WorkflowState, int]:
+        """Workflows ended, by outcome (completed, failed, cancelled; each
+        present), since storage began, for the ``tenure_workflows_total``
+        counter: a workflow counts when its record enters the state, in the
+        transition that moves it; pruning takes nothing away, and a failed
+        workflow resumed by a DLQ retry that ends again counts again. SQLite:
+        a trigger's count; PostgreSQL: a trigger appends, a read folds the
+        appended into the totals (no row every end would wait on); Redis:
+        each home queue's count, kept by the scripts that set a record's state."""
+
     async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
         """How many of the queue's dead jobs died of each reason (reasons none
         died of are absent). SQL: one GROUP BY over the queue's dead jobs. Redis,

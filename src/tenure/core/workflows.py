@@ -69,6 +69,10 @@ class WorkflowState(Name):
     CANCELLED = "cancelled"  # by hand: app.cancel(workflow_id)
 
 
+# The states a workflow ends in: the outcomes of tenure_workflows_total.
+ENDED = (WorkflowState.COMPLETED, WorkflowState.FAILED, WorkflowState.CANCELLED)
+
+
 class CancelReason(Name):
     """Why a job was cancelled other than by hand (``Job.cancel_reason``)."""
 

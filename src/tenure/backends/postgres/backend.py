@@ -302,6 +302,9 @@ class PostgresBackend(DerivedVerbs):
     async def workflow_counts(self) -> dict[WorkflowState, int]:
         return await self.parts.operators.workflow_counts()
 
+    async def workflow_outcomes(self) -> dict[WorkflowState, int]:
+        return await self.parts.operators.workflow_outcomes()
+
     async def lag(self, queue: str) -> float:
         return await self.parts.operators.lag(queue)
 

@@ -29,7 +29,7 @@ from tenure.core.events import RetriedBy
 from tenure.core.limits import KeyCount
 from tenure.core.names import check_job_id, check_job_ids, check_name
 from tenure.core.states import DeadReason, State
-from tenure.core.workflows import WorkflowState
+from tenure.core.workflows import ENDED, WorkflowState
 from tenure.errors import JobNotFound
 from tenure.job import Job
 
@@ -148,6 +148,10 @@ class Operators:
     async def workflow_counts(self) -> dict[WorkflowState, int]:
         found = dict(await self.db.rows("workflow_counts"))
         return {s: found.get(s.value, 0) for s in WorkflowState}
+
+    async def workflow_outcomes(self) -> dict[WorkflowState, int]:
+        found = dict(await self.db.rows("workflow_outcomes"))
+        return {s: found.get(s.value, 0) for s in ENDED}
 
     async def queues(self) -> builtins.list[str]:
         return [n for (n,) in await self.db.rows("queue_names")]

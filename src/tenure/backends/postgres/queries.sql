@@ -920,6 +920,22 @@ SELECT 'waiting', count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state 
 -- name: workflow_counts
 SELECT state, count(*) FROM {schema}.workflows GROUP BY state
 
+-- name: workflow_outcomes
+-- Workflows ended, by outcome, ever (migration 21): the ends appended since
+-- the last read are folded into the totals, outcomes in order (concurrent
+-- reads lock the totals' rows in the same order), and the totals returned.
+WITH gone AS (DELETE FROM {schema}.workflow_ends RETURNING outcome),
+folded AS (
+    INSERT INTO {schema}.workflow_outcomes AS o (outcome, n)
+    SELECT outcome, count(*) FROM gone GROUP BY outcome ORDER BY outcome
+    ON CONFLICT (outcome) DO UPDATE SET n = o.n + excluded.n
+    RETURNING outcome, n
+)
+SELECT outcome, n FROM folded
+UNION ALL
+SELECT outcome, n FROM {schema}.workflow_outcomes
+WHERE outcome NOT IN (SELECT outcome FROM folded)
+
 -- name: dead_counts
 SELECT dead_reason, count(*) FROM {schema}.jobs
 WHERE queue = %(queue)s AND state = 'dead' GROUP BY dead_reason
@@ -1250,6 +1266,7 @@ flows_pruned AS (
 -- or the workflow) that wait for more than they did, locked in id order (see
 -- flow_counted). A step that waits for none is queued or scheduled (by its
 -- delay from now); the others wait, their delay counted from their release.
+-- Returns whether the steps went, how many queues were woken, and the clock.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 {made},
 input AS (
@@ -1314,7 +1331,7 @@ recorded_input AS (
     FROM inserted AS i
 ),
 {record_events}
-SELECT (SELECT count(*) FROM made), (SELECT count(*) FROM woken)
+SELECT (SELECT count(*) FROM made), (SELECT count(*) FROM woken), (SELECT now FROM clock)
 
 -- name: new_workflow
 -- (A part of add_workflow.) The workflow's record: nothing while one with

@@ -191,8 +191,7 @@ class RedisBackend(DerivedVerbs):
         return await self.parts.enqueue.enqueue(specs)
 
     async def enqueue_workflow(self, spec: WorkflowSpec) -> Workflow:
-        check_graph(spec, self.max_payload)
-        check_specs([s.spec for s in spec.steps], self.max_payload)
+        check_graph(spec, self.max_payload)  # each step's spec too
         return await self.parts.flows.enqueue_workflow(spec)
 
     async def spawn(self, job_id: str, fence: int, seq: int, spec: WorkflowSpec) -> list[Job]:
@@ -339,6 +338,9 @@ class RedisBackend(DerivedVerbs):
 
     async def workflow_counts(self) -> dict[WorkflowState, int]:
         return await self.parts.operators.workflow_counts()
+
+    async def workflow_outcomes(self) -> dict[WorkflowState, int]:
+        return await self.parts.operators.workflow_outcomes()
 
     async def lag(self, queue: str) -> float:
         return await self.parts.operators.lag(check_name("queue", queue))

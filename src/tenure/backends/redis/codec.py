@@ -44,6 +44,18 @@ def job(flat: Sequence[bytes], history: Sequence[bytes] = ()) -> Job:
     return _in_flow(decoded, [wf, f.get("up"), f.get("may_fail"), f.get("cancel_reason")])
 
 
+# A job's fields as job_of_fields reads them (one HMGET): the Job's, then a
+# step's workflow fields and its concurrency key.
+READ_FIELDS = (*JOB_COLUMNS, "wf", "up", "may_fail", "cancel_reason", "ck")
+
+
+def job_of_fields(values: Sequence[Any]) -> Job:
+    """The Job of an HMGET of ``READ_FIELDS`` (without its history), as
+    :func:`job` reads an HGETALL's, without a dict of its fields between."""
+    *columns, wf, up, may_fail, reason, ck = values
+    return job_of_values([*columns, None if wf is None else [wf, up, may_fail, reason], ck])
+
+
 def _in_flow(decoded: Job, values: Sequence[Any]) -> Job:
     """A workflow's step: its workflow, upstream (JSON), may_fail, cancel_reason."""
     wf, up, may_fail, reason = values

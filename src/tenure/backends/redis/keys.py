@@ -63,6 +63,7 @@ Workflows (flows.py, _flow.lua, relay.py), per queue ``q`` too::
                             sweeper drops those older than a minute (a producer died)
     wfcount         HASH    state -> how many workflows homed here are in it (the
                             scripts that set a record's state keep it)
+    wfended         HASH    outcome -> how many workflows homed here ended so, ever
 
 A step's job hash also has wf, home (its workflow's home prefix), up (JSON
 upstream ids), may_fail, cancel_reason, pending, blocked, wdelay and wat (its

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -33,7 +33,7 @@ from tenure.config import QueuePolicy
 from tenure.core.limits import KeyCount
 from tenure.core.names import NAME_PATTERN
 from tenure.core.states import DeadReason, State
-from tenure.core.workflows import WorkflowState
+from tenure.core.workflows import ENDED, WorkflowState
 from tenure.errors import JobNotFound
 from tenure.job import Job
 
@@ -162,18 +162,26 @@ class Operators:
 
     async def workflow_counts(self) -> dict[WorkflowState, int]:
         """Summed over each home queue's count, which its scripts keep."""
-        counts = dict.fromkeys(WorkflowState, 0)
+        return await self._summed("wfcount", WorkflowState)
+
+    async def workflow_outcomes(self) -> dict[WorkflowState, int]:
+        """Summed over each home queue's count of ends (``_flow.lua``: wf_counted)."""
+        return await self._summed("wfended", ENDED)
+
+    async def _summed(self, name: str, states: Iterable[WorkflowState]) -> dict[WorkflowState, int]:
+        """The hash ``name`` of each queue (state -> count), summed for ``states``."""
+        counts = {s.value: 0 for s in states}
         queues = await self.index.queues()
         found = await self.runner.pipeline(
-            [Call.command("HGETALL", self.keys.queue(q) + "wfcount") for q in queues],
+            [Call.command("HGETALL", self.keys.queue(q) + name) for q in queues],
             repeatable=True,
         )
         for by_state in found:
             for state, n in (by_state or {}).items():
-                name = state.decode() if isinstance(state, bytes) else str(state)
-                if name in counts:
-                    counts[WorkflowState(name)] += int(n)
-        return counts
+                value = state.decode() if isinstance(state, bytes) else str(state)
+                if value in counts:
+                    counts[value] += int(n)
+        return {WorkflowState(s): n for s, n in counts.items()}
 
     async def get_policy(self, queue: str) -> QueuePolicy:
         raw = await self.runner.command("GET", self.keys.policy(queue), repeatable=True)

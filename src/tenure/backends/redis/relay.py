@@ -24,7 +24,7 @@ from tenure.backends.redis.keys import Keys
 from tenure.backends.redis.scripts import Call, Runner
 from tenure.errors import BackendUnavailable
 
-RELAY_BATCH = 500  # messages read from one outbox per round trip
+RELAY_BATCH = 500  # messages read from one outbox per round trip; steps per apply call
 RELAY_ROUNDS = 1000  # outboxes emptied per relay, at most: a cascade ends, this bounds a bug
 
 log = logging.getLogger("tenure.redis")
@@ -77,11 +77,8 @@ class Relay:
         messages = await self.runner.command("LRANGE", outbox, 0, RELAY_BATCH - 1)
         if not messages:
             return []
-        by_target: dict[str, list[bytes]] = {}
-        for message in messages:
-            by_target.setdefault(orjson.loads(message)["p"], []).append(message)
         replies = await self.runner.pipeline(
-            [Call.script("apply", [target], batch) for target, batch in by_target.items()]
+            [Call.script("apply", [target], batch) for target, batch in _batches(messages)]
         )
         await self.runner.call("outbox_drop", [prefix], messages)
         forgotten = [i for _, _, ids in replies for i in ids]
@@ -89,3 +86,22 @@ class Relay:
             await self.forget(forgotten)
         more = [p.decode() for _, relays, _ in replies for p in relays]
         return [*more, prefix] if len(messages) == RELAY_BATCH else more
+
+
+def _batches(messages: list[bytes]) -> list[tuple[str, list[bytes]]]:
+    """The messages by target slot, in apply.lua calls of at most RELAY_BATCH
+    steps each (a 'starts' message releases many: it weighs as many)."""
+    calls: list[tuple[str, list[bytes]]] = []
+    weights: list[int] = []
+    open_call: dict[str, int] = {}  # a target's call that takes more, by index
+    for message in messages:
+        decoded = orjson.loads(message)
+        target, weight = decoded["p"], len(decoded.get("ids") or ()) or 1
+        i = open_call.get(target)
+        if i is None or weights[i] + weight > RELAY_BATCH:
+            i = open_call[target] = len(calls)
+            calls.append((target, []))
+            weights.append(0)
+        calls[i][1].append(message)
+        weights[i] += weight
+    return calls

@@ -326,6 +326,9 @@ class SQLiteBackend(DerivedVerbs):
     async def workflow_counts(self) -> dict[WorkflowState, int]:
         return await self.db.run(self.parts.operators.workflow_counts)
 
+    async def workflow_outcomes(self) -> dict[WorkflowState, int]:
+        return await self.db.run(self.parts.operators.workflow_outcomes)
+
     async def dead_counts(self, queue: str) -> dict[DeadReason, int]:
         check_name("queue", queue)
         return await self.db.run(self.parts.operators.dead_counts, queue)

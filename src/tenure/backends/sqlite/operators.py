@@ -24,7 +24,7 @@ from tenure.core.clock import Clock
 from tenure.core.events import EventKind
 from tenure.core.limits import KeyCount
 from tenure.core.states import DeadReason, State
-from tenure.core.workflows import WorkflowState
+from tenure.core.workflows import ENDED, WorkflowState
 from tenure.errors import JobNotFound
 from tenure.job import Job
 
@@ -133,6 +133,10 @@ class Operators:
     def workflow_counts(self) -> dict[WorkflowState, int]:
         found = dict(self.db.conn.execute(Q["workflow_counts"]).fetchall())
         return {s: found.get(s.value, 0) for s in WorkflowState}
+
+    def workflow_outcomes(self) -> dict[WorkflowState, int]:
+        found = dict(self.db.conn.execute(Q["workflow_outcomes"]).fetchall())
+        return {s: found.get(s.value, 0) for s in ENDED}
 
     def dead_counts(self, queue: str) -> dict[DeadReason, int]:
         rows = self.db.conn.execute(Q["dead_counts"], (queue,)).fetchall()

@@ -418,6 +418,10 @@ SELECT state, count(*) FROM jobs WHERE queue = ? GROUP BY state
 -- name: workflow_counts
 SELECT state, count(*) FROM workflows GROUP BY state
 
+-- name: workflow_outcomes
+-- Workflows ended, by outcome, ever (kept by a trigger: migration 16).
+SELECT outcome, n FROM workflow_outcomes
+
 -- name: dead_counts
 SELECT dead_reason, count(*) FROM jobs WHERE queue = ? AND state = 'dead' GROUP BY dead_reason
 

@@ -15,8 +15,9 @@
 --     (apply.lua in the target's slot, then LREM). Applying keeps per edge the
 --     last version applied and ignores older or equal ones, so a message
 --     applied twice, or late, changes nothing;
---   * other messages: k = 'add' (a spawn's new edge, ord o), 'start' (a
---     committed workflow's source: release it), 'job' (the workflow record
+--   * other messages: k = 'add' (a spawn's new edge, ord o), 'starts' (a
+--     committed workflow's sources of the slot, ids: release them as of at,
+--     its created_at; 'start', one source d, from an earlier version), 'job' (the workflow record
 --     gains the spawned jobs ids, ordered by n), 'gone' (a step was pruned),
 --     'steps' (a spawn's steps of another queue: write them).
 
@@ -32,13 +33,67 @@ local function wf_key(p, id) return p .. 'wf:' .. id end
 
 -- The home queue's count of its workflows by state (workflow_counts): a
 -- record's state left ``from`` and entered ``to`` (nil: none; a pending or
--- dropped record is no workflow yet, and is not counted).
+-- dropped record is no workflow yet, and is not counted). An end also
+-- counts in wfended, by outcome, for good (workflow_outcomes).
 local COUNTED = {running = true, completed = true, failed = true, cancelled = true}
 local function wf_counted(p, from, to)
   if from and COUNTED[from] then redis.call('HINCRBY', p .. 'wfcount', from, -1) end
   if to and COUNTED[to] then redis.call('HINCRBY', p .. 'wfcount', to, 1) end
+  if to and to ~= 'running' and COUNTED[to] then redis.call('HINCRBY', p .. 'wfended', to, 1) end
 end
 local function is_wf(id) return string.sub(id, 1, 3) == 'wf-' end
+
+-- Events and wake-ups of many steps stored or released in one go (a
+-- workflow's store, its sources' release): recorded once per queue and kind
+-- at the end (flow_flush), not an XADD and a signal per step. nil: at once.
+local flow_batch = nil
+
+local function flow_event(p, kind, id, data)
+  if not flow_batch then return record_event(p, kind, id, data) end
+  local k = p .. ' ' .. kind
+  local e = flow_batch.events[k]
+  if not e then
+    e = {p = p, kind = kind, ids = {}, data = {}}
+    flow_batch.events[k] = e
+    flow_batch.order[#flow_batch.order + 1] = k
+  end
+  e.ids[#e.ids + 1], e.data[#e.data + 1] = id, data
+end
+
+local function flow_signal(p)
+  if not flow_batch then return signal(p, 1) end
+  flow_batch.signals[p] = (flow_batch.signals[p] or 0) + 1
+end
+
+-- Start a batch; true if this call started it (and so flushes it).
+local function flow_batching()
+  if flow_batch then return false end
+  flow_batch = {events = {}, order = {}, signals = {}, sets = {}, set_order = {}}
+  return true
+end
+
+-- ZADD key score member, now or (batching) at the flush: only for a sorted
+-- set the rest of the call neither reads nor changes.
+local function flow_zadd(key, score, member)
+  if not flow_batch then return redis.call('ZADD', key, score, member) end
+  local pairs_ = flow_batch.sets[key]
+  if not pairs_ then
+    pairs_ = {}
+    flow_batch.sets[key] = pairs_
+    flow_batch.set_order[#flow_batch.set_order + 1] = key
+  end
+  pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = score, member
+end
+
+local function flow_flush()
+  for _, key in ipairs(flow_batch.set_order) do call_with('ZADD', key, flow_batch.sets[key]) end
+  for _, k in ipairs(flow_batch.order) do
+    local e = flow_batch.events[k]
+    append_events(e.p, e.kind, e.ids, e.data)
+  end
+  for p, n in pairs(flow_batch.signals) do signal(p, n) end
+  flow_batch = nil
+end
 
 local function words(s)
   local t = {}
@@ -111,24 +166,38 @@ local function flow_data(wf, more)
 end
 
 -- waiting -> queued, or scheduled when its delay (from now) or run_at is later.
-local function flow_release(p, id, jk, now, event)
-  local f = redis.call('HMGET', jk, 'wdelay', 'wat', 'wf')
-  local due = now + (tonumber(f[1]) or 0)
-  if f[2] then due = math.max(due, tonumber(f[2])) end
-  redis.call('HSET', jk, 'run_at', num(due))
+-- at: a source released as of its workflow's store (created_at), as a job
+-- enqueued then: due at its run_at, else at + its delay (what the store's
+-- answer says, and the SQL backends do).
+local RELEASE_FIELDS = {'wdelay', 'wat', 'wf', 'seq', 'priority', 'ck'}
+local ready_data = {}  -- a ready event's data, by workflow
+local function flow_release(p, id, jk, now, event, at, f)
+  f = f or redis.call('HMGET', jk, unpack(RELEASE_FIELDS))
+  local due
+  if at then
+    due, now = tonumber(f[2]) or at + (tonumber(f[1]) or 0), at
+  else
+    due = now + (tonumber(f[1]) or 0)
+    if f[2] then due = math.max(due, tonumber(f[2])) end
+  end
   if due > now then
+    redis.call('HSET', jk, 'run_at', num(due))
     schedule_job(p, id, due, 'waiting')
   else
-    queue_job(p, id, 'waiting')
-    signal(p, 1)
+    queue_job(p, id, 'waiting', {due, f[4], f[5], f[6]})
+    flow_signal(p)
   end
-  if event then record_event(p, 'ready', id, flow_data(f[3])) end
+  if event then
+    ready_data[f[3]] = ready_data[f[3]] or flow_data(f[3])
+    flow_event(p, 'ready', id, ready_data[f[3]])
+  end
 end
 
 -- A dependent job after its counters moved: released, cancelled (upstream
--- failed), or waiting again.
-local function flow_settle_job(p, id, jk, now)
-  local f = redis.call('HMGET', jk, 'state', 'pending', 'blocked', 'cancel_reason', 'wf', 'seq')
+-- failed), or waiting again. at: see flow_release.
+local function flow_settle_job(p, id, jk, now, at)
+  local f = redis.call('HMGET', jk, 'state', 'pending', 'blocked', 'cancel_reason', 'wf', 'seq',
+    'wdelay', 'wat', 'priority', 'ck')
   local pending, blocked = tonumber(f[2]) or 0, tonumber(f[3]) or 0
   if f[1] == 'waiting' and blocked > 0 then
     redis.call('HSET', jk, 'state', 'cancelled', 'cancel_reason', 'upstream_failed',
@@ -138,7 +207,7 @@ local function flow_settle_job(p, id, jk, now)
     record_event(p, 'cancelled', id, flow_data(f[5], {reason = 'upstream_failed'}))
     flow_moved(p, id, jk, failed_edge(jk))
   elseif f[1] == 'waiting' and pending == 0 then
-    flow_release(p, id, jk, now, true)
+    flow_release(p, id, jk, now, true, at, {f[7], f[8], f[5], f[6], f[9], f[10]})
   elseif f[1] == 'cancelled' and f[4] == 'upstream_failed' and blocked == 0 then
     redis.call('HSET', jk, 'state', 'waiting')
     redis.call('HDEL', jk, 'cancel_reason', 'finished_at')
@@ -228,19 +297,39 @@ end
 -- start, one without upstream is released at once (no ready event). Edges a
 -- message moved before the step was written (a spawn's, from another queue)
 -- count as they stand.
+local OPTIONAL = {'max_attempts', 'timeout', 'traceparent', 'wat', 'ck'}
+local enqueued_data = {}  -- an enqueued event's data by workflow, task and state
+
+-- A step's edges in, all open: none moved before it was written (no in:
+-- hash yet), as for every step of a new workflow. One HSET for them all.
+local function flow_write_in(ik, edges, up)
+  local pairs_ = {}
+  for i, e in ipairs(edges) do
+    pairs_[2 * i - 1], pairs_[2 * i], up[i] = e[1], 'open 0 ' .. e[2], e[1]
+  end
+  call_with('HSET', ik, pairs_)
+end
+
 local function flow_write(p, queue, wf, home, s, start, now, last)
   local jk = job_key(p, s.id)
   local seq = int(last)
+  -- run_at: the one it was given (wat), else now, until its release sets it
+  local run_at = (s.wat or '') ~= '' and s.wat or num(now)
   local fields = {'id', s.id, 'task', s.task, 'queue', queue, 'args', s.args,
-    'priority', s.priority, 'run_at', num(now), 'created_at', num(now), 'seq', seq,
+    'priority', s.priority, 'run_at', run_at, 'created_at', num(now), 'seq', seq,
     'fence', 0, 'attempts', 0, 'stalls', 0, 'state', 'waiting', 'wf', wf, 'home', home,
     'wdelay', s.delay}
-  for _, name in ipairs({'max_attempts', 'timeout', 'traceparent', 'wat', 'ck'}) do
+  for _, name in ipairs(OPTIONAL) do
     if (s[name] or '') ~= '' then fields[#fields + 1], fields[#fields + 2] = name, s[name] end
   end
   if s.may_fail then fields[#fields + 1], fields[#fields + 2] = 'may_fail', '1' end
   local ik, up, pending, blocked, early = in_key(p, s.id), {}, 0, 0, false
-  for i, e in ipairs(s['in']) do
+  local ins = s['in']
+  if #ins > 0 and redis.call('EXISTS', ik) == 0 then
+    flow_write_in(ik, ins, up)
+    pending, ins = #ins, {}
+  end
+  for i, e in ipairs(ins) do
     local cur = redis.call('HGET', ik, e[1])
     local state, version = 'open', '0'
     if cur then
@@ -257,17 +346,25 @@ local function flow_write(p, queue, wf, home, s, start, now, last)
   fields[#fields + 1], fields[#fields + 2] = 'pending', pending
   fields[#fields + 1], fields[#fields + 2] = 'blocked', blocked
   redis.call('HSET', jk, unpack(fields))
-  redis.call('ZADD', p .. 'all', seq, s.id)
-  set_state(p, s.id, seq, nil, 'waiting')
+  if start then
+    redis.call('ZADD', p .. 'all', seq, s.id)
+    set_state(p, s.id, seq, nil, 'waiting')
+  else  -- nothing in this call moves it: in the batch's ZADDs, if one is on
+    flow_zadd(p .. 'all', seq, s.id)
+    flow_zadd(state_key(p, 'waiting'), seq, s.id)
+  end
   local ok = out_key(p, s.id)
   for _, e in ipairs(s.out) do redis.call('HSET', ok, e[2] .. ' ' .. e[1], 'open ' .. e[3]) end
   if start and #s['in'] == 0 then
-    flow_release(p, s.id, jk, now, false)
+    flow_release(p, s.id, jk, now, false, now)
   elseif start and early then
     flow_settle_job(p, s.id, jk, now)
   end
-  record_event(p, 'enqueued', s.id,
-    flow_data(wf, {task = s.task, state = redis.call('HGET', jk, 'state')}))
+  local state = start and redis.call('HGET', jk, 'state') or 'waiting'
+  local key = wf .. ' ' .. s.task .. ' ' .. state
+  local data = enqueued_data[key] or flow_data(wf, {task = s.task, state = state})
+  enqueued_data[key] = data
+  flow_event(p, 'enqueued', s.id, data)
 end
 
 -- The steps a spawn in another queue made in this one (once per spawn).
@@ -301,6 +398,14 @@ end
 flow_apply = function(p, m)
   local now = clock()
   if m.k == 'steps' then return flow_spawned(p, m, now) end
+  if m.k == 'starts' then
+    local mine = flow_batching()
+    for _, id in ipairs(m.ids) do  -- one gone (dropped) reads as none: nothing to do
+      flow_settle_job(p, id, job_key(p, id), now, tonumber(m.at))
+    end
+    if mine then flow_flush() end
+    return
+  end
   local wf = is_wf(m.d)
   local rk = wf and wf_key(p, m.d) or job_key(p, m.d)
   if redis.call('EXISTS', rk) == 0 then

@@ -81,12 +81,19 @@ local function policy_of(p)
 end
 
 -- -> queued, in line by its stored priority, run_at and seq (so a job queued
--- again keeps its place). The caller signals.
-local function queue_job(p, id, from)
+-- again keeps its place). The caller signals. f: those fields {run_at, seq,
+-- priority, ck} when the caller read them, with a run_at to store (else read).
+local function queue_job(p, id, from, f)
   local jk = job_key(p, id)
-  local f = redis.call('HMGET', jk, 'run_at', 'seq', 'priority', 'ck')
-  local member = ready_member(tonumber(f[1]), tonumber(f[2]), id)
-  redis.call('HSET', jk, 'state', 'queued', 'rank', member)
+  local member
+  if f then
+    member = ready_member(f[1], tonumber(f[2]), id)
+    redis.call('HSET', jk, 'state', 'queued', 'rank', member, 'run_at', num(f[1]))
+  else
+    f = redis.call('HMGET', jk, 'run_at', 'seq', 'priority', 'ck')
+    member = ready_member(tonumber(f[1]), tonumber(f[2]), id)
+    redis.call('HSET', jk, 'state', 'queued', 'rank', member)
+  end
   redis.call('ZADD', p .. 'ready', -tonumber(f[3]), member)
   set_state(p, id, f[2], from, 'queued')
   ck.added(p, f[4], {-tonumber(f[3]), member})

@@ -1,7 +1,8 @@
 -- flow_commit: a workflow stored in several calls is complete: its record,
 -- pending, is running now, and its steps without upstream are released by
--- messages through this queue's outbox (_flow.lua), all of them: the relay
--- applies them a batch per call, however many they are.
+-- messages through this queue's outbox (_flow.lua: 'starts', a message per
+-- queue and piece of steps), all of them: the relay applies them a batch per
+-- call, however many they are.
 --
 -- KEYS[1]  the home queue's key prefix
 -- ARGV[1]  the workflow's id
@@ -14,7 +15,23 @@ if redis.call('HGET', rk, 'state') ~= 'pending' then return flow_reply(0) end
 redis.call('HSET', rk, 'state', 'running')
 wf_counted(p, nil, 'running')
 redis.call('ZREM', p .. 'wfpending', id)
+-- A message per queue and piece of START_PIECE steps (the relay applies a
+-- message whole: it bounds how long one apply holds Redis).
+local START_PIECE = 500
+local prefixes, by = {}, {}
+local at = redis.call('HGET', rk, 'created_at')  -- a string: cjson keeps 14 digits of a number
 for _, e in ipairs(cjson.decode(redis.call('HGET', rk, 'starts'))) do
-  flow_post(p, {p = e[1], d = e[2], k = 'start'})
+  if not by[e[1]] then
+    by[e[1]] = {}
+    prefixes[#prefixes + 1] = e[1]
+  end
+  table.insert(by[e[1]], e[2])
+end
+for _, tp in ipairs(prefixes) do
+  local ids = by[tp]
+  for i = 1, #ids, START_PIECE do
+    flow_post(p, {p = tp, k = 'starts', at = at,
+      ids = {unpack(ids, i, math.min(i + START_PIECE - 1, #ids))}})
+  end
 end
 return flow_reply(1)

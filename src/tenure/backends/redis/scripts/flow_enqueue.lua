@@ -7,19 +7,20 @@
 --
 -- KEYS[1]  the queue's key prefix
 -- ARGV[1]  the queue's name
--- ARGV[2]  JSON {wf: id, home: home queue's prefix, commit: bool,
+-- ARGV[2]  JSON {wf: id, home: home queue's prefix, commit: bool, at: absent (the
+--          home queue's call: now), or the home queue's call's now (the others),
 --          record: absent (not the home queue), or {key: key or '', many: bool,
 --          sinks: [[step id, ord]...], jobs: [every step id, in order],
 --          starts: [[prefix, step id]...] (its steps without upstream)},
 --          steps: [{id, task, args (JSON text), priority, delay, wat, max_attempts,
 --          timeout, traceparent ('' = none), may_fail, in: [[source id, ord]...],
 --          out: [[dependent id, its prefix, ord]...]}...]}  (flows.py)
--- Returns  {{OK (0)} or {OK, the id of the workflow that holds the key}, {prefixes
---          to relay from}}
+-- Returns  {{OK (0), '', now (its steps' created_at)} or {OK, the id of the
+--          workflow that holds the key}, {prefixes to relay from}}
 
 local p, queue = KEYS[1], ARGV[1]
 local w = cjson.decode(ARGV[2])
-local now = clock()
+local now = w.at and tonumber(w.at) or clock()
 local r = w.record
 if r then
   local rk = wf_key(p, w.wf)
@@ -46,9 +47,11 @@ if r then
 end
 local last = tonumber(redis.call('GET', p .. 'seq') or '0')
 local now_us = math.floor(now * 1000000)
+flow_batching()
 for _, s in ipairs(w.steps) do
   last = math.max(now_us, last + 1)
   flow_write(p, queue, w.wf, w.home, s, w.commit, now, last)
 end
+flow_flush()
 redis.call('SET', p .. 'seq', int(last))
-return flow_reply({OK})
+return flow_reply({OK, '', num(now)})
