@@ -300,8 +300,8 @@ class StorageGauges(Collector):
             lag.add_metric([r.queue], r.lag)
         yield jobs
         yield lag
-        workflows = GaugeMetricFamily(
-            "tenure_workflows",
+        workflows = GaugeMetricFamily(  # not tenure_workflows: the counter's family
+            "tenure_workflows_stored",
             "Workflows in storage, by state (every queue's: the same from every worker).",
             labels=["state"],
         )

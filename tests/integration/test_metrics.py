@@ -19,6 +19,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from tenure import App, chain, group
@@ -107,17 +108,24 @@ def test_a_worker_s_metrics__time_a_workflow_s_fan_in(tmp_path: Path) -> None:
             return text if text and value(text, "tenure_fan_in_seconds_count") == 2 else None
 
         text = lab.wait("two fan-ins in the histogram", observed, timeout=10)
+        # what Prometheus asks for first: every family once, metadata before samples
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/metrics", headers={"Accept": "application/openmetrics-text"}
+        )
+        with urllib.request.urlopen(request, timeout=2) as reply:
+            families = list(openmetrics(reply.read().decode()))
     # the two steps after the group and after it; never the group's, which waited for none
     assert value(text, "tenure_fan_in_seconds_count", queue=lab.queue) == 2
     assert value(text, "tenure_claimed_jobs_total", queue=lab.queue) == 4
     latency = value(text, "tenure_fan_in_seconds_sum", queue=lab.queue)
     assert latency is not None and 0 <= latency < 2.0  # a wake-up and a claim, each
-    assert value(text, "tenure_workflows", state="completed") == 1
+    assert value(text, "tenure_workflows_stored", state="completed") == 1
     # the counter of ended workflows: a TYPE of its own, beside the gauge
     assert value(text, "tenure_workflows_total", outcome="completed") == 1
     assert value(text, "tenure_workflows_total", outcome="cancelled") == 1
     assert value(text, "tenure_workflows_total", outcome="failed") == 0
     assert "# TYPE tenure_workflows_total counter" in text
+    assert {"tenure_workflows", "tenure_workflows_stored"} <= {f.name for f in families}
 
 
 def test_app_registry__reads_jobs_by_state_and_lag_from_storage(tmp_path: Path) -> None:
@@ -134,7 +142,7 @@ def test_app_registry__reads_jobs_by_state_and_lag_from_storage(tmp_path: Path) 
         lags = {ls["queue"]: v for n, ls, v in _collected(registry)
                 if n == "tenure_queue_lag_seconds"}  # fmt: skip
         workflows = {ls["state"]: v for n, ls, v in _collected(registry)
-                     if n == "tenure_workflows"}  # fmt: skip
+                     if n == "tenure_workflows_stored"}  # fmt: skip
     assert (jobs["a", "queued"], jobs["a", "scheduled"], jobs["b", "scheduled"]) == (1, 0, 1)
     assert workflows == {"running": 1, "completed": 0, "failed": 0, "cancelled": 0}
     assert lags["a"] > 1e9 and lags["b"] == 0

@@ -55,8 +55,8 @@ def test_metrics__jobs_by_queue_and_state_lag_and_workflows(
     assert 'tenure_jobs{queue="mail",state="queued"} 1.0' in response.text
     assert 'tenure_jobs{queue="default",state="waiting"} 1.0' in response.text
     assert 'tenure_queue_lag_seconds{queue="mail"}' in response.text
-    assert 'tenure_workflows{state="running"} 1.0' in response.text
-    assert 'tenure_workflows{state="failed"} 0.0' in response.text
+    assert 'tenure_workflows_stored{state="running"} 1.0' in response.text
+    assert 'tenure_workflows_stored{state="failed"} 0.0' in response.text
 
 
 def test_jobs__filtered_and_paged_by_cursor(api: httpx.Client, web_app: App) -> None:

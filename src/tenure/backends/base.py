@@ -389,7 +389,7 @@ class Backend(Protocol):
 
     async def workflow_counts(self) -> dict[WorkflowState, int]:
         """Workflows by state (every state present; ended ones until pruned),
-        across queues, for the ``tenure_workflows`` gauge: one count over their
+        across queues, for the ``tenure_workflows_stored`` gauge: one count over their
         records (SQL), never over their steps; Redis: each home queue's count,
         kept by the scripts that set a record's state."""
 
