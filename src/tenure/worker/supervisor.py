@@ -279,6 +279,7 @@ class Supervisor:
         info = WorkerInfo(self.worker_id, socket.gethostname(), os.getpid(), self.config.queues)
         await self.backend.register_worker(info)
         self.identity.registered.set()
+        self.wake.set()  # the cycle loop waits for this while it registers again
 
     async def _deregister(self) -> None:
         try:
