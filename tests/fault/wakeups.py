@@ -35,3 +35,7 @@ def woken_after(lab: Lab, fault: Callable[[], None]) -> float:
     job = lab.enqueue("chaos.sleep", seconds=0)
     began = lab.wait("the job to begin", lambda: lab.attempt(job.id, 1), timeout=90)
     return began.started_at - job.created_at
+
+
+def woken_line(fault: str, woken: float) -> str:
+    return f"\n{fault}: an idle worker began a job {woken * 1000:.0f} ms after its enqueue"
