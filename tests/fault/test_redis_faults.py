@@ -16,6 +16,7 @@ from tenure.backends.base import WorkerInfo
 from tenure.backends.factory import from_url
 from tenure.chaos.lab import Lab
 from tenure.errors import BackendUnavailable, LivenessLost
+from tests.fault.wakeups import WAKE_WITHIN, woken_after, woken_line
 from tests.servers import RedisServer
 
 
@@ -53,6 +54,16 @@ def test_a_restarted_server__loses_nothing_and_recovers_in_flight_attempts_once(
             assert len(outcomes) <= 2, outcomes  # at most the one interrupted attempt
             assert set(outcomes[:-1]) <= {Outcome.CRASHED}, outcomes
         assert all(w.poll() is None for w in lab.workers), "a worker died with Redis"
+
+
+def test_a_restarted_server__an_idle_worker_wakes_when_a_job_comes(
+    aof_redis: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Lab(aof_redis.url, "restart-idle", lease_ttl=2.0, heartbeat_interval=0.25) as lab:
+        woken = woken_after(lab, aof_redis.restart)
+    with capsys.disabled():
+        print(woken_line("redis restart", woken))
+    assert woken < WAKE_WITHIN
 
 
 def test_a_cut_liveness_connection__the_worker_comes_back_as_a_new_one(

@@ -25,6 +25,7 @@ from tenure.chaos.lab import Lab
 from tenure.core.states import TERMINAL
 from tenure.errors import BackendUnavailable, JobNotFound
 from tests.conftest import server_or_skip
+from tests.fault.wakeups import WAKE_WITHIN, woken_after, woken_line
 from tests.servers_sentinel import SentinelGroup
 
 RESUME_WITHIN = 10.0  # seconds from the kill until a job completes on the promoted replica
@@ -140,3 +141,13 @@ def test_failovers__what_each_loses(query: str, capsys: pytest.CaptureFixture[st
     assert all(r.resumed_after < RESUME_WITHIN for r in results), results
     if query:
         assert sum(r.lost for r in results) == 0, results
+
+
+def test_an_idle_worker__wakes_on_the_promoted_replica_when_a_job_comes(
+    group: SentinelGroup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Lab(group.url(), "sentinel-idle", lease_ttl=2.0, heartbeat_interval=0.25) as lab:
+        woken = woken_after(lab, lambda: group.kill(group.primary))
+    with capsys.disabled():
+        print(woken_line("sentinel failover", woken))
+    assert woken < WAKE_WITHIN

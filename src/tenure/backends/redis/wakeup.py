@@ -44,10 +44,7 @@ from tenure.backends.redis.transport import Command
 log = logging.getLogger("tenure.redis")
 
 MARGIN = 5.0  # seconds a pop may take beyond its BLPOP timeout before we give up on it
-# seconds: an idle worker's safety poll (Capabilities.idle_poll). Short enough
-# to bound a Sentinel failover: idle workers' wake-ups are lost across one
-# (why is not understood yet), and this poll is what brings them back.
-IDLE_POLL = 5.0
+IDLE_POLL = 60.0  # seconds: an idle worker's safety poll (Capabilities.idle_poll)
 UNREACHABLE_WAIT = 1.0  # seconds a wait whose pop failed waits, at most, before it returns
 HELD_BACK_POLL = 1.0  # seconds: a queue with jobs an idle worker did not claim is looked at again
 
