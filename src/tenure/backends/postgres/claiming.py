@@ -104,7 +104,9 @@ class Claiming:
         name = ("complete_and_claim_keyed" if keyed else "complete_and_claim_limited"
                 if locked else "complete_and_claim")  # fmt: skip
         name += ("_skipping" if skipping else "") + (RELEASING if releasing else "")
-        query = self.q.limited(name, limit)  # prepared, with a plan for its limit
+        params["want"] = limit
+        # prepared, with a plan for its limit (a keyed claim's: for a bound above it)
+        query = self.q.limited(name, keyed_bound(limit) if keyed else limit)
         if keyed:
             rows = await self._keyed_cycle_fetch(query, params, locked, limit)
         elif locked:
@@ -184,7 +186,7 @@ class Claiming:
             async with conn.transaction():
                 if self.liveness.seems_lost(params["worker"]):  # as in _cycle_fetch
                     params = {**params, "queues": "{}"}
-                lock = self.q.limited("lock_keyed_queues", limit)
+                lock = self.q.limited("lock_keyed_queues", keyed_bound(limit))
                 await conn.execute(lock, {"queues": locked, "keyed": params["keyed"],
                                           "idle": IDLE_MS})  # fmt: skip
                 raw, names = self.q.positional(query)
@@ -243,6 +245,19 @@ class Claiming:
                 )
             if name == "release" or params.get("state") == State.QUEUED:  # queued again
                 await self.db.notify(conn, [row[0]])
+
+
+def keyed_bound(limit: int) -> int:
+    """The limit a keyed claim's statement is planned for: the least of 1, 2,
+    3, 4, 6, 8, 12, 16, 24... at or above ``limit``. Planning that statement
+    costs several times running it, and a connection plans it once for each
+    limit it is sent with: a burst worker's claims ask for most limits up to
+    its slots and claims ahead. The claim takes ``limit`` jobs at most
+    (limit_wanted)."""
+    if limit <= 2:
+        return limit
+    power = 1 << (limit - 1).bit_length()  # the least power of 2 at or above limit
+    return power * 3 // 4 if limit <= power * 3 // 4 else power
 
 
 def failure(

@@ -249,7 +249,7 @@ picked AS (
     SELECT c.ctid, g.ttl, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
     FROM {shared}
     ORDER BY c.priority DESC, c.run_at, c.seq
-    LIMIT {limit}
+    LIMIT {wanted}
 ),
 claimed AS (
     UPDATE {schema}.jobs AS j
@@ -405,6 +405,18 @@ SELECT NULL::text, NULL::text, NULL::text, NULL::json, 0 WHERE false
 -- name: no_data
 -- (A part of those cycles, for flow_data.) A plain job's events have no data.
 NULL::json
+
+-- name: limit_given
+-- (A part of complete_and_claim and _limited, for wanted.) The claim takes
+-- up to {limit} jobs.
+{limit}
+
+-- name: limit_wanted
+-- (A part of complete_and_claim_keyed, for wanted.) The claim takes up to
+-- %(want)s jobs; {limit}, written in, is a bound above it of a few values
+-- (Claiming.keyed_bound), so that a connection plans the large keyed
+-- statement a few times, not once for every limit it is sent with.
+%(want)s::int
 
 -- name: heartbeat
 -- The leases one worker presents, in one statement; returns those it still
@@ -1480,7 +1492,7 @@ SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted)
 
 -- name: keyed_walk
 -- (A part of gate_keyed.) The jobs the claim takes from each queue of
--- %(keyed)s (`keyed_picks`: queue, id, ord), best first, at most {limit} a
+-- %(keyed)s (`keyed_picks`: queue, id, ord), best first, at most %(want)s a
 -- queue, each within its key's room (key_room). Without fair, the queue's
 -- next 2 x {limit} jobs in its order (`heads`, through jobs_ready) that
 -- their keys have room for; when those are fewer than {limit} (keys at their
@@ -1607,7 +1619,7 @@ keyed_picks AS (
                                         priority DESC, run_at, seq) AS ord
         FROM picks
     ) AS o
-    WHERE ord <= {limit}
+    WHERE ord <= %(want)s
 )
 
 -- name: key_room

@@ -51,11 +51,14 @@ CODE_PARTS = {
 # each of those as is, to complete plain jobs only, and _releasing, to complete
 # workflow steps too (the parts that release their dependents).
 _CYCLES = {
-    "complete_and_claim": {"gate": "gate", "shared": "shared", "bucket": "no_bucket"},
+    "complete_and_claim": {
+        "gate": "gate", "shared": "shared", "bucket": "no_bucket", "wanted": "limit_given"},
     "complete_and_claim_limited": {
-        "gate": "gate_limited", "shared": "shared_limited", "bucket": "bucket"},
+        "gate": "gate_limited", "shared": "shared_limited", "bucket": "bucket",
+        "wanted": "limit_given"},
     "complete_and_claim_keyed": {
-        "gate": "gate_keyed", "shared": "shared_keyed", "bucket": "bucket_keyed"},
+        "gate": "gate_keyed", "shared": "shared_keyed", "bucket": "bucket_keyed",
+        "wanted": "limit_wanted"},
 }  # fmt: skip
 _PLAIN = {"flow_release": "no_release", "flow_queues": "no_queues",
           "flow_events": "no_events", "flow_data": "no_data"}  # fmt: skip
