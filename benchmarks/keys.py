@@ -13,11 +13,12 @@
   checkout's ``src``, e.g. main's: "today's", on storage of its own:
   ``--baseline-url`` with ``--url``), jobs on 1,000 keys without a per-key
   limit, and with ``max_active_per_key=--per-key`` (1); jobs per second, median and
-  spread of ``--rounds`` rounds.
+  spread of ``--rounds`` rounds (``--today-keys``: the keyed drains under
+  ``--baseline-src`` too).
 
     .venv/bin/python benchmarks/keys.py [--backend sqlite | --url URL]
         [--only fairness,debounce,cost] [--backlog 100000] [--jobs 20000]
-        [--rounds 3] [--baseline-src /path/to/main/src [--baseline-url URL]]
+        [--rounds 3] [--baseline-src /path/to/main/src [--baseline-url URL] [--today-keys]]
 
 Each measurement uses queues of its own (``keys.<random>``), so one storage
 serves them all; ``--backend`` starts throwaway servers as the other
@@ -48,6 +49,7 @@ BATCH = 1000  # jobs per enqueue_many
 B_JOBS = 10
 A_WARMUP = 500  # A's starts before B enqueues: the worker at its pace
 FAIR_BOUND = 50  # A's starts within which B's 10 must all start (fair=True)
+MODES = ("plain", "unlimited", "limited")  # the cost's drains
 
 
 def _queue() -> str:
@@ -224,23 +226,32 @@ def drain_rate(url: str, app: tenure.App, mode: str, jobs: int, src: str | None,
 
 
 def cost(url: str, args: argparse.Namespace, today_url: str | None = None) -> None:
-    modes: dict[str, str | None] = {"plain": None, "unlimited": None, "limited": None}
+    """The drains, by label: (mode, src); with --baseline-src, today's too
+    (its 1,000 keys, unlimited and limited, with --today-keys)."""
+    modes: dict[str, tuple[str, str | None]] = {m: (m, None) for m in MODES}
     if args.baseline_src and today_url:
-        modes = {"today": args.baseline_src, **modes}
+        today = {"today": ("today", args.baseline_src)}
+        if args.today_keys:
+            today |= {f"today {m}": (m, args.baseline_src) for m in MODES[1:]}
+        modes = today | modes
     rates: dict[str, list[float]] = {m: [] for m in modes}
     with tenure.App(url) as app:
         for _ in range(args.rounds):
-            for mode, src in modes.items():  # alternating: the machine's load hits all
+            for label, (mode, src) in modes.items():  # alternating: the load hits all
                 where = url if src is None else today_url
                 assert where is not None
-                rates[mode].append(
+                rates[label].append(
                     drain_rate(where, app, mode, args.jobs, src, per_key=args.per_key)
                 )
-    for mode, got in rates.items():
-        print(f"  {mode}: {statistics.median(got):,.0f} jobs/s (rounds "
+    for label, got in rates.items():
+        print(f"  {label}: {statistics.median(got):,.0f} jobs/s (rounds "
               f"{', '.join(f'{r:,.0f}' for r in got)})", flush=True)  # fmt: skip
-    ratio = statistics.median(rates["limited"]) / statistics.median(rates["unlimited"])
-    print(f"  max_active_per_key={args.per_key} on 1,000 keys: {ratio:.2f}x of unlimited (>= 0.7)")
+    for prefix in ("", "today ") if args.today_keys else ("",):
+        limited, unlimited = rates[prefix + "limited"], rates[prefix + "unlimited"]
+        ratio = statistics.median(limited) / statistics.median(unlimited)
+        rounds = ", ".join(f"{a / b:.2f}" for a, b in zip(limited, unlimited, strict=True))
+        print(f"  {prefix}max_active_per_key={args.per_key} on 1,000 keys: {ratio:.2f}x of "
+              f"unlimited (>= 0.7; rounds {rounds})")  # fmt: skip
 
 
 def main() -> None:
@@ -257,6 +268,8 @@ def main() -> None:
     parser.add_argument("--per-key", type=int, default=1, help="cost: max_active_per_key")
     parser.add_argument("--baseline-src", help="another checkout's src/, for today's drain")
     parser.add_argument("--baseline-url", help="with --url: storage for today's drain")
+    parser.add_argument("--today-keys", action="store_true",
+                        help="with --baseline-src: today's keyed drains too")  # fmt: skip
     parser.add_argument("--drain-once", help=argparse.SUPPRESS)  # cost's own subprocess
     args = parser.parse_args()
     if args.drain_once:

@@ -58,8 +58,8 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
         "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM information_schema.tables"
         " WHERE table_schema = 'tenure'", db)  # fmt: skip
     assert tables.split(",") == [
-        "attempts", "edges", "events", "jobs", "key_buckets", "queues", "schedules",
-        "schema_migrations", "spawns", "sweeps", "workers", "workflow_ends",
+        "attempts", "edges", "events", "jobs", "key_buckets", "key_cursors", "queues",
+        "schedules", "schema_migrations", "spawns", "sweeps", "workers", "workflow_ends",
         "workflow_outcomes", "workflows",
     ]  # fmt: skip
     query = "SELECT string_agg(indexname, ',') FROM pg_indexes WHERE schemaname = 'tenure'"
@@ -70,7 +70,7 @@ def test_migrations_produce_the_expected_schema(pg_url, open_backend, postgres_s
         "schema_migrations_pkey", "events_pkey", "schedules_pkey", "jobs_workflow",
         "jobs_waiting", "workflows_pkey", "workflows_key", "edges_pkey", "edges_dependent",
         "spawns_pkey", "jobs_key_ready", "jobs_key_active", "jobs_key_finished",
-        "key_buckets_pkey", "workflow_outcomes_pkey",
+        "key_buckets_pkey", "key_cursors_pkey", "workflow_outcomes_pkey",
     }  # fmt: skip
     versions = postgres_server.psql("SELECT count(*) FROM tenure.schema_migrations", db)
     assert int(versions) == len(MIGRATIONS)
@@ -505,7 +505,7 @@ def test_every_statement__is_short_enough_for_psycopgs_cache_of_conversions():
     sizes = {n: len(q.limited(n, 64) if n in q.with_limit else q[n]) for n in q}
     # But the cycles, sent with positional parameters (a raw cursor converts
     # nothing: Statements.positional), with a workflow's release in them.
-    for name in [n for n in sizes if n.startswith("complete_and_claim")]:
+    for name in [n for n in sizes if n.startswith(("complete_and_claim", "lock_keys"))]:
         raw, names = q.positional(q.limited(name, 64))
         assert b"%(" not in raw and len(names) == len(set(names))
         assert raw.count(b"$") >= len(names) and b"$%d" % (len(names) + 1) not in raw
@@ -601,21 +601,23 @@ def test_the_keyed_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, 
                                                [], 0)  # fmt: skip
             async with b.db.conn() as conn:
                 cur = await conn.execute(
-                    "SELECT name, parameter_types::text[] FROM pg_prepared_statements"
-                    " WHERE statement LIKE '%%keyed_picks AS%%'"
+                    "SELECT name, parameter_types::text[], statement LIKE '%%RECURSIVE%%'"
+                    " FROM pg_prepared_statements WHERE statement LIKE '%%keyed_picks AS%%'"
                 )
                 out = []
-                for name, types in await cur.fetchall():
+                for name, types, walks in await cur.fetchall():
                     args = ", ".join(f"NULL::{t}" for t in types)
                     cur = await conn.execute(f"EXPLAIN EXECUTE {name}({args})")
-                    out.append("\n".join(r[0] for r in await cur.fetchall()))
+                    out.append((walks, "\n".join(r[0] for r in await cur.fetchall())))
                 return out
 
+        # fair's cycle, and max_active_per_key's walk (lock_keys) and cycle
         found = portal.run(asyncio.wait_for(plans(), 60))
-        assert len(found) == 1
-        for plan in found:
+        assert sorted(walks for walks, _ in found) == [False, True, True]
+        for walks, plan in found:
             assert "Seq Scan on jobs" not in plan, plan
-            assert "jobs_key_ready" in plan and "jobs_key_active" in plan, plan
+            assert "jobs_key_active" in plan, plan
+            assert "jobs_key_ready" in plan or not walks, plan
     finally:
         portal.run(b.close())
 
@@ -633,3 +635,31 @@ def test_a_keys_bucket_refilled__is_pruned(open_backend, pg_url, postgres_server
         return postgres_server.psql("SELECT count(*) FROM tenure.key_buckets", db) == "0"
 
     wait_for(pruned)
+
+
+def test_a_claim_of_a_queue_with_per_key_limits_only__takes_other_keys_meanwhile(
+    pg_url, open_backend
+):
+    """Such a queue's claims lock their keys, not its row: while another claim
+    is in flight (its transaction open, holding the key it picked), a claim
+    takes the other keys' jobs at once, and none of the held key's."""
+    import psycopg
+
+    from tenure.backends.postgres.statements import text_array
+
+    backend = open_backend(pg_url)
+    backend.set_policy("q", QueuePolicy(max_active_per_key=1))
+    backend.enqueue([JobSpec.create("t", {}, queue="q", concurrency_key=k) for k in "aabb"])
+    worker = register(backend, "w")
+    q = PostgresBackend.from_url(pg_url).q
+    walk, names = q.positional(q.limited("lock_keys", 1))
+    params = {"ids": "{}", "keyed": text_array(["q"]), "want": 1, "skip": None,
+              "namespace": PostgresBackend.from_url(pg_url).db.namespace}  # fmt: skip
+    with psycopg.connect(pg_url) as held, ThreadPoolExecutor(1) as pool:
+        psycopg.RawCursor(held).execute(walk, [params[n] for n in names])  # picks a's first
+        claim = pool.submit(backend.claim, worker, ["q"], 4)
+        try:
+            claimed = claim.result(timeout=20)
+        finally:
+            held.rollback()
+    assert [j.concurrency_key for j in claimed] == ["b"]

@@ -53,6 +53,8 @@ class Claiming:
         self.max_payload = max_payload
         self._limited: set[str] = set()  # queues whose last claim found a fleet-wide limit
         self._keyed: set[str] = set()  # of those, the ones with keys (QueuePolicy.keyed)
+        # of those, the ones claimed under their keys' locks, not their rows' (gate: rowed)
+        self._by_keys: set[str] = set()
         # Connections kept out of the pool for the cycle (see _cycle_fetch), at
         # most HELD_FOR_CYCLES, and one at least left in it for other calls.
         self._held: list[psycopg.AsyncConnection[Any]] = []
@@ -83,13 +85,13 @@ class Claiming:
         skip_tasks: Collection[str] = (),
     ) -> tuple[set[LeaseRef], list[Job]]:
         """One statement, one transaction (queries.sql); a queue with a fleet-wide
-        limit or keys is claimed from under its row's lock, taken first."""
+        limit or keys is claimed from under its row's lock, taken first, or
+        with per-key limits only, from under its keys' locks (lock_keys)."""
         limit = claim_limit(queues, limit)
         if not items and not limit:
             return set(), []
         queues = list(dict.fromkeys(queues)) if limit else []
-        locked = [q for q in queues if q in self._limited]
-        keyed = [q for q in locked if q in self._keyed]
+        locked, keyed = self._locks(queues)
         ids = [i for i, _, _ in items]
         releasing = not self._plain.issuperset(ids)
         self._plain.difference_update(ids)
@@ -105,12 +107,15 @@ class Claiming:
             "channel": self.db.channel}  # fmt: skip
         skipping = bool(skip_tasks and limit)
         params["skip"] = text_array(skip_tasks) if skipping else None
-        name = ("complete_and_claim_keyed" if keyed else "complete_and_claim_limited"
-                if locked else "complete_and_claim")  # fmt: skip
+        name = ("complete_and_claim_keys" if keyed and not locked else "complete_and_claim_keyed"
+                if keyed else "complete_and_claim_limited" if locked
+                else "complete_and_claim")  # fmt: skip
         name += ("_skipping" if skipping else "") + (RELEASING if releasing else "")
-        query = self.q.limited(name, limit)  # prepared, with a plan for its limit
+        params["want"] = limit
+        # prepared, with a plan for its limit (a keyed claim's: for a bound above it)
+        query = self.q.limited(name, keyed_bound(limit) if keyed else limit)
         if keyed:
-            rows = await self._keyed_cycle_fetch(query, params, locked, limit)
+            rows = await self._keyed_cycle_fetch(query, params, locked, limit, skipping)
         elif locked:
             rows = await self._locked_cycle_fetch(query, params, locked)
         else:
@@ -120,18 +125,34 @@ class Claiming:
             self._plain.clear()
         self._plain.update([j.id for j in jobs if j.workflow is None])
         done = {(r[1], r[FENCE]) for r in rows if r[0] is None}
-        # Each queue with a limit: 1 if it was held back for want of its lock,
-        # plus 2 if it has keys (see gate).
-        limited = {r[1]: r[FENCE] for r in rows if r[0] == 0}
-        self._limited = (self._limited - set(queues)) | set(limited)
-        self._keyed = (self._keyed - set(queues)) | {q for q, v in limited.items() if v & 2}
-        held_back = [q for q, v in limited.items() if v & 1]
+        held_back = self._learn(queues, {r[1]: r[FENCE] for r in rows if r[0] == 0})
         if held_back and len(jobs) < limit:  # a limit this backend did not know of yet
             more = await self.complete_and_claim(
                 (), worker_id, held_back, limit - len(jobs), skip_tasks=skip_tasks
             )
             jobs += more[1]
         return {(i, f) for i, f, _ in items} - done, jobs
+
+    def _locks(self, queues: list[str]) -> tuple[list[str], list[str]]:
+        """The queues whose rows the claim locks, and those whose keys it walks:
+        the rows' of those with a fleet-wide limit or fair, keys among them, or
+        when there are none, the keys of those with per-key limits only (else
+        held back, they are claimed next: gate_limited)."""
+        locked = [q for q in queues if q in self._limited and q not in self._by_keys]
+        by_keys = [q for q in queues if q in self._by_keys]
+        if by_keys and not locked:
+            return [], by_keys
+        return locked, [q for q in locked if q in self._keyed]
+
+    def _learn(self, queues: list[str], limited: dict[str, int]) -> list[str]:
+        """What the claim's gate said of each queue with a limit: 1 if it was
+        held back for want of its lock, plus 2 if it has keys, plus 4 if its
+        claims take its row's lock. Returns the queues held back."""
+        self._limited = (self._limited - set(queues)) | set(limited)
+        self._keyed = (self._keyed - set(queues)) | {q for q, v in limited.items() if v & 2}
+        by_keys = {q for q, v in limited.items() if (v & 6) == 2}
+        self._by_keys = (self._by_keys - set(queues)) | by_keys
+        return [q for q, v in limited.items() if v & 1]
 
     async def _cycle_fetch(self, query: bytes, params: dict[str, Any]) -> list[Any]:
         """The rows of the cycle's statement, on a connection held out of the
@@ -181,32 +202,42 @@ class Claiming:
             return await self._execute(conn, query, params)
 
     async def _keyed_cycle_fetch(
-        self, query: bytes, params: dict[str, Any], locked: list[str], limit: int
-    ) -> list[Any]:
+        self, query: bytes, params: dict[str, Any], locked: list[str], limit: int,
+        skipping: bool,
+    ) -> list[Any]:  # fmt: skip
         """_locked_cycle_fetch, for queues with keys among them (the cycle walks
         their keys: queries.sql), its transaction sent in one pipeline: one
-        round trip. The cycle's snapshot is taken once the lock is held."""
+        round trip. The cycle's snapshot is taken once the lock is held: the
+        rows' of ``locked``, else the keys' that lock_keys picks from."""
+        bound = keyed_bound(limit)
         async with self.db.conn() as conn, conn.pipeline():
             async with conn.transaction():
                 if self.liveness.seems_lost(params["worker"]):  # as in _cycle_fetch
                     params = {**params, "queues": "{}"}
-                lock = self.q.limited("lock_keyed_queues", limit)
+                lock = self.q.limited("lock_keyed_queues", bound)
                 await conn.execute(lock, {"queues": locked, "keyed": params["keyed"],
-                                          "idle": IDLE_MS})  # fmt: skip
-                raw, names = self.q.positional(query)
-                cur = psycopg.AsyncRawCursor(conn)
-                await cur.execute(raw, [params[n] for n in names], prepare=True)
+                                          "idle": IDLE_MS}, prepare=True)  # fmt: skip
+                if not locked:
+                    walk = self.q.limited("lock_keys" + ("_skipping" if skipping else ""), bound)
+                    await self._send(conn, walk, {**params, "namespace": self.db.namespace})
+                cur = await self._send(conn, query, params)
             return await cur.fetchall()
 
     async def _execute(
         self, conn: psycopg.AsyncConnection[Any], query: bytes, params: dict[str, Any]
     ) -> list[Any]:
-        """The cycle's statement, prepared, with positional parameters (see
-        Statements.positional)."""
+        """The rows of the cycle's statement (_send)."""
+        return await (await self._send(conn, query, params)).fetchall()
+
+    async def _send(
+        self, conn: psycopg.AsyncConnection[Any], query: bytes, params: dict[str, Any]
+    ) -> psycopg.AsyncRawCursor[Any]:
+        """A statement of the cycle sent, prepared, with positional parameters
+        (see Statements.positional)."""
         raw, names = self.q.positional(query)
         cur = psycopg.AsyncRawCursor(conn)
         await cur.execute(raw, [params[n] for n in names], prepare=True)
-        return await cur.fetchall()
+        return cur
 
     async def progress(self, job_id: str, fence: int, data: Any) -> None:
         payload = encode(data, what="progress", limit=self.max_payload).decode()
@@ -249,6 +280,19 @@ class Claiming:
                 )
             if name == "release" or params.get("state") == State.QUEUED:  # queued again
                 await self.db.notify(conn, [row[0]])
+
+
+def keyed_bound(limit: int) -> int:
+    """The limit a keyed claim's statement is planned for: the least of 1, 2,
+    3, 4, 6, 8, 12, 16, 24... at or above ``limit``. Planning that statement
+    costs several times running it, and a connection plans it once for each
+    limit it is sent with: a burst worker's claims ask for most limits up to
+    its slots and claims ahead. The claim takes ``limit`` jobs at most
+    (limit_wanted)."""
+    if limit <= 2:
+        return limit
+    power = 1 << (limit - 1).bit_length()  # the least power of 2 at or above limit
+    return power * 3 // 4 if limit <= power * 3 // 4 else power
 
 
 def failure(

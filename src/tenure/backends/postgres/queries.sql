@@ -258,7 +258,7 @@ picked AS (
     SELECT c.ctid, g.ttl, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
     FROM {shared}
     ORDER BY c.priority DESC, c.run_at, c.seq
-    LIMIT {limit}
+    LIMIT {wanted}
 ),
 claimed AS (
     UPDATE {schema}.jobs AS j
@@ -301,11 +301,13 @@ ORDER BY 1 NULLS LAST
 -- claim and its lease's TTL (NULL: at-most-once): {limit}, or none while it
 -- is paused or has a fleet-wide limit (max_active, rate_limit) or keys
 -- (policy.keyed). Those queues are reported (rank 0, unlocked: 1, plus 2 if
--- keyed), and the backend claims from them with complete_and_claim_limited
--- (or _keyed), under their rows' lock. Kept short: psycopg converts a
--- statement of more than 4 KiB again at every execution.
+-- keyed, plus 4 if its claims take its row's lock), and the backend claims
+-- from them with complete_and_claim_limited (or _keyed), under their rows'
+-- lock, or with complete_and_claim_keys (a per-key limit only). Kept short:
+-- psycopg converts a statement of more than 4 KiB again at every execution.
 gate AS (
-    SELECT q.name, l.limited, l.limited::int + 2 * l.keyed::int AS unlocked, l.ttl,
+    SELECT q.name, l.limited, l.limited::int + 2 * l.keyed::int + 4 * l.rowed::int AS unlocked,
+           l.ttl,
            CASE WHEN l.limited OR (p.policy->>'paused')::boolean THEN 0 ELSE {limit} END AS share
     FROM unnest(%(queues)s::text[]) AS q(name)
     LEFT JOIN {schema}.queues AS p ON p.name = q.name,
@@ -314,16 +316,21 @@ gate AS (
 
 -- name: lease
 -- (A part of both gates.) Whether the queue has a fleet-wide limit (or keys:
--- QueuePolicy.keyed), and its lease's TTL.
-LATERAL (SELECT k.keyed OR p.policy->>'max_active' IS NOT NULL
-                OR p.policy->>'rate_limit' IS NOT NULL,
+-- QueuePolicy.keyed), its lease's TTL, and whether its claims take its row's
+-- lock (`rowed`: a fleet-wide limit, or fair, whose cursor every claim moves;
+-- a queue with per-key limits only is claimed under its keys' locks).
+LATERAL (SELECT k.keyed OR k.queued,
                 CASE WHEN coalesce(p.policy->>'delivery', %(delivery)s) <> 'at-most-once'
                      THEN coalesce((p.policy->>'lease_ttl')::float8, %(lease_ttl)s) END,
-                (p.policy->>'max_active')::int, (p.policy->>'rate_limit')::float8, k.keyed
+                (p.policy->>'max_active')::int, (p.policy->>'rate_limit')::float8, k.keyed,
+                k.queued OR k.fair
          FROM (SELECT p.policy->>'max_active_per_key' IS NOT NULL
-                      OR p.policy->>'rate_limit_per_key' IS NOT NULL
-                      OR coalesce((p.policy->>'fair')::boolean, false)) AS k(keyed)
-) AS l(limited, ttl, most, rate, keyed)
+                      OR p.policy->>'rate_limit_per_key' IS NOT NULL OR f.fair,
+                      p.policy->>'max_active' IS NOT NULL OR p.policy->>'rate_limit' IS NOT NULL,
+                      f.fair
+               FROM (SELECT coalesce((p.policy->>'fair')::boolean, false)) AS f(fair))
+              AS k(keyed, queued, fair)
+) AS l(limited, ttl, most, rate, keyed, rowed)
 
 -- name: gate_limited
 -- (A part of complete_and_claim_limited, written into it.) Each queue's share
@@ -337,15 +344,19 @@ LATERAL (SELECT k.keyed OR p.policy->>'max_active' IS NOT NULL
 -- backend claims again with the lock. A queue with keys (%(keyed)s: those
 -- complete_and_claim_keyed picked from) is claimed from its picks, within
 -- its `room` (shared_keyed), none of its candidates (share 0); one keyed
--- now that was not picked from is reported unlocked too.
+-- now that was not picked from is reported unlocked too, and so is one whose
+-- claims take its row's lock (rowed) claimed without it (in %(keyed)s, not in
+-- %(locked)s: complete_and_claim_keys) or the other way round.
 gate AS (
-    SELECT q.name, l.limited, u.unlocked::int + 2 * l.keyed::int AS unlocked, l.ttl,
+    SELECT q.name, l.limited, u.unlocked::int + 2 * l.keyed::int + 4 * l.rowed::int AS unlocked,
+           l.ttl,
            u.tokens, l.keyed, CASE WHEN l.keyed THEN 0 ELSE r.room END AS share, r.room
     FROM unnest(%(queues)s::text[]) AS q(name)
     LEFT JOIN {schema}.queues AS p ON p.name = q.name, clock,
     {lease},
-    LATERAL (SELECT l.limited AND (q.name <> ALL(%(locked)s::text[])
-                                   OR l.keyed AND q.name <> ALL(%(keyed)s::text[])),
+    LATERAL (SELECT l.limited AND CASE WHEN l.keyed
+                    THEN q.name <> ALL(%(keyed)s::text[]) OR l.rowed <> (q.name = ANY(%(locked)s::text[]))
+                    ELSE q.name <> ALL(%(locked)s::text[]) END,
                     least(l.rate, coalesce(p.rate_tokens + greatest(clock.now - p.rate_at, 0)
                                            * l.rate / (p.policy->>'rate_interval')::float8,
                                            l.rate))) AS u(unlocked, tokens),
@@ -414,6 +425,18 @@ SELECT NULL::text, NULL::text, NULL::text, NULL::json, 0 WHERE false
 -- name: no_data
 -- (A part of those cycles, for flow_data.) A plain job's events have no data.
 NULL::json
+
+-- name: limit_given
+-- (A part of complete_and_claim and _limited, for wanted.) The claim takes
+-- up to {limit} jobs.
+{limit}
+
+-- name: limit_wanted
+-- (A part of complete_and_claim_keyed and _keys, for wanted.) The claim
+-- takes up to %(want)s jobs; {limit}, written in, is a bound above it of a
+-- few values (claiming.keyed_bound), so that a connection plans the large
+-- keyed statement a few times, not once for every limit it is sent with.
+%(want)s::int
 
 -- name: heartbeat
 -- The leases one worker presents, in one statement; returns those it still
@@ -829,7 +852,8 @@ SELECT count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND state = 'active'
 
 -- name: delete_queue
 WITH events AS (DELETE FROM {schema}.events WHERE queue = %(queue)s),
-buckets AS (DELETE FROM {schema}.key_buckets WHERE queue = %(queue)s)
+buckets AS (DELETE FROM {schema}.key_buckets WHERE queue = %(queue)s),
+cursors AS (DELETE FROM {schema}.key_cursors WHERE queue = %(queue)s)
 DELETE FROM {schema}.queues WHERE name = %(queue)s
 
 -- name: get_job
@@ -1529,15 +1553,16 @@ SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted)
 {keyed_walk}
 
 -- name: keyed_walk
--- (A part of gate_keyed.) The jobs the claim takes from each queue of
--- %(keyed)s (`keyed_picks`: queue, id, ord), best first, at most {limit} a
--- queue, each within its key's room (key_room). Without fair, the queue's
--- next 2 x {limit} jobs in its order (`heads`, through jobs_ready) that
--- their keys have room for; when those are fewer than {limit} (keys at their
--- limit ahead: no head-of-line blocking), the walk adds jobs of other keys.
--- The walk visits the keys with queued jobs in byte order from the queue's
--- key_cursor (the key the last claim served), around once, an index seek
--- per key (jobs_key_ready), and stops once {limit} keys have room; jobs
+-- (A part of gate_keyed and lock_keys.) The jobs the claim takes from each
+-- queue of %(keyed)s (`keyed_picks`: queue, id, ord), best first, at most
+-- %(want)s a queue, each within its key's room (key_room). Without fair,
+-- the queue's next 2 x {limit} jobs in its order (`heads`, through
+-- jobs_ready) that their keys have room for; when those are fewer than
+-- {limit} (keys at their limit ahead: no head-of-line blocking), the walk
+-- adds jobs of other keys. The walk visits the keys with queued jobs in
+-- byte order from the queue's cursor (walk_cursor: the key the last claim
+-- served), around once, an index seek per key (jobs_key_ready), and stops
+-- once {limit} keys have room (key_held: and lock_keys has their locks); jobs
 -- without a key are one key, visited after the last, with room for those of
 -- them among the queue's next 256 (through jobs_ready). It visits at most
 -- {limit} + 64 keys: a claim never reads every key, and the next goes on
@@ -1545,7 +1570,7 @@ SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted)
 -- visits (each key's best job, then each key's second, ...) in its order;
 -- else by priority, run_at.
 policy AS (
-    SELECT q.name AS queue, coalesce(q.key_cursor, chr(1)) AS cursor,
+    SELECT q.name AS queue, coalesce({walk_cursor}, chr(1)) AS cursor,
            (q.policy->>'max_active_per_key')::int AS most,
            (q.policy->>'rate_limit_per_key')::float8 AS rate,
            (q.policy->>'rate_interval_per_key')::float8 AS every,
@@ -1569,7 +1594,7 @@ head_picks AS (
         FROM heads AS h
     ) AS h
     LEFT JOIN (
-        SELECT k.queue, k.key, {key_room} AS room
+        SELECT k.queue, k.key, {key_held}
         FROM (SELECT DISTINCT queue, concurrency_key FROM heads
               WHERE concurrency_key IS NOT NULL) AS k(queue, key)
         JOIN policy AS p ON p.queue = k.queue CROSS JOIN clock
@@ -1609,7 +1634,7 @@ walk AS (
             WHEN NOT p.fair AND EXISTS (SELECT FROM heads AS h
                                         WHERE h.queue = w.queue AND h.concurrency_key = s.key)
                 THEN 0
-            ELSE {key_room} END OFFSET 0) AS r(room)
+            ELSE (SELECT {key_held}) END OFFSET 0) AS r(room)
         WHERE w.n < {limit} + 64 AND w.found < {limit} AND (p.fair OR p.short)
           AND NOT (w.wrapped AND x.next IS NULL) AND NOT (s.wrapped AND s.key > p.cursor)
     )
@@ -1657,7 +1682,7 @@ keyed_picks AS (
                                         priority DESC, run_at, seq) AS ord
         FROM picks
     ) AS o
-    WHERE ord <= {limit}
+    WHERE ord <= %(want)s
 )
 
 -- name: key_room
@@ -1699,10 +1724,7 @@ JOIN gate AS g ON g.name = c.queue AND c.keyed = g.keyed
 -- key the queue's claim served last (its cursor: the key of its last pick
 -- claimed), in one write of the queue's row; each start of a key takes a
 -- token of its bucket.
-keyed_claims AS (
-    SELECT c.queue, c.concurrency_key, p.ord
-    FROM claimed AS c JOIN keyed_picks AS p ON p.id = c.id
-),
+{keyed_claims}
 bucket AS (
     UPDATE {schema}.queues AS p
     SET rate_tokens = CASE WHEN g.tokens IS NOT NULL THEN g.tokens - n.c ELSE p.rate_tokens END,
@@ -1715,6 +1737,18 @@ bucket AS (
           FROM claimed AS c GROUP BY 1) AS n(queue, c, cursor)
     WHERE p.name = g.name AND n.queue = g.name AND (g.tokens IS NOT NULL OR n.cursor IS NOT NULL)
 ),
+{key_bucket}
+
+-- name: keyed_claims
+-- (A part of bucket_keyed and bucket_keys.) The keyed picks claimed.
+keyed_claims AS (
+    SELECT c.queue, c.concurrency_key, p.ord
+    FROM claimed AS c JOIN keyed_picks AS p ON p.id = c.id
+),
+
+-- name: key_bucket
+-- (A part of bucket_keyed and bucket_keys.) Each start of a key takes a
+-- token of its bucket.
 key_bucket AS (
     INSERT INTO {schema}.key_buckets AS b (queue, key, tokens, at)
     SELECT k.queue, k.key, least(r.rate, coalesce(o.tokens + greatest(clock.now - o.at, 0)
@@ -1741,3 +1775,114 @@ WHERE queue = %(queue)s AND (state = 'queued' OR state = 'active')
 GROUP BY concurrency_key
 ORDER BY count(*) DESC, concurrency_key NULLS FIRST
 LIMIT %(limit)s
+
+-- Keys locked one by one (complete_and_claim_keys). A queue with per-key
+-- limits only (no fleet-wide limit, not fair: gate's `rowed`) is claimed
+-- without its row's lock, so that claims of different keys run at once: in
+-- one transaction, lock_keyed_queues (its due scheduled jobs queued), then
+-- lock_keys, which walks its keys (keyed_walk) from its cursor in
+-- key_cursors, takes the lock of each key it picks from (a transaction's
+-- advisory lock, never waited for: a key another claim holds is passed
+-- over, and the walk goes on) and its row's FOR SHARE lock (which a change
+-- of its policy, or a claim under its row's lock, waits for), and leaves its
+-- picks in the transaction's setting tenure.keyed_picks; then
+-- complete_and_claim_keys claims those picks within their keys' room
+-- counted anew (gate_keys). Its snapshot is taken once the keys' locks are
+-- held, so it counts every claim of them committed before: each key's
+-- claims go one at a time, as a queue's do under its row's lock.
+
+-- name: walk_cursor
+-- (A part of keyed_walk.) The queue's cursor: its row's (key_cursor).
+q.key_cursor
+
+-- name: walk_cursor_own
+-- (A part of lock_keys, for walk_cursor.) The queue's cursor in key_cursors.
+(SELECT c.cursor FROM {schema}.key_cursors AS c WHERE c.queue = q.name)
+
+-- name: key_held
+-- (A part of keyed_walk.) Key k.key's room (key_room).
+{key_room} AS room
+
+-- name: key_locked
+-- (A part of lock_keys, for key_held.) Key k.key's room, if it has room
+-- and its lock could be taken; else 0. The lock is a transaction's advisory
+-- lock of one bigint: the schema's namespace, then a hash of the queue and
+-- key, never 1 or 2 (the sweep's and the migrations' locks).
+(SELECT CASE WHEN x.room > 0 AND pg_try_advisory_xact_lock(
+                 (%(namespace)s::bigint << 32)
+                 | ((hashtext(k.queue || chr(1) || k.key)::bigint & 4294967295) | 4))
+             THEN x.room ELSE 0 END
+ FROM (SELECT {key_room} AS room OFFSET 0) AS x) AS room
+
+-- name: keys_walk
+-- (Composed into lock_keys and lock_keys_skipping.) The walk of the queues
+-- of %(keyed)s, their rows shared and their keys locked; done: the jobs this
+-- cycle completes (their keys' places count as free; counted again by
+-- complete_and_claim_keys).
+WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
+done AS (SELECT id FROM unnest(%(ids)s::text[]) AS d(id)),
+shared AS (
+    SELECT name FROM {schema}.queues WHERE name = ANY(%(keyed)s::text[])
+    ORDER BY name FOR SHARE
+),
+{keyed_walk}
+SELECT set_config('tenure.keyed_picks', coalesce(json_agg(json_build_object(
+           'queue', queue, 'id', id, 'ord', ord))::text, '[]'), true),
+       (SELECT count(*) FROM shared)
+FROM keyed_picks
+
+-- name: gate_keys
+-- (A part of complete_and_claim_keys, written into it.) gate_limited's
+-- gate, and the picks lock_keys left, each within its key's room counted
+-- now (but for jobs without a key).
+{gate_limited},
+policy AS (
+    SELECT q.name AS queue, (q.policy->>'max_active_per_key')::int AS most,
+           (q.policy->>'rate_limit_per_key')::float8 AS rate,
+           (q.policy->>'rate_interval_per_key')::float8 AS every
+    FROM {schema}.queues AS q WHERE q.name = ANY(%(keyed)s::text[])
+),
+listed AS (  -- the key of each pick, found by its id (a subquery: never a scan of jobs)
+    SELECT l.*, row_number() OVER (PARTITION BY l.queue, l.key ORDER BY l.ord) AS nth
+    FROM (SELECT l.queue, l.id, l.ord,
+                 (SELECT j.concurrency_key FROM {schema}.jobs AS j WHERE j.id = l.id) AS key
+          FROM json_to_recordset(coalesce(nullif(current_setting('tenure.keyed_picks', true),
+                                                 ''), '[]')::json) AS l(queue text, id text, ord int)
+         ) AS l
+),
+keyed_picks AS (
+    SELECT l.queue, l.id, l.ord FROM listed AS l
+    LEFT JOIN (
+        SELECT k.queue, k.key, {key_room} AS room
+        FROM (SELECT DISTINCT queue, key FROM listed WHERE key IS NOT NULL) AS k(queue, key)
+        JOIN policy AS p ON p.queue = k.queue CROSS JOIN clock
+    ) AS r ON r.queue = l.queue AND r.key = l.key
+    WHERE l.key IS NULL OR l.nth <= r.room
+)
+
+-- name: bucket_keys
+-- (A part of complete_and_claim_keys, written into it.) Each start of a key
+-- takes a token of its bucket, and the key the queue's claim served last
+-- (its cursor) is written to key_cursors, unless another claim is writing
+-- it: never waited for. (No queue's own bucket: a queue with rate_limit is
+-- rowed, claimed under its row's lock.)
+{keyed_claims}
+{key_bucket}
+served AS (
+    SELECT c.queue, (SELECT coalesce(l.concurrency_key, chr(1)) FROM keyed_claims AS l
+                     WHERE l.queue = c.queue ORDER BY l.ord DESC LIMIT 1) AS cursor
+    FROM (SELECT DISTINCT queue FROM keyed_claims) AS c
+),
+cursor_made AS (
+    INSERT INTO {schema}.key_cursors (queue, cursor)
+    SELECT queue, cursor FROM served
+    WHERE NOT EXISTS (SELECT FROM {schema}.key_cursors AS c WHERE c.queue = served.queue)
+    ON CONFLICT (queue) DO NOTHING
+),
+cursor_moved AS (
+    UPDATE {schema}.key_cursors AS c SET cursor = x.cursor
+    FROM (SELECT o.ctid, s.cursor FROM served AS s
+          JOIN {schema}.key_cursors AS o ON o.queue = s.queue
+          FOR UPDATE OF o SKIP LOCKED) AS x
+    WHERE c.ctid = x.ctid
+),

@@ -51,21 +51,32 @@ CODE_PARTS = {
 # each of those as is, to complete plain jobs only, and _releasing, to complete
 # workflow steps too (the parts that release their dependents).
 _CYCLES = {
-    "complete_and_claim": {"gate": "gate", "shared": "shared", "bucket": "no_bucket"},
+    "complete_and_claim": {
+        "gate": "gate", "shared": "shared", "bucket": "no_bucket", "wanted": "limit_given"},
     "complete_and_claim_limited": {
-        "gate": "gate_limited", "shared": "shared_limited", "bucket": "bucket"},
+        "gate": "gate_limited", "shared": "shared_limited", "bucket": "bucket",
+        "wanted": "limit_given"},
     "complete_and_claim_keyed": {
-        "gate": "gate_keyed", "shared": "shared_keyed", "bucket": "bucket_keyed"},
+        "gate": "gate_keyed", "shared": "shared_keyed", "bucket": "bucket_keyed",
+        "wanted": "limit_wanted"},
+    "complete_and_claim_keys": {
+        "gate": "gate_keys", "shared": "shared_keyed", "bucket": "bucket_keys",
+        "wanted": "limit_wanted"},
 }  # fmt: skip
 _PLAIN = {"flow_release": "no_release", "flow_queues": "no_queues",
           "flow_events": "no_events", "flow_data": "no_data"}  # fmt: skip
 RELEASING = "_releasing"
+# The keyed walk of lock_keys: from the cursor in key_cursors, each key locked.
+_KEYS_LOCKED = {"walk_cursor": "walk_cursor_own", "key_held": "key_locked"}
+_SKIPS = (("", "no_skip"), ("_skipping", "skip"))
 COMPOSED = {
     name + suffix + releasing: ("cycle", {**binds, "skip": skip, **plain})
     for name, binds in _CYCLES.items()
-    for suffix, skip in (("", "no_skip"), ("_skipping", "skip"))
+    for suffix, skip in _SKIPS
     for releasing, plain in (("", _PLAIN), (RELEASING, {}))
-} | {
+}
+COMPOSED |= {"lock_keys" + s: ("keys_walk", {**_KEYS_LOCKED, "skip": skip}) for s, skip in _SKIPS}
+COMPOSED |= {
     "add_workflow": ("add_steps", {"made": "new_workflow"}),
     "add_spawned": ("add_steps", {"made": "spawning"}),
 }
