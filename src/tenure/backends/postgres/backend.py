@@ -39,7 +39,7 @@ from tenure.backends.postgres.flows import Flows
 from tenure.backends.postgres.liveness import Liveness, Workers
 from tenure.backends.postgres.operators import Operators
 from tenure.backends.postgres.rescue import Rescue
-from tenure.backends.postgres.url import POOL_SIZE, check_schema, parse
+from tenure.backends.postgres.url import POOL_SIZE, Endpoints, check_schema, parse
 from tenure.backends.postgres.wakeup import Wakeups
 from tenure.backends.postgres.within import CallerTransactions, HandlerTransactions
 from tenure.backends.sqlfile import latest_version, load_migrations
@@ -102,18 +102,22 @@ class PostgresBackend(DerivedVerbs):
         schema: str = "tenure",
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         pool_size: int = POOL_SIZE,
+        endpoints: Endpoints | None = None,
     ) -> None:
+        """``endpoints``: where the pool and the sessions connect, if not all
+        to ``conninfo`` (behind a pooler: ``url.Endpoints``)."""
         check_schema(schema)
         self.url = conninfo
         self.conninfo = conninfo
         self.max_payload = max_payload
         self.pool_size = pool_size
         self.schema = schema
-        self.db = db = Database(conninfo, schema)
+        endpoints = endpoints or Endpoints.direct(conninfo)
+        self.db = db = Database(endpoints, schema)
         self.namespace = db.namespace
         self.q = db.q
-        self.liveness = Liveness(conninfo, db.namespace)
-        self.wakeups = Wakeups(conninfo, db.q["listen"])
+        self.liveness = Liveness(endpoints.session, db.namespace)
+        self.wakeups = Wakeups(endpoints.session, db.q["listen"])
         self.parts = Parts.of(db, self.liveness, pool_size=pool_size, max_payload=max_payload)
         self.callers = self.parts.callers
 
@@ -121,7 +125,8 @@ class PostgresBackend(DerivedVerbs):
     def from_url(cls, url: str) -> PostgresBackend:
         """A backend (not open yet) for ``postgresql://user[:password]@host[:port]/db``.
         tenure's options: ``schema`` (default ``tenure``), ``max_payload`` (bytes
-        of JSON), ``pool_size`` (connections); libpq's (``sslmode``,
+        of JSON), ``pool_size`` (connections), ``liveness_url`` (PostgreSQL
+        itself, behind a transaction pooler: url.py); libpq's (``sslmode``,
         ``connect_timeout``, default 5 s…) go to libpq, which must know them."""
         options = parse(url)
         return cls(
@@ -129,6 +134,7 @@ class PostgresBackend(DerivedVerbs):
             schema=options.schema,
             max_payload=options.max_payload,
             pool_size=options.pool_size,
+            endpoints=options.endpoints,
         )
 
     # -- opening -----------------------------------------------------------

@@ -22,7 +22,7 @@ from tenure.backends.base import LeaseRef, Renewal, WorkerInfo
 from tenure.backends.postgres.database import Database
 from tenure.backends.postgres.pool import hung_up
 from tenure.core.names import check_name
-from tenure.errors import LivenessLost
+from tenure.errors import BackendUnavailable, LivenessLost
 
 
 class Workers:
@@ -39,10 +39,26 @@ class Workers:
             await self.liveness.hold(info.id, lock_no)
         except psycopg.OperationalError as exc:
             raise self.db.unavailable("cannot open the liveness connection", exc) from exc
+        if self.db.endpoints.pooled:
+            await self._seen(lock_no)
         async with self.db.tx() as conn:
             await conn.execute(self.db.q["register_worker"], {
                 "id": info.id, "lock_no": lock_no, "hostname": info.hostname, "pid": info.pid,
                 "queues": orjson.dumps(list(info.queues)).decode()})  # fmt: skip
+
+    async def _seen(self, lock_no: int) -> None:
+        """BackendUnavailable unless the pool's database sees the lock the
+        liveness session took: else every sweeper would take this worker for
+        dead. A liveness_url to another server or database is refused so; a
+        failover under way (one side moved, not yet the other) passes."""
+        [(seen,)] = await self.db.rows(
+            "liveness_seen", {"namespace": self.db.namespace, "lock_no": lock_no}
+        )
+        if not seen:
+            raise BackendUnavailable(
+                f"the liveness session's lock is not seen through {self.db.safe_url}: "
+                "liveness_url must reach the PostgreSQL database the URL's pooler serves"
+            )
 
     async def deregister(self, worker_id: str) -> None:
         async with self.db.tx() as conn:
