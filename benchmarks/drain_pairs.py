@@ -86,7 +86,7 @@ def ticks(pid: int) -> int:
 class Tree:
     def __init__(self, name: str, src: Path, work: Path, via: str = "direct") -> None:
         self.name, self.src, self.work, self.via = name, src, work, via
-        self.url = ""
+        self.url = self.direct = ""  # the workers' URL; the database's own
         self.worker: subprocess.Popen[bytes] | None = None
 
     def env(self) -> dict[str, str]:
@@ -116,12 +116,12 @@ class Tree:
 
 def sample(conn: psycopg.Connection[Any], tree: Tree) -> tuple[float, int, int, int]:
     """(time, completed jobs, worker ticks, server ticks) of one tree."""
-    database = tree.url.split("?")[0].rsplit("/", 1)[1]
+    database = tree.direct.rsplit("/", 1)[1]
     pids = conn.execute(
         "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
         (database,),
     ).fetchall()
-    with psycopg.connect(tree.url, autocommit=True) as own:
+    with psycopg.connect(tree.direct, autocommit=True) as own:
         done = own.execute(
             "SELECT count(*) FROM tenure.jobs WHERE queue = 'bench' AND state = 'completed'"
         ).fetchone()
@@ -130,9 +130,8 @@ def sample(conn: psycopg.Connection[Any], tree: Tree) -> tuple[float, int, int, 
     return time.monotonic(), int(done[0]), ticks(tree.worker.pid), server
 
 
-def url_via(server: PostgresServer, bouncer: PgBouncer | None, via: str) -> str:
-    """A new database's URL, reached as ``via`` says (see --via)."""
-    direct = server.new_database()
+def url_via(bouncer: PgBouncer | None, direct: str, via: str) -> str:
+    """The URL of database ``direct``, reached as ``via`` says (see --via)."""
     if via == "pgbouncer":
         assert bouncer is not None
         return bouncer.url(direct)
@@ -144,10 +143,11 @@ def one_round(
 ) -> dict[str, Any]:
     rates = {}
     for tree in trees:
-        tree.url = url_via(server, bouncer, tree.via)
+        tree.direct = server.new_database()
+        tree.url = url_via(bouncer, tree.direct, tree.via)
         if args.statements:
             server.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements",
-                        tree.url.split("?")[0].rsplit("/", 1)[1])  # fmt: skip
+                        tree.direct.rsplit("/", 1)[1])  # fmt: skip
         rates[tree.name] = tree.enqueue(args)
     with psycopg.connect(server.url(), autocommit=True) as conn:
         try:
@@ -181,7 +181,7 @@ def one_round(
 
 def statements(server: PostgresServer, trees: list[Tree]) -> None:
     for tree in trees:
-        with psycopg.connect(tree.url, autocommit=True) as conn:
+        with psycopg.connect(tree.direct, autocommit=True) as conn:
             rows = conn.execute(
                 "SELECT calls, total_exec_time, wal_bytes, rows, shared_blks_hit, "
                 "left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_statements "

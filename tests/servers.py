@@ -194,8 +194,9 @@ logfile = {self.root / "pgbouncer.log"}
         user = "postgres" if os.geteuid() == 0 else None  # it refuses to run as root
         if user:
             shutil.chown(self.root, user)
-        self.proc = subprocess.Popen([binary, str(self.root / "pgbouncer.ini")], user=user,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        command = [binary, str(self.root / "pgbouncer.ini")]
+        self.proc = subprocess.Popen(command, user=user, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)  # fmt: skip
         try:
             wait_port(self.port)
         except ServerUnavailable:

@@ -1,10 +1,11 @@
 """The database one PostgreSQL backend works in, as each of its parts reaches it.
 
-Where it is (``endpoints``: the pool's address, and the sessions'), tenure's schema in it and the names made of that
-schema (the wake-up channel, the advisory locks' namespace), the statements
-for the schema, and the pool from ``open`` to ``close``. A driver's error that
-means the server cannot be reached becomes BackendUnavailable here, in one line
-and without the password: libpq's messages may quote the connection string.
+Where it is (``endpoints``: the pool's address, and the sessions'), tenure's
+schema in it and the names made of that schema (the wake-up channel, the
+advisory locks' namespace), the statements for the schema, and the pool from
+``open`` to ``close``. A driver's error that means the server cannot be
+reached becomes BackendUnavailable here, in one line and without the
+password: libpq's messages may quote the connection string.
 """
 
 from __future__ import annotations
