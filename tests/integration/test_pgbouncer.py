@@ -63,7 +63,7 @@ def test_60_workers_through_20_server_connections__drain_a_queue_losing_nothing(
     [(state, attempts, count, workers)] = states
     assert (state, attempts, count) == ("completed", 1, JOBS)
     assert workers > 1
-    assert peak.sessions == 2 * WORKERS  # liveness and LISTEN: one each per worker
+    assert WORKERS <= peak.sessions <= 2 * WORKERS  # liveness, LISTEN: one each at most
     assert 0 < peak.pooled <= SERVER_POOL
 
 
