@@ -49,8 +49,9 @@ class Workers:
     async def _seen(self, lock_no: int) -> None:
         """BackendUnavailable unless the pool's database sees the lock the
         liveness session took: else every sweeper would take this worker for
-        dead. A liveness_url to another server or database is refused so; a
-        failover under way (one side moved, not yet the other) passes."""
+        dead (a liveness_url to another server or database). Unavailable, not
+        invalid: in a failover one side may move before the other, and the
+        worker retries."""
         [(seen,)] = await self.db.rows(
             "liveness_seen", {"namespace": self.db.namespace, "lock_no": lock_no}
         )

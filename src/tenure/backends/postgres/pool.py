@@ -35,8 +35,8 @@ class PoolTimeout(psycopg.OperationalError):
 class Pool:
     """Up to ``size`` autocommit connections to ``conninfo``, each made on demand
     with psycopg's ``options`` and set up by ``configure``; a call waits up to
-    ``wait`` seconds for one when all are in use. Idle connections are taken newest first, so that a
-    quiet producer keeps using one."""
+    ``wait`` seconds for one when all are in use. Idle connections are taken
+    newest first, so that a quiet producer keeps using one."""
 
     def __init__(
         self,
