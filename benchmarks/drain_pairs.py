@@ -6,6 +6,7 @@ see the same load, so each round gives a ratio that holds.
     python benchmarks/drain_pairs.py --tree base=/tmp/base/src --tree new=src
         [--rounds 3] [--jobs 60000] [--window 3] [--concurrency 4]
         [--delivery at-least-once] [--events on] [--statements]
+        [--via new=pgbouncer]
 
 Each round: each tree enqueues ``--jobs`` no-op jobs into a database of its
 own (by ``enqueue_many``, 1,000 a call; timed: the bulk enqueue), then one
@@ -15,7 +16,11 @@ completions, its worker's CPU and its server backends' CPU (``/proc`` ticks of
 the backends connected to its database). A tree is a directory holding the
 ``tenure`` package (an export of another commit: ``git archive REV src``).
 Ratios are second tree / first; medians [range] over the rounds.
-``--statements`` loads pg_stat_statements and prints each tree's top
+``--via NAME=pgbouncer`` runs that tree's drain through PgBouncer in
+transaction mode (``liveness_url`` to the server; its server connections are
+the backends counted), ``--via NAME=unprepared`` directly but as behind one
+(no prepared statements: ``liveness_url`` to the same server), for the cost of
+each apart. ``--statements`` loads pg_stat_statements and prints each tree's top
 statements (executor time and WAL per job) after the last round.
 """
 
@@ -36,7 +41,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.servers import PostgresServer
+from tests.servers import PgBouncer, PostgresServer
 
 TICK = os.sysconf("SC_CLK_TCK")
 APP = """
@@ -79,9 +84,9 @@ def ticks(pid: int) -> int:
 
 
 class Tree:
-    def __init__(self, name: str, src: Path, work: Path) -> None:
-        self.name, self.src, self.work = name, src, work
-        self.url = ""
+    def __init__(self, name: str, src: Path, work: Path, via: str = "direct") -> None:
+        self.name, self.src, self.work, self.via = name, src, work, via
+        self.url = self.direct = ""  # the workers' URL; the database's own
         self.worker: subprocess.Popen[bytes] | None = None
 
     def env(self) -> dict[str, str]:
@@ -111,12 +116,12 @@ class Tree:
 
 def sample(conn: psycopg.Connection[Any], tree: Tree) -> tuple[float, int, int, int]:
     """(time, completed jobs, worker ticks, server ticks) of one tree."""
-    database = tree.url.rsplit("/", 1)[1]
+    database = tree.direct.rsplit("/", 1)[1]
     pids = conn.execute(
         "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
         (database,),
     ).fetchall()
-    with psycopg.connect(tree.url, autocommit=True) as own:
+    with psycopg.connect(tree.direct, autocommit=True) as own:
         done = own.execute(
             "SELECT count(*) FROM tenure.jobs WHERE queue = 'bench' AND state = 'completed'"
         ).fetchone()
@@ -125,13 +130,24 @@ def sample(conn: psycopg.Connection[Any], tree: Tree) -> tuple[float, int, int, 
     return time.monotonic(), int(done[0]), ticks(tree.worker.pid), server
 
 
-def one_round(server: PostgresServer, trees: list[Tree], args: Any) -> dict[str, Any]:
+def url_via(bouncer: PgBouncer | None, direct: str, via: str) -> str:
+    """The URL of database ``direct``, reached as ``via`` says (see --via)."""
+    if via == "pgbouncer":
+        assert bouncer is not None
+        return bouncer.url(direct)
+    return direct + (f"?liveness_url={direct}" if via == "unprepared" else "")
+
+
+def one_round(
+    server: PostgresServer, bouncer: PgBouncer | None, trees: list[Tree], args: Any
+) -> dict[str, Any]:
     rates = {}
     for tree in trees:
-        tree.url = server.new_database()
+        tree.direct = server.new_database()
+        tree.url = url_via(bouncer, tree.direct, tree.via)
         if args.statements:
             server.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements",
-                        tree.url.rsplit("/", 1)[1])  # fmt: skip
+                        tree.direct.rsplit("/", 1)[1])  # fmt: skip
         rates[tree.name] = tree.enqueue(args)
     with psycopg.connect(server.url(), autocommit=True) as conn:
         try:
@@ -165,7 +181,7 @@ def one_round(server: PostgresServer, trees: list[Tree], args: Any) -> dict[str,
 
 def statements(server: PostgresServer, trees: list[Tree]) -> None:
     for tree in trees:
-        with psycopg.connect(tree.url, autocommit=True) as conn:
+        with psycopg.connect(tree.direct, autocommit=True) as conn:
             rows = conn.execute(
                 "SELECT calls, total_exec_time, wal_bytes, rows, shared_blks_hit, "
                 "left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_statements "
@@ -187,13 +203,18 @@ def main() -> None:
     parser.add_argument("--delivery", default="at-least-once")
     parser.add_argument("--events", default="on", choices=["on", "off"])
     parser.add_argument("--statements", action="store_true")
+    parser.add_argument("--via", action="append", default=[],
+                        help="NAME=pgbouncer or NAME=unprepared (default: direct)")  # fmt: skip
     args = parser.parse_args()
+    via = dict(v.split("=", 1) for v in args.via)
     if len(args.tree) != 2:
         parser.error("two --tree NAME=DIR")
     work = Path(tempfile.mkdtemp(prefix="tenure-pairs-"))
     (work / "pairs_app.py").write_text(APP)
-    trees = [Tree(n, Path(d).resolve(), work) for n, d in (t.split("=", 1) for t in args.tree)]
+    trees = [Tree(n, Path(d).resolve(), work, via.get(n, "direct"))
+             for n, d in (t.split("=", 1) for t in args.tree)]  # fmt: skip
     server = PostgresServer()
+    bouncer = PgBouncer(server) if "pgbouncer" in via.values() else None
     if args.statements:
         server.stop()
         conf = server.data / "postgresql.conf"
@@ -205,7 +226,7 @@ def main() -> None:
         for k in range(args.rounds):
             order = trees if k % 2 == 0 else trees[::-1]
             load = os.getloadavg()[0]
-            got = one_round(server, order, args)
+            got = one_round(server, bouncer, order, args)
             results.append(got)
             print(f"round {k + 1} (load {load:.1f}): " + "; ".join(
                 f"{n} {r['rate']:,.0f} jobs/s, worker {r['worker_ms']:.4f} ms/job, server "
@@ -216,6 +237,8 @@ def main() -> None:
     finally:
         for tree in trees:
             tree.stop()
+        if bouncer is not None:
+            bouncer.close()
         server.close()
     a, b = trees[0].name, trees[1].name
     print(f"{b} / {a}, medians [range] of {len(results)} rounds:")

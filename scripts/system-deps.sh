@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the servers the backends' tests start (PostgreSQL, Redis), the tools
+# Install the servers the backends' tests start (PostgreSQL, PgBouncer, Redis), the tools
 # of the soak's nemesis (iproute2, libfaketime), and the browser the dashboard's
 # test drives (chromium: Playwright's own download is not used), when they are missing and
 # we can: as root, or with passwordless sudo, on Debian.
@@ -8,6 +8,7 @@ set -euo pipefail
 missing=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 \
   || missing+=(postgresql)
+PATH="$PATH:/usr/sbin" command -v pgbouncer >/dev/null 2>&1 || missing+=(pgbouncer)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 # The soak's nemesis: a worker in a network namespace (ip), one under a skewed clock.
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)

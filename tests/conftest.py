@@ -23,7 +23,7 @@ import pytest
 from tenure.backends import Backend, from_url
 from tenure.backends.factory import available_kinds
 from tenure.portal import Portal
-from tests.servers import PostgresServer, RedisServer, ServerUnavailable
+from tests.servers import PgBouncer, PostgresServer, RedisServer, ServerUnavailable
 
 TESTS = Path(__file__).parent
 # Tests whose figures are timings under faults (recoveries, drains, a soak, a
@@ -39,6 +39,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 BACKENDS = available_kinds()
+# A backend's variant: its server reached another way (PostgreSQL through
+# PgBouncer in transaction mode), for the conformance suite.
+VARIANTS = {"postgres-pgbouncer": "postgres"}
 
 
 def required_backends() -> set[str]:
@@ -88,6 +91,13 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture(scope="session")
+def pgbouncer(postgres_server: PostgresServer) -> Iterator[PgBouncer]:
+    bouncer = server_or_skip("postgres-pgbouncer", lambda: PgBouncer(postgres_server))
+    yield bouncer
+    bouncer.close()
+
+
+@pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     server = server_or_skip("redis", RedisServer)
     yield server
@@ -101,6 +111,9 @@ def fresh_storage_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path)
     if kind == "postgres":
         server: PostgresServer = request.getfixturevalue("postgres_server")
         return server.new_database()
+    if kind == "postgres-pgbouncer":
+        bouncer: PgBouncer = request.getfixturevalue("pgbouncer")
+        return bouncer.url(bouncer.server.new_database())
     if kind == "redis":
         redis: RedisServer = request.getfixturevalue("redis_server")
         redis.flush()

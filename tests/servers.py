@@ -20,6 +20,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 from tenure.chaos.lab import process_gone
 
@@ -162,6 +163,65 @@ class PostgresServer:
     def close(self) -> None:
         with contextlib.suppress(ServerUnavailable):
             self.stop("immediate")
+        # A session's cluster holds a database per test (hundreds, each a copy
+        # of template1): deleting it took over two minutes on a loaded disk,
+        # past the teardown's timeout. It goes in the background, orphaned.
+        subprocess.run(["sh", "-c", 'rm -rf "$0" >/dev/null 2>&1 &', str(self.root)], check=True)
+
+
+class PgBouncer:
+    """PgBouncer in transaction mode in front of ``server``, every database of it
+    reachable (``* =``), each with at most ``pool`` server connections. A
+    server connection idle for a second is closed: each test's database has
+    a pool of its own, which would otherwise hold its connections until the
+    server refused more."""
+
+    def __init__(self, server: PostgresServer, *, pool: int = 20) -> None:
+        binary = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
+        if not binary:
+            raise ServerUnavailable("pgbouncer not found")
+        self.server = server
+        self.root = Path(tempfile.mkdtemp(prefix="tenure-pgbouncer-"))
+        self.port = free_port()
+        (self.root / "users.txt").write_text('"postgres" ""\n')
+        (self.root / "pgbouncer.ini").write_text(f"""\
+[databases]
+* = host={server.host} port={server.port}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {self.port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {self.root / "users.txt"}
+pool_mode = transaction
+default_pool_size = {pool}
+max_client_conn = 2000
+server_idle_timeout = 1
+logfile = {self.root / "pgbouncer.log"}
+""")
+        user = "postgres" if os.geteuid() == 0 else None  # it refuses to run as root
+        if user:
+            shutil.chown(self.root, user)
+        command = [binary, str(self.root / "pgbouncer.ini")]
+        self.proc = subprocess.Popen(command, user=user, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            wait_port(self.port)
+        except ServerUnavailable:
+            self.close()
+            raise
+
+    def url(self, direct_url: str) -> str:
+        """The URL of ``direct_url``'s database through this pooler, its liveness
+        session to PostgreSQL itself."""
+        database = direct_url.rsplit("/", 1)[1]
+        return (f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+                f"?liveness_url={quote(direct_url, safe='')}")  # fmt: skip
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +11,15 @@ import pytest
 from tenure.backends import from_url
 from tenure.portal import Portal
 from tests.conformance.helpers import register
-from tests.conftest import SyncBackend
+from tests.conftest import BACKENDS, VARIANTS, SyncBackend, fresh_storage_url
+
+# Every backend, and the variants of those this tenure has.
+CONFORMING = BACKENDS + [v for v, kind in VARIANTS.items() if kind in BACKENDS]
+
+
+@pytest.fixture(params=CONFORMING)
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return fresh_storage_url(request.param, request, tmp_path)
 
 
 @pytest.fixture

@@ -3,11 +3,13 @@ directory, read strictly; the connection string tenure hands to libpq."""
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from tenure.backends.postgres.url import MULTI_HOST_DEFAULTS, parse
-from tenure.core.urls import redacted
+from tenure.core.urls import redacted, scrub
 from tenure.errors import InvalidInput
 
 
@@ -100,3 +102,57 @@ def test_a_multi_host_url__is_printed_with_its_password_masked() -> None:
     shown = "postgresql://u:***@a:5432,b:5433/db?target_session_attrs=read-write"
     assert redacted(url) == shown
     assert redacted(parse(url).conninfo).startswith("postgresql://u:***@a:5432,b:5433/db?")
+
+
+LIVENESS = quote("postgresql://u:L1ve@pg:5432/db?sslmode=require", safe="")
+
+
+def test_a_liveness_url__sends_the_sessions_to_postgresql_and_the_pool_to_the_pooler() -> None:
+    endpoints = parse(f"postgresql://u:pw@bouncer:6432/db?liveness_url={LIVENESS}").endpoints
+    assert conninfo_to_dict(endpoints.pool)["host"] == "bouncer"
+    session = conninfo_to_dict(endpoints.session)
+    assert (session["host"], session["sslmode"], session["connect_timeout"]) == (
+        "pg", "require", "5")  # fmt: skip
+    assert endpoints.pooled
+    assert endpoints.pool_options() == {"prepare_threshold": None}
+
+
+def test_without_a_liveness_url__every_connection_goes_to_the_url_and_may_prepare() -> None:
+    endpoints = parse("postgresql://u@pg/db").endpoints
+    assert endpoints.pool == endpoints.session and not endpoints.pooled
+    assert endpoints.pool_options() == {}
+
+
+def test_a_liveness_url_of_several_hosts__gets_the_failover_defaults() -> None:
+    url = f"postgresql://u@b1,b2/db?liveness_url={quote('postgresql://u@pg1,pg2/db', safe='')}"
+    endpoints = parse(url).endpoints
+    assert conninfo_to_dict(endpoints.session)["target_session_attrs"] == "read-write"
+    assert conninfo_to_dict(endpoints.pool)["host"] == "b1,b2"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgresql://b/db?pooler=transaction", "pooler: needs liveness_url"),
+        ("postgresql://b/db?pooler=session", "pooler: must be one of none, transaction"),
+        ("postgresql://b/db?pooler=none&liveness_url=postgresql://pg/db",
+         "liveness_url: is for a pooler in transaction mode"),
+        ("postgresql://b/db?liveness_url=redis://pg/0", "must be a postgresql:// URL"),
+        (f"postgresql://b/db?liveness_url={quote('postgresql://pg/db?schema=x', safe='')}",
+         "unknown PostgreSQL liveness_url URL option(s) 'schema'"),
+        (f"postgresql://b/db?liveness_url={quote('postgresql://a:1,b:2,c:3/db?port=1,2', safe='')}",
+         "port: 2 ports for 3 hosts"),
+    ],
+)  # fmt: skip
+def test_a_bad_pooler_setting__is_refused_saying_why(url: str, message: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse(url)
+    assert message in str(caught.value)
+
+
+def test_a_liveness_url__is_printed_and_scrubbed_with_its_password_masked() -> None:
+    url = f"postgresql://u:Pw0@bouncer/db?liveness_url={LIVENESS}"
+    shown = redacted(url)
+    assert "L1ve" not in shown and "Pw0" not in shown
+    assert "liveness_url=postgresql://u:***@pg:5432/db" in shown
+    assert scrub("failed: password=L1ve or L1ve", url) == "failed: password=*** or ***"

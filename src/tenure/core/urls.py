@@ -31,6 +31,9 @@ MAX_PAYLOAD = 512 * 1024 * 1024
 SECRET_OPTIONS = frozenset(
     {"password", "sslpassword", "ssl_password", "oauth_client_secret", "sentinel_password"}
 )
+# Query options whose value is a URL of its own (PostgreSQL's, behind a pooler),
+# with its own secrets.
+URL_VALUED_OPTIONS = frozenset({"liveness_url"})
 
 
 def redacted(url: str) -> str:
@@ -42,16 +45,21 @@ def redacted(url: str) -> str:
             # The netloc comes first after the scheme, which holds no "@".
             url = url.replace(parts.netloc, f"{userinfo.partition(':')[0]}:{MASK}{at}{host}", 1)
         if parts.query:
-            query = "&".join(
-                f"{name}={MASK}" if unquote(name).lower() in SECRET_OPTIONS else pair
-                for pair in parts.query.split("&")
-                for name in [pair.partition("=")[0]]
-            )
+            query = "&".join(_redacted_option(pair) for pair in parts.query.split("&"))
             start = url.index("?") + 1  # the query starts at the URL's first "?"
             url = url[:start] + query + url[start + len(parts.query) :]
         return url
     except ValueError:
         return "<malformed URL>"
+
+
+def _redacted_option(pair: str) -> str:
+    name, _, value = pair.partition("=")
+    if unquote(name).lower() in SECRET_OPTIONS:
+        return f"{name}={MASK}"
+    if unquote(name).lower() in URL_VALUED_OPTIONS:
+        return f"{name}={quote(redacted(unquote(value)), safe=':/@,*?=')}"
+    return pair
 
 
 def _secrets(url: str) -> Iterator[str]:
@@ -60,14 +68,13 @@ def _secrets(url: str) -> Iterator[str]:
         parts = urlsplit(url)
         userinfo = parts.netloc.rpartition("@")[0]
         raw = [userinfo.partition(":")[2]] if ":" in userinfo else []
-        raw += [
-            value
-            for pair in parts.query.split("&")
-            for name, _, value in [pair.partition("=")]
-            if unquote(name).lower() in SECRET_OPTIONS
-        ]
+        pairs = [pair.partition("=") for pair in parts.query.split("&")]
+        raw += [value for name, _, value in pairs if unquote(name).lower() in SECRET_OPTIONS]
     except ValueError:
         return
+    for name, _, value in pairs:
+        if unquote(name).lower() in URL_VALUED_OPTIONS:
+            yield from _secrets(unquote(value))
     for secret in raw:
         yield from {secret, unquote(secret), quote(unquote(secret), safe="")} - {""}
 

@@ -41,7 +41,7 @@ from tenure.backends.postgres.liveness import Liveness, Workers
 from tenure.backends.postgres.operators import Operators
 from tenure.backends.postgres.rescue import Rescue
 from tenure.backends.postgres.session import Session
-from tenure.backends.postgres.url import POOL_SIZE, check_schema, parse
+from tenure.backends.postgres.url import POOL_SIZE, Endpoints, check_schema, parse
 from tenure.backends.postgres.wakeup import HELD_BACK_POLL, IDLE_POLL, Wakeups
 from tenure.backends.postgres.within import CallerTransactions, HandlerTransactions
 from tenure.backends.sqlfile import latest_version, load_migrations
@@ -106,20 +106,24 @@ class PostgresBackend(DerivedVerbs):
         schema: str = "tenure",
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         pool_size: int = POOL_SIZE,
+        endpoints: Endpoints | None = None,
     ) -> None:
+        """``endpoints``: where the pool and the sessions connect, if not all
+        to ``conninfo`` (behind a pooler: ``url.Endpoints``)."""
         check_schema(schema)
         self.url = conninfo
         self.conninfo = conninfo
         self.max_payload = max_payload
         self.pool_size = pool_size
         self.schema = schema
-        self.db = db = Database(conninfo, schema)
+        endpoints = endpoints or Endpoints.direct(conninfo)
+        self.db = db = Database(endpoints, schema)
         self.namespace = db.namespace
         self.q = db.q
-        # The liveness session (its locks and LISTEN) and the pool are two parts,
-        # each with its conninfo.
+        # The liveness session (its locks and LISTEN: PostgreSQL itself) and the
+        # pool (a transaction pooler's, when pooled) are two parts.
         self.wakeups = Wakeups()
-        session = Session(conninfo, db.q["listen"], self.wakeups.signal, self.wakeups.gap)
+        session = Session(endpoints.session, db.q["listen"], self.wakeups.signal, self.wakeups.gap)
         self.liveness = Liveness(session, db.namespace)
         self.wakeups.listen = self.liveness.listen
         self.parts = Parts.of(db, self.liveness, pool_size=pool_size, max_payload=max_payload)
@@ -129,15 +133,17 @@ class PostgresBackend(DerivedVerbs):
     def from_url(cls, url: str) -> PostgresBackend:
         """A backend (not open yet) for ``postgresql://user[:password]@host[:port]/db``.
         tenure's options: ``schema`` (default ``tenure``), ``max_payload`` (bytes
-        of JSON), ``pool_size`` (the work pool's connections, default 2);
-        libpq's (``sslmode``, ``connect_timeout``, default 5 s…) go to libpq,
-        which must know them."""
+        of JSON), ``pool_size`` (the work pool's connections, default 2),
+        ``liveness_url`` (PostgreSQL itself, behind a transaction pooler:
+        url.py); libpq's (``sslmode``, ``connect_timeout``, default 5 s…) go to
+        libpq, which must know them."""
         options = parse(url)
         return cls(
             options.conninfo,
             schema=options.schema,
             max_payload=options.max_payload,
             pool_size=options.pool_size,
+            endpoints=options.endpoints,
         )
 
     # -- opening -----------------------------------------------------------

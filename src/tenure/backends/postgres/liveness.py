@@ -26,7 +26,7 @@ from tenure.backends.postgres.database import Database
 from tenure.backends.postgres.session import Session
 from tenure.core.names import check_name
 from tenure.core.urls import one_line
-from tenure.errors import LivenessLost, ServerFull
+from tenure.errors import BackendUnavailable, LivenessLost, ServerFull
 
 # Seconds an idle worker's heartbeat (no lease held) may go without a round
 # trip: its liveness session's socket tells a goodbye at once (seems_lost); the
@@ -52,10 +52,27 @@ class Workers:
             if isinstance(error, ServerFull):  # the caller waits: holding nothing
                 await self.db.opened().shed()
             raise error from exc
+        if self.db.endpoints.pooled:
+            await self._seen(lock_no)
         async with self.db.tx() as conn:
             await conn.execute(self.db.q["register_worker"], {
                 "id": info.id, "lock_no": lock_no, "hostname": info.hostname, "pid": info.pid,
                 "queues": orjson.dumps(list(info.queues)).decode()})  # fmt: skip
+
+    async def _seen(self, lock_no: int) -> None:
+        """BackendUnavailable unless the pool's database sees the lock the
+        liveness session took: else every sweeper would take this worker for
+        dead (a liveness_url to another server or database). Unavailable, not
+        invalid: in a failover one side may move before the other, and the
+        worker retries."""
+        [(seen,)] = await self.db.rows(
+            "liveness_seen", {"namespace": self.db.namespace, "lock_no": lock_no}
+        )
+        if not seen:
+            raise BackendUnavailable(
+                f"the liveness session's lock is not seen through {self.db.safe_url}: "
+                "liveness_url must reach the PostgreSQL database the URL's pooler serves"
+            )
 
     async def deregister(self, worker_id: str) -> None:
         async with self.db.tx() as conn:

@@ -36,9 +36,9 @@ class PoolTimeout(psycopg.OperationalError):
 
 class Pool:
     """Up to ``size`` autocommit connections to ``conninfo``, each made on demand
-    and set up by ``configure``; a call waits up to ``wait`` seconds for one
-    when all are in use. Idle connections are taken newest first, so that a
-    quiet producer keeps using one."""
+    with psycopg's ``options`` and set up by ``configure``; a call waits up to
+    ``wait`` seconds for one when all are in use. Idle connections are taken
+    newest first, so that a quiet producer keeps using one."""
 
     def __init__(
         self,
@@ -47,8 +47,10 @@ class Pool:
         size: int,
         wait: float,
         configure: Callable[[Connection], Awaitable[None]],
+        options: dict[str, Any] | None = None,
     ) -> None:
         self.conninfo = conninfo
+        self.options = options or {}
         self.size = size
         self.wait = wait
         self._configure = configure
@@ -114,7 +116,7 @@ class Pool:
         self._count += 1
         try:
             conn = await psycopg.AsyncConnection.connect(
-                self.conninfo, application_name="tenure", autocommit=True
+                self.conninfo, application_name="tenure", autocommit=True, **self.options
             )
             try:
                 await self._configure(conn)

@@ -984,6 +984,18 @@ ON CONFLICT (name) DO UPDATE SET policy = excluded.policy
 -- name: next_lock_no
 SELECT nextval('{schema}.worker_locks')::integer
 
+-- name: liveness_seen
+-- Whether this connection's database sees the liveness lock (namespace,
+-- lock_no) held, as dead_workers judges it: behind a pooler, the liveness
+-- session connects elsewhere (liveness_url), and must reach this database.
+SELECT EXISTS (
+    SELECT 1 FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = %(namespace)s::bigint::oid AND l.objid = %(lock_no)s::bigint::oid
+      AND l.objsubid = 2
+)
+
 -- name: register_worker
 INSERT INTO {schema}.workers (id, lock_no, hostname, pid, queues, started_at, last_seen)
 VALUES (%(id)s, %(lock_no)s, %(hostname)s, %(pid)s, %(queues)s::jsonb,

@@ -7,11 +7,18 @@ connection tenure makes (its pool's, the liveness session, LISTEN, a
 handler's ``transaction()``) is made from this one string, again after each
 lost one, so workers follow a promoted standby. A URL of several hosts is
 for failover, and gets defaults for it (``MULTI_HOST_DEFAULTS``).
+
+Behind a pooler in transaction mode (PgBouncer's ``pool_mode = transaction``),
+the URL is the pooler's and ``liveness_url`` names PostgreSQL itself: the
+sessions that must stay one server session (the liveness advisory locks,
+LISTEN) connect there, every other statement goes through the pooler, on
+connections that keep no session state (``Endpoints``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import psycopg
@@ -23,7 +30,10 @@ from tenure.core.names import check_name
 from tenure.core.urls import MAX_PAYLOAD, UrlOptions, one_line, scrub
 from tenure.errors import InvalidInput
 
-URL_OPTIONS = {"schema", "max_payload", "pool_size"}
+URL_OPTIONS = {"schema", "max_payload", "pool_size", "liveness_url", "pooler"}
+# What sits at the URL's address: PostgreSQL itself, or a pooler handing each
+# transaction to any of its server connections.
+POOLERS = ("none", "transaction")
 LIBPQ_OPTIONS = frozenset(o.keyword.decode() for o in pq.Conninfo.get_defaults())
 CONNECT_TIMEOUT = 5  # seconds; libpq's own default is to wait as long as TCP does
 MAX_CONNECT_TIMEOUT = 3600
@@ -51,19 +61,84 @@ MULTI_HOST_DEFAULTS = {
 
 
 @dataclass(frozen=True, slots=True)
-class Options:
-    """What a URL asks of the backend: libpq's connection string, and tenure's options."""
+class Endpoints:
+    """Where each connection of a backend goes, and how it is set up: the
+    pool's (every verb; a transaction pooler's when ``pooled``) and the
+    sessions' (liveness and LISTEN: PostgreSQL itself, one session each)."""
 
-    conninfo: str
+    pool: str
+    session: str
+    pooled: bool = False
+
+    @classmethod
+    def direct(cls, conninfo: str) -> Endpoints:
+        return cls(conninfo, conninfo)
+
+    def pool_options(self) -> dict[str, Any]:
+        """psycopg's options for the pool's connections (and a handler's own).
+        A transaction pooler hands each transaction to any server connection
+        (PgBouncer 1.18 does not follow prepared statements): a statement
+        prepared on one is missing on the next."""
+        return {"prepare_threshold": None} if self.pooled else {}
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What a URL asks of the backend: libpq's connection strings, and tenure's options."""
+
+    endpoints: Endpoints
     schema: str
     max_payload: int
     pool_size: int
+
+    @property
+    def conninfo(self) -> str:
+        return self.endpoints.pool
 
 
 def parse(url: str) -> Options:
     """The options of ``postgresql://user[:password]@host[:port][,host2[:port2]…]/db?...``;
     InvalidInput for what tenure or libpq cannot read."""
     options = UrlOptions(url, "PostgreSQL", URL_OPTIONS | LIBPQ_OPTIONS)
+    return Options(
+        _endpoints(options, url),
+        schema=options.text("schema", "tenure"),
+        max_payload=options.integer("max_payload", DEFAULT_MAX_PAYLOAD, low=1, high=MAX_PAYLOAD),
+        pool_size=options.integer("pool_size", POOL_SIZE, low=1, high=MAX_POOL_SIZE),
+    )
+
+
+def _endpoints(options: UrlOptions, url: str) -> Endpoints:
+    """The pool's and the sessions' connection strings: one, unless a pooler
+    sits at the URL's address (``pooler=transaction``, which ``liveness_url``
+    implies)."""
+    conninfo = _conninfo(options, url)
+    liveness = options.values.get("liveness_url")
+    pooler = options.text("pooler", "none" if liveness is None else "transaction")
+    if pooler not in POOLERS:
+        raise options.error("pooler", f"must be one of {', '.join(POOLERS)}, not {pooler!r}")
+    if liveness is None:
+        if pooler != "none":
+            raise options.error("pooler", "needs liveness_url=postgresql://... (PostgreSQL "
+                                "itself, for the liveness locks and LISTEN)")  # fmt: skip
+        return Endpoints.direct(conninfo)
+    if pooler == "none":
+        raise options.error("liveness_url", "is for a pooler in transaction mode: "
+                            "drop it, or drop pooler=none")  # fmt: skip
+    return Endpoints(conninfo, _session_conninfo(options, liveness), pooled=True)
+
+
+def _session_conninfo(options: UrlOptions, liveness: str) -> str:
+    """libpq's connection string for ``liveness_url``: PostgreSQL's own URL, with
+    libpq's options only (tenure's are the main URL's)."""
+    if urlsplit(liveness).scheme not in ("postgresql", "postgres"):
+        raise options.error("liveness_url", "must be a postgresql:// URL (percent-encoded)")
+    inner = UrlOptions(liveness, "PostgreSQL liveness_url", LIBPQ_OPTIONS)
+    return _conninfo(inner, liveness)
+
+
+def _conninfo(options: UrlOptions, url: str) -> str:
+    """libpq's connection string for ``url``, its own options checked."""
     parts = urlsplit(url)  # UrlOptions refused what it cannot split
     # Built by hand: urlunsplit drops the "//" of a URL without a host before its
     # path (postgresql:///db?host=/run/postgresql), which libpq then cannot read.
@@ -75,12 +150,7 @@ def parse(url: str) -> Options:
     hosts = _hosts(options, _fields(options, url, f"{base}?{_query(libpq)}"))
     if hosts > 1:
         libpq = MULTI_HOST_DEFAULTS | libpq
-    return Options(
-        f"{base}?{_query(libpq)}",
-        schema=options.text("schema", "tenure"),
-        max_payload=options.integer("max_payload", DEFAULT_MAX_PAYLOAD, low=1, high=MAX_PAYLOAD),
-        pool_size=options.integer("pool_size", POOL_SIZE, low=1, high=MAX_POOL_SIZE),
-    )
+    return f"{base}?{_query(libpq)}"
 
 
 def _query(libpq: dict[str, str]) -> str:

@@ -179,7 +179,8 @@ class HandlerTransactions:
             if self._conn is None or self._conn.closed or hung_up(self._conn):
                 if self._conn is not None:
                     self._conn.close()
-                self._conn = psycopg.connect(self.db.conninfo, application_name="tenure-effects")
+                self._conn = psycopg.connect(self.db.conninfo, application_name="tenure-effects",
+                                             **self.db.endpoints.pool_options())  # fmt: skip
             conn = self._conn
             with conn.transaction():
                 yield conn
