@@ -84,12 +84,12 @@ def test_more_workers_than_the_server_admits__they_run_in_turn_none_exits(small_
             lab.job(j.id).state.value == "completed" for j in jobs), 90)  # fmt: skip
         logs = lab.logs.glob
         refused = lab.wait("a worker to say it was refused", lambda: [
-            p for p in logs("worker-*.log") if "too many clients" in p.read_text()])  # fmt: skip
+            p for p in logs("worker-*.log") if "too many clients" in p.read_text()] or None)  # fmt: skip
         said = [line for p in refused for line in p.read_text().splitlines() if "clients" in line]
         assert all(len(p.read_text().splitlines()) < 10 for p in refused), said  # said once
         pids = {w.pid for w in workers}
         found = lab.wait("tenure health to see a waiting worker", lambda: [
-            r for pid, r in waiting.waiting().items() if pid in pids])  # fmt: skip
+            r for pid, r in waiting.waiting().items() if pid in pids] or None)  # fmt: skip
         assert "too many clients" in found[0]
         probe = [sys.executable, "-m", "tenure.cli", "--url", url, "health", "--host", "none"]
         health = subprocess.run(probe, check=False, capture_output=True, text=True)
@@ -97,7 +97,7 @@ def test_more_workers_than_the_server_admits__they_run_in_turn_none_exits(small_
         started = set()
         while len(started) < len(workers):  # stop those that run: the others start
             running = lab.wait("a worker running", lambda: [
-                w for w in workers if w.poll() is None and lab.ready(w)])  # fmt: skip
+                w for w in workers if w.poll() is None and lab.ready(w)] or None)  # fmt: skip
             started.update(w.pid for w in running)
             assert all(w.poll() in (None, 0) for w in workers), "a worker exited on its own"
             running[0].send_signal(signal.SIGTERM)

@@ -17,6 +17,7 @@ the attempts and the cycles share is handed to them as ``parts``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -172,11 +173,14 @@ class Supervisor:
         # registers and sweeps: the first claim waits for the slower of the two.
         starting = asyncio.ensure_future(self.executor.start())
         opened, server = False, None
+        self._install_signals()  # a worker waiting for a full server stops when told
         try:
             await self._patiently(self.backend.open, "open")
             opened = True
             server = self._serve_metrics()
             await self._run(starting)
+        except StoppedStarting as stopped:
+            log.info("worker %s stopped while starting (%s)", self.worker_id, stopped)
         finally:
             starting.cancel()  # if storage failed first: the executor's close() ends it
             await asyncio.gather(starting, return_exceptions=True)
@@ -205,6 +209,9 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_PATIENCE
         while True:
+            if self.stop.draining.is_set():  # asked to stop while it waited
+                waiting.clear()
+                raise StoppedStarting(what)
             try:
                 await step()
             except BackendUnavailable as exc:
@@ -215,7 +222,9 @@ class Supervisor:
                 elif loop.time() + pause >= deadline:
                     waiting.clear()
                     raise
-                await asyncio.sleep(pause)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(pause):
+                        await self.stop.draining.wait()
             else:
                 self.faults.succeeded(what)
                 waiting.clear()
@@ -228,7 +237,11 @@ class Supervisor:
 
     async def _run(self, starting: Awaitable[None]) -> None:
         await self._patiently(self._register_at_start, "register")
-        await self._patiently(self.policies.refresh, "policy refresh")
+        try:
+            await self._patiently(self.policies.refresh, "policy refresh")
+        except StoppedStarting:
+            await self._deregister()
+            raise
         self._policies_changed()
         try:  # recovery never waits for a sweep interval
             await self.sweeper.run_once(force=True)
@@ -254,7 +267,6 @@ class Supervisor:
         if schedules:
             ticker = Ticker(self.backend, schedules, self.app.tasks)
             background.append(asyncio.create_task(ticker.run(stop_sweeping, self.faults)))
-        self._install_signals()
         await asyncio.to_thread(self.app.hooks.worker_started, self.worker_id)
         storage, relative = where(self.app.url)
         log.info("worker %s started on %s, queues %s", self.worker_id, storage,
@@ -314,6 +326,10 @@ class Supervisor:
     def request_stop(self) -> None:
         """Begin a drain; a second request skips the wait for running attempts."""
         self.stop.request(len(self.attempts.by_lease))
+
+
+class StoppedStarting(Exception):
+    """A stop request came while the worker waited for storage to start."""
 
 
 def where(url: str) -> tuple[str, str | None]:

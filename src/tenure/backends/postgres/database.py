@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from tenure.backends.postgres.pool import Pool
+from tenure.backends.postgres.pool import Pool, server_full
 from tenure.backends.postgres.statements import Statements
 from tenure.backends.postgres.url import Endpoints
 from tenure.core.urls import one_line, redacted, scrub
@@ -27,10 +27,6 @@ from tenure.errors import BackendUnavailable, ServerFull
 # session that idled in its transaction (IDLE_MS: its worker froze) is 25P03,
 # an InternalError to psycopg, but to the worker the same: that connection is gone.
 UNREACHABLE = (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout)
-# What the server says when it admits no more connections (SQLSTATE 53300,
-# which libpq's failed connection does not carry): max_connections reached,
-# or only the slots reserved for superusers left.
-SERVER_FULL = ("too many clients", "remaining connection slots are reserved")
 # A call waits this long for a connection while all of the pool's are in use.
 POOL_WAIT = 5.0
 # How long a transaction of several statements that others wait on (a sweep, a
@@ -79,8 +75,7 @@ class Database:
         """BackendUnavailable for a driver's error, in one line and without the
         password; ServerFull for the server's refusal of one more connection."""
         text = one_line(scrub(scrub(str(exc), self.conninfo), self.endpoints.session))
-        full = any(sign in text for sign in SERVER_FULL)
-        return (ServerFull if full else BackendUnavailable)(f"{what}: {text}")
+        return (ServerFull if server_full(exc) else BackendUnavailable)(f"{what}: {text}")
 
     @contextlib.asynccontextmanager
     async def conn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

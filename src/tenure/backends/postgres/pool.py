@@ -28,6 +28,18 @@ __all__ = ["Pool", "PoolTimeout", "hung_up"]
 
 Connection = psycopg.AsyncConnection[Any]
 IDLE_KEPT = 5.0  # seconds an idle connection beyond the first stays open unused
+# What the server says when it admits no more connections (SQLSTATE 53300,
+# which libpq's failed connection does not carry): max_connections reached,
+# or only the slots reserved for superusers left.
+SERVER_FULL = ("too many clients", "remaining connection slots are reserved")
+# Seconds a pool refused one more connection by a full server makes do with
+# those it has before it asks again.
+FULL_PAUSE = 1.0
+
+
+def server_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server's refusal of one more connection."""
+    return any(sign in str(exc) for sign in SERVER_FULL)
 
 
 class PoolTimeout(psycopg.OperationalError):
@@ -58,6 +70,7 @@ class Pool:
         self._count = 0  # connections open (idle or in use) or being made
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed = False
+        self._full_until = 0.0  # a full server refused a connection: make do until then
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
@@ -79,8 +92,16 @@ class Pool:
                 conn, _ = self._idle.pop()
                 if await self._usable(conn):
                     return conn
-            elif self._count < self.size:
-                return await self._connect()
+            elif self._count < self.size and asyncio.get_running_loop().time() >= self._full_until:
+                try:
+                    return await self._connect()
+                except psycopg.OperationalError as exc:
+                    if not self._count or not server_full(exc):
+                        raise
+                    # Another of ours is in use: wait for it rather than fail a
+                    # busy worker's claim or settle because the server is full.
+                    self._full_until = asyncio.get_running_loop().time() + FULL_PAUSE
+                    await self._wait_until(deadline)
             else:
                 await self._wait_until(deadline)
 
