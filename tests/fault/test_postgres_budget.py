@@ -84,7 +84,8 @@ def test_more_workers_than_the_server_admits__they_run_in_turn_none_exits(small_
             lab.job(j.id).state.value == "completed" for j in jobs), 90)  # fmt: skip
         logs = lab.logs.glob
         refused = lab.wait("a worker to say it was refused", lambda: [
-            p for p in logs("worker-*.log") if "too many clients" in p.read_text()] or None)  # fmt: skip
+            p for p in logs("worker-*.log")
+            if "too many clients" in p.read_text()] or None)  # fmt: skip
         said = [line for p in refused for line in p.read_text().splitlines() if "clients" in line]
         assert all(len(p.read_text().splitlines()) < 10 for p in refused), said  # said once
         pids = {w.pid for w in workers}
