@@ -29,21 +29,26 @@ def fails(n: int) -> None:
 FIELDS = ("job_id", "task", "queue", "attempt", "fence", "worker")
 
 
+def burst(tmp_path: Path, module: str, *options: str) -> str:
+    """A `tenure worker --burst` of ``module``'s app (a file in tmp_path): its stderr."""
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("TENURE_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "tenure.cli", "worker", f"{module}:app", "--burst",
+         "--pool", "thread", *options],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
 def run_worker(tmp_path: Path, *options: str) -> tuple[App, Any, str]:
     url = f"sqlite:///{tmp_path / 'logs.db'}"
     (tmp_path / "failing_tasks.py").write_text(textwrap.dedent(TASKS.format(url=url)))
     app = App(url)
     app.queue("default").set_policy(backoff_base=0.0, max_attempts=2)
     job = app.enqueue("fails", {"n": 7})
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    env.pop("TENURE_URL", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "tenure.cli", "worker", "failing_tasks:app", "--burst",
-         "--pool", "thread", *options],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return app, job, done.stderr
+    return app, job, burst(tmp_path, "failing_tasks", *options)
 
 
 def test_the_json_log_of_a_job_that_dies__parses_and_carries_each_attempts_fields(
@@ -138,14 +143,7 @@ def test_a_job_gone_from_storage_while_it_ran__is_said_in_one_line_without_a_tra
     (tmp_path / "vanishing_tasks.py").write_text(VANISHING.format(url=url, path=str(path)))
     with App(url) as app:
         job = app.enqueue("vanishes")
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    env.pop("TENURE_URL", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "tenure.cli", "worker", "vanishing_tasks:app", "--burst",
-         "--pool", "thread"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    about = [line for line in done.stderr.splitlines() if job.id in line]
-    assert any("WARNING" in line and "no longer in storage" in line for line in about), done.stderr
-    assert "Traceback" not in done.stderr
+    stderr = burst(tmp_path, "vanishing_tasks")
+    about = [line for line in stderr.splitlines() if job.id in line]
+    assert any("WARNING" in line and "no longer in storage" in line for line in about), stderr
+    assert "Traceback" not in stderr
