@@ -13,6 +13,7 @@ its tests instead of skipping them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,15 @@ from tenure.backends import Backend, from_url
 from tenure.backends.factory import available_kinds
 from tenure.portal import Portal
 from tests.servers import PgBouncer, PostgresServer, RedisServer, ServerUnavailable
+
+with contextlib.suppress(ImportError):  # PostgreSQL's driver is an extra
+    import tenure.backends.postgres.events as pg_events
+
+    # The suite's tests share one PostgreSQL server, and some hold a transaction
+    # open for seconds: that holds back every database's new events (the server's
+    # xmin). A test reads what it just recorded: it waits for them longer than an
+    # application's read at timeout 0 does (1 s), as long as they are held back.
+    pg_events.HELD_BACK_WAIT = 15.0
 
 TESTS = Path(__file__).parent
 # Tests whose figures are timings under faults (recoveries, drains, a soak, a
