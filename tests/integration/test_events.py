@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from tenure import App, Event, InvalidInput, QueuePolicy
 from tenure.chaos.lab import Lab
 from tenure.cli import cli
+from tests.conformance.helpers import enqueue_one
 from tests.conftest import fresh_storage_url
 from tests.servers import RedisServer
 
@@ -104,6 +105,50 @@ def test_events_held_back_by_another_databases_transaction__are_read_without_a_t
             assert [e.job_id for e in app.events(timeout=0)] == [job.id]
         finally:
             ending.join()
+
+
+def held_open(postgres_server: Any) -> Any:
+    """A transaction of another database, running until committed: it holds back
+    the server's horizon, as any client's transaction can."""
+    import psycopg
+
+    from tenure.backends import from_url
+
+    other = psycopg.connect(from_url(postgres_server.new_database()).conninfo)  # type: ignore[attr-defined]
+    other.execute("SELECT pg_current_xact_id()")
+    return other
+
+
+def test_a_read__returns_every_event_recorded_before_it_though_some_are_held_back(
+    postgres_server: Any, open_backend: Any
+) -> None:
+    backend = open_backend(postgres_server.new_database())
+    first = enqueue_one(backend)  # below the horizon: readable at once
+    with held_open(postgres_server) as other:
+        second = enqueue_one(backend)  # above it, until `other` ends
+        ending = threading.Timer(0.3, other.commit)
+        ending.start()
+        try:
+            assert [e.job_id for e in backend.read_events(None, None, 10)] == [first.id, second.id]
+        finally:
+            ending.join()
+
+
+def test_events_now__while_an_older_transaction_runs__is_after_what_was_recorded_before(
+    postgres_server: Any, open_backend: Any
+) -> None:
+    backend = open_backend(postgres_server.new_database())
+    with held_open(postgres_server) as other:
+        job = enqueue_one(backend)
+        ending = threading.Timer(0.3, other.commit)
+        ending.start()
+        try:
+            now = backend.events_now("default")
+        finally:
+            ending.join()
+    later = enqueue_one(backend)
+    assert [e.job_id for e in backend.read_events(None, None, 10)] == [job.id, later.id]
+    assert [e.job_id for e in backend.read_events("default", now, 10)] == [later.id]
 
 
 # -- after a restart of the storage server ---------------------------------------

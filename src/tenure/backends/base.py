@@ -442,13 +442,20 @@ class Backend(Protocol):
         there are none yet, waits up to ``timeout`` seconds for some, without
         polling storage for them. Events are written by the transitions' own
         transactions: a reader sees an event once, and never one whose
-        transition did not happen."""
+        transition did not happen. A read sees what was recorded before it
+        began (a caller's own transitions), unless a page fills first; on
+        PostgreSQL such events held back behind a long transaction elsewhere
+        are waited for up to a second."""
 
     async def events_now(self, queue: str | None, ago: float = 0.0) -> str:
         """An event id to read ``queue``'s events (None: every queue's) after
-        from now on: every event recorded after this call comes after it (a few
-        recorded just before may too). It need not be an event's own id. Costs
-        one cheap round trip and no read of the events themselves.
+        from now on: every event recorded after this call comes after it, and
+        none recorded before it (a caller's own) does, but for every queue on
+        Redis those of the call's millisecond. It need not be an event's own
+        id. Costs one cheap round trip and no read of the events themselves;
+        on PostgreSQL, while transactions older than the call run, a look
+        every 10 ms until they end, up to a second, past which a few events
+        recorded just before the call may come after it too.
 
         With ``ago`` (seconds, storage's clock), from that long ago on instead:
         every event recorded since comes after it (a few before may too), for

@@ -79,26 +79,49 @@ class EventReader:
             check_name("queue", queue)
         cursor = parse_event_id(after)
         start = time.monotonic()
+        began: int | None = None  # every transaction committed when the read began is below
         while True:
-            events, held = await self._read(queue, cursor, limit)
-            left = start + (max(timeout, HELD_BACK_WAIT) if held else timeout) - time.monotonic()
-            if events or left <= 0:
+            events, held, horizon, xmax = await self._read(queue, cursor, limit)
+            if began is None:
+                began = xmax if held else 0
+            # A reader reads what was recorded before it asked (a caller's own
+            # completion, say): events held back behind a transaction older
+            # than the read are waited for, up to HELD_BACK_WAIT; a full page
+            # needs no wait, what is held back comes after it.
+            whole = horizon >= began or len(events) == limit
+            waited = time.monotonic() - start
+            if events:
+                left = 0.0 if whole else HELD_BACK_WAIT - waited
+            else:
+                left = (max(timeout, HELD_BACK_WAIT) if held else timeout) - waited
+            if left <= 0:
                 return events
             await asyncio.sleep(min(HELD_BACK_RETRY if held else EVENTS_POLL, left))
 
     async def now(self, queue: str | None, ago: float = 0.0) -> str:
-        # Just before the horizon in (xid, id) order, with the whole of that
-        # (never complete) row skipped: what transactions older than the
-        # horizon recorded comes before, what any other records, after.
+        # Just before the first transaction that had not started when the call
+        # began, once every older one ended (up to HELD_BACK_WAIT): what they
+        # recorded comes before, what any other records, after. Past the wait,
+        # just before the oldest still running instead: a few events recorded
+        # before the call come after it then, none recorded later is skipped.
         if queue is not None:
             check_name("queue", queue)
         if check_ago(ago):
             return await self._events_before(ago)
-        async with self.db.conn() as conn:
-            cur = await conn.execute(self.db.q["events_horizon"])
-            row = await cur.fetchone()
-        assert row is not None
-        return f"{int(row[0]) - 1}-{MAX_ID}.{MAX_ID}"
+        start = time.monotonic()
+        began: int | None = None
+        while True:
+            async with self.db.conn() as conn:
+                cur = await conn.execute(self.db.q["events_horizon"])
+                row = await cur.fetchone()
+            assert row is not None
+            horizon = int(row[0])
+            began = int(row[1]) if began is None else began
+            if horizon >= began:
+                return f"{began - 1}-{MAX_ID}.{MAX_ID}"
+            if time.monotonic() - start >= HELD_BACK_WAIT:
+                return f"{horizon - 1}-{MAX_ID}.{MAX_ID}"
+            await asyncio.sleep(HELD_BACK_RETRY)
 
     async def _events_before(self, ago: float) -> str:
         """After the whole of the newest row recorded over ``ago`` seconds ago
@@ -110,14 +133,17 @@ class EventReader:
 
     async def _read(
         self, queue: str | None, cursor: Cursor, limit: int
-    ) -> tuple[list[Event], bool]:
+    ) -> tuple[list[Event], bool, int, int]:
+        """The events after ``cursor``, whether some are held back, the
+        horizon and the snapshot's xmax (see read_events)."""
         xid, n, skip = cursor
         params = {"queue": queue, "xid": xid, "id": n, "limit": limit}
         async with self.db.conn() as conn:
             cur = await conn.execute(self.db.q["read_events"], params)
             rows = await cur.fetchall()
+        held, horizon, xmax = rows[0][-3:]
         events: list[Event] = []
-        for x, i, q, kind, jobs, at, data, _ in rows:
+        for x, i, q, kind, jobs, at, data, *_ in rows:
             if x is None:
                 continue
             ids = orjson.loads(jobs)
@@ -127,5 +153,5 @@ class EventReader:
                     continue
                 events.append(Event(f"{x}-{i}.{k}", kind, job_id, q, at, each[k] or {}))
                 if len(events) == limit:
-                    return events, False
-        return events, bool(rows and rows[0][-1])
+                    return events, False, int(horizon), int(xmax)
+        return events, bool(held), int(horizon), int(xmax)

@@ -1029,12 +1029,15 @@ ORDER BY w.started_at
 -- %(queue)s (NULL: every queue), from transactions older than every one still
 -- running: that part of the order is final. The last column says whether some
 -- are held back (written by a transaction that committed while an older one
--- runs), so that the reader looks again sooner than it would otherwise.
-WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
+-- runs), then the horizon and the snapshot's xmax: what every transaction that
+-- had committed when the read began is below.
+WITH horizon AS (SELECT pg_snapshot_xmin(s) AS xmin, pg_snapshot_xmax(s) AS xmax
+                 FROM pg_current_snapshot() AS s)
 SELECT xid::text, id, queue, kind, jobs::text, at, data::text,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.events AS h
                               WHERE (h.xid, h.id) >= (%(xid)s::xid8, %(id)s::bigint)
-                                AND h.xid >= horizon.xmin LIMIT 1) AS held)
+                                AND h.xid >= horizon.xmin LIMIT 1) AS held),
+       horizon.xmin::text, horizon.xmax::text
 FROM horizon LEFT JOIN LATERAL (
     SELECT * FROM {schema}.events AS e
     WHERE (e.xid, e.id) >= (%(xid)s::xid8, %(id)s::bigint) AND e.xid < horizon.xmin
@@ -1052,9 +1055,10 @@ ORDER BY xid DESC, id DESC
 LIMIT 1
 
 -- name: events_horizon
--- The oldest transaction still running: every transaction older has ended, so
--- an event recorded from now on is written by this one or a younger one.
-SELECT pg_snapshot_xmin(pg_current_snapshot())::text
+-- The oldest transaction still running (every transaction older has ended, so
+-- an event recorded from now on is written by this one or a younger one), and
+-- the first not yet started (every transaction that committed is older).
+SELECT pg_snapshot_xmin(s)::text, pg_snapshot_xmax(s)::text FROM pg_current_snapshot() AS s
 
 -- name: trim_events
 -- Retention, per queue's policy: events older than its events_max_age, or
