@@ -443,9 +443,8 @@ class Backend(Protocol):
         polling storage for them. Events are written by the transitions' own
         transactions: a reader sees an event once, and never one whose
         transition did not happen. A read sees what was recorded before it
-        began (a caller's own transitions), unless a page fills first; on
-        PostgreSQL such events held back behind a long transaction elsewhere
-        are waited for up to a second."""
+        began (a caller's own), unless a page fills first (PostgreSQL waits
+        up to a second for such events held back by a long transaction)."""
 
     async def events_now(self, queue: str | None, ago: float = 0.0) -> str:
         """An event id to read ``queue``'s events (None: every queue's) after
