@@ -16,6 +16,7 @@ from tenure.backends.base import WorkerInfo
 from tenure.backends.factory import from_url
 from tenure.chaos.lab import Lab
 from tenure.errors import BackendUnavailable, LivenessLost
+from tenure.job import JobSpec
 from tests.fault.wakeups import WAKE_WITHIN, woken_after, woken_line
 from tests.servers import RedisServer
 
@@ -135,3 +136,44 @@ def test_a_worker_that_lost_its_connection_to_a_restart__kills_no_connection_of_
                 await backend.close()
 
         asyncio.run(scenario())
+
+
+def test_a_worker_registered_while_a_sweep_reloads_the_scripts__is_not_taken_for_dead(
+    aof_redis: RedisServer,
+) -> None:
+    """A restarted Redis has no scripts: the first sweep meets NOSCRIPT, loads
+    them and runs its scripts again. A worker that registers again and claims
+    in between is in the registry read then, and its liveness connection must
+    be in the CLIENT LIST the sweep judges it by (one read before it connected
+    had it buried and its attempts recorded crashed while they ran)."""
+
+    async def scenario() -> None:
+        sweeper, worker = from_url(aof_redis.url), from_url(aof_redis.url)
+        await sweeper.open()
+        await worker.open()
+        try:
+            [job] = await worker.enqueue([JobSpec.create("t", {}, queue="q")])
+            await worker.register_worker(WorkerInfo("w-old", "host", 1, ("q",)))
+            aof_redis.restart()  # the registry and the job stay; the scripts and connections go
+            for backend in (sweeper, worker):  # connected again, still running no script
+                await backend.runner.command("PING", repeatable=True)
+            load, claimed = sweeper.runner.load, []
+
+            async def register_again_then_load() -> None:
+                sweeper.runner.load = load  # type: ignore[method-assign]
+                await worker.register_worker(WorkerInfo("w-new", "host", 1, ("q",)))
+                claimed.extend((await worker.complete_and_claim([], "w-new", ["q"], 1))[1])
+                await load()
+
+            sweeper.runner.load = register_again_then_load  # type: ignore[method-assign]
+            report = await sweeper.rescue()
+            assert [j.id for j in claimed] == [job.id]
+            assert report.dead_workers == ("w-old",)
+            assert report.rescued == ()
+            renewal = await worker.heartbeat("w-new", {(job.id, claimed[0].fence)})
+            assert not renewal.lost
+        finally:
+            await worker.close()
+            await sweeper.close()
+
+    asyncio.run(scenario())

@@ -12,8 +12,10 @@ stays in Python, and retention (the prune).
    workers woken for them (``wakeup.py``).
 2. One pipeline: per queue, ``sweep.lua`` promotes due scheduled jobs and
    returns the expired leases and the workers holding leases; then the
-   registry and ``CLIENT LIST``, read after those holders (a holder registered
-   before it claimed, so a live one is in the registry read after it).
+   registry, read after those holders (a holder registered before it claimed,
+   so a live one is in the registry read after it). Then ``CLIENT LIST``, in a
+   round trip of its own after the registry (a worker connects before it
+   registers, so a live one is in it).
 3. Workers registered but without their named connection are buried
    (``deregister.lua``); ``orphans.lua`` returns the jobs that gone or
    unregistered holders hold.
@@ -164,13 +166,12 @@ async def sweep(
     queues = sorted(queues)
     calls = [Call.script("sweep", [keys.queue(q)], [BATCH, repr(PENDING_MAX)]) for q in queues]
     calls.append(Call.script("workers", [keys.fleet]))
-    if not runner.topology.cluster:  # on Cluster: every node's CLIENT LIST, just after
-        calls.append(Call.command("CLIENT", "LIST", "TYPE", "normal"))
-    replies = await runner.pipeline(calls, tolerate={len(queues) + 1})
-    sweeps = [_queue_sweep(q, r) for q, r in zip(queues, replies, strict=False)]
-    registry = replies[len(queues)]
-    clients = await liveness.everywhere() if runner.topology.cluster else replies[-1]
-    gone, live = judge(registry, liveness.names(clients))
+    *replies, registry = await runner.pipeline(calls)
+    sweeps = [_queue_sweep(q, r) for q, r in zip(queues, replies, strict=True)]
+    # Not in the pipeline: scripts that meet NOSCRIPT (a restarted Redis) run
+    # again after it, and a CLIENT LIST read before the registry would miss a
+    # worker that connected and registered in between.
+    gone, live = judge(registry, liveness.names(await liveness.everywhere()))
     now = float(registry[0])
     last_seen = {w.decode(): float(seen) for w, _, _, seen in registry[1:]}
 

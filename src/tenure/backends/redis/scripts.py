@@ -172,7 +172,9 @@ class Runner:
         """Run commands in order in one round trip; return their replies.
 
         Not a transaction: each script is atomic on its own. Commands that met
-        NOSCRIPT are run again, in order, once the scripts are loaded again.
+        NOSCRIPT are run again, in order, once the scripts are loaded again:
+        after those that did not, so a read that must follow a script is sent
+        in a round trip of its own.
         Raises BackendUnavailable for the first command that failed otherwise,
         except those at the indices in ``tolerate``, whose error is their reply.
         ``repeatable`` calls (whose second run changes nothing the first did not:
