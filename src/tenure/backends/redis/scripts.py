@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -165,7 +165,6 @@ class Runner:
     async def pipeline(
         self,
         calls: Sequence[Call],
-        tolerate: Collection[int] = (),
         *,
         repeatable: bool = False,
     ) -> list[Any]:
@@ -175,8 +174,7 @@ class Runner:
         NOSCRIPT are run again, in order, once the scripts are loaded again:
         after those that did not, so a read that must follow a script is sent
         in a round trip of its own.
-        Raises BackendUnavailable for the first command that failed otherwise,
-        except those at the indices in ``tolerate``, whose error is their reply.
+        Raises BackendUnavailable for the first command that failed otherwise.
         ``repeatable`` calls (whose second run changes nothing the first did not:
         reads, progress, enqueue by job id) ride out a restart of Redis: they are
         run again for a moment when the connection drops.
@@ -185,14 +183,14 @@ class Runner:
         """
         for delay in (*RETRY_BACKOFF, None) if repeatable else (None,):
             try:
-                return await self._pipeline(calls, tolerate)
+                return await self._pipeline(calls)
             except BackendUnavailable as exc:
                 if delay is None or not isinstance(exc.__cause__, TRANSIENT):
                     raise
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _pipeline(self, calls: Sequence[Call], tolerate: Collection[int]) -> list[Any]:
+    async def _pipeline(self, calls: Sequence[Call]) -> list[Any]:
         if not calls:
             return []
         replies = await self._send(calls)
@@ -203,8 +201,8 @@ class Runner:
             again = await self._send([calls[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
-        for i, reply in enumerate(replies):
-            if isinstance(reply, Exception) and i not in tolerate:
+        for reply in replies:
+            if isinstance(reply, Exception):
                 raise unavailable(reply, self.url) from reply
         return replies
 
