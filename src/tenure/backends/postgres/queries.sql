@@ -1717,17 +1717,22 @@ greatest(0, least({limit},
 -- (A part of complete_and_claim_keyed, written into it.) The candidates of
 -- the queues without keys, within their share, and the picks of those with
 -- (keyed_picks, in order), within their room; a pick no longer queued, or
--- locked by another transaction (a cancel), is passed over.
+-- locked by another transaction (a cancel), is passed over. Each pick is
+-- found by its id (a lateral subquery: never a join the planner may hash,
+-- which, from statistics taken while the queue was small, read every
+-- queued job of the table at each claim).
 (SELECT *, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, seq) AS nth,
         false AS keyed
  FROM candidates
  UNION ALL
  SELECT k.ctid, k.id, k.queue, k.priority, k.run_at, k.seq,
         row_number() OVER (PARTITION BY k.queue ORDER BY k.ord), true
- FROM (SELECT j.ctid, j.id, j.queue, j.priority, j.run_at, j.seq, p.ord
-       FROM keyed_picks AS p JOIN {schema}.jobs AS j ON j.id = p.id
-       WHERE j.state = 'queued'
-       FOR UPDATE OF j SKIP LOCKED) AS k) AS c
+ FROM (SELECT j.*, p.ord FROM keyed_picks AS p
+       CROSS JOIN LATERAL (
+           SELECT ctid, id, queue, priority, run_at, seq FROM {schema}.jobs
+           WHERE id = p.id AND state = 'queued'
+           FOR UPDATE SKIP LOCKED
+       ) AS j) AS k) AS c
 JOIN gate AS g ON g.name = c.queue AND c.keyed = g.keyed
     AND c.nth <= CASE WHEN g.keyed THEN g.room ELSE g.share END
 
