@@ -1570,11 +1570,13 @@ SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted)
 -- %(want)s a queue, each within its key's room (key_room). Without fair,
 -- the queue's next 2 x {limit} jobs in its order (`heads`, through
 -- jobs_ready) that their keys have room for; when those are fewer than
--- {limit} (keys at their limit ahead: no head-of-line blocking), the walk
+-- %(want)s (keys at their limit ahead: no head-of-line blocking), the walk
 -- adds jobs of other keys. The walk visits the keys with queued jobs in
 -- byte order from the queue's cursor (walk_cursor: the key the last claim
 -- served), around once, an index seek per key (jobs_key_ready), and stops
--- once {limit} keys have room (key_held: and lock_keys has their locks); jobs
+-- once the keys with room (key_held: and lock_keys has their locks) make up
+-- what the heads left of %(want)s (picks past it are dropped), or {limit}
+-- keys with fair; jobs
 -- without a key are one key, visited after the last, with room for those of
 -- them among the queue's next 256 (through jobs_ready). It visits at most
 -- {limit} + 64 keys: a claim never reads every key, and the next goes on
@@ -1613,14 +1615,14 @@ head_picks AS (
     ) AS r ON r.queue = h.queue AND r.key = h.concurrency_key
     WHERE h.concurrency_key IS NULL OR h.nth <= r.room
 ),
-short AS (  -- the queues whose heads leave room: the walk goes on
-    SELECT p.*, p.fair OR (SELECT count(*) FROM head_picks AS h WHERE h.queue = p.queue)
-                          < {limit} AS short
+short AS (  -- the queues whose heads leave room: the walk goes on, for `need` keys
+    SELECT p.*, CASE WHEN p.fair THEN {limit} ELSE %(want)s - (
+        SELECT count(*)::int FROM head_picks AS h WHERE h.queue = p.queue) END AS need
     FROM policy AS p
 ),
 walk AS (
     WITH RECURSIVE w(queue, key, wrapped, n, found, room) AS (
-        SELECT queue, cursor, false, 0, 0, 0 FROM short WHERE short
+        SELECT queue, cursor, false, 0, 0, 0 FROM short WHERE need > 0
         UNION ALL
         SELECT w.queue, s.key, s.wrapped, w.n + 1, w.found + (r.room > 0)::int, r.room
         FROM w
@@ -1647,7 +1649,7 @@ walk AS (
                                         WHERE h.queue = w.queue AND h.concurrency_key = s.key)
                 THEN 0
             ELSE (SELECT {key_held}) END OFFSET 0) AS r(room)
-        WHERE w.n < {limit} + 64 AND w.found < {limit} AND (p.fair OR p.short)
+        WHERE w.n < {limit} + 64 AND w.found < p.need
           AND NOT (w.wrapped AND x.next IS NULL) AND NOT (s.wrapped AND s.key > p.cursor)
     )
     SELECT * FROM w
