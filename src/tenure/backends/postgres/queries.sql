@@ -1540,7 +1540,10 @@ SELECT id FROM stepped WHERE was = 'cancelled' AND state = 'waiting'
 -- name: lock_keyed_queues
 -- lock_queues, for queues with keys; and their due scheduled jobs queued
 -- (some, oldest first), so that the walk, which reads queued jobs only,
--- finds them.
+-- finds them. If %(walks)s (lock_keys comes next), enable_sort is turned
+-- off, and jit with it (sorts costed as disabled put the statement past
+-- jit's thresholds: seconds of compiling), until lock_keys sets both back
+-- (see keys_walk).
 WITH idle AS (SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true)),
 locked AS (
     SELECT name FROM {schema}.queues, idle WHERE name = ANY(%(queues)s::text[])
@@ -1556,7 +1559,12 @@ promoted AS (
                      ORDER BY run_at LIMIT 4 * {limit} FOR UPDATE SKIP LOCKED) AS d)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted)
+SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted),
+       set_config('tenure.planner', current_setting('enable_sort') || ' ' || current_setting('jit'),
+                  true),
+       set_config('enable_sort', CASE WHEN %(walks)s THEN 'off'
+                                      ELSE current_setting('enable_sort') END, true),
+       set_config('jit', CASE WHEN %(walks)s THEN 'off' ELSE current_setting('jit') END, true)
 
 -- name: gate_keyed
 -- (A part of complete_and_claim_keyed, written into it.) gate_limited's
@@ -1663,17 +1671,12 @@ visits AS (
     WINDOW q AS (PARTITION BY w.queue)
 ),
 picks AS (
-    SELECT v.queue, v.n, v.fair, c.*,
+    SELECT v.queue, v.n, v.fair, c.id, c.priority, c.run_at, c.seq,
            row_number() OVER (PARTITION BY v.queue, v.n ORDER BY c.priority DESC, c.run_at, c.seq)
                AS turn
     FROM visits AS v
-    CROSS JOIN LATERAL (
-        SELECT id, priority, run_at, seq FROM {schema}.jobs
-        WHERE state = 'queued' AND concurrency_key IS NOT NULL AND queue = v.queue
-          AND concurrency_key = v.key {skip}
-        ORDER BY priority DESC, run_at, seq LIMIT v.quota
-    ) AS c
-    WHERE v.key <> chr(1)
+    CROSS JOIN LATERAL ({key_jobs}) AS c
+    WHERE v.key <> chr(1) AND c.concurrency_key = v.key
     UNION ALL
     SELECT v.queue, v.n, v.fair, c.id, c.priority, c.run_at, c.seq,
            row_number() OVER (PARTITION BY v.queue ORDER BY c.priority DESC, c.run_at, c.seq)
@@ -1698,6 +1701,23 @@ keyed_picks AS (
     ) AS o
     WHERE ord <= %(want)s
 )
+
+-- name: key_jobs
+-- (A part of keyed_walk.) The best queued jobs of key v.key of queue
+-- v.queue, v.quota at most.
+SELECT id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
+WHERE state = 'queued' AND concurrency_key IS NOT NULL AND queue = v.queue
+  AND concurrency_key = v.key {skip}
+ORDER BY priority DESC, run_at, seq LIMIT v.quota
+
+-- name: key_jobs_in_key_order
+-- (A part of lock_keys, for key_jobs.) The same, read from the key on in
+-- key order (the caller keeps the key's own): planned without sorts (see
+-- keys_walk), only jobs_key_ready can read them so.
+SELECT id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
+WHERE state = 'queued' AND concurrency_key IS NOT NULL AND queue = v.queue
+  AND concurrency_key >= v.key {skip}
+ORDER BY concurrency_key, priority DESC, run_at, seq LIMIT v.quota
 
 -- name: key_room
 -- (A part of keyed_walk.) How many jobs of key k.key of queue k.queue
@@ -1837,7 +1857,12 @@ q.key_cursor
 -- (Composed into lock_keys and lock_keys_skipping.) The walk of the queues
 -- of %(keyed)s, their rows shared and their keys locked; done: the jobs this
 -- cycle completes (their keys' places count as free; counted again by
--- complete_and_claim_keys).
+-- complete_and_claim_keys). It is planned with enable_sort off (set by
+-- lock_keyed_queues, set back here for the cycle): its seeks of a key ask
+-- for key order, which jobs_key_ready gives and jobs_ready only sorted.
+-- From statistics that saw no queued job (taken while the queues were
+-- empty), the planner costs both at one row, and the taller index's descent
+-- lost to a sort: each seek then read every queued job of the queue.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (SELECT id FROM unnest(%(ids)s::text[]) AS d(id)),
 shared AS (
@@ -1847,7 +1872,12 @@ shared AS (
 {keyed_walk}
 SELECT set_config('tenure.keyed_picks', coalesce(json_agg(json_build_object(
            'queue', queue, 'id', id, 'ord', ord))::text, '[]'), true),
-       (SELECT count(*) FROM shared)
+       (SELECT count(*) FROM shared),
+       set_config('enable_sort', coalesce(split_part(nullif(current_setting('tenure.planner', true),
+                                                            ''), ' ', 1),
+                                          current_setting('enable_sort')), true),
+       set_config('jit', coalesce(split_part(nullif(current_setting('tenure.planner', true), ''),
+                                             ' ', 2), current_setting('jit')), true)
 FROM keyed_picks
 
 -- name: gate_keys
