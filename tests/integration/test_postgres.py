@@ -622,6 +622,48 @@ def test_the_keyed_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, 
         portal.run(b.close())
 
 
+def test_the_keyed_walk__seeks_keys_through_their_index_after_statistics_of_no_queued_job(
+    pg_url, open_backend
+):
+    """Statistics taken while the jobs table held no queued job cost a seek of
+    a key at one row through either index: the walk must still seek through
+    jobs_key_ready, not read the queue's queued jobs through jobs_ready at
+    each key (lock_keyed_queues plans it without sorts), and the cycle after
+    it is planned with the session's settings again."""
+    import psycopg
+
+    from tenure.backends.postgres.statements import text_array
+
+    backend = open_backend(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO tenure.jobs (id, queue, task, args, state, run_at, created_at,"
+            " concurrency_key) SELECT md5(g::text), 'old', 't', '{}', 'completed', g, 0,"
+            " 'k' || (g / 10) FROM generate_series(1, 5000) AS g"
+        )
+        conn.execute("VACUUM ANALYZE tenure.jobs")
+    backend.set_policy("q", QueuePolicy(max_active_per_key=1))
+    backend.enqueue([JobSpec.create("t", {}, queue="q", concurrency_key=f"k{i % 500}")
+                     for i in range(5000)])  # fmt: skip
+    q = PostgresBackend.from_url(pg_url).q
+    params = {"ids": "{}", "keyed": text_array(["q"]), "want": 24, "skip": None,
+              "namespace": PostgresBackend.from_url(pg_url).db.namespace, "queues": [],
+              "idle": "60000", "walks": True}  # fmt: skip
+    walk, names = q.positional(q.limited("lock_keys", 24))
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(q.limited("lock_keyed_queues", 24), params)
+        cur = psycopg.RawCursor(conn)
+        cur.execute(b"EXPLAIN (ANALYZE, COSTS OFF) " + walk, [params[n] for n in names])
+        plan = "\n".join(r[0] for r in cur.fetchall())
+        after = conn.execute("SELECT current_setting('enable_sort'), current_setting('jit')")
+        assert after.fetchone() == ("on", "on")
+        conn.rollback()
+    assert "(concurrency_key > $" in plan.split("Index Cond: ((queue = $")[1], plan
+    assert "Filter: ((concurrency_key IS NOT NULL) AND (concurrency_key >" not in plan, plan
+    assert "Seq Scan on jobs" not in plan, plan
+
+
 def test_a_keys_bucket_refilled__is_pruned(open_backend, pg_url, postgres_server):
     backend = open_backend(pg_url)
     backend.set_policy("q", QueuePolicy(rate_limit_per_key=1, rate_interval_per_key=0.05))

@@ -216,7 +216,8 @@ class Claiming:
                     params = {**params, "queues": "{}"}
                 lock = self.q.limited("lock_keyed_queues", bound)
                 await conn.execute(lock, {"queues": locked, "keyed": params["keyed"],
-                                          "idle": IDLE_MS}, prepare=True)  # fmt: skip
+                                          "idle": IDLE_MS, "walks": not locked},
+                                   prepare=True)  # fmt: skip
                 if not locked:
                     walk = self.q.limited("lock_keys" + ("_skipping" if skipping else ""), bound)
                     await self._send(conn, walk, {**params, "namespace": self.db.namespace})

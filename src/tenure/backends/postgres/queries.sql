@@ -1544,7 +1544,10 @@ SELECT id FROM stepped WHERE was = 'cancelled' AND state = 'waiting'
 -- name: lock_keyed_queues
 -- lock_queues, for queues with keys; and their due scheduled jobs queued
 -- (some, oldest first), so that the walk, which reads queued jobs only,
--- finds them.
+-- finds them. If %(walks)s (lock_keys comes next), enable_sort is turned
+-- off, and jit with it (sorts costed as disabled put the statement past
+-- jit's thresholds: seconds of compiling), until lock_keys sets both back
+-- (see keys_walk).
 WITH idle AS (SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true)),
 locked AS (
     SELECT name FROM {schema}.queues, idle WHERE name = ANY(%(queues)s::text[])
@@ -1560,7 +1563,12 @@ promoted AS (
                      ORDER BY run_at LIMIT 4 * {limit} FOR UPDATE SKIP LOCKED) AS d)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted)
+SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted),
+       set_config('tenure.planner', current_setting('enable_sort') || ' ' || current_setting('jit'),
+                  true),
+       set_config('enable_sort', CASE WHEN %(walks)s THEN 'off'
+                                      ELSE current_setting('enable_sort') END, true),
+       set_config('jit', CASE WHEN %(walks)s THEN 'off' ELSE current_setting('jit') END, true)
 
 -- name: gate_keyed
 -- (A part of complete_and_claim_keyed, written into it.) gate_limited's
@@ -1574,11 +1582,13 @@ SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted)
 -- %(want)s a queue, each within its key's room (key_room). Without fair,
 -- the queue's next 2 x {limit} jobs in its order (`heads`, through
 -- jobs_ready) that their keys have room for; when those are fewer than
--- {limit} (keys at their limit ahead: no head-of-line blocking), the walk
+-- %(want)s (keys at their limit ahead: no head-of-line blocking), the walk
 -- adds jobs of other keys. The walk visits the keys with queued jobs in
 -- byte order from the queue's cursor (walk_cursor: the key the last claim
 -- served), around once, an index seek per key (jobs_key_ready), and stops
--- once {limit} keys have room (key_held: and lock_keys has their locks); jobs
+-- once the keys with room (key_held: and lock_keys has their locks) make up
+-- what the heads left of %(want)s (picks past it are dropped), or {limit}
+-- keys with fair; jobs
 -- without a key are one key, visited after the last, with room for those of
 -- them among the queue's next 256 (through jobs_ready). It visits at most
 -- {limit} + 64 keys: a claim never reads every key, and the next goes on
@@ -1617,14 +1627,14 @@ head_picks AS (
     ) AS r ON r.queue = h.queue AND r.key = h.concurrency_key
     WHERE h.concurrency_key IS NULL OR h.nth <= r.room
 ),
-short AS (  -- the queues whose heads leave room: the walk goes on
-    SELECT p.*, p.fair OR (SELECT count(*) FROM head_picks AS h WHERE h.queue = p.queue)
-                          < {limit} AS short
+short AS (  -- the queues whose heads leave room: the walk goes on, for `need` keys
+    SELECT p.*, CASE WHEN p.fair THEN {limit} ELSE %(want)s - (
+        SELECT count(*)::int FROM head_picks AS h WHERE h.queue = p.queue) END AS need
     FROM policy AS p
 ),
 walk AS (
     WITH RECURSIVE w(queue, key, wrapped, n, found, room) AS (
-        SELECT queue, cursor, false, 0, 0, 0 FROM short WHERE short
+        SELECT queue, cursor, false, 0, 0, 0 FROM short WHERE need > 0
         UNION ALL
         SELECT w.queue, s.key, s.wrapped, w.n + 1, w.found + (r.room > 0)::int, r.room
         FROM w
@@ -1651,7 +1661,7 @@ walk AS (
                                         WHERE h.queue = w.queue AND h.concurrency_key = s.key)
                 THEN 0
             ELSE (SELECT {key_held}) END OFFSET 0) AS r(room)
-        WHERE w.n < {limit} + 64 AND w.found < {limit} AND (p.fair OR p.short)
+        WHERE w.n < {limit} + 64 AND w.found < p.need
           AND NOT (w.wrapped AND x.next IS NULL) AND NOT (s.wrapped AND s.key > p.cursor)
     )
     SELECT * FROM w
@@ -1665,17 +1675,12 @@ visits AS (
     WINDOW q AS (PARTITION BY w.queue)
 ),
 picks AS (
-    SELECT v.queue, v.n, v.fair, c.*,
+    SELECT v.queue, v.n, v.fair, c.id, c.priority, c.run_at, c.seq,
            row_number() OVER (PARTITION BY v.queue, v.n ORDER BY c.priority DESC, c.run_at, c.seq)
                AS turn
     FROM visits AS v
-    CROSS JOIN LATERAL (
-        SELECT id, priority, run_at, seq FROM {schema}.jobs
-        WHERE state = 'queued' AND concurrency_key IS NOT NULL AND queue = v.queue
-          AND concurrency_key = v.key {skip}
-        ORDER BY priority DESC, run_at, seq LIMIT v.quota
-    ) AS c
-    WHERE v.key <> chr(1)
+    CROSS JOIN LATERAL ({key_jobs}) AS c
+    WHERE v.key <> chr(1) AND c.concurrency_key = v.key
     UNION ALL
     SELECT v.queue, v.n, v.fair, c.id, c.priority, c.run_at, c.seq,
            row_number() OVER (PARTITION BY v.queue ORDER BY c.priority DESC, c.run_at, c.seq)
@@ -1701,6 +1706,23 @@ keyed_picks AS (
     WHERE ord <= %(want)s
 )
 
+-- name: key_jobs
+-- (A part of keyed_walk.) The best queued jobs of key v.key of queue
+-- v.queue, v.quota at most.
+SELECT id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
+WHERE state = 'queued' AND concurrency_key IS NOT NULL AND queue = v.queue
+  AND concurrency_key = v.key {skip}
+ORDER BY priority DESC, run_at, seq LIMIT v.quota
+
+-- name: key_jobs_in_key_order
+-- (A part of lock_keys, for key_jobs.) The same, read from the key on in
+-- key order (the caller keeps the key's own): planned without sorts (see
+-- keys_walk), only jobs_key_ready can read them so.
+SELECT id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
+WHERE state = 'queued' AND concurrency_key IS NOT NULL AND queue = v.queue
+  AND concurrency_key >= v.key {skip}
+ORDER BY concurrency_key, priority DESC, run_at, seq LIMIT v.quota
+
 -- name: key_room
 -- (A part of keyed_walk.) How many jobs of key k.key of queue k.queue
 -- (policy p) the claim may take: max_active_per_key less its active jobs
@@ -1721,17 +1743,22 @@ greatest(0, least({limit},
 -- (A part of complete_and_claim_keyed, written into it.) The candidates of
 -- the queues without keys, within their share, and the picks of those with
 -- (keyed_picks, in order), within their room; a pick no longer queued, or
--- locked by another transaction (a cancel), is passed over.
+-- locked by another transaction (a cancel), is passed over. Each pick is
+-- found by its id (a lateral subquery: never a join the planner may hash,
+-- which, from statistics taken while the queue was small, read every
+-- queued job of the table at each claim).
 (SELECT *, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, seq) AS nth,
         false AS keyed
  FROM candidates
  UNION ALL
  SELECT k.ctid, k.id, k.queue, k.priority, k.run_at, k.seq,
         row_number() OVER (PARTITION BY k.queue ORDER BY k.ord), true
- FROM (SELECT j.ctid, j.id, j.queue, j.priority, j.run_at, j.seq, p.ord
-       FROM keyed_picks AS p JOIN {schema}.jobs AS j ON j.id = p.id
-       WHERE j.state = 'queued'
-       FOR UPDATE OF j SKIP LOCKED) AS k) AS c
+ FROM (SELECT j.*, p.ord FROM keyed_picks AS p
+       CROSS JOIN LATERAL (
+           SELECT ctid, id, queue, priority, run_at, seq FROM {schema}.jobs
+           WHERE id = p.id AND state = 'queued'
+           FOR UPDATE SKIP LOCKED
+       ) AS j) AS k) AS c
 JOIN gate AS g ON g.name = c.queue AND c.keyed = g.keyed
     AND c.nth <= CASE WHEN g.keyed THEN g.room ELSE g.share END
 
@@ -1834,7 +1861,12 @@ q.key_cursor
 -- (Composed into lock_keys and lock_keys_skipping.) The walk of the queues
 -- of %(keyed)s, their rows shared and their keys locked; done: the jobs this
 -- cycle completes (their keys' places count as free; counted again by
--- complete_and_claim_keys).
+-- complete_and_claim_keys). It is planned with enable_sort off (set by
+-- lock_keyed_queues, set back here for the cycle): its seeks of a key ask
+-- for key order, which jobs_key_ready gives and jobs_ready only sorted.
+-- From statistics that saw no queued job (taken while the queues were
+-- empty), the planner costs both at one row, and the taller index's descent
+-- lost to a sort: each seek then read every queued job of the queue.
 WITH clock AS (SELECT extract(epoch FROM now())::float8 AS now),
 done AS (SELECT id FROM unnest(%(ids)s::text[]) AS d(id)),
 shared AS (
@@ -1844,7 +1876,12 @@ shared AS (
 {keyed_walk}
 SELECT set_config('tenure.keyed_picks', coalesce(json_agg(json_build_object(
            'queue', queue, 'id', id, 'ord', ord))::text, '[]'), true),
-       (SELECT count(*) FROM shared)
+       (SELECT count(*) FROM shared),
+       set_config('enable_sort', coalesce(split_part(nullif(current_setting('tenure.planner', true),
+                                                            ''), ' ', 1),
+                                          current_setting('enable_sort')), true),
+       set_config('jit', coalesce(split_part(nullif(current_setting('tenure.planner', true), ''),
+                                             ' ', 2), current_setting('jit')), true)
 FROM keyed_picks
 
 -- name: gate_keys

@@ -67,7 +67,8 @@ _PLAIN = {"flow_release": "no_release", "flow_queues": "no_queues",
           "flow_events": "no_events", "flow_data": "no_data"}  # fmt: skip
 RELEASING = "_releasing"
 # The keyed walk of lock_keys: from the cursor in key_cursors, each key locked.
-_KEYS_LOCKED = {"walk_cursor": "walk_cursor_own", "key_held": "key_locked"}
+_KEYS_LOCKED = {"walk_cursor": "walk_cursor_own", "key_held": "key_locked",
+                "key_jobs": "key_jobs_in_key_order"}  # fmt: skip
 _SKIPS = (("", "no_skip"), ("_skipping", "skip"))
 COMPOSED = {
     name + suffix + releasing: ("cycle", {**binds, "skip": skip, **plain})
