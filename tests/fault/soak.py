@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from tenure.app import App
-from tenure.chaos.tasks import regex_size_for
+from tenure.chaos.gil import regex_size_for
 from tenure.core.states import UNFINISHED
 from tenure.core.workflows import Step, WorkflowState, chain, group
 from tenure.errors import JobNotFound

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import threading
 import time
 from typing import Any
@@ -24,12 +23,13 @@ from typing import Any
 import orjson
 
 import tenure
+from tenure.chaos.gil import SLOW_PATTERN
 
 app = tenure.App()
 
 TICK = 0.2  # a long handler proves it still runs this often
 UPSTREAM_PATIENCE = 30.0  # seconds a fan-in retries reading its upstream (a server restarts)
-_SLOW_PATTERN = re.compile(r"(a+)+$")
+
 _files: dict[int, int] = {}
 # Under libfaketime with a real monotonic clock, time.sleep() fails with EINVAL
 # (its clock_nanosleep is rewritten); waiting on an event never set is not.
@@ -69,7 +69,7 @@ def run(tag: str, kind: str, seconds: float, gil: int = 0) -> dict[str, Any]:
     next_tick = time.monotonic() + TICK
     while (now := time.monotonic()) < deadline:
         if gil:
-            _SLOW_PATTERN.match("a" * gil + "b")
+            SLOW_PATTERN.match("a" * gil + "b")
         else:
             _never.wait(max(0.0, min(deadline, next_tick) - now))
         if (now := time.monotonic()) >= next_tick:

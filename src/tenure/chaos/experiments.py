@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tenure.chaos.gil import regex_size_for
 from tenure.chaos.lab import ExperimentFailed, Lab, process_gone
-from tenure.chaos.tasks import regex_size_for
 from tenure.core.states import Outcome, State
 
 

@@ -7,14 +7,12 @@ Workers import this module as ``tenure.chaos.tasks:app``; its App reads
 from __future__ import annotations
 
 import os
-import re
 import time
 
 import tenure
+from tenure.chaos.gil import SLOW_PATTERN
 
 app = tenure.App()
-
-_SLOW_PATTERN = re.compile(r"(a+)+$")
 
 
 @app.task(name="chaos.sleep")
@@ -33,17 +31,6 @@ def regex(seconds: float, size: int) -> dict[str, int]:
     deadline = time.monotonic() + seconds
     calls = 0
     while time.monotonic() < deadline:
-        _SLOW_PATTERN.match("a" * size + "b")
+        SLOW_PATTERN.match("a" * size + "b")
         calls += 1
     return {"pid": os.getpid(), "calls": calls}
-
-
-def regex_size_for(seconds: float) -> int:
-    """How long a string makes one regex call hold the GIL for about ``seconds``."""
-    size = 12
-    while True:
-        started = time.perf_counter()
-        _SLOW_PATTERN.match("a" * size + "b")
-        if time.perf_counter() - started >= seconds / 2 or size > 40:
-            return size + 1  # each extra character doubles the time
-        size += 1
