@@ -55,7 +55,8 @@ Workflows (flows.py, _flow.lua, relay.py), per queue ``q`` too::
                             step): id, key, state (pending | running | completed |
                             failed | cancelled; dropped: abandoned while pending),
                             created_at, finished_at, many, pending, blocked, sinks
-                            (JSON ids), starts (JSON: its steps without upstream)
+                            (JSON ids), starts (JSON [[prefix, [ids]]...]: its steps
+                            without upstream, by queue)
     wfjobs:<wf id>  ZSET    its job ids, in the order written (spawned ones after)
     wfgone:<wf id>  SET     its job ids pruned: the record goes with the last
     wfkeys          HASH    key= -> id of the running (or pending) workflow that holds it
