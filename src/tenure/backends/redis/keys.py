@@ -46,8 +46,6 @@ Workflows (flows.py, _flow.lua, relay.py), per queue ``q`` too::
 
     in:<id>         HASH    a step's (or a workflow's, id wf-...) edges from the steps it
                             waits on: source id -> "<state> <version applied> <ord>"
-    out:<id>        HASH    a step's edges to its dependents: "<their prefix> <id>" ->
-                            "<state> <ord>"
     spawns:<id>     HASH    a step's spawns: seq -> JSON array of the job ids made
     outbox          LIST    messages (JSON) to other slots, written with the transition
                             that sent them, deleted once applied there (relay.py)
@@ -67,9 +65,11 @@ Workflows (flows.py, _flow.lua, relay.py), per queue ``q`` too::
     wfended         HASH    outcome -> how many workflows homed here ended so, ever
 
 A step's job hash also has wf, home (its workflow's home prefix), up (JSON
-upstream ids), may_fail, cancel_reason, pending, blocked, wdelay and wat (its
-delay and run_at, applied at its release) and fv (its flow version: +1 at each
-transition that moves its edges, so that messages apply in order).
+upstream ids), out (its edges to its dependents, JSON [[dependent id, its
+prefix, ord, state (absent: open)]...]), may_fail, cancel_reason, pending,
+blocked, wdelay and wat (its delay and run_at, applied at its release) and fv
+(its flow version: +1 at each transition that moves its edges, so that
+messages apply in order).
 
 Fleet-wide, under ``<prefix>:{@}:``::
 

@@ -1,8 +1,9 @@
 -- _flow.lua: workflows (tenure.core.workflows), put after _lib.lua in front of
 -- every script. keys.py lays out the keys; the why, in short:
 --
---   * an edge lives twice: in its source's out:<id> (HASH "<dep's prefix>
---     <dep>" -> "<state> <ord>", what the source decided) and in its
+--   * an edge lives twice: in its source's job hash, field out (JSON
+--     [[dep, dep's prefix, ord, state (absent: open)]...], what the source
+--     decided: a key of its own per step was much of a store's cost) and in its
 --     dependent's in:<dep> (HASH source id -> "<state> <version> <ord>", what
 --     the dependent applied); the dependent (a job, or the workflow record
 --     wf:<id>) counts its edges not done (pending) and failed (blocked);
@@ -28,7 +29,6 @@ local flow_relays, flow_relay_set = {}, {}  -- prefixes whose outbox got message
 local flow_forgotten = {}  -- workflows deleted (pruned): the caller drops them from the fleet's map
 
 local function in_key(p, id) return p .. 'in:' .. id end
-local function out_key(p, id) return p .. 'out:' .. id end
 local function wf_key(p, id) return p .. 'wf:' .. id end
 
 -- The home queue's count of its workflows by state (workflow_counts): a
@@ -148,18 +148,17 @@ end
 -- edges open again). Runs the cascade.
 local function flow_moved(p, id, jk, to)
   local v = redis.call('HINCRBY', jk, 'fv', 1)
-  local ok = out_key(p, id)
-  local edges = redis.call('HGETALL', ok)
-  for i = 1, #edges, 2 do
-    local e = words(edges[i + 1])
-    local new = nil
-    if to and e[1] == 'open' then new = to elseif not to and e[1] == 'failed' then new = 'open' end
+  local out = redis.call('HGET', jk, 'out')
+  local edges, moved = out and cjson.decode(out) or {}, false
+  for _, e in ipairs(edges) do
+    local state, new = e[4] or 'open', nil
+    if to and state == 'open' then new = to elseif not to and state == 'failed' then new = 'open' end
     if new then
-      redis.call('HSET', ok, edges[i], new .. ' ' .. (e[2] or ''))
-      local tp, d = string.match(edges[i], '^(%S+) (.*)$')
-      flow_send(p, {p = tp, d = d, s = id, e = new, v = v})
+      e[4], moved = new, true
+      flow_send(p, {p = e[2], d = e[1], s = id, e = new, v = v})
     end
   end
+  if moved then redis.call('HSET', jk, 'out', cjson.encode(edges)) end
   flow_run(p)
 end
 
@@ -379,6 +378,9 @@ local function flow_write(p, wf, kinds, s, start, now, last)
     fields[n + 4], fields[n + 5], fields[n + 6] = pending, 'blocked', blocked
     n = n + 6
   end
+  if #s[S_OUT] > 0 then
+    fields[n + 1], fields[n + 2], n = 'out', cjson.encode(s[S_OUT]), n + 2
+  end
   redis.call('HSET', jk, unpack(fields, 1, n))
   if start then
     redis.call('ZADD', p .. 'all', seq, id)
@@ -386,14 +388,6 @@ local function flow_write(p, wf, kinds, s, start, now, last)
   else  -- nothing in this call moves it: in the batch's ZADDs, if one is on
     flow_zset('ZADD', p .. 'all', seq, id)
     flow_zset('ZADD', state_key(p, 'waiting'), seq, id)
-  end
-  local outs = s[S_OUT]
-  if #outs > 0 then
-    local edges = {}
-    for i, e in ipairs(outs) do
-      edges[2 * i - 1], edges[2 * i] = e[2] .. ' ' .. e[1], 'open ' .. e[3]
-    end
-    call_with('HSET', out_key(p, id), edges)
   end
   if start and #ins == 0 then
     flow_release(p, id, jk, now, false, now)

@@ -31,10 +31,9 @@ for _, part in ipairs(w.parts) do
   end
 end
 -- the step's dependents wait for the spawn's sinks too
-local edges = redis.call('HGETALL', out_key(p, id))
-for i = 1, #edges, 2 do
-  local tp, d = string.match(edges[i], '^(%S+) (.*)$')
-  local ord = words(edges[i + 1])[2]
+local out = redis.call('HGET', jk, 'out')
+for _, e in ipairs(out and cjson.decode(out) or {}) do
+  local d, tp, ord = e[1], e[2], e[3]
   for k, sink in ipairs(w.sinks) do
     local o = string.format('%s.%06d.%06d', ord, seq, k - 1)
     table.insert(by_id[sink][S_OUT], {d, tp, o})
