@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
@@ -352,16 +352,23 @@ def keyed(job: Job, concurrency_key: str | None) -> Job:
     return job
 
 
-def stored_workflow(spec: WorkflowSpec, now: float) -> Workflow:
+def stored_workflow(spec: WorkflowSpec, now: float, jobs: Sequence[Job] | None = None) -> Workflow:
     """The workflow ``spec`` as storage makes it at ``now``: running, its
     first steps queued (or scheduled), the others waiting (their run_at the
-    one they were given, else ``now``)."""
-    ids = [s.spec.id for s in spec.steps]
-    jobs = tuple(in_flow(s.spec.stored(State.WAITING, _or(s.spec.run_at, now), now) if s.upstream
-                         else s.spec.stored_at(now), spec.id,
-                         [ids[u] for u in s.upstream], s.may_fail) for s in spec.steps)  # fmt: skip
-    sinks = tuple(ids[k] for k in spec.sinks)
+    one they were given, else ``now``). ``jobs``: ``stored_steps``'s, made
+    already."""
+    jobs = tuple(stored_steps(spec, now) if jobs is None else jobs)
+    sinks = tuple(spec.steps[k].spec.id for k in spec.sinks)
     return Workflow(spec.id, WorkflowState.RUNNING, now, None, spec.key, spec.many, sinks, jobs)
+
+
+def stored_steps(spec: WorkflowSpec, now: float) -> Iterator[Job]:
+    """The jobs of ``stored_workflow(spec, now)``, one at a time."""
+    ids = [s.spec.id for s in spec.steps]
+    for s in spec.steps:
+        job = (s.spec.stored(State.WAITING, _or(s.spec.run_at, now), now) if s.upstream
+               else s.spec.stored_at(now))  # fmt: skip
+        yield in_flow(job, spec.id, [ids[u] for u in s.upstream], s.may_fail)
 
 
 def _or(value: float | None, default: float) -> float:

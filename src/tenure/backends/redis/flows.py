@@ -40,7 +40,7 @@ from tenure.backends.redis.relay import Relay
 from tenure.backends.redis.scripts import INVALID_TRANSITION, Call, Runner, check
 from tenure.core.workflows import StepSpec, Workflow, WorkflowSpec, WorkflowState, edge_ord
 from tenure.errors import BackendUnavailable, InvalidInput, JobNotFound
-from tenure.job import Job, stored_workflow
+from tenure.job import Job, stored_steps, stored_workflow
 
 FLOW_CHUNK = 500  # steps per flow_enqueue.lua call: bounds how long one call holds Redis
 KEY_WAITS = (0.01, 0.02, 0.05, *(0.1,) * 30)  # polls of a key's holder while it is stored
@@ -59,7 +59,7 @@ class Flows:
     async def enqueue_workflow(self, spec: WorkflowSpec) -> Workflow:
         staged = Staged.of(spec, self.keys)
         for wait in KEY_WAITS:
-            holder, now = await self.write(staged)
+            holder, at = await self.write_home(staged)
             if holder is None:
                 break
             try:
@@ -68,19 +68,34 @@ class Flows:
                 await asyncio.sleep(wait)
         else:
             raise BackendUnavailable(f"the workflow holding key {spec.key!r} stays pending")
-        if not staged.commit:
-            await self.commit(staged)
+        # The answer is made while Redis stores the rest: a slice at a time,
+        # so that each call goes out as soon as the one before has answered.
+        answer = asyncio.ensure_future(_answer(spec, float(at)))
+        try:
+            await self.write_rest(staged, at)
+            if not staged.commit:
+                await self.commit(staged)
+        except BaseException:
+            answer.cancel()
+            raise
         self.index.remember({s.spec.id: s.spec.queue for s in spec.steps})
-        # As stored, not read back (a read of 10,000 steps took a third of
-        # the time): every step made at the home queue's call's clock, the
-        # sources released as of it (flow_release's at).
-        return stored_workflow(spec, now)
+        return await answer
 
     async def write(self, staged: Staged) -> tuple[str | None, float]:
         """Store the record and the steps of its home queue, and, when that
         commits it, those of the other queues; (None, Redis's clock at the
         home queue's call, the steps' created_at), or (the id of the
         workflow that holds its key, 0.0): then nothing is stored."""
+        holder, at = await self.write_home(staged)
+        if holder is not None:
+            return holder, 0.0
+        await self.write_rest(staged, at)
+        return None, float(at)
+
+    async def write_home(self, staged: Staged) -> tuple[str | None, str]:
+        """The fleet's indexes, then the record and the first steps of its
+        home queue: (None, Redis's clock then, as text), or (the id of the
+        workflow that holds its key, ''): then nothing is stored."""
         spec, home, prefix = staged.spec, staged.home, self.keys.queue
         await self.refuse_taken(spec)
         await self.runner.pipeline([  # the indexes first: a reader finds the steps
@@ -89,7 +104,7 @@ class Flows:
                                                    for x in (s.spec.id, s.spec.queue)]),
             Call.command("HSET", self.keys.workflows, spec.id, home),
         ])  # fmt: skip
-        [(_, first), *rest] = staged.parts()
+        first = staged.parts()[0][1]
         reply = await self.relay.after(await self.runner.call(
             "flow_enqueue", [prefix(home)], [home, staged.payload(first, record=True)]
         ))  # fmt: skip
@@ -98,11 +113,15 @@ class Flows:
                 Call.command("HDEL", self.keys.jobs, *[s.spec.id for s in spec.steps]),
                 Call.command("HDEL", self.keys.workflows, spec.id),
             ])  # fmt: skip
-            return str(reply[1].decode()), 0.0
-        at = reply[2].decode()
-        for q, steps in rest:  # one call a round trip: each holds Redis a moment
-            await self.runner.call("flow_enqueue", [prefix(q)], [q, staged.payload(steps, at=at)])
-        return None, float(at)
+            return str(reply[1].decode()), ""
+        return None, str(reply[2].decode())
+
+    async def write_rest(self, staged: Staged, at: str) -> None:
+        """The steps of the other calls, stored at the home queue's clock ``at``."""
+        for q, steps in staged.parts()[1:]:  # one call a round trip: each holds Redis a moment
+            await self.runner.call(
+                "flow_enqueue", [self.keys.queue(q)], [q, staged.payload(steps, at=at)]
+            )
 
     async def refuse_taken(self, spec: WorkflowSpec) -> None:
         """InvalidInput if the workflow's id, or a step's, is one stored already
@@ -144,7 +163,7 @@ class Flows:
         ids of those without upstream."""
         queue = await self.index.queue_of(job_id)
         prefix = self.keys.queue
-        parts: dict[str, list[dict[str, Any]]] = {}
+        parts: dict[str, list[Encoded]] = {}
         for step, encoded in zip(spec.steps, _encoded(spec, prefix, "", sinks=False), strict=True):
             parts.setdefault(step.spec.queue, []).append(encoded)
         sources = [s.spec.id for s in spec.steps if not s.upstream]
@@ -154,7 +173,7 @@ class Flows:
                                                    for x in (s.spec.id, s.spec.queue)]),
         ])  # fmt: skip
         payload = orjson.dumps({
-            "parts": [{"queue": q, "prefix": prefix(q), "steps": p} for q, p in parts.items()],
+            "parts": [{"queue": q, "prefix": prefix(q), **_part(p)} for q, p in parts.items()],
             "sinks": [spec.steps[k].spec.id for k in spec.sinks], "sources": sources,
         })  # fmt: skip
         return Call.script("spawn", [prefix(queue)], [job_id, fence, seq, payload]), sources
@@ -245,7 +264,7 @@ class Staged:
     spec: WorkflowSpec
     home: str  # the queue of its first step: its record's
     home_prefix: str
-    by_queue: dict[str, list[dict[str, Any]]]
+    by_queue: dict[str, list[Encoded]]
     record: dict[str, Any]
 
     @property
@@ -253,7 +272,7 @@ class Staged:
         """Stored in one script: every step is in the home queue, and few."""
         return len(self.by_queue) == 1 and len(self.spec.steps) <= FLOW_CHUNK
 
-    def parts(self) -> list[tuple[str, list[dict[str, Any]]]]:
+    def parts(self) -> list[tuple[str, list[Encoded]]]:
         """The steps of each queue, home first, in pieces of at most FLOW_CHUNK
         (the first with the record: it may be empty)."""
         return [(q, steps[i : i + FLOW_CHUNK]) for q, steps in self.by_queue.items()
@@ -264,50 +283,91 @@ class Staged:
         prefix = keys.queue
         home = spec.steps[0].spec.queue
         ids = [s.spec.id for s in spec.steps]
-        by_queue: dict[str, list[dict[str, Any]]] = {home: []}
+        by_queue: dict[str, list[Encoded]] = {home: []}
         for step, encoded in zip(spec.steps, _encoded(spec, prefix, prefix(home)), strict=True):
             by_queue.setdefault(step.spec.queue, []).append(encoded)
+        starts: dict[str, list[str]] = {}
+        for s in spec.steps:
+            if not s.upstream:
+                starts.setdefault(prefix(s.spec.queue), []).append(s.spec.id)
         record = {
             "key": spec.key or "", "many": spec.many, "jobs": ids,
             "sinks": [[ids[k], edge_ord(n)] for n, k in enumerate(spec.sinks)],
-            "starts": [[prefix(s.spec.queue), s.spec.id] for s in spec.steps if not s.upstream],
+            "starts": list(starts.items()),
         }  # fmt: skip
         return cls(spec, home, prefix(home), by_queue, record)
 
     def payload(
-        self, steps: list[dict[str, Any]], *, record: bool = False, at: str | None = None
+        self, steps: list[Encoded], *, record: bool = False, at: str | None = None
     ) -> bytes:
         """flow_enqueue.lua's ARGV[2] for these steps (of one queue): the
         first call's with the record, the others' ``at`` its clock."""
         head = {"wf": self.spec.id, "home": self.home_prefix, "commit": self.commit,
-                "steps": steps}  # fmt: skip
+                **_part(steps)}  # fmt: skip
         return orjson.dumps({**head, "record": self.record} if record else {**head, "at": at})
 
 
-def _encoded(
-    spec: WorkflowSpec, prefix: Any, home: str, *, sinks: bool = True
-) -> list[dict[str, Any]]:
-    """Each step as flow_enqueue.lua and spawn.lua read it: its fields, its
-    edges in (source id, ord) and out (dependent id, its prefix, ord)."""
+# A step's options that steps commonly share (a group of one task): sent once
+# per part of a queue's steps, as a kind, not with each step (_flow.lua's
+# flow_kinds makes their fields once).
+KIND = ("task", "priority", "delay", "wat", "max_attempts", "timeout", "traceparent", "ck",
+        "may_fail")  # fmt: skip
+Kind = tuple[Any, ...]  # the values of KIND, as the step has them
+Encoded = tuple[Kind, list[Any]]  # a step's kind, and [id, args, edges in, edges out]
+
+
+ANSWER_SLICE = 500  # steps of an answer made between two looks at the replies
+
+
+async def _answer(spec: WorkflowSpec, now: float) -> Workflow:
+    """``stored_workflow(spec, now)``, letting the event loop run every slice."""
+    jobs = []
+    for job in stored_steps(spec, now):
+        jobs.append(job)
+        if len(jobs) % ANSWER_SLICE == 0:
+            await asyncio.sleep(0)
+    return stored_workflow(spec, now, jobs)
+
+
+def _encoded(spec: WorkflowSpec, prefix: Any, home: str, *, sinks: bool = True) -> list[Encoded]:
+    """Each step's kind and the rest of it as flow_enqueue.lua and spawn.lua
+    read it: its edges in (source id, ord) and out (dependent id, its prefix,
+    ord)."""
     ids = [s.spec.id for s in spec.steps]
+    ords = [edge_ord(n) for n in range(max((len(s.upstream) for s in spec.steps), default=0))]
+    prefixes = {q: prefix(q) for q in {s.spec.queue for s in spec.steps}}
     outs: list[list[list[str]]] = [[] for _ in spec.steps]
     for j, step in enumerate(spec.steps):
         for n, u in enumerate(step.upstream):
-            outs[u].append([ids[j], prefix(step.spec.queue), edge_ord(n)])
+            outs[u].append([ids[j], prefixes[step.spec.queue], ords[n]])
     if sinks:
         for n, k in enumerate(spec.sinks):
             outs[k].append([spec.id, home, edge_ord(n)])
-    return [_step(s, [[ids[u], edge_ord(n)] for n, u in enumerate(s.upstream)], out)
-            for s, out in zip(spec.steps, outs, strict=True)]  # fmt: skip
+
+    def encoded(step: StepSpec, out: list[list[str]]) -> Encoded:
+        s = step.spec
+        kind = (s.task, s.priority, s.delay, s.run_at, s.max_attempts, s.timeout,
+                s.traceparent, s.concurrency_key, step.may_fail)  # fmt: skip
+        edges_in = [[ids[u], ords[n]] for n, u in enumerate(step.upstream)]
+        return kind, [s.id, s.args.decode(), edges_in, out]
+
+    return [encoded(s, out) for s, out in zip(spec.steps, outs, strict=True)]
 
 
-def _step(step: StepSpec, edges_in: list[list[str]], edges_out: list[list[str]]) -> dict[str, Any]:
-    s = step.spec
+def _kind(kind: Kind) -> dict[str, Any]:
+    """A kind's options as the scripts read them ('' for none)."""
+    task, priority, delay, run_at, max_attempts, timeout, traceparent, ck, may_fail = kind
+    return dict(zip(KIND, (
+        task, str(priority), repr(float(delay)) if delay else "", codec.number(run_at),
+        codec.number(max_attempts), codec.number(timeout), traceparent or "", ck or "", may_fail,
+    ), strict=True))  # fmt: skip
+
+
+def _part(steps: list[Encoded]) -> dict[str, Any]:
+    """Steps of one queue, as the scripts read them: {kinds: [each kind's
+    options], steps: [[id, args, edges in, edges out, its kind's index]...]}."""
+    kinds: dict[Kind, int] = {}
     return {
-        "id": s.id, "task": s.task, "args": s.args.decode(), "priority": str(s.priority),
-        "delay": repr(float(s.delay)), "wat": codec.number(s.run_at),
-        "max_attempts": codec.number(s.max_attempts), "timeout": codec.number(s.timeout),
-        "traceparent": s.traceparent or "", "ck": s.concurrency_key or "",
-        "may_fail": step.may_fail,
-        "in": edges_in, "out": edges_out,
-    }  # fmt: skip
+        "steps": [[*rest, kinds.setdefault(kind, len(kinds))] for kind, rest in steps],
+        "kinds": [_kind(kind) for kind in kinds],
+    }

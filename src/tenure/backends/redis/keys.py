@@ -46,8 +46,6 @@ Workflows (flows.py, _flow.lua, relay.py), per queue ``q`` too::
 
     in:<id>         HASH    a step's (or a workflow's, id wf-...) edges from the steps it
                             waits on: source id -> "<state> <version applied> <ord>"
-    out:<id>        HASH    a step's edges to its dependents: "<their prefix> <id>" ->
-                            "<state> <ord>"
     spawns:<id>     HASH    a step's spawns: seq -> JSON array of the job ids made
     outbox          LIST    messages (JSON) to other slots, written with the transition
                             that sent them, deleted once applied there (relay.py)
@@ -55,7 +53,8 @@ Workflows (flows.py, _flow.lua, relay.py), per queue ``q`` too::
                             step): id, key, state (pending | running | completed |
                             failed | cancelled; dropped: abandoned while pending),
                             created_at, finished_at, many, pending, blocked, sinks
-                            (JSON ids), starts (JSON: its steps without upstream)
+                            (JSON ids), starts (JSON [[prefix, [ids]]...]: its steps
+                            without upstream, by queue)
     wfjobs:<wf id>  ZSET    its job ids, in the order written (spawned ones after)
     wfgone:<wf id>  SET     its job ids pruned: the record goes with the last
     wfkeys          HASH    key= -> id of the running (or pending) workflow that holds it
@@ -66,9 +65,11 @@ Workflows (flows.py, _flow.lua, relay.py), per queue ``q`` too::
     wfended         HASH    outcome -> how many workflows homed here ended so, ever
 
 A step's job hash also has wf, home (its workflow's home prefix), up (JSON
-upstream ids), may_fail, cancel_reason, pending, blocked, wdelay and wat (its
-delay and run_at, applied at its release) and fv (its flow version: +1 at each
-transition that moves its edges, so that messages apply in order).
+upstream ids), out (its edges to its dependents, JSON [[dependent id, its
+prefix, ord, state (absent: open)]...]), may_fail, cancel_reason, pending,
+blocked, wdelay and wat (its delay and run_at, applied at its release) and fv
+(its flow version: +1 at each transition that moves its edges, so that
+messages apply in order).
 
 Fleet-wide, under ``<prefix>:{@}:``::
 

@@ -1,8 +1,9 @@
 -- _flow.lua: workflows (tenure.core.workflows), put after _lib.lua in front of
 -- every script. keys.py lays out the keys; the why, in short:
 --
---   * an edge lives twice: in its source's out:<id> (HASH "<dep's prefix>
---     <dep>" -> "<state> <ord>", what the source decided) and in its
+--   * an edge lives twice: in its source's job hash, field out (JSON
+--     [[dep, dep's prefix, ord, state (absent: open)]...], what the source
+--     decided: a key of its own per step was much of a store's cost) and in its
 --     dependent's in:<dep> (HASH source id -> "<state> <version> <ord>", what
 --     the dependent applied); the dependent (a job, or the workflow record
 --     wf:<id>) counts its edges not done (pending) and failed (blocked);
@@ -19,7 +20,7 @@
 --     committed workflow's sources of the slot, ids: release them as of at,
 --     its created_at; 'start', one source d, from an earlier version), 'job' (the workflow record
 --     gains the spawned jobs ids, ordered by n), 'gone' (a step was pruned),
---     'steps' (a spawn's steps of another queue: write them).
+--     'steps' (a spawn's steps of another queue, with their kinds: write them).
 
 local EARLY_TTL = 86400  -- seconds an edge to a step not written (yet) is kept
 
@@ -28,7 +29,6 @@ local flow_relays, flow_relay_set = {}, {}  -- prefixes whose outbox got message
 local flow_forgotten = {}  -- workflows deleted (pruned): the caller drops them from the fleet's map
 
 local function in_key(p, id) return p .. 'in:' .. id end
-local function out_key(p, id) return p .. 'out:' .. id end
 local function wf_key(p, id) return p .. 'wf:' .. id end
 
 -- The home queue's count of its workflows by state (workflow_counts): a
@@ -48,16 +48,28 @@ local function is_wf(id) return string.sub(id, 1, 3) == 'wf-' end
 -- at the end (flow_flush), not an XADD and a signal per step. nil: at once.
 local flow_batch = nil
 
+-- The batch's entry of group (events, sets) for (a, b): made the first time,
+-- kept in that order (group.order), no string made to find it.
+local function flow_entry(group, a, b)
+  local of_a = group.by[a]
+  if not of_a then
+    of_a = {}
+    group.by[a] = of_a
+  end
+  local e = of_a[b]
+  if not e then
+    e = {a = a, b = b, values = {}, data = {}}
+    of_a[b] = e
+    group.order[#group.order + 1] = e
+  end
+  return e
+end
+
 local function flow_event(p, kind, id, data)
   if not flow_batch then return record_event(p, kind, id, data) end
-  local k = p .. ' ' .. kind
-  local e = flow_batch.events[k]
-  if not e then
-    e = {p = p, kind = kind, ids = {}, data = {}}
-    flow_batch.events[k] = e
-    flow_batch.order[#flow_batch.order + 1] = k
-  end
-  e.ids[#e.ids + 1], e.data[#e.data + 1] = id, data
+  local e = flow_entry(flow_batch.events, p, kind)
+  local n = #e.values + 1
+  e.values[n], e.data[n] = id, data
 end
 
 local function flow_signal(p)
@@ -68,29 +80,27 @@ end
 -- Start a batch; true if this call started it (and so flushes it).
 local function flow_batching()
   if flow_batch then return false end
-  flow_batch = {events = {}, order = {}, signals = {}, sets = {}, set_order = {}}
+  flow_batch = {events = {by = {}, order = {}}, sets = {by = {}, order = {}}, signals = {}}
   return true
 end
 
--- ZADD key score member, now or (batching) at the flush: only for a sorted
--- set the rest of the call neither reads nor changes.
-local function flow_zadd(key, score, member)
-  if not flow_batch then return redis.call('ZADD', key, score, member) end
-  local pairs_ = flow_batch.sets[key]
-  if not pairs_ then
-    pairs_ = {}
-    flow_batch.sets[key] = pairs_
-    flow_batch.set_order[#flow_batch.set_order + 1] = key
+-- redis.call(cmd, key, a, b): a ZADD of score a, member b, or a ZREM of
+-- member a; now or (batching) at the flush, one call per command and key.
+-- Only for a sorted set the rest of the call neither reads nor changes, and
+-- members it does not both add and remove.
+local function flow_zset(cmd, key, a, b)
+  if not flow_batch then
+    if b == nil then return redis.call(cmd, key, a) end
+    return redis.call(cmd, key, a, b)
   end
-  pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = score, member
+  local values = flow_entry(flow_batch.sets, cmd, key).values
+  values[#values + 1] = a
+  if b then values[#values + 1] = b end
 end
 
 local function flow_flush()
-  for _, key in ipairs(flow_batch.set_order) do call_with('ZADD', key, flow_batch.sets[key]) end
-  for _, k in ipairs(flow_batch.order) do
-    local e = flow_batch.events[k]
-    append_events(e.p, e.kind, e.ids, e.data)
-  end
+  for _, e in ipairs(flow_batch.sets.order) do call_with(e.a, e.b, e.values) end
+  for _, e in ipairs(flow_batch.events.order) do append_events(e.a, e.b, e.values, e.data) end
   for p, n in pairs(flow_batch.signals) do signal(p, n) end
   flow_batch = nil
 end
@@ -138,18 +148,17 @@ end
 -- edges open again). Runs the cascade.
 local function flow_moved(p, id, jk, to)
   local v = redis.call('HINCRBY', jk, 'fv', 1)
-  local ok = out_key(p, id)
-  local edges = redis.call('HGETALL', ok)
-  for i = 1, #edges, 2 do
-    local e = words(edges[i + 1])
-    local new = nil
-    if to and e[1] == 'open' then new = to elseif not to and e[1] == 'failed' then new = 'open' end
+  local out = redis.call('HGET', jk, 'out')
+  local edges, moved = out and cjson.decode(out) or {}, false
+  for _, e in ipairs(edges) do
+    local state, new = e[4] or 'open', nil
+    if to and state == 'open' then new = to elseif not to and state == 'failed' then new = 'open' end
     if new then
-      redis.call('HSET', ok, edges[i], new .. ' ' .. (e[2] or ''))
-      local tp, d = string.match(edges[i], '^(%S+) (.*)$')
-      flow_send(p, {p = tp, d = d, s = id, e = new, v = v})
+      e[4], moved = new, true
+      flow_send(p, {p = e[2], d = e[1], s = id, e = new, v = v})
     end
   end
+  if moved then redis.call('HSET', jk, 'out', cjson.encode(edges)) end
   flow_run(p)
 end
 
@@ -184,7 +193,7 @@ local function flow_release(p, id, jk, now, event, at, f)
     redis.call('HSET', jk, 'run_at', num(due))
     schedule_job(p, id, due, 'waiting')
   else
-    queue_job(p, id, 'waiting', {due, f[4], f[5], f[6]})
+    queue_job(p, id, 'waiting', {due, f[4], f[5], f[6]}, flow_zset)
     flow_signal(p)
   end
   if event then
@@ -292,13 +301,33 @@ local function flow_edge(p, m, rk, wf, now)
   if wf then flow_settle_wf(p, m.d, rk, m.s, now) else flow_settle_job(p, m.d, rk, now) end
 end
 
--- Write one step (a table decoded from flow_enqueue's or spawn's JSON, see
--- flows.py) of workflow wf, whose record is in slot home, as waiting; with
--- start, one without upstream is released at once (no ready event). Edges a
--- message moved before the step was written (a spawn's, from another queue)
--- count as they stand.
-local OPTIONAL = {'max_attempts', 'timeout', 'traceparent', 'wat', 'ck'}
-local enqueued_data = {}  -- an enqueued event's data by workflow, task and state
+-- A step as flow_enqueue.lua, spawn.lua and a 'steps' message carry it
+-- (flows.py): {id, args (JSON text), in: [[source id, ord]...], out:
+-- [[dependent id, its prefix, ord]...], kind}, kind indexing (from 0) its
+-- part's kinds: {task, priority, delay, wat, max_attempts, timeout,
+-- traceparent, ck, may_fail} ('' = none), the options its steps share, sent
+-- and turned into fields once per part, not per step.
+local S_ID, S_ARGS, S_IN, S_OUT, S_KIND = 1, 2, 3, 4, 5
+
+-- The fields of each kind's steps, but their id, args and seq (slots 2, 4,
+-- 6: flow_write fills them). A step without upstream has no up, pending or
+-- blocked (read as none and 0), one without delay no wdelay.
+local function flow_kinds(kinds, queue, wf, home, now)
+  local now_s, built = num(now), {}
+  for i, k in ipairs(kinds) do
+    local run_at = k.wat ~= '' and k.wat or now_s  -- until its release sets it
+    local f = {'id', '', 'args', '', 'seq', '', 'task', k.task, 'queue', queue,
+      'priority', k.priority, 'run_at', run_at, 'created_at', now_s, 'fence', 0,
+      'attempts', 0, 'stalls', 0, 'state', 'waiting', 'wf', wf, 'home', home}
+    for _, name in ipairs({'max_attempts', 'timeout', 'traceparent', 'wat', 'ck'}) do
+      if k[name] ~= '' then f[#f + 1], f[#f + 2] = name, k[name] end
+    end
+    if k.delay ~= '' then f[#f + 1], f[#f + 2] = 'wdelay', k.delay end
+    if k.may_fail then f[#f + 1], f[#f + 2] = 'may_fail', '1' end
+    built[i] = {fields = f, n = #f, task = k.task, enqueued = {}}  -- enqueued: event data
+  end
+  return built
+end
 
 -- A step's edges in, all open: none moved before it was written (no in:
 -- hash yet), as for every step of a new workflow. One HSET for them all.
@@ -310,26 +339,12 @@ local function flow_write_in(ik, edges, up)
   call_with('HSET', ik, pairs_)
 end
 
-local function flow_write(p, queue, wf, home, s, start, now, last)
-  local jk = job_key(p, s.id)
-  local seq = int(last)
-  -- run_at: the one it was given (wat), else now, until its release sets it
-  local run_at = (s.wat or '') ~= '' and s.wat or num(now)
-  local fields = {'id', s.id, 'task', s.task, 'queue', queue, 'args', s.args,
-    'priority', s.priority, 'run_at', run_at, 'created_at', num(now), 'seq', seq,
-    'fence', 0, 'attempts', 0, 'stalls', 0, 'state', 'waiting', 'wf', wf, 'home', home,
-    'wdelay', s.delay}
-  for _, name in ipairs(OPTIONAL) do
-    if (s[name] or '') ~= '' then fields[#fields + 1], fields[#fields + 2] = name, s[name] end
-  end
-  if s.may_fail then fields[#fields + 1], fields[#fields + 2] = 'may_fail', '1' end
-  local ik, up, pending, blocked, early = in_key(p, s.id), {}, 0, 0, false
-  local ins = s['in']
-  if #ins > 0 and redis.call('EXISTS', ik) == 0 then
-    flow_write_in(ik, ins, up)
-    pending, ins = #ins, {}
-  end
-  for i, e in ipairs(ins) do
+-- A step's edges in when some may have moved before it was written (a
+-- spawn's, from another queue): they count as they stand. Its pending and
+-- blocked counts.
+local function flow_write_early(ik, edges, up)
+  local pending, blocked, early = 0, 0, false
+  for i, e in ipairs(edges) do
     local cur = redis.call('HGET', ik, e[1])
     local state, version = 'open', '0'
     if cur then
@@ -342,29 +357,50 @@ local function flow_write(p, queue, wf, home, s, start, now, last)
     up[i] = e[1]
   end
   if early then redis.call('PERSIST', ik) end
-  fields[#fields + 1], fields[#fields + 2] = 'up', cjson.encode(up)
-  fields[#fields + 1], fields[#fields + 2] = 'pending', pending
-  fields[#fields + 1], fields[#fields + 2] = 'blocked', blocked
-  redis.call('HSET', jk, unpack(fields))
-  if start then
-    redis.call('ZADD', p .. 'all', seq, s.id)
-    set_state(p, s.id, seq, nil, 'waiting')
-  else  -- nothing in this call moves it: in the batch's ZADDs, if one is on
-    flow_zadd(p .. 'all', seq, s.id)
-    flow_zadd(state_key(p, 'waiting'), seq, s.id)
+  return pending, blocked, early
+end
+
+-- Write step s of workflow wf (kinds: flow_kinds's for its part) as waiting;
+-- with start, one without upstream is released at once (no ready event).
+local function flow_write(p, wf, kinds, s, start, now, last)
+  local id, ins, kind = s[S_ID], s[S_IN], kinds[s[S_KIND] + 1]
+  local jk, seq = job_key(p, id), int(last)
+  local fields, n, early = kind.fields, kind.n, false
+  fields[2], fields[4], fields[6] = id, s[S_ARGS], seq
+  if #ins > 0 then
+    local ik, up, pending, blocked = in_key(p, id), {}, #ins, 0
+    if redis.call('EXISTS', ik) == 0 then
+      flow_write_in(ik, ins, up)
+    else
+      pending, blocked, early = flow_write_early(ik, ins, up)
+    end
+    fields[n + 1], fields[n + 2], fields[n + 3] = 'up', cjson.encode(up), 'pending'
+    fields[n + 4], fields[n + 5], fields[n + 6] = pending, 'blocked', blocked
+    n = n + 6
   end
-  local ok = out_key(p, s.id)
-  for _, e in ipairs(s.out) do redis.call('HSET', ok, e[2] .. ' ' .. e[1], 'open ' .. e[3]) end
-  if start and #s['in'] == 0 then
-    flow_release(p, s.id, jk, now, false, now)
+  if #s[S_OUT] > 0 then
+    fields[n + 1], fields[n + 2], n = 'out', cjson.encode(s[S_OUT]), n + 2
+  end
+  redis.call('HSET', jk, unpack(fields, 1, n))
+  if start then
+    redis.call('ZADD', p .. 'all', seq, id)
+    set_state(p, id, seq, nil, 'waiting')
+  else  -- nothing in this call moves it: in the batch's ZADDs, if one is on
+    flow_zset('ZADD', p .. 'all', seq, id)
+    flow_zset('ZADD', state_key(p, 'waiting'), seq, id)
+  end
+  if start and #ins == 0 then
+    flow_release(p, id, jk, now, false, now)
   elseif start and early then
-    flow_settle_job(p, s.id, jk, now)
+    flow_settle_job(p, id, jk, now)
   end
   local state = start and redis.call('HGET', jk, 'state') or 'waiting'
-  local key = wf .. ' ' .. s.task .. ' ' .. state
-  local data = enqueued_data[key] or flow_data(wf, {task = s.task, state = state})
-  enqueued_data[key] = data
-  flow_event(p, 'enqueued', s.id, data)
+  local data = kind.enqueued[state]
+  if not data then
+    data = flow_data(wf, {task = kind.task, state = state})
+    kind.enqueued[state] = data
+  end
+  flow_event(p, 'enqueued', id, data)
 end
 
 -- The steps a spawn in another queue made in this one (once per spawn).
@@ -374,9 +410,10 @@ local function flow_spawned(p, m, now)
   redis.call('EXPIRE', made, EARLY_TTL)
   local last = tonumber(redis.call('GET', p .. 'seq') or '0')
   local now_us = math.floor(now * 1000000)
+  local kinds = flow_kinds(m.kinds, m.queue, m.wf, m.home, now)
   for _, s in ipairs(m.steps) do
     last = math.max(now_us, last + 1)
-    flow_write(p, m.queue, m.wf, m.home, s, true, now, last)
+    flow_write(p, m.wf, kinds, s, true, now, last)
   end
   redis.call('SET', p .. 'seq', int(last))
 end

@@ -52,10 +52,13 @@ local function ready_member(run_at, seq, id)
   return string.format('%016d%016d', us, seq) .. id
 end
 
--- Move a job between the per-state sets (from is nil for a new job).
-local function set_state(p, id, seq, from, to)
-  if from then redis.call('ZREM', state_key(p, from), id) end
-  redis.call('ZADD', state_key(p, to), seq, id)
+-- Move a job between the per-state sets (from is nil for a new job). zset:
+-- what runs the ZADD and ZREM, redis.call unless a caller defers them
+-- (_flow.lua's flow_zset, a workflow's release of many steps).
+local function set_state(p, id, seq, from, to, zset)
+  zset = zset or redis.call
+  if from then zset('ZREM', state_key(p, from), id) end
+  zset('ZADD', state_key(p, to), seq, id)
 end
 
 -- Wake up to n idle workers (BLPOP on the signal list); the list stays short.
@@ -83,7 +86,9 @@ end
 -- -> queued, in line by its stored priority, run_at and seq (so a job queued
 -- again keeps its place). The caller signals. f: those fields {run_at, seq,
 -- priority, ck} when the caller read them, with a run_at to store (else read).
-local function queue_job(p, id, from, f)
+-- zset: as set_state's, for the ready set too.
+local function queue_job(p, id, from, f, zset)
+  zset = zset or redis.call
   local jk = job_key(p, id)
   local member
   if f then
@@ -94,8 +99,8 @@ local function queue_job(p, id, from, f)
     member = ready_member(tonumber(f[1]), tonumber(f[2]), id)
     redis.call('HSET', jk, 'state', 'queued', 'rank', member)
   end
-  redis.call('ZADD', p .. 'ready', -tonumber(f[3]), member)
-  set_state(p, id, f[2], from, 'queued')
+  zset('ZADD', p .. 'ready', -tonumber(f[3]), member)
+  set_state(p, id, f[2], from, 'queued', zset)
   ck.added(p, f[4], {-tonumber(f[3]), member})
 end
 

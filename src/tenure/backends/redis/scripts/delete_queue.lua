@@ -33,7 +33,7 @@ for _, id in ipairs(ids) do
     ck.removed(p, f[3], f[2])
   end
   redis.call('ZREM', p .. 'scheduled', id)
-  redis.call('DEL', jk, history_key(p, id), in_key(p, id), out_key(p, id), p .. 'spawns:' .. id)
+  redis.call('DEL', jk, history_key(p, id), in_key(p, id), p .. 'spawns:' .. id)
 end
 call_with('ZREM', p .. 'all', ids)
 return {OK, redis.call('ZCARD', p .. 'all'), unpack(ids)}

@@ -18,17 +18,9 @@ redis.call('ZREM', p .. 'wfpending', id)
 -- A message per queue and piece of START_PIECE steps (the relay applies a
 -- message whole: it bounds how long one apply holds Redis).
 local START_PIECE = 500
-local prefixes, by = {}, {}
 local at = redis.call('HGET', rk, 'created_at')  -- a string: cjson keeps 14 digits of a number
 for _, e in ipairs(cjson.decode(redis.call('HGET', rk, 'starts'))) do
-  if not by[e[1]] then
-    by[e[1]] = {}
-    prefixes[#prefixes + 1] = e[1]
-  end
-  table.insert(by[e[1]], e[2])
-end
-for _, tp in ipairs(prefixes) do
-  local ids = by[tp]
+  local tp, ids = e[1], e[2]
   for i = 1, #ids, START_PIECE do
     flow_post(p, {p = tp, k = 'starts', at = at,
       ids = {unpack(ids, i, math.min(i + START_PIECE - 1, #ids))}})

@@ -30,7 +30,7 @@ for i = 3, #ARGV do
   local id = ARGV[i]
   local f = redis.call('HMGET', job_key(p, id), 'wf', 'state')
   if f[1] == wf and f[2] == 'waiting' then
-    redis.call('DEL', job_key(p, id), in_key(p, id), out_key(p, id))
+    redis.call('DEL', job_key(p, id), in_key(p, id))
     redis.call('ZREM', state_key(p, 'waiting'), id)
     redis.call('ZREM', p .. 'all', id)
     gone[#gone + 1] = id

@@ -11,10 +11,9 @@
 --          home queue's call: now), or the home queue's call's now (the others),
 --          record: absent (not the home queue), or {key: key or '', many: bool,
 --          sinks: [[step id, ord]...], jobs: [every step id, in order],
---          starts: [[prefix, step id]...] (its steps without upstream)},
---          steps: [{id, task, args (JSON text), priority, delay, wat, max_attempts,
---          timeout, traceparent ('' = none), may_fail, in: [[source id, ord]...],
---          out: [[dependent id, its prefix, ord]...]}...]}  (flows.py)
+--          starts: [[prefix, [step id...]]...] (its steps without upstream)},
+--          kinds: [...], steps: [...]}: the steps and their shared options
+--          (_flow.lua: flow_kinds, flow_write; flows.py)
 -- Returns  {{OK (0), '', now (its steps' created_at)} or {OK, the id of the
 --          workflow that holds the key}, {prefixes to relay from}}
 
@@ -47,10 +46,11 @@ if r then
 end
 local last = tonumber(redis.call('GET', p .. 'seq') or '0')
 local now_us = math.floor(now * 1000000)
+local kinds = flow_kinds(w.kinds, queue, w.wf, w.home, now)
 flow_batching()
 for _, s in ipairs(w.steps) do
   last = math.max(now_us, last + 1)
-  flow_write(p, queue, w.wf, w.home, s, w.commit, now, last)
+  flow_write(p, w.wf, kinds, s, w.commit, now, last)
 end
 flow_flush()
 redis.call('SET', p .. 'seq', int(last))

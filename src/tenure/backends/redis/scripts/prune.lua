@@ -105,7 +105,7 @@ for i, id in ipairs(gone) do
     redis.call('HDEL', p .. 'ukeys', f[3])
   end
   if f[1] then
-    redis.call('DEL', in_key(p, id), out_key(p, id), p .. 'spawns:' .. id)
+    redis.call('DEL', in_key(p, id), p .. 'spawns:' .. id)
     flow_send(p, {p = f[2], d = f[1], k = 'gone', s = id})
   end
 end

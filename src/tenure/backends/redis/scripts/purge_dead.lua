@@ -14,8 +14,7 @@ for _, id in ipairs(ids) do
   local f = redis.call('HMGET', job_key(p, id), 'state', 'wf', 'home')
   if f[1] == 'dead' then
     if f[2] then flow_send(p, {p = f[3], d = f[2], k = 'gone', s = id}) end
-    redis.call('DEL', job_key(p, id), history_key(p, id), in_key(p, id), out_key(p, id),
-      p .. 'spawns:' .. id)
+    redis.call('DEL', job_key(p, id), history_key(p, id), in_key(p, id), p .. 'spawns:' .. id)
     redis.call('ZREM', state_key(p, 'dead'), id)
     redis.call('ZREM', p .. RETAINED.dead, id)
     redis.call('ZREM', p .. 'all', id)

@@ -7,7 +7,7 @@
 -- edges first. A spawn whose seq the step made already changes nothing.
 --
 -- KEYS[1]  the step's queue's key prefix
--- ARGV     job id, fence, seq, JSON {parts: [{queue, prefix, steps: as
+-- ARGV     job id, fence, seq, JSON {parts: [{queue, prefix, kinds, steps: as
 --          flow_enqueue.lua's}...], sinks: [step id...], sources: [step id...]}
 -- Returns  {{OK (0), the ids of the spawn's steps without upstream...},
 --          {NOT_FOUND (1)}, {LEASE_LOST (2)} or {INVALID_TRANSITION (3)} (no
@@ -26,18 +26,17 @@ local w = cjson.decode(ARGV[4])
 local by_id, ids = {}, {}
 for _, part in ipairs(w.parts) do
   for _, s in ipairs(part.steps) do
-    by_id[s.id] = s
-    ids[#ids + 1] = s.id
+    by_id[s[S_ID]] = s
+    ids[#ids + 1] = s[S_ID]
   end
 end
 -- the step's dependents wait for the spawn's sinks too
-local edges = redis.call('HGETALL', out_key(p, id))
-for i = 1, #edges, 2 do
-  local tp, d = string.match(edges[i], '^(%S+) (.*)$')
-  local ord = words(edges[i + 1])[2]
+local out = redis.call('HGET', jk, 'out')
+for _, e in ipairs(out and cjson.decode(out) or {}) do
+  local d, tp, ord = e[1], e[2], e[3]
   for k, sink in ipairs(w.sinks) do
     local o = string.format('%s.%06d.%06d', ord, seq, k - 1)
-    table.insert(by_id[sink].out, {d, tp, o})
+    table.insert(by_id[sink][S_OUT], {d, tp, o})
     flow_send(p, {p = tp, d = d, s = sink, k = 'add', o = o})
   end
 end
@@ -46,14 +45,15 @@ for _, part in ipairs(w.parts) do
   if part.prefix == p then
     local last = tonumber(redis.call('GET', p .. 'seq') or '0')
     local now_us = math.floor(now * 1000000)
+    local kinds = flow_kinds(part.kinds, part.queue, f[1], f[2], now)
     for _, s in ipairs(part.steps) do
       last = math.max(now_us, last + 1)
-      flow_write(p, part.queue, f[1], f[2], s, true, now, last)
+      flow_write(p, f[1], kinds, s, true, now, last)
     end
     redis.call('SET', p .. 'seq', int(last))
   else
     flow_send(p, {p = part.prefix, k = 'steps', queue = part.queue, wf = f[1], home = f[2],
-      by = id, seq = seq, steps = part.steps})
+      by = id, seq = seq, kinds = part.kinds, steps = part.steps})
   end
 end
 flow_send(p, {p = f[2], d = f[1], k = 'job', ids = ids, n = math.floor(now * 1000000)})
