@@ -1,6 +1,7 @@
 """A fleet of idle `tenure worker` processes on one PostgreSQL, measured from the server.
 
     .venv/bin/python benchmarks/pg_fleet.py [--workers 1,16,100] [--settle 20] [--window 30]
+        [--rounds 3] [--tree main=/tmp/main/src --tree new=src]
 
 N default workers (thread pool, default concurrency) drain 20 jobs each,
 then idle for ``--settle`` seconds; over ``--window`` seconds: the
@@ -11,6 +12,10 @@ the server's processes (``/proc`` ticks of the postmaster and its children),
 and then the pickup latency of ten jobs enqueued a second apart (enqueue to
 start, by the server's clock). Issue 40, parts 1 and 2; the figures are in
 docs/benchmarks.md.
+
+With ``--tree NAME=SRC`` (repeated), each round measures the workers of
+each tree in turn (their order alternating from round to round), on one
+server: before and after, in the same run.
 
 It starts its own PostgreSQL (``tests/servers.py``) on a random port.
 """
@@ -47,7 +52,7 @@ def server_cpu(server: PostgresServer) -> float:
         fields = f.read().rsplit(")", 1)[1].split()
     total = sum(int(t) for t in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     for pid in children(server.pid):
-        with contextlib.suppress(FileNotFoundError):  # ended meanwhile: counted above
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # ended: counted above
             total += cpu_seconds(pid)
     return total
 
@@ -60,11 +65,13 @@ def connections(server: PostgresServer, database: str) -> Counter[str]:
     return Counter({name: int(n) for name, _, n in (r.rpartition("|") for r in rows.splitlines())})
 
 
-def idle(server: PostgresServer, n: int, settle: float, window: float) -> dict[str, float]:
+def idle(
+    server: PostgresServer, n: int, settle: float, window: float, src: str = ""
+) -> dict[str, float]:
     url = server.new_database()
     database = url.rsplit("/", 1)[1]
     queue = f"fleet.{uuid.uuid4().hex[:8]}"
-    with App(url) as app, workers(url, queue, n, "--pool", "thread"):
+    with App(url) as app, workers(url, queue, n, "--pool", "thread", src=src):
         wait("the workers", lambda: len(app.workers()) >= n)
         app.enqueue_many("fleet.noop", [{}] * (20 * n), queue=queue)
         wait("the drain", lambda: app.queue(queue).counts()[State.COMPLETED] == 20 * n)
@@ -92,15 +99,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--settle", type=float, default=20.0)
     parser.add_argument("--window", type=float, default=30.0)
+    parser.add_argument("--tree", action="append", default=[], help="NAME=SRC, repeated")
     args = parser.parse_args()
+    trees = [tuple(t.split("=", 1)) for t in args.tree] or [("", "")]
     results: dict[str, list[dict[str, float]]] = {}
     server = PostgresServer()
     try:
-        for _ in range(args.rounds):
+        for r in range(args.rounds):
             for n in [int(n) for n in args.workers.split(",")]:
-                figures = idle(server, n, args.settle, args.window)
-                print(f"{n} workers: {figures}", flush=True)
-                results.setdefault(f"{n} workers", []).append(figures)
+                for name, src in trees[r % 2 :] + trees[: r % 2]:
+                    figures = idle(server, n, args.settle, args.window, src)
+                    label = f"{name} {n} workers".strip()
+                    print(f"{label}: {figures}", flush=True)
+                    results.setdefault(label, []).append(figures)
     finally:
         server.close()
     report("idle", results)

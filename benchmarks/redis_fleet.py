@@ -54,8 +54,12 @@ def cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def workers(url: str, queue: str, n: int, *args: str) -> Iterator[list[subprocess.Popen[bytes]]]:
-    env = {**os.environ, "TENURE_URL": url, "PYTHONPATH": str(HERE)}
+def workers(
+    url: str, queue: str, n: int, *args: str, src: str = ""
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """N workers of ``queue``, running tenure from ``src`` if given (another tree's)."""
+    path = os.pathsep.join(filter(None, [src, str(HERE)]))
+    env = {**os.environ, "TENURE_URL": url, "PYTHONPATH": path}
     command = [sys.executable, "-m", "tenure.cli", "worker", "fleet_tasks:app",
                "--queue", queue, "--log-level", "error", *args]  # fmt: skip
     procs = [subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL) for _ in range(n)]

@@ -143,6 +143,9 @@ def test_a_worker_frozen_inside_its_sweep__keeps_no_other_sweep_out(pg_url, post
     lock): the server ends that session after it idles a second, and the
     others sweep again; woken, the worker carries on."""
     with Lab(pg_url, "frozen-sweep", sweep_interval=0.01) as lab:
+        # A job no worker takes: the fleet is not idle, so the worker sweeps
+        # every interval (an idle fleet's sweeps are skipped: rescue.py).
+        lab.app.enqueue("chaos.sleep", {"seconds": 0}, queue="unserved")
         worker = lab.worker("--concurrency", "1")
         backend = lab.app.backend
         namespace = backend.namespace

@@ -11,6 +11,7 @@ import pytest
 
 from tenure import App, State
 from tenure.backends import from_url
+from tenure.backends.base import WorkerInfo
 from tenure.backends.postgres import PostgresBackend
 from tenure.backends.postgres.backend import MIGRATIONS
 from tenure.backends.postgres.enqueue import COPY_FROM, Enqueue
@@ -705,3 +706,48 @@ def test_a_claim_of_a_queue_with_per_key_limits_only__takes_other_keys_meanwhile
         finally:
             held.rollback()
     assert [j.concurrency_key for j in claimed] == ["b"]
+
+
+# A guard of a nanosecond lets any sweep through: a sweep refused with it was
+# skipped by the backend, knowing the fleet idle.
+NO_GUARD = 1e-9
+
+
+def test_a_sweep_that_found_the_fleet_idle__skips_the_next_until_a_job_comes(pg_url, open_backend):
+    sweeper, producer = open_backend(pg_url), open_backend(pg_url)
+    register(sweeper, "w-1")  # its liveness session listens
+    assert sweeper.rescue().swept
+    assert not sweeper.rescue(min_interval=NO_GUARD).swept
+    # Scheduled an hour ahead, by a batch's COPY: a NOTIFY that wakes no waiter
+    # makes the next one sweep, which finds the fleet idle again.
+    [later, *_] = producer.enqueue(JobSpec.create_many("t", [{}] * COPY_FROM, delay=3600))
+    assert later.state is State.SCHEDULED
+    wait_for(lambda: sweeper.rescue(min_interval=NO_GUARD).swept)
+    assert not sweeper.rescue(min_interval=NO_GUARD).swept
+    producer.enqueue([JobSpec.create("t", {}, delay=0.2)])  # due within the idle spell
+    wait_for(lambda: sweeper.rescue(min_interval=NO_GUARD).swept)
+    assert sweeper.rescue(min_interval=NO_GUARD).swept  # due soon: not idle
+    wait_for(lambda: sweeper.rescue(min_interval=NO_GUARD).promoted)
+    assert sweeper.rescue(min_interval=NO_GUARD).swept  # a job queued: not idle
+
+
+def test_a_job_claimed_after_a_sweep_found_the_fleet_idle__is_recovered_when_its_holder_dies(
+    pg_url, open_backend, portal
+):
+    sweeper = open_backend(pg_url)
+    register(sweeper, "w-1")
+    assert sweeper.rescue().swept
+    assert not sweeper.rescue(min_interval=NO_GUARD).swept
+    holder = PostgresBackend.from_url(pg_url)
+    portal.run(holder.open())
+    try:
+        portal.run(holder.register_worker(WorkerInfo("w-2", "test-host", 1, ("default",))))
+        [job] = portal.run(holder.enqueue([JobSpec.create("t", {})]))
+        [claimed] = portal.run(holder.claim("w-2", ["default"], 1))
+    finally:
+        portal.run(holder.close())  # as a kill -9: its lock goes, its row stays
+    # Within the idle spell (10 s): the enqueue's NOTIFY ended it.
+    rescued = wait_for(lambda: sweeper.rescue(min_interval=NO_GUARD).rescued, timeout=3.0)
+    assert [(r.job_id, r.fence, r.outcome) for r in rescued] == [
+        (job.id, claimed.fence, Outcome.CRASHED)
+    ]

@@ -98,7 +98,8 @@ class Rescued:
 @dataclass(frozen=True, slots=True)
 class RescueReport:
     """What one sweep did. ``swept`` is False when another sweep ran within the
-    interval; ``retry_in`` then says in how many seconds a sweep is allowed."""
+    interval, or when the backend knows that one would find nothing to do;
+    ``retry_in`` then says in how many seconds to try again."""
 
     swept: bool
     rescued: tuple[Rescued, ...] = ()
@@ -321,7 +322,10 @@ class Backend(Protocol):
         """Recover attempts whose lease expired (``stalled``) or whose worker is
         gone (``crashed``), deciding each job's fate with ``tenure.core.retry``,
         and promote due scheduled jobs. Skipped (``swept=False``) when any
-        process swept less than ``min_interval`` seconds ago."""
+        process swept less than ``min_interval`` seconds ago; with
+        ``min_interval``, a backend may also skip, without a round trip, while
+        it knows that nothing is active, queued or due since its last sweep
+        (PostgreSQL: ``postgres/rescue.py``)."""
 
     async def prune(self, limit: int) -> int:
         """Retention: delete up to ``limit`` finished jobs that finished longer

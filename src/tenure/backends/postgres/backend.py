@@ -75,14 +75,16 @@ class Parts:
     effects: HandlerTransactions  # a handler's own transaction
 
     @classmethod
-    def of(cls, db: Database, liveness: Liveness, *, pool_size: int, max_payload: int) -> Parts:
+    def of(
+        cls, db: Database, liveness: Liveness, wakeups: Wakeups, *, pool_size: int, max_payload: int
+    ) -> Parts:
         enqueue = Enqueue(db, max_payload)
         flows = Flows(db, max_payload)
         return cls(
             claiming=Claiming(db, liveness, pool_size=pool_size, max_payload=max_payload),
             enqueue=enqueue,
             flows=flows,
-            rescue=Rescue(db),
+            rescue=Rescue(db, wakeups),
             operators=Operators(db),
             workers=Workers(db, liveness),
             events=EventReader(db),
@@ -126,7 +128,10 @@ class PostgresBackend(DerivedVerbs):
         session = Session(endpoints.session, db.q["listen"], self.wakeups.signal, self.wakeups.gap)
         self.liveness = Liveness(session, db.namespace)
         self.wakeups.listen = self.liveness.listen
-        self.parts = Parts.of(db, self.liveness, pool_size=pool_size, max_payload=max_payload)
+        self.wakeups.deaf = session.gone
+        self.parts = Parts.of(
+            db, self.liveness, self.wakeups, pool_size=pool_size, max_payload=max_payload
+        )
         self.callers = self.parts.callers
 
     @classmethod

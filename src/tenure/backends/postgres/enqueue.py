@@ -23,6 +23,7 @@ from tenure.backends.postgres.database import Database
 from tenure.backends.postgres.flows import step_from_row
 from tenure.backends.postgres.statements import text_array
 from tenure.backends.postgres.steps import Steps, run_steps
+from tenure.backends.postgres.wakeup import SCHEDULED
 from tenure.core.states import State
 from tenure.job import Job, JobSpec, check_specs
 
@@ -152,7 +153,7 @@ class Enqueue:
                     made = [s.stored_at(now) for s in chunk]
                     await copy.write(_copy_rows(chunk, made))
                     jobs += made
-            await self.db.notify(conn, {j.queue for j in jobs if j.state is State.QUEUED})
+            await self.db.notify(conn, _woken(jobs))
             await conn.execute(q["record_enqueued"], _enqueued_rows(jobs))
         return jobs
 
@@ -176,6 +177,13 @@ class Enqueue:
             rows = yield self.q["find_by_ids"], {"ids": ids}
             found |= {j.id: j for j in map(step_from_row, rows)}
         return found
+
+
+def _woken(jobs: Sequence[Job]) -> set[str]:
+    """What new jobs NOTIFY, as insert_jobs' woken does: a queued job's queue;
+    SCHEDULED for a job scheduled for later (it wakes no waiter)."""
+    return {j.queue if j.state is State.QUEUED else SCHEDULED for j in jobs
+            if j.state in (State.QUEUED, State.SCHEDULED)}  # fmt: skip
 
 
 def _enqueued_rows(jobs: Sequence[Job]) -> dict[str, str]:

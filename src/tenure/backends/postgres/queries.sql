@@ -41,9 +41,11 @@ inserted AS (
     ON CONFLICT DO NOTHING
     RETURNING id, queue, task, state, run_at, created_at, seq
 ),
-woken AS (
+woken AS (  -- a job scheduled for later notifies the empty payload: it wakes no
+            -- waiter, but tells a sweeper that found the fleet idle (wakeup.py)
     SELECT pg_notify(%(channel)s, q)
-    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'queued') AS d(q)
+    FROM (SELECT DISTINCT CASE state WHEN 'queued' THEN queue ELSE '' END
+          FROM inserted WHERE state IN ('queued', 'scheduled')) AS d(q)
 ),
 recorded_input AS (
     SELECT i.queue, 'enqueued' AS kind, i.id AS job_id,
@@ -654,6 +656,23 @@ WHERE id IN (SELECT id FROM {schema}.jobs
              FOR UPDATE SKIP LOCKED)
 RETURNING queue
 
+-- name: idle
+-- Whether a sweep has nothing to do until a job comes: no job is active or
+-- queued, nor scheduled to be due within %(ahead)s seconds (read only when
+-- none is active or queued). Each reads its partial index, in its order: an
+-- EXISTS drops the ORDER BY, and with statistics that count many queued jobs
+-- where there are none (a backlog just drained) read the whole table. A job
+-- that comes later comes with a NOTIFY (rescue.py).
+SELECT CASE
+    WHEN (SELECT 1 FROM {schema}.jobs WHERE state = 'active'
+          ORDER BY lease_expires_at LIMIT 1) IS NOT NULL
+      OR (SELECT 1 FROM {schema}.jobs WHERE state = 'queued'
+          ORDER BY queue, priority DESC, run_at, seq LIMIT 1) IS NOT NULL THEN false
+    ELSE (SELECT 1 FROM {schema}.jobs
+          WHERE state = 'scheduled' AND run_at <= extract(epoch FROM now())::float8 + %(ahead)s
+          ORDER BY queue, run_at LIMIT 1) IS NULL
+END
+
 -- name: proven
 -- (A part of statements, written into them.) When an active job's lease was
 -- last renewed (a heartbeat, or its claim: the renewal's time is its expiry
@@ -1110,7 +1129,8 @@ SELECT version FROM {schema}.schema_migrations
 INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(name)s)
 
 -- name: listen
--- Idle workers are woken by a NOTIFY on this channel, its payload a queue's name.
+-- Idle workers are woken by a NOTIFY on this channel, its payload a queue's
+-- name ('' for a job scheduled for later: it wakes no worker, see wakeup.py).
 LISTEN {channel}
 
 
@@ -1359,9 +1379,11 @@ flow_grown AS (
     UPDATE {schema}.workflows AS w SET pending = w.pending + g.n
     FROM grow AS g WHERE w.id = g.id
 ),
-woken AS (
+woken AS (  -- a job scheduled for later notifies the empty payload: it wakes no
+            -- waiter, but tells a sweeper that found the fleet idle (wakeup.py)
     SELECT pg_notify(%(channel)s, q)
-    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'queued') AS d(q)
+    FROM (SELECT DISTINCT CASE state WHEN 'queued' THEN queue ELSE '' END
+          FROM inserted WHERE state IN ('queued', 'scheduled')) AS d(q)
 ),
 recorded_input AS (
     SELECT i.queue, 'enqueued' AS kind, i.id AS job_id,

@@ -6,6 +6,14 @@ at a random time spread over the fleet: ``_spread``): it recovers the attempts o
 workers gone (their advisory lock dropped) and of leases expired, each by the
 same fence-checked write a worker's failure makes, promotes due scheduled
 jobs, wakes their queues, and trims events once per ``TRIM_INTERVAL``.
+
+A sweep that finds the fleet idle (``idle``: no job active, queued or due
+within IDLE_AHEAD) is the last for IDLE_AHEAD, unless the liveness session
+hears a NOTIFY or stops listening meanwhile: a job can only become active
+after an enqueue, requeue or promotion, which notifies at its commit, or by
+coming due. Until then ``rescue`` answers without a round trip (``swept``
+False), and the sweeper prunes nothing: an idle worker alone would otherwise
+sweep and prune every interval, the most of its transactions.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from tenure.backends.base import Rescued, RescueReport
 from tenure.backends.checks import check_prune_limit, last_proof
 from tenure.backends.postgres.claiming import failure
 from tenure.backends.postgres.database import IDLE_MS, Database
+from tenure.backends.postgres.wakeup import Wakeups
 from tenure.backends.rows import job_from_row
 from tenure.config import QueuePolicy
 from tenure.core import retention
@@ -33,6 +42,10 @@ TRIM_INTERVAL = 60.0  # seconds between two retention passes of one sweeper
 # fleet's intervals: the fleet tries about SPREAD times per interval, however
 # many workers it has, and the first try after the window sweeps.
 SPREAD = 4
+# Seconds the fleet's idleness holds, after a sweep found it, without a NOTIFY
+# heard: a bound for what none tells (a scheduled job comes due, a worker's
+# row left by its death, retention's clock).
+IDLE_AHEAD = 10.0
 DEFAULTS = QueuePolicy()
 
 Connection = psycopg.AsyncConnection[Any]
@@ -48,13 +61,20 @@ def _spread(interval: float, workers: int) -> float:
 class Rescue:
     """Sweeps and retention, through ``db``."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, wakeups: Wakeups) -> None:
         self.db = db
         self.q = db.q
+        self.wakeups = wakeups
         self._last_trim = -TRIM_INTERVAL  # when this sweeper last applied events' retention
+        # Since a sweep found the fleet idle: until when, and what was heard before it.
+        self._idle: tuple[float, int] | None = None
 
     async def rescue(self, min_interval: float = 0.0) -> RescueReport:
+        if min_interval and self._still_idle():
+            return RescueReport(swept=False, retry_in=min_interval)
         lock = (self.db.namespace << 32) | 1
+        heard, began = self.wakeups.heard(), time.monotonic()
+        self._idle = None
         async with self.db.tx() as conn:
             cur = await conn.execute(
                 self.q["sweep_guard"], {"lock": lock, "interval": min_interval, "idle": IDLE_MS}
@@ -84,7 +104,23 @@ class Rescue:
             promoted = [q for (q,) in await cur.fetchall()]
             await self.db.notify(conn, {*promoted, *(r.queue for r in rescued)})
             await self._trim_events(conn)
+            if heard is not None and not rescued and not promoted:
+                cur = await conn.execute(self.q["idle"], {"ahead": IDLE_AHEAD})
+                if (row := await cur.fetchone()) and row[0]:
+                    self._idle = (began + IDLE_AHEAD, heard)
         return RescueReport(True, tuple(rescued), len(promoted), tuple(last_seen))
+
+    def _still_idle(self) -> bool:
+        """Whether the fleet is still as idle as the last sweep found it (no
+        round trip): within IDLE_AHEAD of it, and nothing heard since it
+        began (a job committed after its snapshot notified after it)."""
+        if self._idle is None:
+            return False
+        until, heard = self._idle
+        if time.monotonic() < until and self.wakeups.heard() == heard:
+            return True
+        self._idle = None
+        return False
 
     async def _still_orphaned(self, conn: Connection, found: Found) -> Found:
         """The orphaned leases whose holder is still unregistered (see still_orphaned)."""
@@ -129,8 +165,10 @@ class Rescue:
         await conn.execute(self.q["trim_events"], params)
 
     async def prune(self, limit: int) -> int:
+        """One transaction (the server counts one, not two: the policies are
+        read in it) of at most ``limit`` jobs."""
         check_prune_limit(limit)
-        async with self.db.conn() as conn:
+        async with self.db.tx() as conn:
             cur = await conn.execute(self.q["all_policies"])
             policies = {q: QueuePolicy.from_json(p) for q, p in await cur.fetchall()}
             rules = retention.rules(policies)

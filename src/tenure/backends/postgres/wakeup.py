@@ -5,9 +5,12 @@ The liveness session (``session.py``) listens on the channel
 steps NOTIFY the queue's name (never a payload bigger than a name), which
 PostgreSQL delivers when their transaction commits (``Database.notify``, or
 ``pg_notify`` within a statement); a sweep that promotes due scheduled jobs
-notifies their queues. A gap in listening (the session lost, or new) wakes
-every waiter, and the next wait returns at once, so nothing sent meanwhile
-is missed. While nothing listens, a wait lasts at most DEAF_WAIT.
+notifies their queues. An enqueue that schedules a job for later notifies
+SCHEDULED, which wakes no waiter: it tells a sweeper that found the fleet
+idle that a job is coming (``rescue.py``). A gap in listening (the session
+lost, or new) wakes every waiter, and the next wait returns at once, so
+nothing sent meanwhile is missed. While nothing listens, a wait lasts at
+most DEAF_WAIT.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ IDLE_POLL = 10.0
 # seconds: an idle worker serving a queue with a fleet-wide limit looks again
 # this often: a job held back by it gets no NOTIFY when room comes back.
 HELD_BACK_POLL = 1.0
+# The payload of a job scheduled for later: no queue is named so (core/names.py).
+SCHEDULED = ""
 
 
 class Wakeups:
@@ -30,6 +35,8 @@ class Wakeups:
 
     def __init__(self) -> None:
         self.listen: Callable[[], Awaitable[bool]] | None = None  # set by the backend
+        self.deaf: Callable[[], bool] | None = None  # set by the backend: nothing listens now
+        self._heard = 0  # notifications and gaps so far
         self._pending: set[str] = set()
         self._waiters: list[tuple[frozenset[str], asyncio.Event]] = []
         self._gap = True  # nothing heard yet: the first wait returns at once
@@ -59,7 +66,15 @@ class Wakeups:
             self._waiters.remove(waiter)
         self._pending -= wanted
 
+    def heard(self) -> int | None:
+        """How many notifications and gaps were heard so far (``deaf`` reads
+        what the idle session's socket holds first), or None while nothing
+        listens: a count that moved says that a job may have come."""
+        assert self.deaf is not None
+        return None if self.deaf() else self._heard
+
     def signal(self, queue: str) -> None:
+        self._heard += 1
         self._pending.add(queue)
         for wanted, event in self._waiters:
             if queue in wanted:
@@ -67,6 +82,7 @@ class Wakeups:
 
     def gap(self) -> None:
         """Listening began or ended: what was sent meanwhile went unheard."""
+        self._heard += 1
         self._gap = True
         for _, event in self._waiters:
             event.set()
