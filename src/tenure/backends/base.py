@@ -98,8 +98,7 @@ class Rescued:
 @dataclass(frozen=True, slots=True)
 class RescueReport:
     """What one sweep did. ``swept`` is False when another sweep ran within the
-    interval, or when the backend knows that one would find nothing to do;
-    ``retry_in`` then says in how many seconds to try again."""
+    interval, or one would find nothing; ``retry_in``: seconds to try again."""
 
     swept: bool
     rescued: tuple[Rescued, ...] = ()
@@ -322,10 +321,8 @@ class Backend(Protocol):
         """Recover attempts whose lease expired (``stalled``) or whose worker is
         gone (``crashed``), deciding each job's fate with ``tenure.core.retry``,
         and promote due scheduled jobs. Skipped (``swept=False``) when any
-        process swept less than ``min_interval`` seconds ago; with
-        ``min_interval``, a backend may also skip, without a round trip, while
-        it knows that nothing is active, queued or due since its last sweep
-        (PostgreSQL: ``postgres/rescue.py``)."""
+        process swept less than ``min_interval`` seconds ago, or (PostgreSQL)
+        while nothing is active, queued or due since its last sweep."""
 
     async def prune(self, limit: int) -> int:
         """Retention: delete up to ``limit`` finished jobs that finished longer
@@ -447,8 +444,7 @@ class Backend(Protocol):
         polling storage for them. Events are written by the transitions' own
         transactions: a reader sees an event once, and never one whose
         transition did not happen. A read sees what was recorded before it
-        began (a caller's own), unless a page fills first (PostgreSQL waits
-        up to a second for such events held back by a long transaction)."""
+        began (a caller's own) unless a page fills first."""
 
     async def events_now(self, queue: str | None, ago: float = 0.0) -> str:
         """An event id to read ``queue``'s events (None: every queue's) after
