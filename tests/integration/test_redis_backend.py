@@ -784,6 +784,28 @@ def test_a_claims_reply__lists_the_job_fields_in_the_order_python_reads_them() -
     assert tuple(fields) == (*JOB_COLUMNS, "wf", "ck")
 
 
+def test_a_plain_jobs_hash__stays_a_listpack_queued_active_and_queued_again(
+    redis_url: str, open_backend: Callable[[str], Any]
+) -> None:
+    """Every value of a small job's hash fits hash-max-listpack-value (64 bytes),
+    so Redis keeps it compact: the ready set's member (68 bytes with a UUID id)
+    is made from run_at, seq and the id, not stored. Its place in line holds."""
+    b = open_backend(redis_url)
+    limit = admin(redis_url, "CONFIG", "GET", "hash-max-listpack-value")
+    assert limit == {b"hash-max-listpack-value": b"64"}
+    first, second = b.enqueue([spec(key="k", concurrency_key="c"), spec()])
+
+    def encoding(job_id: str) -> bytes:
+        return bytes(admin(redis_url, "OBJECT", "ENCODING", f"tenure:{{default}}:job:{job_id}"))
+
+    assert encoding(first.id) == encoding(second.id) == b"listpack"
+    [held] = b.claim("w", ["default"], 1)
+    assert held.id == first.id and encoding(first.id) == b"listpack"
+    b.fail(held.id, held.fence, Outcome.ERROR, "boom", Decision(State.QUEUED))
+    assert encoding(first.id) == b"listpack"
+    assert [j.id for j in b.claim("w", ["default"], 2)] == [first.id, second.id]
+
+
 def test_a_claimed_job__reads_back_as_get_returns_it(
     redis_url: str, open_backend: Callable[[str], Any]
 ) -> None:

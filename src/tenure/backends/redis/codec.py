@@ -3,10 +3,9 @@
 A job is a hash (``<prefix>:{queue}:job:<id>``) whose fields are the Job's,
 as strings: numbers in decimal (times with 17 significant digits, so they read
 back exactly), JSON for ``args``, ``result`` and ``progress``; an absent field is
-None. Internal fields: ``seq`` (insertion order), ``rank`` (its member of the
-ready set while queued; a claim leaves it, the attempt's end removes it),
-``lease_ttl`` (while active with a lease), ``ck`` (its concurrency key),
-``uf`` (its unique_for) and
+None. Internal fields: ``seq`` (insertion order; with ``run_at`` and the id,
+it makes the job's member of the ready set), ``lease_ttl`` (while active with
+a lease), ``ck`` (its concurrency key), ``uf`` (its unique_for) and
 ``started_at`` (while active: its attempt's start). ``cancel_requested`` is
 ``1`` once an active job's cancel was requested, absent otherwise. A
 workflow's step also has ``wf`` (its workflow), ``up`` (its upstream ids, JSON),

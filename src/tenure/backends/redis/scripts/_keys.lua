@@ -360,12 +360,11 @@ function ck.rebuild(p, old)
   for _, key in ipairs(keys) do ck.touch(p, key) end
 end
 
--- The ready set's member of a job when its key must change it: debounce moves
--- a queued job to scheduled.
-function ck.unqueued(p, jk)
-  local f = redis.call('HMGET', jk, 'rank', 'ck')
-  if f[1] then
-    redis.call('ZREM', p .. 'ready', f[1])
-    ck.removed(p, f[2], f[1])
-  end
+-- A queued job id leaves the ready set other than by a claim: debounce moves
+-- it to scheduled.
+function ck.unqueued(p, id)
+  local f = redis.call('HMGET', job_key(p, id), 'run_at', 'seq', 'ck')
+  local member = ready_member(tonumber(f[1]), tonumber(f[2]), id)
+  redis.call('ZREM', p .. 'ready', member)
+  ck.removed(p, f[3], member)
 end

@@ -46,6 +46,9 @@ local function state_key(p, state) return p .. 'state:' .. state end
 local function held_key(p, worker) return p .. 'held:' .. worker end
 
 -- The member of the ready set: sorts by run_at, then seq, at equal priority.
+-- Made again from the job's fields when needed, not stored: at 68 bytes it
+-- was over hash-max-listpack-value, and made every job's hash a hash table.
+-- run_at reads back exactly (17 digits), so the member made again is the same.
 local function ready_member(run_at, seq, id)
   local us = math.floor(run_at * 1000000)
   if us < 0 then us = 0 elseif us > MAX_US then us = MAX_US end
@@ -90,15 +93,14 @@ end
 local function queue_job(p, id, from, f, zset)
   zset = zset or redis.call
   local jk = job_key(p, id)
-  local member
   if f then
-    member = ready_member(f[1], tonumber(f[2]), id)
-    redis.call('HSET', jk, 'state', 'queued', 'rank', member, 'run_at', num(f[1]))
+    redis.call('HSET', jk, 'state', 'queued', 'run_at', num(f[1]))
   else
     f = redis.call('HMGET', jk, 'run_at', 'seq', 'priority', 'ck')
-    member = ready_member(tonumber(f[1]), tonumber(f[2]), id)
-    redis.call('HSET', jk, 'state', 'queued', 'rank', member)
+    redis.call('HSET', jk, 'state', 'queued')
+    f[1] = tonumber(f[1])
   end
+  local member = ready_member(f[1], tonumber(f[2]), id)
   zset('ZADD', p .. 'ready', -tonumber(f[3]), member)
   set_state(p, id, f[2], from, 'queued', zset)
   ck.added(p, f[4], {-tonumber(f[3]), member})
@@ -112,7 +114,7 @@ local function signal_sooner(p, due)
   if not head[2] or due < tonumber(head[2]) then signal(p, 1) end
 end
 
--- -> scheduled, due at run_at (from active: leave_active took its rank).
+-- -> scheduled, due at run_at.
 local function schedule_job(p, id, run_at, from)
   local jk = job_key(p, id)
   redis.call('HSET', jk, 'state', 'scheduled', 'run_at', num(run_at))
@@ -164,11 +166,9 @@ local function call_with(cmd, key, values)
   end
 end
 
--- The fields of an active job that go when its attempt ends (rank, its member
--- of the ready set while it was queued, goes with them: the claim leaves it;
--- so does recovered_from, which a recovery set for the attempt after it).
-local LEASE_FIELDS = {'worker', 'lease_ttl', 'lease_expires_at', 'started_at', 'rank',
-  'recovered_from'}
+-- The fields of an active job that go when its attempt ends (recovered_from
+-- too, which a recovery set for the attempt after it).
+local LEASE_FIELDS = {'worker', 'lease_ttl', 'lease_expires_at', 'started_at', 'recovered_from'}
 
 -- The leases of the jobs ids end, workers[i] holding ids[i] (false: none): out
 -- of the lease set and the workers' held sets; no worker, no expiry, no

@@ -12,11 +12,12 @@
 
 local p, id = KEYS[1], ARGV[1]
 local jk = job_key(p, id)
-local f = redis.call('HMGET', jk, 'state', 'rank', 'seq', 'ck', 'key', 'uf')
+local f = redis.call('HMGET', jk, 'state', 'run_at', 'seq', 'ck', 'key', 'uf')
 if not f[1] then return flow_reply({NOT_FOUND}) end
 if f[1] == 'queued' then
-  redis.call('ZREM', p .. 'ready', f[2])
-  ck.removed(p, f[4], f[2])
+  local member = ready_member(tonumber(f[2]), tonumber(f[3]), id)
+  redis.call('ZREM', p .. 'ready', member)
+  ck.removed(p, f[4], member)
 elseif f[1] == 'scheduled' then
   redis.call('ZREM', p .. 'scheduled', id)
 elseif f[1] == 'active' then
@@ -29,7 +30,6 @@ elseif f[1] ~= 'waiting' then
 end
 local now = clock()
 redis.call('HSET', jk, 'state', 'cancelled', 'finished_at', num(now))
-redis.call('HDEL', jk, 'rank')
 set_state(p, id, f[3], f[1], 'cancelled')
 redis.call('ZADD', p .. RETAINED.cancelled, retained_at(now, f[6]), id)
 release_key(p, jk, id, {f[5], f[6]})

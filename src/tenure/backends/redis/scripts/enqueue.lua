@@ -86,9 +86,8 @@ local function holder_of(key, args)
     local jk = job_key(p, holder)
     local state = redis.call('HGET', jk, 'state')
     if state == 'queued' or state == 'scheduled' then
-      if state == 'queued' then ck.unqueued(p, jk) end
+      if state == 'queued' then ck.unqueued(p, holder) end
       redis.call('HSET', jk, 'args', args)
-      redis.call('HDEL', jk, 'rank')
       redis.call('ZREM', p .. 'scheduled', holder)
       schedule_job(p, holder, due, state)
     else
@@ -114,13 +113,12 @@ for i = 1, n do
     fields[2], fields[8], fields[16] = id, args, seq
     local m = shared
     if state == 'queued' then
-      local rank = ready_member(due, last, id)
-      fields[m + 1], fields[m + 2], m = 'rank', rank, m + 2
+      local member = ready_member(due, last, id)
       by_due[#by_due + 1] = score
-      by_due[#by_due + 1] = rank
+      by_due[#by_due + 1] = member
       if stride == 4 then
         local pairs_of = by_key[jck or false] or {}
-        pairs_of[#pairs_of + 1], pairs_of[#pairs_of + 2] = score, rank
+        pairs_of[#pairs_of + 1], pairs_of[#pairs_of + 2] = score, member
         by_key[jck or false] = pairs_of
       end
     else
