@@ -64,6 +64,23 @@ class Claiming:
         # steps (queries.sql, no_release). A job not known here (claimed by
         # another process, or forgotten at PLAIN_KEPT) completes as a step would.
         self._plain: set[str] = set()
+        self._proven_made = -1  # the pool's connections made when the session last answered
+
+    async def _claims_nothing(self, worker_id: str) -> bool:
+        """Whether a claim now must take nothing: ``worker_id``'s liveness is
+        known lost, or the pool made a connection since its session last
+        answered and it does not answer now. A restarted server's goodbye may
+        never reach the session (a partition dropped it): the session then looks
+        alive until it sends, while the pool, reconnected, would claim on the
+        new server under an identity whose lock is gone there, and the next
+        sweep would recover the claims from under running handlers. Called
+        with the claim's connection in hand: getting it may wait out a restart."""
+        made = self.db.opened().made
+        if made != self._proven_made:
+            if not await self.liveness.answers(worker_id):
+                return True
+            self._proven_made = made
+        return self.liveness.seems_lost(worker_id)
 
     def held_back(self, queues: Sequence[str]) -> bool:
         """Whether the last claim of one of ``queues`` found a fleet-wide limit."""
@@ -170,7 +187,7 @@ class Claiming:
         try:
             if conn is None:
                 conn = await pool.getconn()
-            if params["queues"] != "{}" and self.liveness.seems_lost(params["worker"]):
+            if params["queues"] != "{}" and await self._claims_nothing(params["worker"]):
                 # Claimed under an identity storage no longer sees alive, a job
                 # would be recovered from under us: claim nothing, the next
                 # heartbeat registers us again. Checked with the connection in
@@ -196,7 +213,7 @@ class Claiming:
         with a fleet-wide limit (lock_queues), so that their claims go one at a
         time and each counts what the one before committed."""
         async with self.db.tx() as conn:
-            if self.liveness.seems_lost(params["worker"]):  # as in _cycle_fetch
+            if await self._claims_nothing(params["worker"]):  # as in _cycle_fetch
                 params = {**params, "queues": "{}"}
             await conn.execute(self.q["lock_queues"], {"queues": locked, "idle": IDLE_MS})
             return await self._execute(conn, query, params)
@@ -212,7 +229,7 @@ class Claiming:
         bound = keyed_bound(limit)
         async with self.db.conn() as conn, conn.pipeline():
             async with conn.transaction():
-                if self.liveness.seems_lost(params["worker"]):  # as in _cycle_fetch
+                if await self._claims_nothing(params["worker"]):  # as in _cycle_fetch
                     params = {**params, "queues": "{}"}
                 lock = self.q.limited("lock_keyed_queues", bound)
                 await conn.execute(lock, {"queues": locked, "keyed": params["keyed"],

@@ -172,6 +172,19 @@ class Liveness:
                 "its leases may be recovered by others at any moment"
             ) from exc
 
+    async def answers(self, worker_id: str) -> bool:
+        """Whether ``worker_id``'s session answers a round trip now (an id not
+        registered here has nothing to prove: True)."""
+        if self.seems_lost(worker_id):
+            return False
+        if worker_id not in self._locks:
+            return True
+        try:
+            await self.session.execute("SELECT 1")
+        except psycopg.Error:
+            return not self.session.gone()
+        return True
+
     def seems_lost(self, worker_id: str) -> bool:
         """Without a round trip: whether ``worker_id``'s session is known to be
         gone, or its idle socket holds the server's goodbye (a restart). An id

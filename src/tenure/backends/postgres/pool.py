@@ -71,6 +71,7 @@ class Pool:
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed = False
         self._full_until = 0.0  # a full server refused a connection: make do until then
+        self.made = 0  # connections made so far (a new one may be to a restarted server)
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
@@ -144,6 +145,7 @@ class Pool:
             except BaseException:
                 await conn.close()
                 raise
+            self.made += 1
         except BaseException:
             self._count -= 1
             self._wake_one()  # the room this attempt took is free again
