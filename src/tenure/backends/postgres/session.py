@@ -47,6 +47,7 @@ class Session:
         self._lock = asyncio.Lock()  # held by the statement running, or by the listener
         self._aside: asyncio.Future[None] | None = None  # resolved: the listener looks up
         self._idle = False  # the listener holds the lock, only waiting for input
+        self._callers = 0  # statements waiting for the lock or running
         self._listener: asyncio.Task[None] | None = None
 
     def gone(self) -> bool:
@@ -104,14 +105,21 @@ class Session:
     @contextlib.asynccontextmanager
     async def _turn(self) -> AsyncIterator[Connection]:
         """The connection, for one statement: the listener steps aside (the lock
-        is fair: it queues behind every caller waiting)."""
-        if self._aside is not None:
-            _resolve(self._aside)
-        async with self._lock:
-            conn = self._conn
-            if conn is None or conn.closed or self._lost:
-                raise psycopg.OperationalError("the liveness session is gone")
-            yield conn
+        is fair: it queues behind every caller waiting), and while callers are
+        counted it takes the lock only to give it back: a caller that woke the
+        listener's last wait, then queued behind its next one, would otherwise
+        wait for the socket's next input (a NOTIFY, seconds away)."""
+        self._callers += 1
+        try:
+            if self._aside is not None:
+                _resolve(self._aside)
+            async with self._lock:
+                conn = self._conn
+                if conn is None or conn.closed or self._lost:
+                    raise psycopg.OperationalError("the liveness session is gone")
+                yield conn
+        finally:
+            self._callers -= 1
 
     async def _listen(self, conn: Connection) -> None:
         """Hold the connection while nobody needs it, reading what comes."""
@@ -120,6 +128,8 @@ class Session:
             async with self._lock:
                 if conn is not self._conn or self._lost or conn.closed:
                     return
+                if self._callers:  # they queued behind this turn: theirs first
+                    continue
                 self._aside = aside = loop.create_future()
                 loop.add_reader(fd, _resolve, aside)
                 self._idle = True
