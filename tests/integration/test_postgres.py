@@ -377,6 +377,28 @@ def test_a_worker_whose_liveness_session_ended__never_claims_under_that_identity
     assert len(b.claim("w2", ["default"], 2)) == 2
 
 
+def test_a_statement_queued_behind_the_listeners_next_turn__does_not_wait_for_input(
+    pg_url, open_backend, portal
+):
+    """The liveness session's listener steps aside for a statement: one that
+    queued for the session while another ran, behind the listener's next turn,
+    waited for the socket's next input (a NOTIFY, seconds away)."""
+    import asyncio
+
+    b = open_backend(pg_url)
+    register(b, "w")  # its session listens
+    session = b.inner.liveness.session
+
+    async def staggered() -> list[object]:
+        first = asyncio.ensure_future(session.execute("SELECT pg_sleep(0.05)"))
+        await asyncio.sleep(0.01)  # the listener queues behind it meanwhile
+        second = asyncio.ensure_future(session.execute("SELECT 1"))
+        return await asyncio.wait_for(asyncio.gather(first, second), 2)
+
+    for _ in range(3):
+        assert portal.run(staggered())[1] == [(1,)]
+
+
 def test_a_claim__has_one_index_by_queue_for_each_state_it_reads(
     pg_url, open_backend, postgres_server
 ):
