@@ -1,9 +1,10 @@
 """A fleet of idle `tenure worker` processes on one PostgreSQL, measured from the server.
 
-    .venv/bin/python benchmarks/pg_fleet.py [--workers 1,16,100] [--settle 20] [--window 30]
-        [--rounds 3] [--tree main=/tmp/main/src --tree new=src]
+    .venv/bin/python benchmarks/pg_fleet.py [idle] [--workers 1,16,100] [--settle 20]
+        [--window 30] [--rounds 3] [--tree main=/tmp/main/src --tree new=src]
+    .venv/bin/python benchmarks/pg_fleet.py drain [--workers 1,4,16] [--jobs 20000] [--rounds 3]
 
-N default workers (thread pool, default concurrency) drain 20 jobs each,
+``idle``: N default workers (thread pool, default concurrency) drain 20 jobs each,
 then idle for ``--settle`` seconds; over ``--window`` seconds: the
 connections each holds (``pg_stat_activity``, by ``application_name``), the
 server's transactions a second per worker (``pg_stat_database``:
@@ -12,6 +13,12 @@ the server's processes (``/proc`` ticks of the postmaster and its children),
 and then the pickup latency of ten jobs enqueued a second apart (enqueue to
 start, by the server's clock). Issue 40, parts 1 and 2; the figures are in
 docs/benchmarks.md.
+
+``drain`` (issue 40, part 7): as ``redis_fleet.py drain``, on PostgreSQL:
+20,000 no-op jobs queued beforehand, drained by N default workers
+(``--burst``); the server's CPU per job (the postmaster and every backend,
+those that ended included) and the drain rate (first to last completion),
+rounds alternating N.
 
 With ``--tree NAME=SRC`` (repeated), each round measures the workers of
 each tree in turn (their order alternating from round to round), on one
@@ -30,7 +37,7 @@ import time
 import uuid
 from collections import Counter
 
-from redis_fleet import cpu_seconds, pickups, report, wait, workers
+from redis_fleet import cpu_seconds, drain, pickups, report, wait, workers
 from tests.servers import PostgresServer, children
 
 from tenure import App, State
@@ -95,18 +102,26 @@ def idle(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--workers", default="1,16,100")
+    parser.add_argument("what", nargs="?", choices=["idle", "drain"], default="idle")
+    parser.add_argument("--workers", default="")
+    parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--settle", type=float, default=20.0)
     parser.add_argument("--window", type=float, default=30.0)
     parser.add_argument("--tree", action="append", default=[], help="NAME=SRC, repeated")
     args = parser.parse_args()
     trees = [tuple(t.split("=", 1)) for t in args.tree] or [("", "")]
+    default = "1,4,16" if args.what == "drain" else "1,16,100"
     results: dict[str, list[dict[str, float]]] = {}
     server = PostgresServer()
     try:
         for r in range(args.rounds):
-            for n in [int(n) for n in args.workers.split(",")]:
+            for n in [int(n) for n in (args.workers or default).split(",")]:
+                if args.what == "drain":
+                    figures = drain(server.new_database(), n, args.jobs, lambda: server_cpu(server))
+                    print(f"{n} workers: {figures}", flush=True)
+                    results.setdefault(f"{n} workers", []).append(figures)
+                    continue
                 for name, src in trees[r % 2 :] + trees[: r % 2]:
                     figures = idle(server, n, args.settle, args.window, src)
                     label = f"{name} {n} workers".strip()
@@ -114,7 +129,7 @@ def main() -> None:
                     results.setdefault(label, []).append(figures)
     finally:
         server.close()
-    report("idle", results)
+    report(args.what, results)
 
 
 if __name__ == "__main__":

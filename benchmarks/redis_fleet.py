@@ -124,15 +124,14 @@ def idle(server: RedisServer, n: int, settle: float, window: float) -> dict[str,
     }
 
 
-def drain(server: RedisServer, url: str, n: int, jobs: int) -> dict[str, float]:
+def drain(url: str, n: int, jobs: int, server_cpu: Callable[[], float]) -> dict[str, float]:
+    """N default workers (``--burst``) drain ``jobs`` no-op jobs queued beforehand:
+    the server's CPU per job (``server_cpu``, seconds) and the drain rate."""
     queue = f"fleet.{uuid.uuid4().hex[:8]}"
-    assert server.proc is not None
     with App(url) as app:
         for i in range(0, jobs, 10_000):
             app.enqueue_many("fleet.noop", [{}] * min(10_000, jobs - i), queue=queue)
-        admin = redis.Redis(port=server.port)
-        admin.config_resetstat()
-        cpu = cpu_seconds(server.proc.pid)
+        cpu = server_cpu()
         first = last = None
         with workers(url, queue, n, "--burst") as procs:
             while any(p.poll() is None for p in procs):
@@ -143,7 +142,7 @@ def drain(server: RedisServer, url: str, n: int, jobs: int) -> dict[str, float]:
                 if done < jobs:
                     last = (now, done)
                 time.sleep(0.05)
-        cpu = cpu_seconds(server.proc.pid) - cpu
+        cpu = server_cpu() - cpu
         assert app.queue(queue).counts()[State.COMPLETED] == jobs
         app.queue(queue).delete()
     assert first is not None and last is not None
@@ -176,20 +175,21 @@ def main() -> None:
         from tests.servers_sentinel import SentinelGroup
 
         group = SentinelGroup()
-        server = RedisServer.__new__(RedisServer)  # the group's primary, as drain() reads it
-        server.port, server.proc = group.primary, group.procs[group.primary]
+        primary = group.procs[group.primary].pid
         try:
             for r in range(args.rounds):  # alternating, the order too
                 for query in ("", "?wait_replicas=1")[:: 1 if r % 2 == 0 else -1]:
                     url = f"redis://127.0.0.1:{group.primary}/0{query}"
                     results.setdefault(query or "async", []).append(
-                        drain(server, url, 1, args.jobs)
+                        drain(url, 1, args.jobs, lambda: cpu_seconds(primary))
                     )
         finally:
             group.close()
         report("one worker against a primary and a replica", results)
         return
     server = RedisServer()
+    assert server.proc is not None
+    pid = server.proc.pid
     try:
         ns = [int(n) for n in (args.workers or ("1,10,50" if args.what == "idle" else "1,4,16"))
               .split(",")]  # fmt: skip
@@ -198,7 +198,7 @@ def main() -> None:
                 if args.what == "idle":
                     figures = idle(server, n, args.settle, args.window)
                 else:
-                    figures = drain(server, server.url, n, args.jobs)
+                    figures = drain(server.url, n, args.jobs, lambda: cpu_seconds(pid))
                 print(f"{n} workers: {figures}", flush=True)
                 results.setdefault(f"{n} workers", []).append(figures)
     finally:

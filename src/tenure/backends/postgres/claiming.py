@@ -38,6 +38,7 @@ DEFAULTS = QueuePolicy()
 # The writes that end an attempt and refuse a job whose cancel was requested.
 ENDINGS = frozenset({"requeue", "bury", "release"})
 PLAIN_KEPT = 100_000  # ids of plain jobs claimed and not yet ended, at most (see _plain)
+PLANNED_FOR = 64  # the least limit a claim's statement is planned for (plan_bound)
 
 
 class Claiming:
@@ -129,8 +130,8 @@ class Claiming:
                 else "complete_and_claim")  # fmt: skip
         name += ("_skipping" if skipping else "") + (RELEASING if releasing else "")
         params["want"] = limit
-        # prepared, with a plan for its limit (a keyed claim's: for a bound above it)
-        query = self.q.limited(name, keyed_bound(limit) if keyed else limit)
+        # prepared, and planned for a bound above the limit
+        query = self.q.limited(name, plan_bound(limit, bool(keyed)))
         if keyed:
             rows = await self._keyed_cycle_fetch(query, params, locked, limit, skipping)
         elif locked:
@@ -226,7 +227,7 @@ class Claiming:
         their keys: queries.sql), its transaction sent in one pipeline: one
         round trip. The cycle's snapshot is taken once the lock is held: the
         rows' of ``locked``, else the keys' that lock_keys picks from."""
-        bound = keyed_bound(limit)
+        bound = plan_bound(limit, keyed=True)
         async with self.db.conn() as conn, conn.pipeline():
             async with conn.transaction():
                 if await self._claims_nothing(params["worker"]):  # as in _cycle_fetch
@@ -300,16 +301,21 @@ class Claiming:
                 await self.db.notify(conn, [row[0]])
 
 
-def keyed_bound(limit: int) -> int:
-    """The limit a keyed claim's statement is planned for: the least of 1, 2,
-    3, 4, 6, 8, 12, 16, 24... at or above ``limit``. Planning that statement
-    costs several times running it, and a connection plans it once for each
-    limit it is sent with: a burst worker's claims ask for most limits up to
-    its slots and claims ahead. The claim takes ``limit`` jobs at most
-    (limit_wanted)."""
+def plan_bound(limit: int, keyed: bool = False) -> int:
+    """The limit a claim's statement is planned for, at or above ``limit``: a
+    connection plans the statement once for each limit it is sent with, and
+    planning the cycle's statement costs more than running it (a draining
+    worker's claims ask for most limits up to its slots and claims ahead: 48
+    in a drain of 20,000 jobs). The claim takes ``limit`` jobs at most
+    (%(want)s, queries.sql). The least power of 2 at or above ``limit``, and
+    at least PLANNED_FOR, whose plan is that of any smaller limit; a keyed
+    claim's statement uses its bound as a value too (the walk's length, a fair
+    key's turn), and takes the least of 1, 2, 3, 4, 6, 8, 12, 16, 24..."""
+    power = 1 << (limit - 1).bit_length() if limit > 1 else 1
+    if not keyed:
+        return max(power, PLANNED_FOR)
     if limit <= 2:
         return limit
-    power = 1 << (limit - 1).bit_length()  # the least power of 2 at or above limit
     return power * 3 // 4 if limit <= power * 3 // 4 else power
 
 

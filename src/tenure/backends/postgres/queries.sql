@@ -201,9 +201,14 @@ SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT unnest(%(queues)s::text[]
 -- none): queued jobs and scheduled jobs that became due, each queue read through
 -- its own index (cost O(log n) per queue), rows locked with SKIP LOCKED so that
 -- concurrent claimers never wait for each other nor take the same job.
--- {limit} is written into the statement (an integer), not sent as a parameter:
--- a generic plan must know it, or it assumes thousands of rows and hashes the
--- whole jobs table (benchmarks/postgres_scale.py: 379 ms a claim at 1M jobs).
+-- The claim takes up to %(want)s jobs. Each queue's read is planned for
+-- {limit}, written into the statement (an integer) rather than sent as a
+-- parameter: a generic plan must know it, or it assumes thousands of rows and
+-- hashes the whole jobs table (benchmarks/postgres_scale.py: 379 ms a claim at
+-- 1M jobs). {limit} is a bound above %(want)s of a few values
+-- (claiming.plan_bound): a connection plans the statement once for each
+-- {limit} it is sent with, and planning it costs more than running it. The
+-- read stops at %(want)s rows, so no more rows than that are locked.
 -- Returns the queues with a fleet-wide limit (rank 0: id is the queue, fence
 -- 1 if it was held back for want of its lock, see gate), the claimed jobs
 -- (rank 1, 2, ...), then the completed leases (rank NULL, only id and fence set). A completed job keeps its attempt's worker
@@ -240,19 +245,23 @@ done AS (
 candidates AS (
     SELECT c.* FROM gate AS q
     CROSS JOIN LATERAL (
-        SELECT ctid, id, queue, priority, run_at, seq FROM {schema}.jobs
-        WHERE state = 'queued' AND queue = q.name {skip}
-        ORDER BY priority DESC, run_at, seq
-        LIMIT {limit} FOR UPDATE SKIP LOCKED
+        SELECT * FROM (
+            SELECT ctid, id, queue, priority, run_at, seq FROM {schema}.jobs
+            WHERE state = 'queued' AND queue = q.name {skip}
+            ORDER BY priority DESC, run_at, seq
+            LIMIT {limit} FOR UPDATE SKIP LOCKED
+        ) AS c LIMIT %(want)s::int
     ) AS c
     WHERE q.share > 0
     UNION ALL
     SELECT d.* FROM gate AS q, clock
     CROSS JOIN LATERAL (
-        SELECT ctid, id, queue, priority, run_at, seq FROM {schema}.jobs
-        WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now {skip}
-        ORDER BY run_at
-        LIMIT {limit} FOR UPDATE SKIP LOCKED
+        SELECT * FROM (
+            SELECT ctid, id, queue, priority, run_at, seq FROM {schema}.jobs
+            WHERE state = 'scheduled' AND queue = q.name AND run_at <= clock.now {skip}
+            ORDER BY run_at
+            LIMIT {limit} FOR UPDATE SKIP LOCKED
+        ) AS d LIMIT %(want)s::int
     ) AS d
     WHERE q.share > 0
 ),
@@ -260,7 +269,7 @@ picked AS (
     SELECT c.ctid, g.ttl, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.seq) AS rank
     FROM {shared}
     ORDER BY c.priority DESC, c.run_at, c.seq
-    LIMIT {wanted}
+    LIMIT %(want)s::int
 ),
 claimed AS (
     UPDATE {schema}.jobs AS j
@@ -427,18 +436,6 @@ SELECT NULL::text, NULL::text, NULL::text, NULL::json, 0 WHERE false
 -- name: no_data
 -- (A part of those cycles, for flow_data.) A plain job's events have no data.
 NULL::json
-
--- name: limit_given
--- (A part of complete_and_claim and _limited, for wanted.) The claim takes
--- up to {limit} jobs.
-{limit}
-
--- name: limit_wanted
--- (A part of complete_and_claim_keyed and _keys, for wanted.) The claim
--- takes up to %(want)s jobs; {limit}, written in, is a bound above it of a
--- few values (claiming.keyed_bound), so that a connection plans the large
--- keyed statement a few times, not once for every limit it is sent with.
-%(want)s::int
 
 -- name: heartbeat
 -- The leases one worker presents, in one statement; returns those it still

@@ -52,16 +52,13 @@ CODE_PARTS = {
 # workflow steps too (the parts that release their dependents).
 _CYCLES = {
     "complete_and_claim": {
-        "gate": "gate", "shared": "shared", "bucket": "no_bucket", "wanted": "limit_given"},
+        "gate": "gate", "shared": "shared", "bucket": "no_bucket"},
     "complete_and_claim_limited": {
-        "gate": "gate_limited", "shared": "shared_limited", "bucket": "bucket",
-        "wanted": "limit_given"},
+        "gate": "gate_limited", "shared": "shared_limited", "bucket": "bucket"},
     "complete_and_claim_keyed": {
-        "gate": "gate_keyed", "shared": "shared_keyed", "bucket": "bucket_keyed",
-        "wanted": "limit_wanted"},
+        "gate": "gate_keyed", "shared": "shared_keyed", "bucket": "bucket_keyed"},
     "complete_and_claim_keys": {
-        "gate": "gate_keys", "shared": "shared_keyed", "bucket": "bucket_keys",
-        "wanted": "limit_wanted"},
+        "gate": "gate_keys", "shared": "shared_keyed", "bucket": "bucket_keys"},
 }  # fmt: skip
 _PLAIN = {"flow_release": "no_release", "flow_queues": "no_queues",
           "flow_events": "no_events", "flow_data": "no_data"}  # fmt: skip
