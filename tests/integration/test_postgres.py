@@ -438,11 +438,7 @@ def test_the_cycles_generic_plan__reads_jobs_through_indexes_only(pg_url, portal
 
         async def plans():
             async with b.db.conn() as conn:
-                await conn.execute(
-                    "INSERT INTO tenure.jobs (id, queue, task, args, state, run_at, created_at)"
-                    " SELECT md5(g::text), 'default', 't', '{}', 'queued', g, 0"
-                    " FROM generate_series(1, 20000) AS g"
-                )
+                await _queued(conn, 20000)
                 await conn.execute("ANALYZE tenure.jobs")
             for _ in range(8):  # psycopg prepares a statement at its 6th run
                 await b.complete_and_claim([], "w", ["default"], 4)
@@ -480,56 +476,48 @@ def test_claims_of_any_limit_up_to_64__share_one_plan_and_lock_only_what_they_ta
     draining worker asks for (most up to its slots and claims ahead) share one
     prepared statement, planned for a bound above them, and each still takes
     and locks only its own limit (others' claims meanwhile take the rest)."""
-    import asyncio
-
     import psycopg
 
     from tenure.backends.postgres.claiming import plan_bound
+    from tenure.backends.postgres.statements import Statements
 
-    b = PostgresBackend.from_url(pg_url + "?pool_size=1")  # one connection: one prepared cache
-    portal.run(b.open())
-    try:
+    limits = [*range(1, 61), *range(60, 0, -7)]
 
-        async def claims():
-            async with b.db.conn() as conn:
-                await conn.execute(
-                    "INSERT INTO tenure.jobs (id, queue, task, args, state, run_at, created_at)"
-                    " SELECT md5(g::text), 'default', 't', '{}', 'queued', g, 0"
-                    " FROM generate_series(1, 3000) AS g"
-                )
-            taken = [
-                len((await b.complete_and_claim([], "w", ["default"], n))[1])
-                for n in [*range(1, 61), *range(60, 0, -7)]
-            ]
-            async with b.db.conn() as conn:
-                cur = await conn.execute(
-                    "SELECT count(*) FROM pg_prepared_statements"
-                    " WHERE statement LIKE '%%candidates AS%%'"
-                )
-                return taken, (await cur.fetchone())[0]
+    async def claims(b):
+        async with b.db.conn() as conn:
+            await _queued(conn, 3000)
+        taken = [len((await b.complete_and_claim([], "w", ["default"], n))[1]) for n in limits]
+        async with b.db.conn() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) FROM pg_prepared_statements"
+                " WHERE statement LIKE '%%candidates AS%%'"
+            )
+            return taken, (await cur.fetchone())[0]
 
-        taken, prepared = portal.run(asyncio.wait_for(claims(), 60))
-        assert taken == [*range(1, 61), *range(60, 0, -7)]
-        assert prepared == 1
-        # A claim of 3, its transaction open: others find all but those 3.
-        q = b.q
-        raw, names = q.positional(q.limited("complete_and_claim", plan_bound(3)))
-        params = {"ids": "{}", "fences": "{}", "results": "{}", "queues": "{default}",
-                  "worker": "w", "locked": "{}", "keyed": "{}", "delivery": "at-least-once",
-                  "lease_ttl": 30.0, "channel": b.db.channel, "skip": None, "want": 3}  # fmt: skip
-        queued = "SELECT count(*) FROM tenure.jobs WHERE state = 'queued'"
-        with psycopg.connect(pg_url) as one, psycopg.connect(pg_url, autocommit=True) as other:
-            before = other.execute(queued).fetchone()[0]
-            claimed = psycopg.RawCursor(one)
-            claimed.execute(raw, [params[n] for n in names], prepare=True)
-            assert len([r for r in claimed.fetchall() if r[0]]) == 3
-            free = len(other.execute(
-                "SELECT id FROM tenure.jobs WHERE state = 'queued' FOR UPDATE SKIP LOCKED"
-            ).fetchall())  # fmt: skip
-            assert free == before - 3
-            one.rollback()
-    finally:
-        portal.run(b.close())
+    assert _on_one_connection(pg_url, portal, claims) == (limits, 1)
+    # A claim of 3, its transaction open: others find all but those 3.
+    q = Statements({"schema": "tenure", "channel": "tenure"})
+    raw, names = q.positional(q.limited("complete_and_claim", plan_bound(3)))
+    params = {"ids": "{}", "fences": "{}", "results": "{}", "queues": "{default}",
+              "worker": "w", "locked": "{}", "keyed": "{}", "delivery": "at-least-once",
+              "lease_ttl": 30.0, "channel": "tenure", "skip": None, "want": 3}  # fmt: skip
+    free = "SELECT id FROM tenure.jobs WHERE state = 'queued' FOR UPDATE SKIP LOCKED"
+    with psycopg.connect(pg_url) as one, psycopg.connect(pg_url, autocommit=True) as other:
+        before = len(other.execute(free).fetchall())
+        claimed = psycopg.RawCursor(one)
+        claimed.execute(raw, [params[n] for n in names], prepare=True)
+        assert len([r for r in claimed.fetchall() if r[0]]) == 3
+        assert len(other.execute(free).fetchall()) == before - 3
+        one.rollback()
+
+
+async def _queued(conn, n):
+    """``n`` queued jobs in queue default, written directly."""
+    await conn.execute(
+        "INSERT INTO tenure.jobs (id, queue, task, args, state, run_at, created_at)"
+        " SELECT md5(g::text), 'default', 't', '{}', 'queued', g, 0"
+        f" FROM generate_series(1, {int(n)}) AS g"
+    )
 
 
 def _on_one_connection(pg_url, portal, work):
