@@ -129,7 +129,7 @@ def main() -> None:
                     results.setdefault(label, []).append(figures)
     finally:
         server.close()
-    report(args.what, results)
+    report(args.what, results, "server CPU ms per job" if args.what == "drain" else "")
 
 
 if __name__ == "__main__":

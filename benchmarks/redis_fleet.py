@@ -152,7 +152,10 @@ def drain(url: str, n: int, jobs: int, server_cpu: Callable[[], float]) -> dict[
     return {"server CPU ms per job": cpu / jobs * 1000, "drain jobs/s": rate}
 
 
-def report(title: str, results: dict[str, list[dict[str, float]]]) -> None:
+def report(title: str, results: dict[str, list[dict[str, float]]], ratio_of: str = "") -> None:
+    """Each figure's median [range] over the rounds; with ``ratio_of``, that
+    figure of each row against the first row's, round by round (a ratio of
+    medians moves with the one round that stood out)."""
     print(f"\n{title}: median [range] of {len(next(iter(results.values())))} round(s)")
     for n, rounds in results.items():
         cells = []
@@ -161,6 +164,13 @@ def report(title: str, results: dict[str, list[dict[str, float]]]) -> None:
             cells.append(f"{key} {statistics.median(values):.3g} "
                          f"[{min(values):.3g}-{max(values):.3g}]")  # fmt: skip
         print(f"  {n}: " + "; ".join(cells))
+    if not ratio_of:
+        return
+    (base, firsts), *rest = results.items()
+    for n, rounds in rest:
+        ratios = [r[ratio_of] / f[ratio_of] for r, f in zip(rounds, firsts, strict=True)]
+        print(f"  {n} / {base}, {ratio_of}, round by round: "
+              f"{statistics.median(ratios):.3g} [{min(ratios):.3g}-{max(ratios):.3g}]")  # fmt: skip
 
 
 def main() -> None:
@@ -187,7 +197,7 @@ def main() -> None:
                     )
         finally:
             group.close()
-        report("one worker against a primary and a replica", results)
+        report("one worker against a primary and a replica", results, "server CPU ms per job")
         return
     server = RedisServer()
     assert server.proc is not None
@@ -205,7 +215,7 @@ def main() -> None:
                 results.setdefault(f"{n} workers", []).append(figures)
     finally:
         server.close()
-    report(args.what, results)
+    report(args.what, results, "server CPU ms per job" if args.what == "drain" else "")
 
 
 if __name__ == "__main__":
