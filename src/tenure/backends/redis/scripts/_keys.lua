@@ -360,11 +360,16 @@ function ck.rebuild(p, old)
   for _, key in ipairs(keys) do ck.touch(p, key) end
 end
 
--- A queued job id leaves the ready set other than by a claim: debounce moves
--- it to scheduled.
+-- A queued job id leaves the ready set other than by a claim (a cancel, its
+-- queue's deletion, debounce): its member is made from its run_at and seq.
+function ck.unready(p, id, run_at, seq, key)
+  local member = ready_member(tonumber(run_at), tonumber(seq), id)
+  redis.call('ZREM', p .. 'ready', member)
+  ck.removed(p, key, member)
+end
+
+-- Debounce moves a queued job id to scheduled.
 function ck.unqueued(p, id)
   local f = redis.call('HMGET', job_key(p, id), 'run_at', 'seq', 'ck')
-  local member = ready_member(tonumber(f[1]), tonumber(f[2]), id)
-  redis.call('ZREM', p .. 'ready', member)
-  ck.removed(p, f[3], member)
+  ck.unready(p, id, f[1], f[2], f[3])
 end

@@ -15,9 +15,7 @@ local jk = job_key(p, id)
 local f = redis.call('HMGET', jk, 'state', 'run_at', 'seq', 'ck', 'key', 'uf')
 if not f[1] then return flow_reply({NOT_FOUND}) end
 if f[1] == 'queued' then
-  local member = ready_member(tonumber(f[2]), tonumber(f[3]), id)
-  redis.call('ZREM', p .. 'ready', member)
-  ck.removed(p, f[4], member)
+  ck.unready(p, id, f[2], f[3], f[4])
 elseif f[1] == 'scheduled' then
   redis.call('ZREM', p .. 'scheduled', id)
 elseif f[1] == 'active' then

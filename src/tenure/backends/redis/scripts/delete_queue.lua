@@ -29,9 +29,7 @@ for _, id in ipairs(ids) do
   local f = redis.call('HMGET', jk, 'state', 'run_at', 'seq', 'ck')
   if f[1] then redis.call('ZREM', state_key(p, f[1]), id) end
   if f[1] == 'queued' then
-    local member = ready_member(tonumber(f[2]), tonumber(f[3]), id)
-    redis.call('ZREM', p .. 'ready', member)
-    ck.removed(p, f[4], member)
+    ck.unready(p, id, f[2], f[3], f[4])
   end
   redis.call('ZREM', p .. 'scheduled', id)
   redis.call('DEL', jk, history_key(p, id), in_key(p, id), p .. 'spawns:' .. id)
