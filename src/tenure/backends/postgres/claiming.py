@@ -10,7 +10,7 @@ release) is one fence-checked statement: a stale fence raises LeaseLost.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 import orjson
@@ -39,6 +39,8 @@ DEFAULTS = QueuePolicy()
 ENDINGS = frozenset({"requeue", "bury", "release"})
 PLAIN_KEPT = 100_000  # ids of plain jobs claimed and not yet ended, at most (see _plain)
 PLANNED_FOR = 64  # the least limit a claim's statement is planned for (plan_bound)
+# A cycle's statements, run on a connection with their parameters: their rows.
+Cycle = Callable[[psycopg.AsyncConnection[Any], dict[str, Any]], Awaitable[list[Any]]]
 
 
 class Claiming:
@@ -133,11 +135,12 @@ class Claiming:
         # prepared, and planned for a bound above the limit
         query = self.q.limited(name, plan_bound(limit, bool(keyed)))
         if keyed:
-            rows = await self._keyed_cycle_fetch(query, params, locked, limit, skipping)
+            run = self._keyed_cycle(query, locked, limit, skipping)
         elif locked:
-            rows = await self._locked_cycle_fetch(query, params, locked)
+            run = self._locked_cycle(query, locked)
         else:
-            rows = await self._cycle_fetch(query, params)
+            run = self._execute_with(query)
+        rows = await self._cycle_fetch(run, params)
         jobs = [step_from_row(r[1:]) for r in rows if r[0]]
         if len(self._plain) > PLAIN_KEPT:  # lost leases' jobs never end here
             self._plain.clear()
@@ -172,14 +175,15 @@ class Claiming:
         self._by_keys = (self._by_keys - set(queues)) | by_keys
         return [q for q, v in limited.items() if v & 1]
 
-    async def _cycle_fetch(self, query: bytes, params: dict[str, Any]) -> list[Any]:
-        """The rows of the cycle's statement, on a connection held out of the
+    async def _cycle_fetch(self, run: Cycle, params: dict[str, Any]) -> list[Any]:
+        """The rows of the cycle (``run``), on a connection held out of the
         pool between cycles: taking one from the pool and giving it back cost
-        more than the statement's own client side. A cycle that found nothing
-        to do gives it back: an idle worker holds none out of its pool (which
-        keeps one idle connection). A held connection the server
-        hung up on, one that failed, or one whose call was cancelled goes back
-        to the pool, which disposes of it."""
+        more than the statement's own client side (and a keyed cycle that took
+        its own while the pool's other one was held waited for the third
+        cycle's). A cycle that found nothing to do gives it back: an idle
+        worker holds none out of its pool (which keeps one idle connection). A
+        held connection the server hung up on, one that failed, or one whose
+        call was cancelled goes back to the pool, which disposes of it."""
         pool = self.db.opened()
         conn = self._held.pop() if self._held else None
         if conn is not None and hung_up(conn):
@@ -194,7 +198,7 @@ class Claiming:
                 # heartbeat registers us again. Checked with the connection in
                 # hand: taking one from the pool may have waited out a restart.
                 params = {**params, "queues": "{}"}
-            rows = await self._execute(conn, query, params)
+            rows = await run(conn, params)
         except BaseException as exc:
             if conn is not None:
                 await pool.putconn(conn)
@@ -207,40 +211,47 @@ class Claiming:
             await pool.putconn(conn)
         return rows
 
-    async def _locked_cycle_fetch(
-        self, query: bytes, params: dict[str, Any], locked: list[str]
-    ) -> list[Any]:
+    def _execute_with(self, query: bytes) -> Cycle:
+        """The cycle of queues without fleet-wide limits or keys: its statement."""
+
+        async def run(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> list[Any]:
+            return await self._execute(conn, query, params)
+
+        return run
+
+    def _locked_cycle(self, query: bytes, locked: list[str]) -> Cycle:
         """The cycle in a transaction that first locks the rows of the queues
         with a fleet-wide limit (lock_queues), so that their claims go one at a
         time and each counts what the one before committed."""
-        async with self.db.tx() as conn:
-            if await self._claims_nothing(params["worker"]):  # as in _cycle_fetch
-                params = {**params, "queues": "{}"}
-            await conn.execute(self.q["lock_queues"], {"queues": locked, "idle": IDLE_MS})
-            return await self._execute(conn, query, params)
 
-    async def _keyed_cycle_fetch(
-        self, query: bytes, params: dict[str, Any], locked: list[str], limit: int,
-        skipping: bool,
-    ) -> list[Any]:  # fmt: skip
-        """_locked_cycle_fetch, for queues with keys among them (the cycle walks
+        async def run(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> list[Any]:
+            async with conn.transaction():
+                await conn.execute(self.q["lock_queues"], {"queues": locked, "idle": IDLE_MS})
+                return await self._execute(conn, query, params)
+
+        return run
+
+    def _keyed_cycle(self, query: bytes, locked: list[str], limit: int, skipping: bool) -> Cycle:
+        """_locked_cycle, for queues with keys among them (the cycle walks
         their keys: queries.sql), its transaction sent in one pipeline: one
         round trip. The cycle's snapshot is taken once the lock is held: the
         rows' of ``locked``, else the keys' that lock_keys picks from."""
         bound = plan_bound(limit, keyed=True)
-        async with self.db.conn() as conn, conn.pipeline():
-            async with conn.transaction():
-                if await self._claims_nothing(params["worker"]):  # as in _cycle_fetch
-                    params = {**params, "queues": "{}"}
-                lock = self.q.limited("lock_keyed_queues", bound)
-                await conn.execute(lock, {"queues": locked, "keyed": params["keyed"],
-                                          "idle": IDLE_MS, "walks": not locked},
-                                   prepare=True)  # fmt: skip
-                if not locked:
-                    walk = self.q.limited("lock_keys" + ("_skipping" if skipping else ""), bound)
-                    await self._send(conn, walk, {**params, "namespace": self.db.namespace})
-                cur = await self._send(conn, query, params)
-            return await cur.fetchall()
+        lock = self.q.limited("lock_keyed_queues", bound)
+        walk = self.q.limited("lock_keys" + ("_skipping" if skipping else ""), bound)
+
+        async def run(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> list[Any]:
+            async with conn.pipeline():
+                async with conn.transaction():
+                    await conn.execute(lock, {"queues": locked, "keyed": params["keyed"],
+                                              "idle": IDLE_MS, "walks": not locked},
+                                       prepare=True)  # fmt: skip
+                    if not locked:
+                        await self._send(conn, walk, {**params, "namespace": self.db.namespace})
+                    cur = await self._send(conn, query, params)
+                return await cur.fetchall()
+
+        return run
 
     async def _execute(
         self, conn: psycopg.AsyncConnection[Any], query: bytes, params: dict[str, Any]
