@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/pg_fleet.py [idle] [--workers 1,16,100] [--settle 20]
         [--window 30] [--rounds 3] [--tree main=/tmp/main/src --tree new=src]
     .venv/bin/python benchmarks/pg_fleet.py drain [--workers 1,4,16] [--jobs 20000] [--rounds 3]
+        [--started]
 
 ``idle``: N default workers (thread pool, default concurrency) drain 20 jobs each,
 then idle for ``--settle`` seconds; over ``--window`` seconds: the
@@ -18,7 +19,9 @@ docs/benchmarks.md.
 20,000 no-op jobs queued beforehand, drained by N default workers
 (``--burst``); the server's CPU per job (the postmaster and every backend,
 those that ended included) and the drain rate (first to last completion),
-rounds alternating N.
+rounds alternating N. With ``--started``, the workers start first, on the
+queue paused, and the server's CPU from its resume to the drain's end is
+reported beside it (``drain only``: without the workers' start and stop).
 
 With ``--tree NAME=SRC`` (repeated), each round measures the workers of
 each tree in turn (their order alternating from round to round), on one
@@ -36,7 +39,10 @@ import statistics
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
+import psycopg
 from redis_fleet import cpu_seconds, drain, pickups, report, wait, workers
 from tests.servers import PostgresServer, children
 
@@ -62,6 +68,18 @@ def server_cpu(server: PostgresServer) -> float:
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # ended: counted above
             total += cpu_seconds(pid)
     return total
+
+
+def unfinished(conn: psycopg.Connection[Any]) -> Callable[[str], bool]:
+    """Whether a queue has jobs queued or active, read through one connection
+    (a psql each time would start a backend)."""
+
+    def queued(queue: str) -> bool:
+        row = conn.execute("SELECT EXISTS (SELECT FROM tenure.jobs WHERE queue = %s "
+                           "AND state IN ('queued', 'active'))", [queue]).fetchone()  # fmt: skip
+        return bool(row and row[0])
+
+    return queued
 
 
 def connections(server: PostgresServer, database: str) -> Counter[str]:
@@ -109,6 +127,11 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=20.0)
     parser.add_argument("--window", type=float, default=30.0)
     parser.add_argument("--tree", action="append", default=[], help="NAME=SRC, repeated")
+    parser.add_argument(
+        "--started",
+        action="store_true",
+        help="drain: count the drain alone too, the workers started first",
+    )
     args = parser.parse_args()
     trees = [tuple(t.split("=", 1)) for t in args.tree] or [("", "")]
     default = "1,4,16" if args.what == "drain" else "1,16,100"
@@ -118,7 +141,15 @@ def main() -> None:
         for r in range(args.rounds):
             for n in [int(n) for n in (args.workers or default).split(",")]:
                 if args.what == "drain":
-                    figures = drain(server.new_database(), n, args.jobs, lambda: server_cpu(server))
+                    url = server.new_database()
+                    with psycopg.connect(url, autocommit=True) as conn:
+                        figures = drain(
+                            url,
+                            n,
+                            args.jobs,
+                            lambda: server_cpu(server),
+                            unfinished(conn) if args.started else None,
+                        )
                     print(f"{n} workers: {figures}", flush=True)
                     results.setdefault(f"{n} workers", []).append(figures)
                     continue

@@ -124,19 +124,44 @@ def idle(server: RedisServer, n: int, settle: float, window: float) -> dict[str,
     }
 
 
-def drain(url: str, n: int, jobs: int, server_cpu: Callable[[], float]) -> dict[str, float]:
+def drain(
+    url: str,
+    n: int,
+    jobs: int,
+    server_cpu: Callable[[], float],
+    queued: Callable[[str], bool] | None = None,
+) -> dict[str, float]:
     """N default workers (``--burst``) drain ``jobs`` no-op jobs queued beforehand:
     the server's CPU per job (``server_cpu``, seconds) and the drain rate, from
     the first completion to the last. Nothing asks storage anything meanwhile
     (a count of a PostgreSQL queue's jobs reads them all: polled, it was a
     third of the server's work in a long drain); the completions' times are
-    read once the workers have exited."""
+    read once the workers have exited.
+
+    With ``queued`` (whether a queue still has jobs queued or active, asked
+    cheaply), the workers start on the queue paused and idle; the server's CPU
+    is counted from the resume to the drain's end, as ``drain only``: what the
+    jobs cost, without the workers' start and stop. Without jobs: the
+    server's CPU per worker, what a worker's start and stop cost it."""
     queue = f"fleet.{uuid.uuid4().hex[:8]}"
     with App(url) as app:
+        if queued is not None:
+            app.queue(queue).pause()
         for i in range(0, jobs, 10_000):
             app.enqueue_many("fleet.noop", [{}] * min(10_000, jobs - i), queue=queue)
         cpu = server_cpu()
-        with workers(url, queue, n, "--burst") as procs:
+        only = 0.0
+        with workers(url, queue, n, *(() if queued else ("--burst",))) as procs:
+            if queued is not None:
+                wait("the workers", lambda: len(app.workers()) >= n)
+                time.sleep(2.0)  # their starts (connections, first sweeps) over
+                only = server_cpu()
+                app.queue(queue).resume()
+                while queued(queue):
+                    time.sleep(0.05)
+                only = server_cpu() - only
+                for p in procs:
+                    p.terminate()
             while any(p.poll() is None for p in procs):
                 time.sleep(0.05)
         cpu = server_cpu() - cpu
@@ -148,14 +173,20 @@ def drain(url: str, n: int, jobs: int, server_cpu: Callable[[], float]) -> dict[
                 break
         assert len(finished) == jobs, f"{len(finished)} of {jobs} jobs completed"
         app.queue(queue).delete()
+    if not jobs:  # what a worker's start and stop cost the server
+        return {"server CPU ms per worker": cpu / n * 1000}
     rate = (jobs - 1) / max(max(finished) - min(finished), 1e-3)
-    return {"server CPU ms per job": cpu / jobs * 1000, "drain jobs/s": rate}
+    figures = {"server CPU ms per job": cpu / jobs * 1000, "drain jobs/s": rate}
+    if queued is not None:
+        figures["drain only: server CPU ms per job"] = only / jobs * 1000
+    return figures
 
 
 def report(title: str, results: dict[str, list[dict[str, float]]], ratio_of: str = "") -> None:
     """Each figure's median [range] over the rounds; with ``ratio_of``, that
     figure of each row against the first row's, round by round (a ratio of
-    medians moves with the one round that stood out)."""
+    medians moves with the one round that stood out), and its ``drain only``
+    twin's."""
     print(f"\n{title}: median [range] of {len(next(iter(results.values())))} round(s)")
     for n, rounds in results.items():
         cells = []
@@ -167,10 +198,11 @@ def report(title: str, results: dict[str, list[dict[str, float]]], ratio_of: str
     if not ratio_of:
         return
     (base, firsts), *rest = results.items()
-    for n, rounds in rest:
-        ratios = [r[ratio_of] / f[ratio_of] for r, f in zip(rounds, firsts, strict=True)]
-        print(f"  {n} / {base}, {ratio_of}, round by round: "
-              f"{statistics.median(ratios):.3g} [{min(ratios):.3g}-{max(ratios):.3g}]")  # fmt: skip
+    for key in (k for k in firsts[0] if k.endswith(ratio_of)):  # "drain only: " too
+        for n, rounds in rest:
+            ratios = [r[key] / f[key] for r, f in zip(rounds, firsts, strict=True)]
+            spread = f"{statistics.median(ratios):.3g} [{min(ratios):.3g}-{max(ratios):.3g}]"
+            print(f"  {n} / {base}, {key}, round by round: {spread}")
 
 
 def main() -> None:
