@@ -178,12 +178,12 @@ class Claiming:
     async def _cycle_fetch(self, run: Cycle, params: dict[str, Any]) -> list[Any]:
         """The rows of the cycle (``run``), on a connection held out of the
         pool between cycles: taking one from the pool and giving it back cost
-        more than the statement's own client side (and a keyed cycle that took
-        its own while the pool's other one was held waited for the third
-        cycle's). A cycle that found nothing to do gives it back: an idle
-        worker holds none out of its pool (which keeps one idle connection). A
-        held connection the server hung up on, one that failed, or one whose
-        call was cancelled goes back to the pool, which disposes of it."""
+        more than the statement's own client side (and a cycle that took one
+        while the other was held here waited for the only one left). A cycle
+        that found nothing to do gives it back: an idle worker holds none out
+        of its pool (which keeps one idle connection). A held connection the
+        server hung up on, one that failed, or one whose call was cancelled
+        goes back to the pool, which disposes of it."""
         pool = self.db.opened()
         conn = self._held.pop() if self._held else None
         if conn is not None and hung_up(conn):
