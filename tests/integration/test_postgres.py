@@ -511,6 +511,44 @@ def test_claims_of_any_limit_up_to_64__share_one_plan_and_lock_only_what_they_ta
         one.rollback()
 
 
+@pytest.mark.parametrize(
+    "policy", [QueuePolicy(max_active_per_key=1), QueuePolicy(max_active=3)], ids=["keys", "limit"]
+)
+def test_a_cycle_of_several_statements_is_one_round_trip(pg_url, portal, tmp_path, policy):
+    """A queue with keys or a fleet-wide limit is claimed by several statements
+    in one transaction: sent in one pipeline with BEGIN and COMMIT, they cost
+    one Sync, one round trip (psycopg's transaction() in a pipeline synced at
+    its start and end: 4; without a pipeline, 4 round trips). Read from
+    libpq's trace of the one connection of the pool."""
+    from psycopg import pq
+
+    async def syncs(b):
+        await b.set_policy("default", policy)
+        async with b.db.conn() as conn:
+            await conn.execute(
+                "INSERT INTO tenure.jobs (id, queue, task, args, state, run_at, created_at,"
+                " concurrency_key) SELECT md5(g::text), 'default', 't', '{}', 'queued', g, 0,"
+                " 'k' || (g % 5) FROM generate_series(1, 20) AS g"
+            )
+            pgconn = conn.pgconn
+        _, jobs = await b.complete_and_claim([], "w", ["default"], 2)  # learns its policy
+        assert jobs
+        trace = tmp_path / "trace"
+        with trace.open("w") as f:
+            pgconn.trace(f.fileno())
+            pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+            try:
+                done = [(j.id, j.fence, b"null") for j in jobs]
+                lost, more = await b.complete_and_claim(done, "w", ["default"], 2)
+            finally:
+                pgconn.untrace()
+        assert not lost and more
+        return [line.split("\t")[2] for line in trace.read_text().splitlines()
+                if line.startswith("F") and line.split("\t")[2] in ("Sync", "Query")]  # fmt: skip
+
+    assert _on_one_connection(pg_url, portal, syncs) == ["Sync"]
+
+
 async def _queued(conn, n):
     """``n`` queued jobs in queue default, written directly."""
     await conn.execute(

@@ -222,34 +222,37 @@ class Claiming:
     def _locked_cycle(self, query: bytes, locked: list[str]) -> Cycle:
         """The cycle in a transaction that first locks the rows of the queues
         with a fleet-wide limit (lock_queues), so that their claims go one at a
-        time and each counts what the one before committed."""
+        time and each counts what the one before committed; in one pipeline
+        (in_transaction)."""
 
         async def run(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> list[Any]:
-            async with conn.transaction():
+            async def statements() -> psycopg.AsyncRawCursor[Any]:
                 await conn.execute(self.q["lock_queues"], {"queues": locked, "idle": IDLE_MS})
-                return await self._execute(conn, query, params)
+                return await self._send(conn, query, params)
+
+            return await in_transaction(conn, statements)
 
         return run
 
     def _keyed_cycle(self, query: bytes, locked: list[str], limit: int, skipping: bool) -> Cycle:
         """_locked_cycle, for queues with keys among them (the cycle walks
-        their keys: queries.sql), its transaction sent in one pipeline: one
-        round trip. The cycle's snapshot is taken once the lock is held: the
-        rows' of ``locked``, else the keys' that lock_keys picks from."""
+        their keys: queries.sql). The cycle's snapshot is taken once the lock
+        is held: the rows' of ``locked``, else the keys' that lock_keys picks
+        from."""
         bound = plan_bound(limit, keyed=True)
         lock = self.q.limited("lock_keyed_queues", bound)
         walk = self.q.limited("lock_keys" + ("_skipping" if skipping else ""), bound)
 
         async def run(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> list[Any]:
-            async with conn.pipeline():
-                async with conn.transaction():
-                    await conn.execute(lock, {"queues": locked, "keyed": params["keyed"],
-                                              "idle": IDLE_MS, "walks": not locked},
-                                       prepare=True)  # fmt: skip
-                    if not locked:
-                        await self._send(conn, walk, {**params, "namespace": self.db.namespace})
-                    cur = await self._send(conn, query, params)
-                return await cur.fetchall()
+            async def statements() -> psycopg.AsyncRawCursor[Any]:
+                await conn.execute(lock, {"queues": locked, "keyed": params["keyed"],
+                                          "idle": IDLE_MS, "walks": not locked},
+                                   prepare=True)  # fmt: skip
+                if not locked:
+                    await self._send(conn, walk, {**params, "namespace": self.db.namespace})
+                return await self._send(conn, query, params)
+
+            return await in_transaction(conn, statements)
 
         return run
 
@@ -310,6 +313,21 @@ class Claiming:
                 )
             if name == "release" or params.get("state") == State.QUEUED:  # queued again
                 await self.db.notify(conn, [row[0]])
+
+
+async def in_transaction(
+    conn: psycopg.AsyncConnection[Any],
+    statements: Callable[[], Awaitable[psycopg.AsyncRawCursor[Any]]],
+) -> list[Any]:
+    """The rows of the last of ``statements``, sent with BEGIN and COMMIT in
+    one pipeline: one round trip. (psycopg's transaction() in a pipeline syncs
+    at its start and at its end: three more.) A statement that fails leaves
+    the transaction aborted, and the connection, given back, is closed."""
+    async with conn.pipeline():
+        await conn.execute(b"BEGIN")
+        cur = await statements()
+        await conn.execute(b"COMMIT")
+    return await cur.fetchall()
 
 
 def plan_bound(limit: int, keyed: bool = False) -> int:
