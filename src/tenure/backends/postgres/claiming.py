@@ -10,7 +10,7 @@ release) is one fence-checked statement: a stale fence raises LeaseLost.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import orjson
@@ -39,8 +39,7 @@ DEFAULTS = QueuePolicy()
 ENDINGS = frozenset({"requeue", "bury", "release"})
 PLAIN_KEPT = 100_000  # ids of plain jobs claimed and not yet ended, at most (see _plain)
 PLANNED_FOR = 64  # the least limit a claim's statement is planned for (plan_bound)
-# A cycle's statements, run on a connection with their parameters: their rows.
-Cycle = Callable[[psycopg.AsyncConnection[Any], dict[str, Any]], Awaitable[list[Any]]]
+Statement = tuple[bytes, dict[str, Any]]  # a query and its parameters
 
 
 class Claiming:
@@ -134,13 +133,7 @@ class Claiming:
         params["want"] = limit
         # prepared, and planned for a bound above the limit
         query = self.q.limited(name, plan_bound(limit, bool(keyed)))
-        if keyed:
-            run = self._keyed_cycle(query, locked, limit, skipping)
-        elif locked:
-            run = self._locked_cycle(query, locked)
-        else:
-            run = self._execute_with(query)
-        rows = await self._cycle_fetch(run, params)
+        rows = await self._cycle_fetch(self._first(locked, keyed, params, skipping), query, params)
         jobs = [step_from_row(r[1:]) for r in rows if r[0]]
         if len(self._plain) > PLAIN_KEPT:  # lost leases' jobs never end here
             self._plain.clear()
@@ -175,15 +168,40 @@ class Claiming:
         self._by_keys = (self._by_keys - set(queues)) | by_keys
         return [q for q, v in limited.items() if v & 1]
 
-    async def _cycle_fetch(self, run: Cycle, params: dict[str, Any]) -> list[Any]:
-        """The rows of the cycle (``run``), on a connection held out of the
-        pool between cycles: taking one from the pool and giving it back cost
-        more than the statement's own client side (and a cycle that took one
-        while the other was held here waited for the only one left). A cycle
-        that found nothing to do gives it back: an idle worker holds none out
-        of its pool (which keeps one idle connection). A held connection the
-        server hung up on, one that failed, or one whose call was cancelled
-        goes back to the pool, which disposes of it."""
+    def _first(
+        self, locked: list[str], keyed: list[str], params: dict[str, Any], skipping: bool
+    ) -> list[Statement]:
+        """What a cycle runs before its statement, in its transaction: with a
+        fleet-wide limit, the lock of the queues' rows (lock_queues), so that
+        their claims go one at a time and each counts what the one before
+        committed; with keys, the same and their due scheduled jobs queued
+        (lock_keyed_queues), or with per-key limits only, the walk that locks
+        the keys it picks from (lock_keys). The cycle's snapshot is taken once
+        those locks are held."""
+        lock = {"queues": params["locked"], "idle": IDLE_MS}
+        if not keyed:
+            return [(self.q["lock_queues"], lock)] if locked else []
+        bound = plan_bound(params["want"], keyed=True)
+        walks = not locked
+        first = [(self.q.limited("lock_keyed_queues", bound),
+                  {**lock, "keyed": params["keyed"], "walks": walks})]  # fmt: skip
+        if walks:
+            walk = self.q.limited("lock_keys" + ("_skipping" if skipping else ""), bound)
+            first.append((walk, {**params, "namespace": self.db.namespace}))
+        return first
+
+    async def _cycle_fetch(
+        self, first: list[Statement], query: bytes, params: dict[str, Any]
+    ) -> list[Any]:
+        """The rows of the cycle (``query``, after ``first``: _run), on a
+        connection held out of the pool between cycles: taking one from the
+        pool and giving it back cost more than the statement's own client
+        side (and a cycle that took one while the other was held here waited
+        for the only one left). A cycle that found nothing to do gives it
+        back: an idle worker holds none out of its pool (which keeps one idle
+        connection). A held connection the server hung up on, one that
+        failed, or one whose call was cancelled goes back to the pool, which
+        disposes of it."""
         pool = self.db.opened()
         conn = self._held.pop() if self._held else None
         if conn is not None and hung_up(conn):
@@ -198,7 +216,7 @@ class Claiming:
                 # heartbeat registers us again. Checked with the connection in
                 # hand: taking one from the pool may have waited out a restart.
                 params = {**params, "queues": "{}"}
-            rows = await run(conn, params)
+            rows = await self._run(conn, first, query, params)
         except BaseException as exc:
             if conn is not None:
                 await pool.putconn(conn)
@@ -211,50 +229,24 @@ class Claiming:
             await pool.putconn(conn)
         return rows
 
-    def _execute_with(self, query: bytes) -> Cycle:
-        """The cycle of queues without fleet-wide limits or keys: its statement."""
-
-        async def run(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> list[Any]:
+    async def _run(
+        self, conn: psycopg.AsyncConnection[Any], first: list[Statement], query: bytes,
+        params: dict[str, Any],
+    ) -> list[Any]:  # fmt: skip
+        """The rows of ``query``; after ``first``, in one transaction sent with
+        BEGIN and COMMIT in one pipeline: one round trip. (psycopg's
+        transaction() in a pipeline syncs at its start and at its end: three
+        more.) A statement that fails leaves the transaction aborted, and the
+        connection, given back, is closed."""
+        if not first:
             return await self._execute(conn, query, params)
-
-        return run
-
-    def _locked_cycle(self, query: bytes, locked: list[str]) -> Cycle:
-        """The cycle in a transaction that first locks the rows of the queues
-        with a fleet-wide limit (lock_queues), so that their claims go one at a
-        time and each counts what the one before committed; in one pipeline
-        (in_transaction)."""
-
-        async def run(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> list[Any]:
-            async def statements() -> psycopg.AsyncRawCursor[Any]:
-                await conn.execute(self.q["lock_queues"], {"queues": locked, "idle": IDLE_MS})
-                return await self._send(conn, query, params)
-
-            return await in_transaction(conn, statements)
-
-        return run
-
-    def _keyed_cycle(self, query: bytes, locked: list[str], limit: int, skipping: bool) -> Cycle:
-        """_locked_cycle, for queues with keys among them (the cycle walks
-        their keys: queries.sql). The cycle's snapshot is taken once the lock
-        is held: the rows' of ``locked``, else the keys' that lock_keys picks
-        from."""
-        bound = plan_bound(limit, keyed=True)
-        lock = self.q.limited("lock_keyed_queues", bound)
-        walk = self.q.limited("lock_keys" + ("_skipping" if skipping else ""), bound)
-
-        async def run(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> list[Any]:
-            async def statements() -> psycopg.AsyncRawCursor[Any]:
-                await conn.execute(lock, {"queues": locked, "keyed": params["keyed"],
-                                          "idle": IDLE_MS, "walks": not locked},
-                                   prepare=True)  # fmt: skip
-                if not locked:
-                    await self._send(conn, walk, {**params, "namespace": self.db.namespace})
-                return await self._send(conn, query, params)
-
-            return await in_transaction(conn, statements)
-
-        return run
+        async with conn.pipeline():
+            await conn.execute(b"BEGIN")
+            for statement, args in first:
+                await self._send(conn, statement, args)
+            cur = await self._send(conn, query, params)
+            await conn.execute(b"COMMIT")
+        return await cur.fetchall()
 
     async def _execute(
         self, conn: psycopg.AsyncConnection[Any], query: bytes, params: dict[str, Any]
@@ -313,21 +305,6 @@ class Claiming:
                 )
             if name == "release" or params.get("state") == State.QUEUED:  # queued again
                 await self.db.notify(conn, [row[0]])
-
-
-async def in_transaction(
-    conn: psycopg.AsyncConnection[Any],
-    statements: Callable[[], Awaitable[psycopg.AsyncRawCursor[Any]]],
-) -> list[Any]:
-    """The rows of the last of ``statements``, sent with BEGIN and COMMIT in
-    one pipeline: one round trip. (psycopg's transaction() in a pipeline syncs
-    at its start and at its end: three more.) A statement that fails leaves
-    the transaction aborted, and the connection, given back, is closed."""
-    async with conn.pipeline():
-        await conn.execute(b"BEGIN")
-        cur = await statements()
-        await conn.execute(b"COMMIT")
-    return await cur.fetchall()
 
 
 def plan_bound(limit: int, keyed: bool = False) -> int:
