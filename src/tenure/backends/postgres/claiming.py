@@ -132,7 +132,7 @@ class Claiming:
         name += ("_skipping" if skipping else "") + (RELEASING if releasing else "")
         params["want"] = limit
         # prepared, and planned for a bound above the limit
-        query = self.q.limited(name, plan_bound(limit, bool(keyed)))
+        query = self.q.limited(name, plan_bound(limit))
         rows = await self._cycle_fetch(self._first(locked, keyed, params, skipping), query, params)
         jobs = [step_from_row(r[1:]) for r in rows if r[0]]
         if len(self._plain) > PLAIN_KEPT:  # lost leases' jobs never end here
@@ -181,10 +181,10 @@ class Claiming:
         lock = {"queues": params["locked"], "idle": IDLE_MS}
         if not keyed:
             return [(self.q["lock_queues"], lock)] if locked else []
-        bound = plan_bound(params["want"], keyed=True)
+        bound = plan_bound(params["want"])
         walks = not locked
-        first = [(self.q.limited("lock_keyed_queues", bound),
-                  {**lock, "keyed": params["keyed"], "walks": walks})]  # fmt: skip
+        keyed_lock = {**lock, "keyed": params["keyed"], "walks": walks, "want": params["want"]}
+        first = [(self.q.limited("lock_keyed_queues", bound), keyed_lock)]
         if walks:
             walk = self.q.limited("lock_keys" + ("_skipping" if skipping else ""), bound)
             first.append((walk, {**params, "namespace": self.db.namespace}))
@@ -307,22 +307,16 @@ class Claiming:
                 await self.db.notify(conn, [row[0]])
 
 
-def plan_bound(limit: int, keyed: bool = False) -> int:
+def plan_bound(limit: int) -> int:
     """The limit a claim's statement is planned for, at or above ``limit``: a
     connection plans the statement once for each limit it is sent with, and
     planning the cycle's statement costs more than running it (a draining
     worker's claims ask for most limits up to its slots and claims ahead: 48
     in a drain of 20,000 jobs). The claim takes ``limit`` jobs at most
     (%(want)s, queries.sql). The least power of 2 at or above ``limit``, and
-    at least PLANNED_FOR, whose plan is that of any smaller limit; a keyed
-    claim's statement uses its bound as a value too (the walk's length, a fair
-    key's turn), and takes the least of 1, 2, 3, 4, 6, 8, 12, 16, 24..."""
+    at least PLANNED_FOR, whose plan is that of any smaller limit."""
     power = 1 << (limit - 1).bit_length() if limit > 1 else 1
-    if not keyed:
-        return max(power, PLANNED_FOR)
-    if limit <= 2:
-        return limit
-    return power * 3 // 4 if limit <= power * 3 // 4 else power
+    return max(power, PLANNED_FOR)
 
 
 def failure(

@@ -1576,10 +1576,12 @@ promoted AS (
     UPDATE {schema}.jobs SET state = 'queued'
     WHERE id IN (SELECT d.id FROM unnest(%(keyed)s::text[]) AS q(name)
                  CROSS JOIN LATERAL (
-                     SELECT id FROM {schema}.jobs
-                     WHERE state = 'scheduled' AND queue = q.name
-                       AND run_at <= extract(epoch FROM now())::float8
-                     ORDER BY run_at LIMIT 4 * {limit} FOR UPDATE SKIP LOCKED) AS d)
+                     SELECT * FROM (
+                         SELECT id FROM {schema}.jobs
+                         WHERE state = 'scheduled' AND queue = q.name
+                           AND run_at <= extract(epoch FROM now())::float8
+                         ORDER BY run_at LIMIT 4 * {limit} FOR UPDATE SKIP LOCKED
+                     ) AS d LIMIT 4 * %(want)s::int) AS d)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted),
@@ -1599,21 +1601,23 @@ SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted),
 -- (A part of gate_keyed and lock_keys.) The jobs the claim takes from each
 -- queue of %(keyed)s (`keyed_picks`: queue, id, ord), best first, at most
 -- %(want)s a queue, each within its key's room (key_room). Without fair,
--- the queue's next 2 x {limit} jobs in its order (`heads`, through
+-- the queue's next 2 x %(want)s jobs in its order (`heads`, through
 -- jobs_ready) that their keys have room for; when those are fewer than
 -- %(want)s (keys at their limit ahead: no head-of-line blocking), the walk
 -- adds jobs of other keys. The walk visits the keys with queued jobs in
 -- byte order from the queue's cursor (walk_cursor: the key the last claim
 -- served), around once, an index seek per key (jobs_key_ready), and stops
 -- once the keys with room (key_held: and lock_keys has their locks) make up
--- what the heads left of %(want)s (picks past it are dropped), or {limit}
+-- what the heads left of %(want)s (picks past it are dropped), or %(want)s
 -- keys with fair; jobs
 -- without a key are one key, visited after the last, with room for those of
 -- them among the queue's next 256 (through jobs_ready). It visits at most
--- {limit} + 64 keys: a claim never reads every key, and the next goes on
+-- %(want)s + 64 keys: a claim never reads every key, and the next goes on
 -- from where this one served. fair: round robin over the keys the walk
 -- visits (each key's best job, then each key's second, ...) in its order;
--- else by priority, run_at.
+-- else by priority, run_at. {limit} bounds the reads only as the cycle's
+-- do (their plan's estimates): every value above is %(want)s, so that one
+-- plan serves every claim up to {limit}.
 policy AS (
     SELECT q.name AS queue, coalesce({walk_cursor}, chr(1)) AS cursor,
            (q.policy->>'max_active_per_key')::int AS most,
@@ -1626,28 +1630,30 @@ policy AS (
 heads AS (
     SELECT p.queue, h.* FROM policy AS p
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
-        WHERE state = 'queued' AND queue = p.queue {skip}
-        ORDER BY priority DESC, run_at, seq LIMIT 2 * {limit}
+        SELECT * FROM (
+            SELECT id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
+            WHERE state = 'queued' AND queue = p.queue {skip}
+            ORDER BY priority DESC, run_at, seq LIMIT 2 * {limit}
+        ) AS h LIMIT 2 * %(want)s::int
     ) AS h
     WHERE NOT p.fair
 ),
-head_picks AS (
-    SELECT h.* FROM (
-        SELECT h.*, row_number() OVER (PARTITION BY h.queue, h.concurrency_key
-                                       ORDER BY h.priority DESC, h.run_at, h.seq) AS nth
-        FROM heads AS h
+head_picks AS (  -- each key's room counted at its first head, shared by the others
+    SELECT h.queue, h.id, h.priority, h.run_at, h.seq, h.concurrency_key, h.nth FROM (
+        SELECT h.*, max(h.first) OVER (PARTITION BY h.queue, h.concurrency_key) AS room FROM (
+            SELECT h.*, CASE WHEN h.nth = 1 AND h.concurrency_key IS NOT NULL THEN (
+                SELECT {key_held} FROM policy AS p CROSS JOIN clock
+                CROSS JOIN (SELECT h.queue, h.concurrency_key) AS k(queue, key)
+                WHERE p.queue = h.queue) END AS first
+            FROM (SELECT h.*, row_number() OVER (PARTITION BY h.queue, h.concurrency_key
+                                                 ORDER BY h.priority DESC, h.run_at, h.seq) AS nth
+                  FROM heads AS h) AS h
+        ) AS h
     ) AS h
-    LEFT JOIN (
-        SELECT k.queue, k.key, {key_held}
-        FROM (SELECT DISTINCT queue, concurrency_key FROM heads
-              WHERE concurrency_key IS NOT NULL) AS k(queue, key)
-        JOIN policy AS p ON p.queue = k.queue CROSS JOIN clock
-    ) AS r ON r.queue = h.queue AND r.key = h.concurrency_key
-    WHERE h.concurrency_key IS NULL OR h.nth <= r.room
+    WHERE h.concurrency_key IS NULL OR h.nth <= h.room
 ),
 short AS (  -- the queues whose heads leave room: the walk goes on, for `need` keys
-    SELECT p.*, CASE WHEN p.fair THEN {limit} ELSE %(want)s - (
+    SELECT p.*, CASE WHEN p.fair THEN %(want)s::int ELSE %(want)s - (
         SELECT count(*)::int FROM head_picks AS h WHERE h.queue = p.queue) END AS need
     FROM policy AS p
 ),
@@ -1675,19 +1681,18 @@ walk AS (
                                  WHERE h.state = 'queued' AND h.queue = w.queue
                                  ORDER BY h.priority DESC, h.run_at, h.seq LIMIT 256) AS h
                     WHERE h.concurrency_key IS NULL AND h.id NOT IN (SELECT id FROM heads)
-                    LIMIT {limit}) AS h)
-            WHEN NOT p.fair AND EXISTS (SELECT FROM heads AS h
-                                        WHERE h.queue = w.queue AND h.concurrency_key = s.key)
+                    LIMIT %(want)s::int) AS h)
+            WHEN NOT p.fair AND (w.queue, s.key) IN (SELECT queue, concurrency_key FROM heads)
                 THEN 0
             ELSE (SELECT {key_held}) END OFFSET 0) AS r(room)
-        WHERE w.n < {limit} + 64 AND w.found < p.need
+        WHERE w.n < %(want)s::int + 64 AND w.found < p.need
           AND NOT (w.wrapped AND x.next IS NULL) AND NOT (s.wrapped AND s.key > p.cursor)
     )
     SELECT * FROM w
 ),
 visits AS (
     SELECT w.queue, w.key, w.n, p.fair,
-           CASE WHEN p.fair THEN least(w.room, greatest({limit} + 1 - count(*) OVER q, 1))
+           CASE WHEN p.fair THEN least(w.room, greatest(%(want)s::int + 1 - count(*) OVER q, 1))
                 ELSE w.room END AS quota
     FROM walk AS w JOIN policy AS p ON p.queue = w.queue
     WHERE w.n > 0 AND w.room > 0
@@ -1746,7 +1751,7 @@ ORDER BY concurrency_key, priority DESC, run_at, seq LIMIT v.quota
 -- (A part of keyed_walk.) How many jobs of key k.key of queue k.queue
 -- (policy p) the claim may take: max_active_per_key less its active jobs
 -- (but for those this cycle completes), and its bucket's whole tokens.
-greatest(0, least({limit},
+greatest(0, least(%(want)s::int,
     CASE WHEN p.most IS NOT NULL THEN p.most - (SELECT count(*)::int FROM (
         SELECT FROM {schema}.jobs AS a
         WHERE a.state = 'active' AND a.concurrency_key IS NOT NULL
@@ -1810,7 +1815,7 @@ keyed_claims AS (
 
 -- name: key_bucket
 -- (A part of bucket_keyed and bucket_keys.) Each start of a key takes a
--- token of its bucket.
+-- token of its bucket (its rate from `policy`, the claim's read of it).
 key_bucket AS (
     INSERT INTO {schema}.key_buckets AS b (queue, key, tokens, at)
     SELECT k.queue, k.key, least(r.rate, coalesce(o.tokens + greatest(clock.now - o.at, 0)
@@ -1818,11 +1823,8 @@ key_bucket AS (
     FROM (SELECT queue, concurrency_key, count(*) FROM keyed_claims
           WHERE concurrency_key IS NOT NULL GROUP BY 1, 2) AS k(queue, key, n)
     CROSS JOIN clock
-    JOIN {schema}.queues AS q ON q.name = k.queue
-    CROSS JOIN LATERAL (SELECT (q.policy->>'rate_limit_per_key')::float8,
-                               (q.policy->>'rate_interval_per_key')::float8) AS r(rate, every)
+    JOIN policy AS r ON r.queue = k.queue AND r.rate IS NOT NULL
     LEFT JOIN {schema}.key_buckets AS o ON o.queue = k.queue AND o.key = k.key
-    WHERE r.rate IS NOT NULL
     ON CONFLICT (queue, key) DO UPDATE SET tokens = excluded.tokens, at = excluded.at
 ),
 
