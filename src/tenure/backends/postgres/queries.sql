@@ -1631,7 +1631,7 @@ heads AS (
     SELECT p.queue, h.* FROM policy AS p
     CROSS JOIN LATERAL (
         SELECT * FROM (
-            SELECT id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
+            SELECT ctid, id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
             WHERE state = 'queued' AND queue = p.queue {skip}
             ORDER BY priority DESC, run_at, seq LIMIT 2 * {limit}
         ) AS h LIMIT 2 * %(want)s::int
@@ -1639,7 +1639,7 @@ heads AS (
     WHERE NOT p.fair
 ),
 head_picks AS (  -- each key's room counted at its first head, shared by the others
-    SELECT h.queue, h.id, h.priority, h.run_at, h.seq, h.concurrency_key, h.nth FROM (
+    SELECT h.queue, h.ctid, h.id, h.priority, h.run_at, h.seq, h.concurrency_key, h.nth FROM (
         SELECT h.*, max(h.first) OVER (PARTITION BY h.queue, h.concurrency_key) AS room FROM (
             SELECT h.*, CASE WHEN h.nth = 1 AND h.concurrency_key IS NOT NULL THEN (
                 SELECT {key_held} FROM policy AS p CROSS JOIN clock
@@ -1701,16 +1701,17 @@ visits AS (
 picks AS (
     SELECT v.queue, v.n, v.fair, c.id, c.priority, c.run_at, c.seq,
            row_number() OVER (PARTITION BY v.queue, v.n ORDER BY c.priority DESC, c.run_at, c.seq)
-               AS turn
+               AS turn, c.concurrency_key, c.ctid
     FROM visits AS v
     CROSS JOIN LATERAL ({key_jobs}) AS c
     WHERE v.key <> chr(1) AND c.concurrency_key = v.key
     UNION ALL
     SELECT v.queue, v.n, v.fair, c.id, c.priority, c.run_at, c.seq,
-           row_number() OVER (PARTITION BY v.queue ORDER BY c.priority DESC, c.run_at, c.seq)
+           row_number() OVER (PARTITION BY v.queue ORDER BY c.priority DESC, c.run_at, c.seq),
+           NULL, c.ctid
     FROM visits AS v
     CROSS JOIN LATERAL (
-        SELECT * FROM (SELECT id, priority, run_at, seq, concurrency_key, task
+        SELECT * FROM (SELECT ctid, id, priority, run_at, seq, concurrency_key, task
                        FROM {schema}.jobs WHERE state = 'queued' AND queue = v.queue
                        ORDER BY priority DESC, run_at, seq LIMIT 256) AS h
         WHERE concurrency_key IS NULL AND id NOT IN (SELECT id FROM heads) {skip}
@@ -1718,11 +1719,11 @@ picks AS (
     ) AS c
     WHERE v.key = chr(1)
     UNION ALL
-    SELECT queue, 0, false, id, priority, run_at, seq, nth FROM head_picks
+    SELECT queue, 0, false, id, priority, run_at, seq, nth, concurrency_key, ctid FROM head_picks
 ),
 keyed_picks AS (
     SELECT * FROM (
-        SELECT queue, id, row_number() OVER (
+        SELECT queue, id, concurrency_key AS key, ctid AS at, row_number() OVER (
             PARTITION BY queue ORDER BY CASE WHEN fair THEN turn END, CASE WHEN fair THEN n END,
                                         priority DESC, run_at, seq) AS ord
         FROM picks
@@ -1733,7 +1734,7 @@ keyed_picks AS (
 -- name: key_jobs
 -- (A part of keyed_walk.) The best queued jobs of key v.key of queue
 -- v.queue, v.quota at most.
-SELECT id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
+SELECT ctid, id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
 WHERE state = 'queued' AND concurrency_key IS NOT NULL AND queue = v.queue
   AND concurrency_key = v.key {skip}
 ORDER BY priority DESC, run_at, seq LIMIT v.quota
@@ -1742,7 +1743,7 @@ ORDER BY priority DESC, run_at, seq LIMIT v.quota
 -- (A part of lock_keys, for key_jobs.) The same, read from the key on in
 -- key order (the caller keeps the key's own): planned without sorts (see
 -- keys_walk), only jobs_key_ready can read them so.
-SELECT id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
+SELECT ctid, id, priority, run_at, seq, concurrency_key FROM {schema}.jobs
 WHERE state = 'queued' AND concurrency_key IS NOT NULL AND queue = v.queue
   AND concurrency_key >= v.key {skip}
 ORDER BY concurrency_key, priority DESC, run_at, seq LIMIT v.quota
@@ -1768,9 +1769,12 @@ greatest(0, least(%(want)s::int,
 -- the queues without keys, within their share, and the picks of those with
 -- (keyed_picks, in order), within their room; a pick no longer queued, or
 -- locked by another transaction (a cancel), is passed over. Each pick is
--- found by its id (a lateral subquery: never a join the planner may hash,
--- which, from statistics taken while the queue was small, read every
--- queued job of the table at each claim).
+-- read at the row version the walk saw (`at`, its ctid: no descent of the
+-- primary key), if that version is still the job's (its id) and visible; a
+-- job changed since is passed over (the next claim finds its new version).
+-- A lateral subquery: never a join the planner may hash, which, from
+-- statistics taken while the queue was small, read every queued job of the
+-- table at each claim.
 (SELECT *, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, seq) AS nth,
         false AS keyed
  FROM candidates
@@ -1780,7 +1784,8 @@ greatest(0, least(%(want)s::int,
  FROM (SELECT j.*, p.ord FROM keyed_picks AS p
        CROSS JOIN LATERAL (
            SELECT ctid, id, queue, priority, run_at, seq FROM {schema}.jobs
-           WHERE id = p.id AND state = 'queued'
+           WHERE ctid = p.at AND id = p.id AND state = 'queued'
+             AND concurrency_key IS NOT DISTINCT FROM p.key
            FOR UPDATE SKIP LOCKED
        ) AS j) AS k) AS c
 JOIN gate AS g ON g.name = c.queue AND c.keyed = g.keyed
@@ -1896,7 +1901,7 @@ shared AS (
 ),
 {keyed_walk}
 SELECT set_config('tenure.keyed_picks', coalesce(json_agg(json_build_object(
-           'queue', queue, 'id', id, 'ord', ord))::text, '[]'), true),
+           'queue', queue, 'id', id, 'key', key, 'at', at, 'ord', ord))::text, '[]'), true),
        (SELECT count(*) FROM shared),
        set_config('enable_sort', coalesce(split_part(nullif(current_setting('tenure.planner', true),
                                                             ''), ' ', 1),
@@ -1916,16 +1921,13 @@ policy AS (
            (q.policy->>'rate_interval_per_key')::float8 AS every
     FROM {schema}.queues AS q WHERE q.name = ANY(%(keyed)s::text[])
 ),
-listed AS (  -- the key of each pick, found by its id (a subquery: never a scan of jobs)
+listed AS (
     SELECT l.*, row_number() OVER (PARTITION BY l.queue, l.key ORDER BY l.ord) AS nth
-    FROM (SELECT l.queue, l.id, l.ord,
-                 (SELECT j.concurrency_key FROM {schema}.jobs AS j WHERE j.id = l.id) AS key
-          FROM json_to_recordset(coalesce(nullif(current_setting('tenure.keyed_picks', true),
-                                                 ''), '[]')::json) AS l(queue text, id text, ord int)
-         ) AS l
+    FROM json_to_recordset(coalesce(nullif(current_setting('tenure.keyed_picks', true), ''),
+                                    '[]')::json) AS l(queue text, id text, key text, at tid, ord int)
 ),
 keyed_picks AS (
-    SELECT l.queue, l.id, l.ord FROM listed AS l
+    SELECT l.queue, l.id, l.key, l.at, l.ord FROM listed AS l
     LEFT JOIN (
         SELECT k.queue, k.key, {key_room} AS room
         FROM (SELECT DISTINCT queue, key FROM listed WHERE key IS NOT NULL) AS k(queue, key)
