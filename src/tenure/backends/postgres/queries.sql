@@ -1606,7 +1606,8 @@ SELECT (SELECT count(*) FROM locked), (SELECT count(*) FROM promoted),
 -- %(want)s (keys at their limit ahead: no head-of-line blocking), the walk
 -- adds jobs of other keys. The walk visits the keys with queued jobs in
 -- byte order from the queue's cursor (walk_cursor: the key the last claim
--- served), around once, an index seek per key (jobs_key_ready), and stops
+-- served), around once, an index seek per key (jobs_key_ready: its best
+-- job, which is the key's pick when it has room for one), and stops
 -- once the keys with room (key_held: and lock_keys has their locks) make up
 -- what the heads left of %(want)s (picks past it are dropped), or %(want)s
 -- keys with fair; jobs
@@ -1658,19 +1659,23 @@ short AS (  -- the queues whose heads leave room: the walk goes on, for `need` k
     FROM policy AS p
 ),
 walk AS (
-    WITH RECURSIVE w(queue, key, wrapped, n, found, room) AS (
-        SELECT queue, cursor, false, 0, 0, 0 FROM short WHERE need > 0
+    WITH RECURSIVE w(queue, key, wrapped, n, found, room, ctid, id, priority, run_at, seq) AS (
+        SELECT queue, cursor, false, 0, 0, 0, NULL::tid, NULL::text, NULL::integer,
+               NULL::double precision, NULL::bigint
+        FROM short WHERE need > 0
         UNION ALL
-        SELECT w.queue, s.key, s.wrapped, w.n + 1, w.found + (r.room > 0)::int, r.room
+        SELECT w.queue, s.key, s.wrapped, w.n + 1, w.found + (r.room > 0)::int, r.room,
+               x.ctid, x.id, x.priority, x.run_at, x.seq
         FROM w
         JOIN short AS p ON p.queue = w.queue
         CROSS JOIN clock
-        CROSS JOIN LATERAL (
-            SELECT (SELECT j.concurrency_key FROM {schema}.jobs AS j
-                    WHERE j.state = 'queued' AND j.concurrency_key IS NOT NULL
-                      AND j.queue = w.queue AND j.concurrency_key > w.key
-                    ORDER BY j.concurrency_key LIMIT 1) OFFSET 0
-        ) AS x(next)
+        LEFT JOIN LATERAL (  -- the next key's best job
+            SELECT j.concurrency_key AS next, j.ctid, j.id, j.priority, j.run_at, j.seq
+            FROM {schema}.jobs AS j
+            WHERE j.state = 'queued' AND j.concurrency_key IS NOT NULL
+              AND j.queue = w.queue AND j.concurrency_key > w.key {skip}
+            ORDER BY j.concurrency_key, j.priority DESC, j.run_at, j.seq LIMIT 1
+        ) AS x ON true
         CROSS JOIN LATERAL (SELECT coalesce(x.next, chr(1)), w.wrapped OR x.next IS NULL OFFSET 0)
             AS s(key, wrapped)
         CROSS JOIN LATERAL (SELECT w.queue, s.key OFFSET 0) AS k(queue, key)
@@ -1691,20 +1696,25 @@ walk AS (
     SELECT * FROM w
 ),
 visits AS (
-    SELECT w.queue, w.key, w.n, p.fair,
+    SELECT w.queue, w.key, w.n, p.fair, w.ctid, w.id, w.priority, w.run_at, w.seq,
            CASE WHEN p.fair THEN least(w.room, greatest(%(want)s::int + 1 - count(*) OVER q, 1))
                 ELSE w.room END AS quota
     FROM walk AS w JOIN policy AS p ON p.queue = w.queue
     WHERE w.n > 0 AND w.room > 0
     WINDOW q AS (PARTITION BY w.queue)
 ),
-picks AS (
+picks AS (  -- a key's one pick is the job the walk found; more are read (key_jobs)
+    SELECT v.queue, v.n, v.fair, v.id, v.priority, v.run_at, v.seq, 1::bigint AS turn,
+           v.key AS concurrency_key, v.ctid
+    FROM visits AS v
+    WHERE v.key <> chr(1) AND v.quota = 1
+    UNION ALL
     SELECT v.queue, v.n, v.fair, c.id, c.priority, c.run_at, c.seq,
            row_number() OVER (PARTITION BY v.queue, v.n ORDER BY c.priority DESC, c.run_at, c.seq)
                AS turn, c.concurrency_key, c.ctid
     FROM visits AS v
     CROSS JOIN LATERAL ({key_jobs}) AS c
-    WHERE v.key <> chr(1) AND c.concurrency_key = v.key
+    WHERE v.key <> chr(1) AND v.quota > 1 AND c.concurrency_key = v.key
     UNION ALL
     SELECT v.queue, v.n, v.fair, c.id, c.priority, c.run_at, c.seq,
            row_number() OVER (PARTITION BY v.queue ORDER BY c.priority DESC, c.run_at, c.seq),
