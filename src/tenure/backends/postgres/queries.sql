@@ -1639,7 +1639,7 @@ heads AS (
     ) AS h
     WHERE NOT p.fair
 ),
-head_picks AS (  -- each key's room counted at its first head, shared by the others
+head_picks AS (  -- the room of each key counted at its first head, shared by the others
     SELECT h.queue, h.ctid, h.id, h.priority, h.run_at, h.seq, h.concurrency_key, h.nth FROM (
         SELECT h.*, max(h.first) OVER (PARTITION BY h.queue, h.concurrency_key) AS room FROM (
             SELECT h.*, CASE WHEN h.nth = 1 AND h.concurrency_key IS NOT NULL THEN (
@@ -1669,7 +1669,7 @@ walk AS (
         FROM w
         JOIN short AS p ON p.queue = w.queue
         CROSS JOIN clock
-        LEFT JOIN LATERAL (  -- the next key's best job
+        LEFT JOIN LATERAL (  -- the best job of the next key
             SELECT j.concurrency_key AS next, j.ctid, j.id, j.priority, j.run_at, j.seq
             FROM {schema}.jobs AS j
             WHERE j.state = 'queued' AND j.concurrency_key IS NOT NULL
@@ -1703,7 +1703,7 @@ visits AS (
     WHERE w.n > 0 AND w.room > 0
     WINDOW q AS (PARTITION BY w.queue)
 ),
-picks AS (  -- a key's one pick is the job the walk found; more are read (key_jobs)
+picks AS (  -- the one pick of a key is the job the walk found; more are read (key_jobs)
     SELECT v.queue, v.n, v.fair, v.id, v.priority, v.run_at, v.seq, 1::bigint AS turn,
            v.key AS concurrency_key, v.ctid
     FROM visits AS v
