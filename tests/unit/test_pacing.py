@@ -13,6 +13,7 @@ from tenure.worker.pacing import (
     BATCH_HORIZON,
     MAX_AHEAD_PER_SLOT,
     MAX_AHEAD_PER_SLOT_COSTLY,
+    MAX_AHEAD_PER_SLOT_FAIR,
     Pace,
     claims_ahead,
     full_cycle,
@@ -74,6 +75,17 @@ def test_long_jobs__get_no_claims_ahead_nor_the_executors_own():
 def test_claims_ahead__are_capped_per_slot(capabilities: Capabilities, cap: int):
     pace = Pace(run_time=1e-7, cycle_time=0.01)
     assert ahead(pace, capabilities, slots=2, kept=0, limited=False) == 2 * cap
+
+
+@pytest.mark.parametrize("capabilities", [SERVER, COSTLY, IN_PROCESS])
+def test_claims_ahead_of_a_fair_queue__are_capped_lower(capabilities: Capabilities):
+    """A key's jobs claimed ahead start before those of a key that comes after
+    them: serving a fair queue, few wait (issue 39's fairness)."""
+    pace = Pace(run_time=1e-7, cycle_time=0.01)
+    fair = claims_ahead(pace, capabilities, slots=4, limited=lambda: False, kept=lambda: 40,
+                        fair=lambda: True)  # fmt: skip
+    assert fair == 4 * MAX_AHEAD_PER_SLOT_FAIR < ahead(pace, capabilities, slots=4, kept=40,
+                                                       limited=False)  # fmt: skip
 
 
 def test_a_full_cycle__is_the_slots_or_with_costly_cycles_a_full_claim():

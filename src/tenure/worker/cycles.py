@@ -78,7 +78,7 @@ class Cycles:
         return pacing.claims_ahead(self.pace, self.backend.capabilities,
                                    slots=self.config.concurrency,
                                    limited=self.policies.limit_claims_ahead,
-                                   kept=self._kept)  # fmt: skip
+                                   kept=self._kept, fair=self.policies.fair)  # fmt: skip
 
     def _kept(self) -> int:
         """Attempts the executor takes beyond its slots, to start them itself."""

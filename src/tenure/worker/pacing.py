@@ -4,7 +4,8 @@ A worker claims for its free slots, and, while its jobs are short, ahead of
 them: as many more as its slots start within a horizon at the pace they run,
 plus those the executor keeps to start itself as its slots free (the thread
 executor: three per slot), at most MAX_AHEAD_PER_SLOT per slot
-(MAX_AHEAD_PER_SLOT_COSTLY where cycles are costly, on PostgreSQL). On a
+(MAX_AHEAD_PER_SLOT_COSTLY where cycles are costly, on PostgreSQL;
+MAX_AHEAD_PER_SLOT_FAIR while a fair queue is served). On a
 storage server the horizon is one cycle's round trip, so that a slot freed by
 a short job need not wait for one; on storage in the worker's own process
 (SQLite), where the cycle is the worker's own work, it is BATCH_HORIZON, so
@@ -38,6 +39,7 @@ from tenure.backends.base import Capabilities
 
 MAX_AHEAD_PER_SLOT = 6  # fewer (1 or 3) drained PostgreSQL slower
 MAX_AHEAD_PER_SLOT_COSTLY = 12  # where cycles are costly: fuller cycles
+MAX_AHEAD_PER_SLOT_FAIR = 2  # serving a fair queue: a new key's jobs wait behind these
 BATCH_HORIZON = 0.005  # seconds of work claimed ahead, or completions held, without round trips
 AVERAGING = 0.2  # weight of the newest sample in the moving averages of times
 
@@ -72,17 +74,22 @@ def claims_ahead(
     slots: int,
     limited: Callable[[], bool],
     kept: Callable[[], int],
+    fair: Callable[[], bool] = lambda: False,
 ) -> int:
     """How many jobs to claim beyond the free slots. ``limited``: whether a
     queue served has ``max_active``; ``kept``: attempts the
-    executor takes beyond its slots (each asked only when it matters: the
-    cycle loop asks this often)."""
+    executor takes beyond its slots; ``fair``: whether a queue served takes
+    turns across its keys, whose claims ahead are MAX_AHEAD_PER_SLOT_FAIR
+    per slot at most (a key's jobs claimed ahead start before those of a
+    key that comes after them). Each asked only when it matters: the cycle loop asks this often."""
     if pace.run_time is None or limited():
         return 0
     horizon = pace.cycle_time if capabilities.remote else BATCH_HORIZON
     if (within := int(slots * horizon / max(pace.run_time, 1e-6))) <= 0:
         return 0
     cap = MAX_AHEAD_PER_SLOT_COSTLY if capabilities.costly_cycles else MAX_AHEAD_PER_SLOT
+    if fair():
+        cap = MAX_AHEAD_PER_SLOT_FAIR
     return min(cap * slots, within + kept())
 
 

@@ -47,6 +47,10 @@ class Policies:
         whether the job begins at once or a few milliseconds later."""
         return any(p.max_active is not None for p in self.by_queue.values())
 
+    def fair(self) -> bool:
+        """Whether a queue's claims take turns across its keys (``fair``)."""
+        return any(p.fair for p in self.by_queue.values())
+
     def keyed(self) -> bool:
         """Whether a queue's claims look at concurrency keys (QueuePolicy.keyed)."""
         return any(p.keyed for p in self.by_queue.values())
