@@ -132,8 +132,10 @@ class Claiming:
         name += ("_skipping" if skipping else "") + (RELEASING if releasing else "")
         params["want"] = limit
         # prepared, and planned for a bound above the limit
-        query = self.q.limited(name, plan_bound(limit))
-        rows = await self._cycle_fetch(self._first(locked, keyed, params, skipping), query, params)
+        bound = plan_bound(limit)
+        query = self.q.limited(name, bound)
+        first = self._first(locked, keyed, params, bound, skipping)
+        rows = await self._cycle_fetch(first, query, params)
         jobs = [step_from_row(r[1:]) for r in rows if r[0]]
         if len(self._plain) > PLAIN_KEPT:  # lost leases' jobs never end here
             self._plain.clear()
@@ -169,19 +171,19 @@ class Claiming:
         return [q for q, v in limited.items() if v & 1]
 
     def _first(
-        self, locked: list[str], keyed: list[str], params: dict[str, Any], skipping: bool
-    ) -> list[Statement]:
+        self, locked: list[str], keyed: list[str], params: dict[str, Any], bound: int,
+        skipping: bool,
+    ) -> list[Statement]:  # fmt: skip
         """What a cycle runs before its statement, in its transaction: with a
         fleet-wide limit, the lock of the queues' rows (lock_queues), so that
         their claims go one at a time and each counts what the one before
         committed; with keys, the same and their due scheduled jobs queued
         (lock_keyed_queues), or with per-key limits only, the walk that locks
-        the keys it picks from (lock_keys). The cycle's snapshot is taken once
-        those locks are held."""
+        the keys it picks from (lock_keys), planned for the cycle's ``bound``.
+        The cycle's snapshot is taken once those locks are held."""
         lock = {"queues": params["locked"], "idle": IDLE_MS}
         if not keyed:
             return [(self.q["lock_queues"], lock)] if locked else []
-        bound = plan_bound(params["want"])
         walks = not locked
         keyed_lock = {**lock, "keyed": params["keyed"], "walks": walks, "want": params["want"]}
         first = [(self.q.limited("lock_keyed_queues", bound), keyed_lock)]
