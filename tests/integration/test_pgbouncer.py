@@ -85,6 +85,7 @@ class Peak:
                     "SELECT count(*) FILTER (WHERE application_name = ANY(%s)),"
                     "       count(*) FILTER (WHERE NOT application_name = ANY(%s))"
                     " FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND backend_type = 'client backend'"  # not autovacuum's on the jobs
                     " AND application_name <> %s", (list(SESSIONS), list(SESSIONS), TEST)
                 ).fetchall()  # fmt: skip
                 self.sessions = max(self.sessions, sessions)
